@@ -1,0 +1,5 @@
+if(GPUSLICE_SANITIZE)
+  message(STATUS "gpuslice: building with -fsanitize=${GPUSLICE_SANITIZE}")
+  add_compile_options(-fsanitize=${GPUSLICE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${GPUSLICE_SANITIZE})
+endif()

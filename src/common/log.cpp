@@ -1,0 +1,50 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace gpuslice::log {
+
+std::atomic<int> g_level{static_cast<int>(Level::Warn)};
+
+void set_level(Level level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+
+const char* level_name(Level level) {
+  switch (level) {
+    case Level::Error:
+      return "ERROR";
+    case Level::Warn:
+      return "WARN";
+    case Level::Info:
+      return "INFO";
+    case Level::Debug:
+      return "DEBUG";
+    case Level::Trace:
+      return "TRACE";
+  }
+  return "?";
+}
+
+void vwrite(Level level, const char* fmt, va_list args) {
+  char buf[1024];
+  int n = std::snprintf(buf, sizeof buf, "[gpuslice %d] %s: ", static_cast<int>(getpid()), level_name(level));
+  if (n < 0) return;
+  auto used = static_cast<size_t>(n);
+  int m = std::vsnprintf(buf + used, sizeof buf - used, fmt, args);
+  if (m > 0) used += static_cast<size_t>(m);
+  if (used > sizeof buf - 2) used = sizeof buf - 2;
+  buf[used++] = '\n';
+  // One write keeps lines from concurrent threads and processes whole.
+  ssize_t ignored = ::write(STDERR_FILENO, buf, used);
+  (void)ignored;
+}
+
+void write(Level level, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  vwrite(level, fmt, args);
+  va_end(args);
+}
+
+}  // namespace gpuslice::log

@@ -1,0 +1,80 @@
+// Configuration of gpuslice: the native GPUSLICE_* variables and every compatibility dialect of
+// SPEC §2, parsed into one Settings value. Parsing never throws and never allocates after init;
+// every malformed variable yields one message naming the variable and its value, and callers
+// fail closed on any error (see docs/configuration.md for precedence and grammars).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "common/result.h"
+
+namespace gpuslice::config {
+
+// Size grammars differ between the systems we replace; each variable is parsed with its own.
+enum class SizeDialect {
+  Native,  // GPUSLICE_*: Ki/Mi/Gi/Ti(B) binary, K/M/G/T(B) decimal, case-insensitive, plain bytes
+  Hcs,     // HCS_VRAM_QUOTA: same suffixes as Native, as HCS documents them
+  Hami,    // CUDA_DEVICE_MEMORY_LIMIT*: single letters k/m/g/t (any case) are binary, plain bytes
+  Bytes,   // VCUDA_MEMORY_LIMIT, TENSOR_FUSION_CUDA_MEM_LIMIT values: plain bytes only
+};
+
+// Parses a size; rejects negatives, fractions that are not whole bytes, overflow and junk.
+// Fractions are allowed where they make whole bytes ("1.5Gi").
+Result<std::uint64_t> parse_size(std::string_view text, SizeDialect dialect = SizeDialect::Native);
+
+// Parses a compute share in percent, an integer 1..100.
+Result<unsigned> parse_percent(std::string_view text);
+
+enum class ValueKind { Size, Percent };
+
+// A value per device: one for all devices, plus overrides by CUDA device index or GPU UUID.
+struct DeviceValues {
+  std::optional<std::uint64_t> all;
+  std::vector<std::pair<int, std::uint64_t>> by_index;
+  std::vector<std::pair<std::string, std::uint64_t>> by_uuid;  // lower-case, as given ("gpu-…")
+
+  bool empty() const { return !all && by_index.empty() && by_uuid.empty(); }
+  // The value for a device, by UUID first (case-insensitive), then index, then `all`.
+  std::optional<std::uint64_t> lookup(int index, std::string_view uuid) const;
+};
+
+// "8Gi" | "0=8Gi,1=4Gi" | JSON object keyed by index or UUID: {"0": "8Gi", "GPU-…": 4294967296}.
+Result<DeviceValues> parse_device_values(std::string_view text, ValueKind kind, SizeDialect dialect);
+// Only the JSON object form (TENSOR_FUSION_* variables).
+Result<DeviceValues> parse_json_device_values(std::string_view text, ValueKind kind, SizeDialect dialect);
+
+// Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4, LIBCUDA_LOG_LEVEL 0-4.
+Result<log::Level> parse_log_level(std::string_view text);
+
+struct Settings {
+  DeviceValues memory;   // bytes
+  DeviceValues compute;  // percent 1..100
+  log::Level log_level = log::Level::Warn;
+  std::string shared_dir;    // directory of container-wide state (GPUSLICE_SHARED_DIR, default /tmp/gpuslice)
+  std::string shared_file;   // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
+  std::string profile_dir;   // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
+  std::string limits_file;   // GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits; read-only caps
+  std::vector<std::string> errors;  // one line per malformed variable: "VAR='value': why"
+
+  bool ok() const { return errors.empty(); }
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Reads every variable of SPEC §2 through `getenv_fn` (tests pass a map-backed lookup).
+Settings load_settings(const EnvLookup& getenv_fn);
+Settings load_settings_from_environment();
+
+// Applies a read-only limits file (KEY=VALUE lines with the native variable names,
+// '#' comments). Values in it cap what the environment asked for: the smaller wins per device.
+// A missing file is not an error; an unreadable or malformed one is (appended to errors).
+void apply_limits_file(Settings& settings, const std::string& path);
+
+}  // namespace gpuslice::config

@@ -1,0 +1,93 @@
+// Container-wide accounting: one memory-mapped state file per container (see layout.h for the
+// on-disk format). All processes that open the same file share each device's quota. Reservations
+// are lock-free (per-process counters plus a sum check, see ledger.cpp); a process that dies at any
+// instruction is detected through its released OFD lock and its bytes return to the ledger.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "shared_state/compute_shared.h"
+
+namespace gpuslice::shm {
+
+inline constexpr std::uint64_t kUnlimited = ~0ULL;
+inline constexpr unsigned kNoComputeLimit = 0;  // compute limit 0 = not limited
+
+struct ProcessRow {
+  std::int32_t pid = 0;        // pid in the namespace of the process that registered
+  std::int32_t host_pid = 0;   // pid as NVML reports it, 0 if unknown
+  std::string command;         // comm / argv[0], truncated
+  std::vector<std::uint64_t> used_by_device;  // indexed like Snapshot::devices
+  std::vector<std::uint64_t> busy_ns_by_device;  // device time consumed (compute limiter)
+};
+
+struct DeviceRow {
+  std::string uuid;
+  int index = -1;                 // CUDA index in the process that created the record
+  std::uint64_t total_bytes = 0;  // physical memory of the card
+  std::uint64_t quota = kUnlimited;
+  unsigned compute_limit = kNoComputeLimit;
+  std::uint64_t used = 0;          // sum over live processes
+  std::uint64_t refused_allocations = 0;
+};
+
+struct Snapshot {
+  std::string path;
+  std::vector<DeviceRow> devices;
+  std::vector<ProcessRow> processes;
+};
+
+class Ledger {
+ public:
+  enum class Mode {
+    Process,   // a process that allocates: claims a slot (OFD-locked) on register_process()
+    Observer,  // CLI / daemon: reads, reaps and sets limits; never claims a slot
+  };
+
+  // Opens or creates the state file (and its directory). Validates magic, version, size and the
+  // header checksum; a truncated, foreign, corrupted or other-version file is an error naming the
+  // file and what is wrong. Observer mode never creates a file.
+  static Result<std::unique_ptr<Ledger>> open(const std::string& path, Mode mode);
+
+  virtual ~Ledger() = default;
+
+  // Finds or creates the device record for `uuid`; on creation the quota and compute limit are
+  // initialised from the arguments. Returns the device slot (0..kMaxDevices-1) or an error.
+  virtual Result<int> attach_device(std::string_view uuid, int cuda_index, std::uint64_t total_bytes,
+                                    std::uint64_t quota, unsigned compute_limit) = 0;
+
+  // Claims this process's slot. Safe to call again after fork() (the child gets a new slot).
+  virtual Result<bool> register_process() = 0;
+
+  // Atomically charges `bytes` to this process on device `dev` unless the container's total would
+  // exceed the device quota; on refusal reaps dead processes once and retries. Never blocks.
+  virtual bool try_reserve(int dev, std::uint64_t bytes) = 0;
+  virtual void release(int dev, std::uint64_t bytes) = 0;
+
+  virtual std::uint64_t quota(int dev) const = 0;
+  virtual unsigned compute_limit(int dev) const = 0;
+  virtual std::uint64_t used(int dev) const = 0;          // container total on the device
+  virtual std::uint64_t used_by_self(int dev) const = 0;  // this process only
+
+  virtual void set_quota(int dev, std::uint64_t bytes) = 0;
+  virtual void set_compute_limit(int dev, unsigned percent) = 0;
+  virtual void count_refusal(int dev) = 0;
+
+  // Compute accounting for the limiter: device busy time this process consumed.
+  virtual void add_busy_ns(int dev, std::uint64_t ns) = 0;
+  // The shared compute budget of device `dev` (never null for an attached device).
+  virtual ComputeShared* compute_state(int dev) = 0;
+
+  // Returns the bytes of processes whose lock is gone to the ledger; returns how many were reaped.
+  virtual int reap_dead() = 0;
+
+  virtual Snapshot snapshot() const = 0;
+  virtual const std::string& path() const = 0;
+};
+
+}  // namespace gpuslice::shm
