@@ -37,6 +37,6 @@ endif()
 # Components are added only once their folder has a CMakeLists.txt.
 macro(gpuslice_add_component dir)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${dir}/CMakeLists.txt)
-    add_subdirectory(${dir})
+    add_subdirectory(${PROJECT_SOURCE_DIR}/${dir} ${PROJECT_BINARY_DIR}/${dir})
   endif()
 endmacro()

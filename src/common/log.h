@@ -20,7 +20,7 @@ void set_level(Level level);
 const char* level_name(Level level);
 
 void write(Level level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void vwrite(Level level, const char* fmt, va_list args);
+void vwrite(Level level, const char* fmt, va_list args) __attribute__((format(printf, 2, 0)));
 
 }  // namespace gpuslice::log
 

@@ -26,7 +26,8 @@ enum class SizeDialect {
 };
 
 // Parses a size; rejects negatives, fractions that are not whole bytes, overflow and junk.
-// Fractions are allowed where they make whole bytes ("1.5Gi").
+// Fractions are allowed where they make whole bytes ("1.5Gi"). Zero is rejected too: a quota of
+// 0 bytes would lock every allocation out, which is never what a typo'd limit meant.
 Result<std::uint64_t> parse_size(std::string_view text, SizeDialect dialect = SizeDialect::Native);
 
 // Parses a compute share in percent, an integer 1..100.
@@ -39,8 +40,15 @@ struct DeviceValues {
   std::optional<std::uint64_t> all;
   std::vector<std::pair<int, std::uint64_t>> by_index;
   std::vector<std::pair<std::string, std::uint64_t>> by_uuid;  // lower-case, as given ("gpu-…")
+  // Added: filled only by merge_by_precedence / merge_min when sources key devices differently
+  // (one by index, another by UUID) so that no single table answers every device exactly;
+  // lookup() consults them. Read limits through lookup(), not by walking the tables.
+  std::vector<DeviceValues> fallbacks = {};  // lower-precedence sources, for devices without a value above
+  std::vector<DeviceValues> caps = {};       // each caps the value per device (the smaller wins)
 
-  bool empty() const { return !all && by_index.empty() && by_uuid.empty(); }
+  bool empty() const {
+    return !all && by_index.empty() && by_uuid.empty() && fallbacks.empty() && caps.empty();
+  }
   // The value for a device, by UUID first (case-insensitive), then index, then `all`.
   std::optional<std::uint64_t> lookup(int index, std::string_view uuid) const;
 };
@@ -50,17 +58,24 @@ Result<DeviceValues> parse_device_values(std::string_view text, ValueKind kind, 
 // Only the JSON object form (TENSOR_FUSION_* variables).
 Result<DeviceValues> parse_json_device_values(std::string_view text, ValueKind kind, SizeDialect dialect);
 
-// Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4, LIBCUDA_LOG_LEVEL 0-4.
+// Per device, the first of `higher`, `lower` that has a value for the device wins.
+DeviceValues merge_by_precedence(DeviceValues higher, DeviceValues lower);
+// Per device, the smaller of the two values; a device with a value in only one keeps it.
+DeviceValues merge_min(DeviceValues a, DeviceValues b);
+
+// Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4 (error..trace).
 Result<log::Level> parse_log_level(std::string_view text);
+// Added: LIBCUDA_LOG_LEVEL numbers as HAMi-core means them: 0 errors, 1 warnings, 2-3 info, 4 debug.
+Result<log::Level> parse_libcuda_log_level(std::string_view text);
 
 struct Settings {
   DeviceValues memory;   // bytes
   DeviceValues compute;  // percent 1..100
   log::Level log_level = log::Level::Warn;
-  std::string shared_dir;    // directory of container-wide state (GPUSLICE_SHARED_DIR, default /tmp/gpuslice)
-  std::string shared_file;   // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
-  std::string profile_dir;   // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
-  std::string limits_file;   // GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits; read-only caps
+  std::string shared_dir;   // directory of container-wide state (GPUSLICE_SHARED_DIR, default /tmp/gpuslice)
+  std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
+  std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
+  std::string limits_file;  // GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits; read-only caps
   std::vector<std::string> errors;  // one line per malformed variable: "VAR='value': why"
 
   bool ok() const { return errors.empty(); }
@@ -69,6 +84,7 @@ struct Settings {
 using EnvLookup = std::function<const char*(const char*)>;
 
 // Reads every variable of SPEC §2 through `getenv_fn` (tests pass a map-backed lookup).
+// Neither loader reads the limits file: call apply_limits_file(s, s.limits_file) next.
 Settings load_settings(const EnvLookup& getenv_fn);
 Settings load_settings_from_environment();
 

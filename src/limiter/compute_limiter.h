@@ -1,8 +1,12 @@
 // Compute (SM time) limiter, SPEC §4. See docs/compute-limiter.md for the algorithm.
 // The launch hooks call gate() before submitting work, and only when a limit is configured for the
 // device: with no limit nothing here runs (no thread, no per-launch work beyond one branch).
+//
+// One ComputeLimiter per (process, device). Every process of the container points at the same
+// shm::ComputeShared record, which holds the container's token bucket of device time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "abi/cuda_abi.h"
@@ -15,30 +19,102 @@ namespace gpuslice::limiter {
 struct DriverOps {
   CUresult (*ctx_synchronize)() = nullptr;
   CUresult (*stream_synchronize)(CUstream) = nullptr;
+  // Optional: cuStreamIsCapturing, `capture_status` receiving CUstreamCaptureStatus (0 = none).
+  // When set, the limiter never drains while the launching stream is being captured into a graph
+  // (a synchronize there would invalidate the capture).
+  CUresult (*stream_is_capturing)(CUstream, int* capture_status) = nullptr;
+};
+
+// Controller constants. The defaults are what the library uses; tests may shorten them.
+struct Tuning {
+  // Length of one on+off cycle when the container is continuously busy: the on phase (a
+  // "window") lasts limit% of it. Short enough that every 1 s window sees ~10 cycles.
+  std::uint64_t period_ns = 100'000'000;
+  // Shortest window, so very low limits do not drain after every few launches.
+  std::uint64_t min_window_ns = 2'000'000;
+  // No launch (and no host sync) for this long ends the window: the device may have gone idle.
+  std::uint64_t gap_ns = 1'000'000;
+  // A drain that took longer than this found the device still busy.
+  std::uint64_t busy_drain_ns = 20'000;
+  // Throttled threads re-read the limit and the shared tokens at least this often.
+  std::uint64_t max_sleep_ns = 10'000'000;
+  // Launches allowed in the first window, before the cost of a launch has been measured.
+  std::uint32_t initial_launch_cap = 2;
+};
+
+struct Stats {
+  std::uint64_t busy_ns = 0;       // device time this process charged to the container
+  std::uint64_t throttled_ns = 0;  // time launching threads of this process were held back
+  std::uint64_t windows = 0;       // measuring windows closed
+  std::uint64_t drains = 0;        // queue drains performed (ctx synchronize)
 };
 
 class ComputeLimiter {
  public:
-  // `shared` is the device's budget in the container's state file; `limit_percent` is read through
-  // `limit_source` at each decision so live changes apply (0 = unlimited).
+  // `shared` is the device's budget in the container's state file; the limit in percent is read
+  // from `limit_source` at every decision so live changes apply (0 or >= 100 = unlimited). The
+  // pointer and `clock` must outlive the limiter.
   ComputeLimiter(Clock& clock, const DriverOps& ops, shm::ComputeShared* shared,
-                 const unsigned* limit_source);
+                 const std::atomic<unsigned>* limit_source, const Tuning& tuning = Tuning{});
+  ComputeLimiter(const ComputeLimiter&) = delete;
+  ComputeLimiter& operator=(const ComputeLimiter&) = delete;
 
-  // Called before each kernel/graph launch on this device. May sleep (throttle) and may drain the
-  // queue to measure how long the device was busy. Returns quickly when within budget.
+  // Called before each kernel/graph launch on this device, from any thread. May sleep (throttle)
+  // and may drain the queue to measure how long the device was busy. Under budget it is a few
+  // relaxed atomic operations and one clock read: no lock, no allocation, no driver call.
   void gate(CUstream stream);
 
-  // Called at exit or context teardown: charge outstanding work.
+  // Called after the application's own synchronisation returned (cuCtxSynchronize,
+  // cuStreamSynchronize, cuEventSynchronize, synchronous device-to-host copies): the device had
+  // finished the work launched so far, which tells the limiter when a CPU pause began.
+  void note_host_sync();
+
+  // Called at exit or context teardown: charge outstanding work. Never sleeps.
   void settle();
 
+  unsigned limit_percent() const;
+  Stats stats() const;
+
  private:
-  struct State;
+  enum class CloseReason { Budget, Gap, Settle };
+
+  bool try_become_closer();
+  void release_closer();
+  void wait_for_closer();
+  void open_window(std::uint64_t now, unsigned limit);
+  void close_window(CUstream stream, std::uint64_t now, CloseReason reason);
+  void abandon_window();
+  void wait_for_tokens();
+  void refill(std::uint64_t now, unsigned limit);
+  std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end);
+  bool stream_capturing(CUstream stream) const;
+  std::uint64_t window_budget_ns(unsigned limit) const;
+  std::int64_t burst_cap_ns(unsigned limit) const;
+
   Clock& clock_;
   DriverOps ops_;
   shm::ComputeShared* shared_;
-  const unsigned* limit_source_;
-  std::uint64_t window_start_ns_ = 0;
-  bool window_open_ = false;
+  const std::atomic<unsigned>* limit_source_;
+  Tuning tuning_;
+
+  // Current measuring window of this process; 0 = none open.
+  std::atomic<std::uint64_t> window_start_ns_{0};
+  std::atomic<std::uint64_t> window_budget_ns_{0};
+  std::atomic<std::uint32_t> window_launches_{0};
+  std::atomic<std::uint32_t> launch_cap_{0};
+  std::atomic<std::uint64_t> last_launch_ns_{0};
+  std::atomic<std::uint64_t> last_sync_ns_{0};
+  // Measured wall time per launch in dense windows (0 = not measured yet); sizes launch_cap_ so
+  // that a deep queue of heavy kernels is drained before it can overrun the window.
+  std::atomic<std::uint64_t> ns_per_launch_{0};
+  // One thread at a time closes/opens windows; the others wait until it is done.
+  std::atomic<bool> closing_{false};
+  std::atomic<std::uint64_t> resume_at_ns_{0};
+
+  std::atomic<std::uint64_t> busy_ns_{0};
+  std::atomic<std::uint64_t> throttled_ns_{0};
+  std::atomic<std::uint64_t> windows_{0};
+  std::atomic<std::uint64_t> drains_{0};
 };
 
 }  // namespace gpuslice::limiter

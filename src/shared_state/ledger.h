@@ -4,6 +4,8 @@
 // instruction is detected through its released OFD lock and its bytes return to the ledger.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@ struct ProcessRow {
   std::string command;         // comm / argv[0], truncated
   std::vector<std::uint64_t> used_by_device;  // indexed like Snapshot::devices
   std::vector<std::uint64_t> busy_ns_by_device;  // device time consumed (compute limiter)
+  int slot = -1;                                 // added: the process's slot in the state file
 };
 
 struct DeviceRow {
@@ -34,6 +37,7 @@ struct DeviceRow {
   unsigned compute_limit = kNoComputeLimit;
   std::uint64_t used = 0;          // sum over live processes
   std::uint64_t refused_allocations = 0;
+  int record = -1;  // added: the device record index (what try_reserve/set_quota take as `dev`)
 };
 
 struct Snapshot {
@@ -88,6 +92,32 @@ class Ledger {
 
   virtual Snapshot snapshot() const = 0;
   virtual const std::string& path() const = 0;
+
+  // --- Added declarations (not in the original contract) ---
+
+  // try_reserve() does not count its refusals: the caller decides which refusals the user sees
+  // (count_refusal) so a retried reservation is not counted twice.
+
+  // Records this process's pid as the host sees it (e.g. from NVML), replacing what
+  // register_process() derived from /proc (0 when it could not tell). No effect before registering.
+  virtual void set_host_pid(int host_pid) = 0;
+  // The record index of `uuid` (case-insensitive), or -1.
+  virtual int find_device(std::string_view uuid) const = 0;
+  virtual int device_count() const = 0;
+  // The live compute limit of `dev` in the mapped file (percent, 0 = none), for code that polls it
+  // without a virtual call; null for an unknown device. Valid as long as the Ledger lives.
+  virtual const std::atomic<std::uint32_t>* compute_limit_source(int dev) const = 0;
+  // Returns this process's bytes and gives its slot back (the destructor does it too).
+  virtual void unregister_process() = 0;
+  // This process's slot index, or -1 when not registered (or forked and not yet re-registered).
+  virtual int slot_index() const = 0;
+  // False for an observer that could only open the file read-only: it can show, not change.
+  virtual bool writable() const = 0;
 };
+
+// Validates the first `available` bytes of a state file whose size is `file_size`; the error
+// names `path` and what is wrong. Used by Ledger::open; exposed for tests and fuzzing.
+Result<bool> validate_header_bytes(const void* data, std::size_t available, std::uint64_t file_size,
+                                   const std::string& path);
 
 }  // namespace gpuslice::shm

@@ -1,0 +1,78 @@
+// Fuzzes apply_limits_file: each input is written to a private temporary file and applied on top
+// of settings that already carry limits from the environment.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "config/settings.h"
+#include "fuzz_check.h"
+
+namespace {
+
+std::string g_dir;
+std::string g_path;
+
+void remove_temp_files() {
+  ::unlink(g_path.c_str());
+  ::rmdir(g_dir.c_str());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/gpuslice-fuzz-limits-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    std::abort();
+  }
+  g_dir = pattern;
+  g_path = g_dir + "/limits";
+  std::atexit(remove_temp_files);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const int fd = ::open(g_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  FUZZ_CHECK(fd >= 0);
+  std::size_t written = 0;
+  while (written < size) {
+    const ssize_t n = ::write(fd, data + written, size - written);
+    FUZZ_CHECK(n > 0);
+    written += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+
+  gpuslice::config::Settings settings;
+  settings.memory.by_index = {{0, 8ULL << 30}};
+  settings.memory.by_uuid = {{"gpu-a", 4ULL << 30}};
+  settings.compute.all = 50;
+  const gpuslice::config::Settings before = settings;
+  gpuslice::config::apply_limits_file(settings, g_path);
+
+  FUZZ_CHECK(settings.errors.size() <= 1);
+  if (!settings.ok()) {
+    // A malformed file applies nothing.
+    FUZZ_CHECK(settings.memory.lookup(0, "") == before.memory.lookup(0, ""));
+    FUZZ_CHECK(settings.compute.lookup(3, "") == before.compute.lookup(3, ""));
+    return 0;
+  }
+  // Caps can only lower a limit that exists, never raise or remove it.
+  for (int index : {0, 1, 5}) {
+    for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
+      const auto memory = settings.memory.lookup(index, uuid);
+      const auto env_memory = before.memory.lookup(index, uuid);
+      if (env_memory) FUZZ_CHECK(memory && *memory <= *env_memory && *memory > 0);
+      const auto compute = settings.compute.lookup(index, uuid);
+      FUZZ_CHECK(compute && *compute >= 1 && *compute <= 50);
+    }
+  }
+  return 0;
+}

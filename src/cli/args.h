@@ -1,0 +1,75 @@
+// Hand-written argument parsing shared by the gpuslice commands (the CLI must build with nothing
+// but a compiler): long options with a value as "--name VALUE" or "--name=VALUE", flags, "--" to
+// end options, and a usage text generated from the same table that drives parsing.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace gpuslice::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+
+struct OptionSpec {
+  std::string_view name;        // "--memory"
+  std::string_view value_name;  // "SIZE"; empty for a flag
+  std::string_view help;
+};
+
+struct CommandSpec {
+  std::string_view name;      // "run"
+  std::string_view synopsis;  // "[options] -- COMMAND [ARGS...]"
+  std::string_view summary;   // one line
+  std::string_view details;   // free text after the option list (may be empty)
+  std::vector<OptionSpec> options;
+  // Stop at the first positional argument and keep everything after it verbatim (run's COMMAND).
+  bool stop_at_positional = false;
+};
+
+class ParsedArgs {
+ public:
+  bool help = false;
+  std::vector<std::string> positionals;
+
+  bool has(std::string_view name) const;
+  std::optional<std::string> value(std::string_view name) const;
+
+ private:
+  friend Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv);
+  std::vector<std::pair<std::string, std::string>> values_;  // name -> value ("" for flags)
+};
+
+// Parses argv[1..argc) (argv[0] is the command's own name). Errors are usage errors.
+Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv);
+
+void print_usage(const CommandSpec& spec, std::FILE* out);
+
+// Prints "gpuslice NAME: message" and a hint to --help on stderr; returns kExitUsage.
+int usage_error(const CommandSpec& spec, const std::string& message);
+// Prints "gpuslice NAME: message" on stderr; returns kExitRuntime.
+int runtime_error(std::string_view command, const std::string& message);
+
+// A non-negative integer with no sign, spaces or junk.
+std::optional<std::uint64_t> parse_uint(std::string_view text);
+// Seconds as a decimal ("1", "0.5"), 0.01 to 86400; nanoseconds on success.
+std::optional<std::uint64_t> parse_interval_seconds(std::string_view text);
+
+// The state file for status/set/top: --file, else --shared-dir DIR (DIR/state), else what the
+// environment names (GPUSLICE_SHARED_DIR, then CUDA_DEVICE_MEMORY_SHARED_CACHE, as the
+// interposer resolves them), else /tmp/gpuslice/state.
+Result<std::string> resolve_state_file(const ParsedArgs& args);
+// The limits file the interposer would read (GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits).
+std::string resolve_limits_file();
+
+// Makes a relative path absolute against the current directory (no symlink resolution).
+std::string absolute_path(const std::string& path);
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,225 @@
+// Reads every variable of SPEC §2 and resolves precedence between gpuslice and the systems it
+// replaces. Each malformed variable adds exactly one message; nothing here decides what to do
+// about them (the interposer fails closed on any).
+#include "config/settings.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/parse_internal.h"
+#include "config/text_util.h"
+
+namespace gpuslice::config {
+
+namespace {
+
+// HAMi-core's per-device variables (CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i>) are
+// probed by name, since an EnvLookup cannot list the environment; HAMi-core itself stops at 16.
+constexpr int kProbedHamiDevices = 64;
+
+constexpr std::string_view kDefaultSharedDir = "/tmp/gpuslice";
+constexpr std::string_view kStateFileName = "state";
+constexpr std::string_view kDefaultLimitsFile = "/etc/gpuslice/limits";
+
+class Loader {
+ public:
+  Loader(const EnvLookup& getenv_fn, Settings& settings) : getenv_(getenv_fn), settings_(settings) {}
+
+  // The variable's value; an empty value counts as unset.
+  std::optional<std::string_view> get(const char* name) const {
+    const char* value = getenv_ ? getenv_(name) : nullptr;
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    return std::string_view(value);
+  }
+
+  void fail(std::string_view name, std::string_view value, std::string_view why) {
+    settings_.errors.push_back(detail::variable_error(name, value, why));
+  }
+
+  // GPUSLICE_MEMORY_LIMIT / GPUSLICE_COMPUTE_LIMIT: any of the three forms.
+  DeviceValues device_values(const char* name, ValueKind kind, SizeDialect dialect) {
+    auto text = get(name);
+    if (!text) return {};
+    auto parsed = parse_device_values(*text, kind, dialect);
+    if (!parsed) {
+      fail(name, *text, parsed.error());
+      return {};
+    }
+    return std::move(parsed).value();
+  }
+
+  // TENSOR_FUSION_*: JSON objects only, values in bytes / percent.
+  DeviceValues json_values(const char* name, ValueKind kind) {
+    auto text = get(name);
+    if (!text) return {};
+    if (text->size() > detail::kMaxValueBytes) {
+      fail(name, *text, "value longer than 65536 bytes");
+      return {};
+    }
+    auto parsed = parse_json_device_values(*text, kind, SizeDialect::Bytes);
+    if (!parsed) {
+      fail(name, *text, parsed.error());
+      return {};
+    }
+    return std::move(parsed).value();
+  }
+
+  // HCS_VRAM_QUOTA, VCUDA_MEMORY_LIMIT: one size for every device.
+  DeviceValues single_size(const char* name, SizeDialect dialect) {
+    DeviceValues values;
+    auto text = get(name);
+    if (!text) return values;
+    auto size = parse_size(*text, dialect);
+    if (size) {
+      values.all = *size;
+    } else {
+      fail(name, *text, size.error());
+    }
+    return values;
+  }
+
+  // HAMi-core: NAME_<i> per device over NAME for all; as in HAMi-core, 0 means "not set here".
+  DeviceValues hami_values(const char* name, ValueKind kind) {
+    DeviceValues values;
+    auto parse = [&](const char* variable, std::optional<std::uint64_t>& out) {
+      auto text = get(variable);
+      if (!text) return;
+      if (kind == ValueKind::Size) {
+        auto size = detail::parse_size_value(*text, SizeDialect::Hami, /*allow_zero=*/true);
+        if (!size) return fail(variable, *text, size.error());
+        if (*size > 0) out = *size;
+      } else {
+        auto percent = detail::parse_percent_value(*text, /*allow_zero=*/true);
+        if (!percent) return fail(variable, *text, percent.error());
+        if (*percent > 0) out = *percent;
+      }
+    };
+    char variable[96];
+    for (int i = 0; i < kProbedHamiDevices; ++i) {
+      std::snprintf(variable, sizeof variable, "%s_%d", name, i);
+      std::optional<std::uint64_t> value;
+      parse(variable, value);
+      if (value) values.by_index.emplace_back(i, *value);
+    }
+    parse(name, values.all);
+    return values;
+  }
+
+  void load_limits() {
+    DeviceValues memory = device_values("GPUSLICE_MEMORY_LIMIT", ValueKind::Size, SizeDialect::Native);
+    memory =
+        merge_by_precedence(std::move(memory), json_values("TENSOR_FUSION_CUDA_MEM_LIMIT", ValueKind::Size));
+    memory = merge_by_precedence(std::move(memory), hami_values("CUDA_DEVICE_MEMORY_LIMIT", ValueKind::Size));
+    memory = merge_by_precedence(std::move(memory), single_size("HCS_VRAM_QUOTA", SizeDialect::Hcs));
+    memory = merge_by_precedence(std::move(memory), single_size("VCUDA_MEMORY_LIMIT", SizeDialect::Bytes));
+    settings_.memory = std::move(memory);
+
+    DeviceValues compute = device_values("GPUSLICE_COMPUTE_LIMIT", ValueKind::Percent, SizeDialect::Native);
+    compute = merge_by_precedence(std::move(compute),
+                                  json_values("TENSOR_FUSION_CUDA_UP_LIMIT", ValueKind::Percent));
+    compute =
+        merge_by_precedence(std::move(compute), hami_values("CUDA_DEVICE_SM_LIMIT", ValueKind::Percent));
+    settings_.compute = std::move(compute);
+  }
+
+  // Every level variable is checked, even one a higher-precedence variable overrides.
+  void load_log_level() {
+    struct Source {
+      const char* name;
+      Result<log::Level> (*parse)(std::string_view);
+    };
+    static constexpr Source kSources[] = {
+        {"GPUSLICE_LOG_LEVEL", parse_log_level},
+        {"HCS_LOG_LEVEL", parse_log_level},
+        {"LIBCUDA_LOG_LEVEL", parse_libcuda_log_level},
+        {"VCUDA_LOG_LEVEL", parse_log_level},
+    };
+    bool chosen = false;
+    for (const Source& source : kSources) {
+      auto text = get(source.name);
+      if (!text) continue;
+      auto level = source.parse(*text);
+      if (!level) {
+        fail(source.name, *text, level.error());
+      } else if (!chosen) {
+        settings_.log_level = *level;
+        chosen = true;
+      }
+    }
+  }
+
+  // A path variable: absolute where `absolute` (processes in other directories must agree on it).
+  std::optional<std::string_view> path(const char* name, bool absolute) {
+    auto text = get(name);
+    if (!text) return std::nullopt;
+    if (text->size() >= PATH_MAX) {
+      fail(name, *text, "path longer than PATH_MAX");
+      return std::nullopt;
+    }
+    if (absolute && text->front() != '/') {
+      fail(name, *text, "must be an absolute path");
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  void load_paths() {
+    settings_.shared_dir = kDefaultSharedDir;
+    auto shared_dir = path("GPUSLICE_SHARED_DIR", /*absolute=*/true);
+    auto hami_cache = path("CUDA_DEVICE_MEMORY_SHARED_CACHE", /*absolute=*/true);
+    if (hami_cache && hami_cache->back() == '/') {
+      fail("CUDA_DEVICE_MEMORY_SHARED_CACHE", *hami_cache, "names a directory, expected a file");
+      hami_cache.reset();
+    }
+    if (shared_dir) {
+      std::string_view dir = *shared_dir;
+      while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
+      settings_.shared_dir = dir;
+    } else if (hami_cache && !get("GPUSLICE_SHARED_DIR")) {
+      settings_.shared_file = *hami_cache;
+      const std::size_t slash = hami_cache->rfind('/');
+      settings_.shared_dir = slash == 0 ? std::string("/") : std::string(hami_cache->substr(0, slash));
+    }
+    if (settings_.shared_file.empty()) {
+      settings_.shared_file = settings_.shared_dir;
+      if (settings_.shared_file.back() != '/') settings_.shared_file += '/';
+      settings_.shared_file += kStateFileName;
+    }
+
+    auto profile_dir = path("GPUSLICE_PROFILE_DIR", /*absolute=*/false);
+    auto pflog = path("PFLOG", /*absolute=*/false);
+    if (profile_dir) {
+      settings_.profile_dir = *profile_dir;
+    } else if (pflog) {
+      settings_.profile_dir = *pflog;
+    }
+
+    auto limits_file = path("GPUSLICE_LIMITS_FILE", /*absolute=*/false);
+    settings_.limits_file = limits_file ? *limits_file : kDefaultLimitsFile;
+  }
+
+ private:
+  const EnvLookup& getenv_;
+  Settings& settings_;
+};
+
+}  // namespace
+
+Settings load_settings(const EnvLookup& getenv_fn) {
+  Settings settings;
+  Loader loader(getenv_fn, settings);
+  loader.load_limits();
+  loader.load_log_level();
+  loader.load_paths();
+  return settings;
+}
+
+Settings load_settings_from_environment() {
+  return load_settings([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+}  // namespace gpuslice::config

@@ -1,0 +1,72 @@
+// The one list of hooked entry points. Each row generates: the exported symbol (the hook function
+// itself, typed by the prototype in src/abi so a wrong signature cannot compile), the dlsym routing
+// table and the cuGetProcAddress routing table. Adding a hook is one row here plus its function.
+//
+// Row: X(symbol, base name as cuGetProcAddress is asked for it, cudaVersion it appeared in,
+//        stream variant, profile name written to metrics.log)
+#pragma once
+
+// NOLINTBEGIN(cppcoreguidelines-macro-usage)
+#define GPUSLICE_CUDA_HOOKS(X)                                                      \
+  /* initialisation and entry-point lookup (context.cpp, proc_address.cpp) */       \
+  X(cuInit, cuInit, 2000, Plain, "cuInit")                                          \
+  X(cuGetProcAddress, cuGetProcAddress, 11030, Plain, "cuGetProcAddress")           \
+  X(cuGetProcAddress_v2, cuGetProcAddress, 12000, Plain, "cuGetProcAddress")        \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, Plain, "cuDeviceTotalMem")         \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, Plain, "cuDevicePrimaryCtxRetain") \
+  X(cuCtxCreate_v2, cuCtxCreate, 3020, Plain, "cuCtxCreate")                        \
+  X(cuCtxCreate_v4, cuCtxCreate, 12050, Plain, "cuCtxCreate")                       \
+  /* device memory (memory.cpp) */                                                  \
+  X(cuMemGetInfo_v2, cuMemGetInfo, 3020, Plain, "cuMemGetInfo")                     \
+  X(cuMemAlloc_v2, cuMemAlloc, 3020, Plain, "cuMemAlloc")                           \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, Plain, "cuMemAllocPitch")            \
+  X(cuMemAllocManaged, cuMemAllocManaged, 6000, Plain, "cuMemAllocManaged")         \
+  X(cuMemFree_v2, cuMemFree, 3020, Plain, "cuMemFree")                              \
+  X(cuMemAllocAsync, cuMemAllocAsync, 11020, Plain, "cuMemAllocAsync")              \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, Ptsz, "cuMemAllocAsync")          \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, Plain, "cuMemAllocFromPoolAsync") \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, Ptsz, "cuMemAllocFromPoolAsync") \
+  X(cuMemFreeAsync, cuMemFreeAsync, 11020, Plain, "cuMemFreeAsync")                 \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, Ptsz, "cuMemFreeAsync")             \
+  X(cuMemCreate, cuMemCreate, 10020, Plain, "cuMemCreate")                          \
+  X(cuMemRelease, cuMemRelease, 10020, Plain, "cuMemRelease")                       \
+  X(cuArrayCreate_v2, cuArrayCreate, 3020, Plain, "cuArrayCreate")                  \
+  X(cuArray3DCreate_v2, cuArray3DCreate, 3020, Plain, "cuArray3DCreate")            \
+  X(cuArrayDestroy, cuArrayDestroy, 2000, Plain, "cuArrayDestroy")                  \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, Plain, "cuMipmappedArrayCreate") \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, Plain, "cuMipmappedArrayDestroy") \
+  /* copies, profiled by direction (memcpy.cpp) */                                  \
+  X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, Plain, "cuMemcpyH2D")                      \
+  X(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, Ptds, "cuMemcpyH2D")                  \
+  X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, Plain, "cuMemcpyD2H")                      \
+  X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, Ptds, "cuMemcpyD2H")                  \
+  X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, Plain, "cuMemcpyD2D")                      \
+  X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, Ptds, "cuMemcpyD2D")                  \
+  X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, Plain, "cuMemcpyH2D")            \
+  X(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, Ptsz, "cuMemcpyH2D")        \
+  X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, Plain, "cuMemcpyD2H")            \
+  X(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, Ptsz, "cuMemcpyD2H")        \
+  X(cuMemcpy, cuMemcpy, 4000, Plain, "cuMemcpy")                                    \
+  X(cuMemcpy_ptds, cuMemcpy, 7000, Ptds, "cuMemcpy")                                \
+  X(cuMemcpyAsync, cuMemcpyAsync, 4000, Plain, "cuMemcpyAsync")                     \
+  X(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, Ptsz, "cuMemcpyAsync")                 \
+  /* work submission, throttled by the compute limiter (launch.cpp) */              \
+  X(cuLaunchKernel, cuLaunchKernel, 4000, Plain, "cuLaunchKernel")                  \
+  X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, Ptsz, "cuLaunchKernel")              \
+  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, Plain, "cuLaunchKernelEx")           \
+  X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, Ptsz, "cuLaunchKernelEx")       \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, Plain, "cuLaunchCooperativeKernel") \
+  X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, Ptsz, "cuLaunchCooperativeKernel") \
+  X(cuGraphLaunch, cuGraphLaunch, 10000, Plain, "cuGraphLaunch")                    \
+  X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, Ptsz, "cuGraphLaunch")              \
+  /* host synchronisation: tells the compute limiter the queue drained (launch.cpp) */ \
+  X(cuCtxSynchronize, cuCtxSynchronize, 2000, Plain, "cuCtxSynchronize")            \
+  X(cuStreamSynchronize, cuStreamSynchronize, 2000, Plain, "cuStreamSynchronize")   \
+  X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, Ptsz, "cuStreamSynchronize") \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, Plain, "cuEventSynchronize")
+
+#define GPUSLICE_NVML_HOOKS(X)                                                      \
+  X(nvmlInit_v2, nvmlInit_v2, 0, Plain, "nvmlInit")                                 \
+  X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, 0, Plain, "nvmlDeviceGetMemoryInfo") \
+  X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, Plain, "nvmlDeviceGetMemoryInfo")
+// NOLINTEND(cppcoreguidelines-macro-usage)

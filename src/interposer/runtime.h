@@ -1,0 +1,58 @@
+// Process-wide state of the interposer: configuration, the container ledger, per-device state and
+// the watcher thread. Initialised lazily on the first hooked call (never from a constructor), kept
+// alive until the process ends (hooks still run during exit), rebuilt in a forked child.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+#include "config/settings.h"
+#include "shared_state/ledger.h"
+
+namespace gpuslice::limiter {
+class ComputeLimiter;
+}
+
+namespace gpuslice::interposer {
+
+inline constexpr int kMaxDevices = 64;
+
+struct DeviceState {
+  int index = -1;       // CUDA ordinal
+  int ledger_dev = -1;  // record in the container ledger; -1 = this device is not limited
+  char uuid[64] = {};
+  std::uint64_t physical_total = 0;
+  std::atomic<std::uint64_t> file_cap{shm::kUnlimited};      // read-only limits file, re-read live
+  std::atomic<std::uint64_t> context_charge{0};              // footprint charged beyond tracked allocations
+  std::atomic<bool> has_context{false};
+  std::atomic<limiter::ComputeLimiter*> limiter{nullptr};    // created when a compute limit applies
+  std::atomic<unsigned> compute_limit{0};                    // mirror of the ledger's value, for the limiter
+};
+
+// Any device has a memory quota / compute limit: the hooks' single predictable branch.
+extern std::atomic<bool> g_memory_active;
+extern std::atomic<bool> g_compute_active;
+
+// CUDA_SUCCESS once initialised; CUDA_ERROR_NOT_INITIALIZED when the configuration or the shared
+// state is unusable (fail closed: the message was logged once, naming the variable or file).
+CUresult ensure_initialized();
+
+const config::Settings& settings();
+shm::Ledger* ledger();  // null when no limit is configured
+
+// State of a CUDA device (ordinal), attached to the ledger on first use; null if out of range or
+// the driver cannot describe it. A device with ledger_dev < 0 is not limited.
+DeviceState* device_state(CUdevice dev);
+// The device of the calling thread's current context, or null when there is none.
+DeviceState* current_device_state(CUdevice* out_dev = nullptr);
+// Finds or attaches the ledger record of a device known by UUID only (NVML callers); -1 if not limited.
+int ledger_device_for_uuid(const char* uuid, int cuda_index, std::uint64_t physical_total);
+
+// Quota that applies now: the ledger's, capped by the read-only limits file.
+std::uint64_t effective_quota(const DeviceState& d);
+
+// Charges the context footprint the driver reports for this process (NVML) right away.
+void reconcile_context_footprint(DeviceState& d);
+
+}  // namespace gpuslice::interposer

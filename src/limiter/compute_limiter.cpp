@@ -1,0 +1,263 @@
+#include "limiter/compute_limiter.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/log.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+constexpr auto kAcquire = std::memory_order_acquire;
+constexpr auto kRelease = std::memory_order_release;
+constexpr auto kAcqRel = std::memory_order_acq_rel;
+
+// A refill never credits more than this much elapsed time: the bucket is capped far below it, and
+// it keeps elapsed * percent from overflowing when the record was never refilled (refilled_at 0).
+constexpr std::uint64_t kMaxRefillNs = 10'000'000'000ULL;
+// How often a thread waiting for another thread's drain looks again.
+constexpr std::uint64_t kCloserPollNs = 200'000;
+
+bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
+
+std::uint64_t elapsed(std::uint64_t from, std::uint64_t to) { return to > from ? to - from : 0; }
+
+std::atomic<bool> g_drain_error_logged{false};
+
+}  // namespace
+
+ComputeLimiter::ComputeLimiter(Clock& clock, const DriverOps& ops, shm::ComputeShared* shared,
+                               const std::atomic<unsigned>* limit_source, const Tuning& tuning)
+    : clock_(clock), ops_(ops), shared_(shared), limit_source_(limit_source), tuning_(tuning) {
+  // Zeroes would make windows empty or sleeps spin; fall back to the defaults instead.
+  const Tuning defaults;
+  if (tuning_.period_ns == 0) tuning_.period_ns = defaults.period_ns;
+  if (tuning_.min_window_ns == 0) tuning_.min_window_ns = defaults.min_window_ns;
+  if (tuning_.gap_ns == 0) tuning_.gap_ns = defaults.gap_ns;
+  if (tuning_.max_sleep_ns == 0) tuning_.max_sleep_ns = defaults.max_sleep_ns;
+  if (tuning_.initial_launch_cap == 0) tuning_.initial_launch_cap = defaults.initial_launch_cap;
+}
+
+unsigned ComputeLimiter::limit_percent() const {
+  return limit_source_ != nullptr ? limit_source_->load(kRelaxed) : 0;
+}
+
+Stats ComputeLimiter::stats() const {
+  Stats s;
+  s.busy_ns = busy_ns_.load(kRelaxed);
+  s.throttled_ns = throttled_ns_.load(kRelaxed);
+  s.windows = windows_.load(kRelaxed);
+  s.drains = drains_.load(kRelaxed);
+  return s;
+}
+
+std::uint64_t ComputeLimiter::window_budget_ns(unsigned limit) const {
+  return std::max(tuning_.min_window_ns, tuning_.period_ns / 100 * limit);
+}
+
+// Idle time may bank at most what lets one extra window run back to back with the next one, so a
+// container waking from idle cannot start with a long burst (at most (1-L)·window extra).
+std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
+  return static_cast<std::int64_t>(window_budget_ns(limit) / 100 * (100 - limit));
+}
+
+void ComputeLimiter::gate(CUstream stream) {
+  if (unlimited(limit_percent()) || shared_ == nullptr) {
+    // A limit lifted mid-window: forget the window rather than charge unthrottled time later.
+    if (window_start_ns_.load(kRelaxed) != 0) abandon_window();
+    return;
+  }
+  std::uint64_t now = clock_.now_ns();
+  for (;;) {
+    if (closing_.load(kAcquire)) {
+      wait_for_closer();
+      if (unlimited(limit_percent())) return;
+      now = clock_.now_ns();
+      continue;
+    }
+    const std::uint64_t start = window_start_ns_.load(kAcquire);
+    if (start != 0) {
+      const std::uint64_t last = std::max(last_launch_ns_.load(kRelaxed), last_sync_ns_.load(kRelaxed));
+      const bool gap = elapsed(last, now) >= tuning_.gap_ns;
+      const bool spent = elapsed(start, now) >= window_budget_ns_.load(kRelaxed) ||
+                         window_launches_.load(kRelaxed) >= launch_cap_.load(kRelaxed);
+      if (!gap && !spent) break;  // the common case: inside the window
+      if (!try_become_closer()) continue;
+      if (window_start_ns_.load(kAcquire) != start) {  // another thread closed it meanwhile
+        release_closer();
+        now = clock_.now_ns();
+        continue;
+      }
+      close_window(stream, now, gap ? CloseReason::Gap : CloseReason::Budget);
+    } else {
+      if (!try_become_closer()) continue;
+      if (window_start_ns_.load(kAcquire) != 0) {
+        release_closer();
+        continue;
+      }
+    }
+    wait_for_tokens();
+    now = clock_.now_ns();
+    const unsigned limit = limit_percent();
+    if (!unlimited(limit)) open_window(now, limit);
+    release_closer();
+    if (unlimited(limit)) return;
+    break;
+  }
+  window_launches_.fetch_add(1, kRelaxed);
+  last_launch_ns_.store(now, kRelaxed);
+}
+
+void ComputeLimiter::note_host_sync() { last_sync_ns_.store(clock_.now_ns(), kRelaxed); }
+
+void ComputeLimiter::settle() {
+  if (window_start_ns_.load(kAcquire) == 0 || shared_ == nullptr) return;
+  if (!try_become_closer()) return;  // a thread is closing it right now and will charge it
+  close_window(nullptr, clock_.now_ns(), CloseReason::Settle);
+  release_closer();
+}
+
+bool ComputeLimiter::try_become_closer() {
+  bool expected = false;
+  return closing_.compare_exchange_strong(expected, true, kAcqRel);
+}
+
+void ComputeLimiter::release_closer() { closing_.store(false, kRelease); }
+
+void ComputeLimiter::wait_for_closer() {
+  while (closing_.load(kAcquire)) {
+    if (unlimited(limit_percent())) return;
+    const std::uint64_t now = clock_.now_ns();
+    const std::uint64_t resume = resume_at_ns_.load(kRelaxed);
+    // While the closer drains, the end is unknown: poll. During its off phase, sleep to its end.
+    const std::uint64_t nap = resume > now ? std::min(resume - now, tuning_.max_sleep_ns) : kCloserPollNs;
+    clock_.sleep_ns(nap);
+    throttled_ns_.fetch_add(nap, kRelaxed);
+  }
+}
+
+void ComputeLimiter::open_window(std::uint64_t now, unsigned limit) {
+  const std::uint64_t budget = window_budget_ns(limit);
+  const std::uint64_t per_launch = ns_per_launch_.load(kRelaxed);
+  std::uint64_t cap = tuning_.initial_launch_cap;
+  if (per_launch != 0) {
+    cap = std::clamp<std::uint64_t>(budget / per_launch, 1, std::numeric_limits<std::uint32_t>::max() / 2);
+  }
+  window_budget_ns_.store(budget, kRelaxed);
+  launch_cap_.store(static_cast<std::uint32_t>(cap), kRelaxed);
+  window_launches_.store(0, kRelaxed);
+  last_launch_ns_.store(now, kRelaxed);
+  resume_at_ns_.store(0, kRelaxed);
+  window_start_ns_.store(now, kRelease);
+}
+
+void ComputeLimiter::abandon_window() {
+  if (!try_become_closer()) return;
+  window_start_ns_.store(0, kRelease);
+  release_closer();
+}
+
+bool ComputeLimiter::stream_capturing(CUstream stream) const {
+  if (ops_.stream_is_capturing == nullptr) return false;
+  int status = 0;
+  return ops_.stream_is_capturing(stream, &status) == CUDA_SUCCESS && status != 0;
+}
+
+void ComputeLimiter::close_window(CUstream stream, std::uint64_t now, CloseReason reason) {
+  const std::uint64_t start = window_start_ns_.load(kAcquire);
+  if (start == 0) return;
+  if (reason != CloseReason::Settle && stream_capturing(stream)) {
+    // Launches being captured run nothing now; a drain would break the capture.
+    window_start_ns_.store(0, kRelease);
+    return;
+  }
+  const std::uint32_t launches = window_launches_.load(kRelaxed);
+  const std::uint64_t drain_start = clock_.now_ns();
+  CUresult rc = CUDA_SUCCESS;
+  if (ops_.ctx_synchronize != nullptr) {
+    rc = ops_.ctx_synchronize();
+  } else if (ops_.stream_synchronize != nullptr) {
+    rc = ops_.stream_synchronize(stream);
+  }
+  const std::uint64_t drain_end = clock_.now_ns();
+  drains_.fetch_add(1, kRelaxed);
+  if (rc != CUDA_SUCCESS && !g_drain_error_logged.exchange(true, kRelaxed)) {
+    GS_LOG(Debug, "compute limiter: drain returned CUresult %d; charging wall time", static_cast<int>(rc));
+  }
+
+  std::uint64_t end = drain_end;
+  if (reason == CloseReason::Gap && elapsed(drain_start, drain_end) <= tuning_.busy_drain_ns) {
+    // The device went idle somewhere in the pause. A host sync after the last launch says when;
+    // otherwise assume it stayed busy, but not past one window's worth of queued work.
+    const std::uint64_t last_launch = last_launch_ns_.load(kRelaxed);
+    const std::uint64_t last_sync = last_sync_ns_.load(kRelaxed);
+    if (last_sync >= last_launch) {
+      end = last_sync;
+    } else {
+      end = std::min(now, last_launch + window_budget_ns_.load(kRelaxed));
+    }
+    end = std::max(end, start);
+  }
+  const std::uint64_t charged = charge_interval(start, end);
+  busy_ns_.fetch_add(charged, kRelaxed);
+  windows_.fetch_add(1, kRelaxed);
+
+  if (reason == CloseReason::Budget && launches > 0) {
+    // Wall time per launch of a window that was never idle: the device's cost when the queue was
+    // the bottleneck, the CPU's launch interval otherwise. Halving the weight each window adapts
+    // within a few windows to a new workload.
+    const std::uint64_t sample = std::max<std::uint64_t>(1, elapsed(start, end) / launches);
+    const std::uint64_t previous = ns_per_launch_.load(kRelaxed);
+    ns_per_launch_.store(previous == 0 ? sample : (previous + sample) / 2, kRelaxed);
+  }
+  window_start_ns_.store(0, kRelease);
+}
+
+// Charges [start, end) to the container, minus what another of its processes already charged:
+// kernels of two processes of one container time-slice, so their busy intervals overlap.
+std::uint64_t ComputeLimiter::charge_interval(std::uint64_t start, std::uint64_t end) {
+  if (end <= start) return 0;
+  std::uint64_t covered = shared_->covered_until_ns.load(kAcquire);
+  for (;;) {
+    if (covered >= end) return 0;
+    if (shared_->covered_until_ns.compare_exchange_weak(covered, end, kAcqRel)) break;
+  }
+  const std::uint64_t charged = end - std::max(start, covered);
+  shared_->tokens_ns.fetch_sub(static_cast<std::int64_t>(charged), kAcqRel);
+  shared_->busy_total_ns.fetch_add(charged, kRelaxed);
+  return charged;
+}
+
+void ComputeLimiter::refill(std::uint64_t now, unsigned limit) {
+  std::uint64_t last = shared_->refilled_at_ns.load(kAcquire);
+  if (now <= last) return;
+  // Whoever moves refilled_at forward credits exactly that span, so processes never double-credit.
+  if (!shared_->refilled_at_ns.compare_exchange_strong(last, now, kAcqRel)) return;
+  const std::uint64_t span = std::min(now - last, kMaxRefillNs);
+  const auto credit = static_cast<std::int64_t>(span * limit / 100);
+  const std::int64_t cap = burst_cap_ns(limit);
+  std::int64_t tokens = shared_->tokens_ns.fetch_add(credit, kAcqRel) + credit;
+  while (tokens > cap && !shared_->tokens_ns.compare_exchange_weak(tokens, cap, kAcqRel)) {
+  }
+}
+
+void ComputeLimiter::wait_for_tokens() {
+  for (;;) {
+    const unsigned limit = limit_percent();
+    if (unlimited(limit)) return;
+    const std::uint64_t now = clock_.now_ns();
+    refill(now, limit);
+    const std::int64_t tokens = shared_->tokens_ns.load(kAcquire);
+    if (tokens >= 0) return;
+    // Debt is repaid at limit% of wall time. Sleep in bounded steps so a new limit, or charges
+    // from the container's other processes, are seen promptly.
+    const std::uint64_t wait = static_cast<std::uint64_t>(-tokens) * 100 / limit + 1;
+    const std::uint64_t nap = std::min(wait, tuning_.max_sleep_ns);
+    resume_at_ns_.store(now + nap, kRelaxed);
+    clock_.sleep_ns(nap);
+    throttled_ns_.fetch_add(nap, kRelaxed);
+  }
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,84 @@
+// What the device plugin advertises and hands out, independent of gRPC:
+//   <domain>/gpu    `replicas` shareable slots per GPU              ids "<gpukey>-r<k>"
+//   <domain>/vram   one device per `vram_unit` of each GPU's memory   ids "<gpukey>-m<k>"
+//   <domain>/cores  100 per GPU, one per percent of its SM time       ids "<gpukey>-c<k>"
+// <gpukey> is a short prefix of the GPU UUID (stable across reboots, unlike indices), kept short
+// because a vram list holds tens of thousands of ids and the kubelet reads it in one message.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "node/gpu_source.h"
+#include "node/host_layout.h"
+
+namespace gpuslice::node {
+
+enum class ResourceKind { Gpu, Vram, Cores };
+enum class Placement { Binpack, Spread };
+
+const char* resource_suffix(ResourceKind kind);  // "gpu", "vram", "cores"
+std::optional<ResourceKind> parse_resource_kind(std::string_view name);
+
+struct CatalogOptions {
+  unsigned replicas = 4;
+  std::uint64_t vram_unit = 1ULL << 20;  // bytes per gpuslice.io/vram device
+  Placement placement = Placement::Binpack;
+  std::string dev_root = "/dev";  // where the NVIDIA device nodes are looked up on the host
+};
+
+class DeviceCatalog {
+ public:
+  DeviceCatalog(std::vector<GpuInfo> gpus, CatalogOptions options);
+
+  const std::vector<GpuInfo>& gpus() const { return gpus_; }
+  const CatalogOptions& options() const { return options_; }
+  const std::string& key(std::size_t gpu) const { return keys_[gpu]; }
+  unsigned units(ResourceKind kind, std::size_t gpu) const;
+
+  std::string id(ResourceKind kind, std::size_t gpu, unsigned unit) const;
+  // Every id of `kind`, GPU by GPU.
+  std::vector<std::string> ids(ResourceKind kind) const;
+  // The GPU (position in gpus()) an id of `kind` belongs to; nullopt for a foreign or malformed id.
+  std::optional<std::size_t> gpu_of(ResourceKind kind, std::string_view id) const;
+
+  // GetPreferredAllocation: `size` ids from `available`, all of `must_include`, kept on as few GPUs
+  // as possible (vram/cores) or spread over distinct GPUs (gpu replicas).
+  std::vector<std::string> preferred(ResourceKind kind, const std::vector<std::string>& available,
+                                     const std::vector<std::string>& must_include, std::size_t size) const;
+
+ private:
+  std::vector<GpuInfo> gpus_;
+  CatalogOptions options_;
+  std::vector<std::string> keys_;
+  std::map<std::string, std::size_t, std::less<>> gpu_by_key_;
+};
+
+struct AllocationPlan {
+  struct Mount {
+    std::string container_path, host_path;
+    bool read_only = false;
+  };
+  struct Device {
+    std::string container_path, host_path, permissions;
+  };
+  std::map<std::string, std::string> envs;
+  std::vector<Mount> mounts;
+  std::vector<Device> devices;
+  std::string container_id;  // the per-container directory created (vram only)
+};
+
+// What one container gets for `ids` of `kind`. For vram this creates <root>/containers/<id>/ with its
+// state directory and the limits file (GPUSLICE_MEMORY_LIMIT in bytes). Errors name the bad id.
+Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std::string>& ids,
+                                       const DeviceCatalog& catalog, const HostLayout& layout);
+
+// A fresh random container id ("alloc-" + 16 hex digits).
+std::string new_container_id();
+
+}  // namespace gpuslice::node

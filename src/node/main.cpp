@@ -1,0 +1,182 @@
+// gpuslice-node: `serve` (DaemonSet: NVML, /metrics, HTTP API, device plugin) and `webhook`
+// (admission webhook). Invoked as gpuslice-webhook it runs the webhook.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "config/settings.h"
+#include "node/collector.h"
+#include "node/device_plugin.h"
+#include "node/http_api.h"
+#include "node/options.h"
+#include "node/webhook.h"
+
+#ifndef GPUSLICE_VERSION
+#define GPUSLICE_VERSION "dev"
+#endif
+
+namespace gs = gpuslice::node;
+
+namespace {
+
+const char* lookup_env(const char* name) { return std::getenv(name); }
+
+void apply_log_level(const std::string& text) {
+  gpuslice::log::set_level(gpuslice::log::Level::Info);
+  if (text.empty()) return;
+  if (auto level = gpuslice::config::parse_log_level(text)) gpuslice::log::set_level(*level);
+}
+
+// Signals are blocked in every thread and taken synchronously by the main loop.
+sigset_t block_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// Returns true when a stop signal arrived within `timeout`.
+bool wait_for_stop(const sigset_t& set, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1000000)};
+  int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig == SIGINT || sig == SIGTERM;
+}
+
+gpuslice::Result<std::unique_ptr<gs::GpuSource>> fake_gpus(const std::string& spec) {
+  std::size_t x = spec.find('x');
+  if (x == std::string::npos || x == 0) return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
+  int count = std::atoi(spec.substr(0, x).c_str());
+  auto size = gpuslice::config::parse_size(spec.substr(x + 1));
+  if (count <= 0 || count > 64 || !size) return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
+  std::vector<gs::GpuInfo> gpus;
+  for (int i = 0; i < count; ++i) {
+    gs::GpuInfo g;
+    g.index = static_cast<unsigned>(i);
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
+    g.uuid = uuid;
+    g.name = "gpuslice fake GPU";
+    g.minor = g.index;
+    g.memory_total_bytes = *size;
+    gpus.push_back(g);
+  }
+  return std::unique_ptr<gs::GpuSource>(new gs::StaticGpuSource(gpus));
+}
+
+int serve(const std::vector<std::string>& args) {
+  gs::ServeOptions options;
+  auto outcome = gs::parse_serve_options(args, lookup_env, options);
+  if (outcome.help) {
+    std::fputs(outcome.message.c_str(), stdout);
+    return 0;
+  }
+  if (!outcome.message.empty()) {
+    std::fprintf(stderr, "gpuslice-node serve: %s\n", outcome.message.c_str());
+    return 2;
+  }
+  apply_log_level(options.log_level);
+  options.api.version = GPUSLICE_VERSION;
+  sigset_t stop_signals = block_signals();
+
+  std::unique_ptr<gs::GpuSource> gpus;
+  auto opened = options.fake_gpus.empty() ? gs::open_nvml(options.nvml_library) : fake_gpus(options.fake_gpus);
+  if (opened) {
+    gpus = std::move(opened).value();
+  } else if (options.allow_no_gpu) {
+    GS_LOG(Warn, "no GPUs: %s", opened.error().c_str());
+  } else {
+    GS_LOG(Error, "%s (use --allow-no-gpu to serve /metrics without GPUs)", opened.error().c_str());
+    return 1;
+  }
+
+  gpuslice::SystemClock clock;
+  gs::HostLayout layout(options.root);
+  gs::Collector collector(layout, gpus.get(), clock);
+  collector.set_kubelet_pods_dir(options.kubelet_pods_dir);
+  auto first = collector.refresh();
+  if (!first->gpu_error.empty()) GS_LOG(Warn, "NVML: %s", first->gpu_error.c_str());
+  if (options.api.token.empty()) GS_LOG(Warn, "no API token configured: /api/v1 answers 401 (see --token-file)");
+
+  gs::ApiServer api(options.api, layout, collector);
+  if (auto port = api.start(); !port) {
+    GS_LOG(Error, "%s", port.error().c_str());
+    return 1;
+  }
+
+  std::unique_ptr<gs::DevicePluginManager> plugins;
+  if (options.device_plugin && gpus) {
+    plugins = std::make_unique<gs::DevicePluginManager>(options.plugin, layout, first->gpus);
+    if (auto started = plugins->start(); !started) {
+      GS_LOG(Error, "%s", started.error().c_str());
+      return 1;
+    }
+  }
+
+  while (!wait_for_stop(stop_signals, options.scan_interval)) {
+    auto view = collector.refresh();
+    if (plugins) plugins->update_health(view->gpus);  // a failed probe lists none: all unhealthy
+  }
+  GS_LOG(Info, "stopping");
+  if (plugins) plugins->stop();
+  api.stop();
+  return 0;
+}
+
+int webhook(const std::vector<std::string>& args) {
+  gs::WebhookModeOptions options;
+  auto outcome = gs::parse_webhook_options(args, lookup_env, options);
+  if (outcome.help) {
+    std::fputs(outcome.message.c_str(), stdout);
+    return 0;
+  }
+  if (!outcome.message.empty()) {
+    std::fprintf(stderr, "gpuslice-webhook: %s\n", outcome.message.c_str());
+    return 2;
+  }
+  apply_log_level(options.log_level);
+  sigset_t stop_signals = block_signals();
+  gs::WebhookServer server(options.server, options.webhook);
+  if (auto port = server.start(); !port) {
+    GS_LOG(Error, "%s", port.error().c_str());
+    return 1;
+  }
+  while (!wait_for_stop(stop_signals, std::chrono::seconds(3600))) {
+  }
+  GS_LOG(Info, "stopping");
+  server.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string program = argv[0];
+  program = program.substr(program.rfind('/') + 1);
+  if (program == "gpuslice-webhook") return webhook(args);
+
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::fputs(gs::usage_main().c_str(), args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "serve") return serve(args);
+  if (command == "webhook") return webhook(args);
+  if (command == "version" || command == "--version") {
+    std::printf("gpuslice-node %s\n", GPUSLICE_VERSION);
+    return 0;
+  }
+  std::fprintf(stderr, "gpuslice-node: unknown command '%s'\n\n%s", command.c_str(), gs::usage_main().c_str());
+  return 2;
+}

@@ -1,0 +1,65 @@
+// gpuslice-webhook: a mutating admission webhook (AdmissionReview admission.k8s.io/v1).
+//   ai.compute/vram (HCS dialect, a byte quantity such as "16Gi"): the container gets LD_PRELOAD, the
+//     quota in GPUSLICE_MEMORY_LIMIT (bytes), the library mounted read-only from the host and its own
+//     emptyDir as GPUSLICE_SHARED_DIR (which gpuslice-node finds under the kubelet's pods directory).
+//   <domain>/vram, <domain>/cores (device plugin resources): the container gets LD_PRELOAD composed
+//     with its own; quota variables and mounts come from the device plugin's Allocate, the only place
+//     that knows which GPUs were picked.
+// Other pods pass untouched. Malformed reviews are refused with a message saying what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "node/host_layout.h"
+
+namespace gpuslice::node {
+
+inline constexpr const char* kHcsVramResource = "ai.compute/vram";
+inline constexpr const char* kInjectAnnotation = "gpuslice.io/inject";      // "false" opts a pod out
+inline constexpr const char* kInjectedAnnotation = "gpuslice.io/injected";  // set on mutated pods
+inline constexpr const char* kStateVolumePrefix = "gpuslice-state-";        // + c<i> / i<i>
+inline constexpr const char* kLibraryVolume = "gpuslice-lib";
+
+struct WebhookOptions {
+  std::string host_root = kDefaultRoot;  // the library is <host_root>/lib on every node
+  std::string resource_domain = "gpuslice.io";
+};
+
+struct WebhookReply {
+  int http_status = 200;
+  std::string body;  // JSON
+};
+
+// Answers one AdmissionReview request body.
+WebhookReply review_admission(std::string_view body, const WebhookOptions& options);
+
+struct WebhookServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 8443;  // 0 = any free port (tests)
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  unsigned threads = 8;
+};
+
+// HTTPS server: POST /mutate, GET /healthz. The certificate and key are read again when their files
+// change (cert-manager renews them in place), checked at most every few seconds.
+class WebhookServer {
+ public:
+  WebhookServer(WebhookServerOptions server, WebhookOptions options);
+  ~WebhookServer();
+  WebhookServer(const WebhookServer&) = delete;
+  WebhookServer& operator=(const WebhookServer&) = delete;
+
+  Result<int> start();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuslice::node

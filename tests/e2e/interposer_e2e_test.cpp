@@ -1,0 +1,370 @@
+// End to end: real programs, the real libgpuslice.so under LD_PRELOAD, the simulated driver.
+// Each test gets its own shared-state and mock-state directories.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "process.h"
+
+namespace gpuslice::test {
+namespace {
+
+constexpr long long kMiB = 1LL << 20;
+constexpr long long kGiB = 1LL << 30;
+constexpr long long kContextBytes = 64 * kMiB;  // what the mock driver charges per context
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("gpuslice-e2e-");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  // The environment of a process in one "container": the mock driver, its own state directories.
+  Env base_env(bool preload = true) const {
+    Env env;
+    env["PATH"] = "/usr/bin:/bin";
+    env["LD_LIBRARY_PATH"] = GPUSLICE_MOCK_DIR;
+    if (preload) env["LD_PRELOAD"] = GPUSLICE_PRELOAD;
+    env["GPUSLICE_SHARED_DIR"] = dir_ + "/shared";
+    env["GPUSLICE_LIMITS_FILE"] = dir_ + "/limits";
+    env["GPUSLICE_MOCK_STATE_DIR"] = dir_ + "/mock";
+    env["GPUSLICE_MOCK_DEVICES"] = "2";
+    env["GPUSLICE_MOCK_MEMORY"] = std::to_string(16 * kGiB);
+    env["GPUSLICE_MOCK_CONTEXT_BYTES"] = std::to_string(kContextBytes);
+    // Sanitizer builds: the runtime is pulled in by libgpuslice.so itself, not first in line.
+    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
+    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
+    return env;
+  }
+
+  Outcome probe(const std::vector<std::string>& args, const Env& env) const {
+    std::vector<std::string> argv{GPUSLICE_PROBE_APP};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, env);
+  }
+
+  std::string dir_;
+};
+
+// The CUDA runtime's path, every cudaVersion generation and the per-thread-stream flag, the dlsym
+// path and exported symbols: the quota holds whichever way the program reaches the driver.
+struct PathCase {
+  const char* path;
+  int cuda_version;
+  bool per_thread;
+};
+
+class QuotaEveryPath : public E2E, public ::testing::WithParamInterface<PathCase> {};
+
+TEST_P(QuotaEveryPath, ReportsQuotaRefusesPastItAndRecoversAfterFree) {
+  const PathCase& c = GetParam();
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  std::vector<std::string> args{"--path", c.path, "--scenario", "fill", "--cuda-version",
+                                std::to_string(c.cuda_version), "--chunk", std::to_string(64 * kMiB)};
+  if (c.per_thread) args.push_back("--per-thread");
+  Outcome o = probe(args, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("total"), kGiB);
+  EXPECT_EQ(o.num("device_total"), kGiB);
+  // The context's footprint is charged, so the free memory is the quota minus it.
+  EXPECT_EQ(o.num("free"), kGiB - kContextBytes);
+  EXPECT_EQ(o.num("refused_code"), 2);  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(o.num("allocated"), ((kGiB - kContextBytes) / (64 * kMiB)) * 64 * kMiB);
+  EXPECT_LT(o.num("after_free"), 64 * kMiB);
+  EXPECT_EQ(o.num("retry_code"), 0);
+  EXPECT_EQ(o.num("end_free"), kGiB - kContextBytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, QuotaEveryPath,
+                         ::testing::Values(PathCase{"procaddress", 13000, false}, PathCase{"procaddress", 12000, false},
+                                           PathCase{"procaddress", 11080, false}, PathCase{"procaddress", 13000, true},
+                                           PathCase{"dlsym", 0, false}, PathCase{"linked", 0, false}),
+                         [](const auto& info) {
+                           return std::string(info.param.path) + "_" + std::to_string(info.param.cuda_version) +
+                                  (info.param.per_thread ? "_ptds" : "");
+                         });
+
+TEST_F(E2E, WithoutTheLibraryTheWholeCardIsVisible) {
+  Env env = base_env(/*preload=*/false);
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(kGiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("total"), 16 * kGiB);
+  EXPECT_GT(o.num("allocated"), 8 * kGiB);
+}
+
+TEST_F(E2E, EveryAllocationApiIsCountedAndRefusedPastTheQuota) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome o = probe({"--scenario", "apis", "--chunk", std::to_string(128 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  for (const char* api : {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync",
+                          "cuMemAllocFromPoolAsync", "cuMemCreate", "cuArrayCreate", "cuArray3DCreate",
+                          "cuMipmappedArrayCreate"}) {
+    std::string a = api;
+    EXPECT_EQ(o.num(a + ".ok"), 0) << api;
+    EXPECT_GE(o.num(a + ".drop"), 128 * kMiB) << api << " was not counted";
+    EXPECT_LT(o.num(a + ".drop"), 129 * kMiB) << api;
+    EXPECT_EQ(o.num(a + ".over_quota"), 2) << api << " was not refused";
+  }
+  // Everything was freed: the ledger is back to the context alone.
+  EXPECT_EQ(o.num("end_free"), kGiB - kContextBytes);
+}
+
+TEST_F(E2E, PerDeviceQuotas) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "0=512Mi,1=2Gi";
+  Outcome d0 = probe({"--scenario", "fill", "--device", "0"}, env);
+  Outcome d1 = probe({"--scenario", "fill", "--device", "1"}, env);
+  ASSERT_EQ(d0.exit_code, 0) << d0.err;
+  ASSERT_EQ(d1.exit_code, 0) << d1.err;
+  EXPECT_EQ(d0.num("total"), 512 * kMiB);
+  EXPECT_EQ(d1.num("total"), 2 * kGiB);
+  EXPECT_EQ(d0.num("refused_code"), 2);
+  EXPECT_EQ(d1.num("refused_code"), 2);
+}
+
+TEST_F(E2E, NvmlReportsTheQuotaAndTheContainersUse) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "0=3Gi";
+  std::string holder_out = dir_ + "/holder.out";
+  Background holder({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
+                    env, holder_out);
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  Outcome o = probe({"--scenario", "nvml"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("nvml_init"), 0);
+  EXPECT_EQ(o.num("nvml0_total"), 3 * kGiB);
+  EXPECT_EQ(o.num("nvml0_v2_total"), 3 * kGiB);
+  EXPECT_EQ(o.num("nvml0_used"), kGiB + kContextBytes);
+  EXPECT_EQ(o.num("nvml0_free"), 2 * kGiB - kContextBytes);
+  EXPECT_EQ(o.num("nvml1_total"), 16 * kGiB) << "device 1 has no quota";
+}
+
+TEST_F(E2E, TwoProcessesShareOneQuota) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Background holder({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
+                    env, dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("total"), 2 * kGiB);
+  EXPECT_EQ(o.num("free"), 2 * kGiB - kGiB - 2 * kContextBytes);
+  EXPECT_LE(o.num("allocated"), kGiB - 2 * kContextBytes);
+}
+
+TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  // The survivor watches the ledger while the victim dies.
+  Background survivor({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(256 * kMiB),
+                       "--seconds", "20"},
+                      env, dir_ + "/survivor.out");
+  ASSERT_TRUE(survivor.wait_for_output("hold_code=0", 10000));
+  Background victim({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
+                    env, dir_ + "/victim.out");
+  ASSERT_TRUE(victim.wait_for_output("hold_code=0", 10000)) << victim.output();
+  long long expected_after = 2 * kGiB - 256 * kMiB - kContextBytes;
+  std::string needle = "live_free=" + std::to_string(expected_after - kGiB - kContextBytes);
+  ASSERT_TRUE(survivor.wait_for_output(needle, 5000)) << survivor.output();
+  victim.kill(SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  victim.wait();
+  ASSERT_TRUE(survivor.wait_for_output("live_free=" + std::to_string(expected_after), 3000)) << survivor.output();
+  auto took = std::chrono::steady_clock::now() - killed_at;
+  // Reported, not asserted tightly: the survivor prints every 100 ms and reaps every 200 ms.
+  RecordProperty("reclaim_ms",
+                 static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LT(took, std::chrono::milliseconds(1500));
+}
+
+TEST_F(E2E, LiveSetChangesTheQuotaOfRunningProcesses) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Background app({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(128 * kMiB), "--seconds", "20"},
+                 env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000));
+  Outcome set = run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "1Gi"}, base_env(false));
+  ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+  EXPECT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 2000)) << app.output();
+}
+
+TEST_F(E2E, ReadOnlyLimitsFileCapsTheEnvironment) {
+  {
+    std::ofstream limits(dir_ + "/limits");
+    limits << "# written by the node daemon\nGPUSLICE_MEMORY_LIMIT=768Mi\n";
+  }
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "4Gi";  // the container asks for more than it is given
+  Outcome o = probe({"--scenario", "fill"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("total"), 768 * kMiB);
+}
+
+struct DialectCase {
+  const char* variable;
+  const char* value;
+  long long expected_total;
+};
+
+class CompatibilityDialects : public E2E, public ::testing::WithParamInterface<DialectCase> {};
+
+TEST_P(CompatibilityDialects, SetTheQuota) {
+  Env env = base_env();
+  env[GetParam().variable] = GetParam().value;
+  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(32 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("total"), GetParam().expected_total);
+  EXPECT_EQ(o.num("refused_code"), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dialects, CompatibilityDialects,
+    ::testing::Values(DialectCase{"HCS_VRAM_QUOTA", "1Gi", kGiB}, DialectCase{"HCS_VRAM_QUOTA", "1G", 1000000000LL},
+                      DialectCase{"CUDA_DEVICE_MEMORY_LIMIT", "1g", kGiB},
+                      DialectCase{"CUDA_DEVICE_MEMORY_LIMIT_0", "1536m", 1536 * kMiB},
+                      DialectCase{"TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\": 1073741824}", kGiB},
+                      DialectCase{"TENSOR_FUSION_CUDA_MEM_LIMIT",
+                                  "{\"gpu-6D6F636B-0000-4000-8000-000000000000\": 1073741824}", kGiB},
+                      DialectCase{"VCUDA_MEMORY_LIMIT", "1073741824", kGiB},
+                      DialectCase{"GPUSLICE_MEMORY_LIMIT", "{\"0\": \"1Gi\"}", kGiB}),
+    [](const auto& info) { return std::string(info.param.variable) + "_" + std::to_string(info.index); });
+
+TEST_F(E2E, MalformedConfigurationFailsClosedWithOneClearMessage) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "8Gx";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << "cuInit must fail";
+  EXPECT_NE(o.num("init"), 0);
+  EXPECT_NE(o.err.find("GPUSLICE_MEMORY_LIMIT"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("8Gx"), std::string::npos) << o.err;
+}
+
+TEST_F(E2E, CorruptSharedStateFailsClosed) {
+  std::filesystem::create_directories(dir_ + "/shared");
+  {
+    std::ofstream bad(dir_ + "/shared/state");
+    bad << "this is not a gpuslice state file, but it is long enough to be mistaken for one if unchecked";
+  }
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << o.out;
+  EXPECT_NE(o.err.find(dir_ + "/shared/state"), std::string::npos) << o.err;
+}
+
+TEST_F(E2E, ThreadsAllocatingAtOnceLeaveTheLedgerExact) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome o = probe({"--scenario", "threads", "--threads", "8", "--iterations", "3000"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("failures"), 0);
+  EXPECT_GT(o.num("refusals"), 0) << "the quota should have been hit";
+  EXPECT_EQ(o.num("end_free"), kGiB - kContextBytes);
+}
+
+TEST_F(E2E, AForkedChildIsChargedOnlyForItsOwnMemory) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Outcome o = probe({"--scenario", "fork", "--bytes", std::to_string(512 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("child_status"), 0);
+  EXPECT_EQ(o.num("child_alloc"), 0);
+  // The parent's 512 MiB and context are charged once; the child's context once more.
+  EXPECT_EQ(o.num("child_free"), 2 * kGiB - 512 * kMiB - 2 * kContextBytes);
+  // After the child exits, its share is reaped; the parent's remains.
+  EXPECT_LE(o.num("parent_free"), 2 * kGiB - 512 * kMiB - kContextBytes);
+}
+
+TEST_F(E2E, ProfilerWritesAlnairFiles) {
+  Env env = base_env();
+  env["PFLOG"] = dir_ + "/profile";
+  Outcome o = probe({"--scenario", "launch", "--iterations", "50"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::ifstream metrics(dir_ + "/profile/metrics.log");
+  std::stringstream ss;
+  ss << metrics.rdbuf();
+  std::string m = ss.str();
+  EXPECT_NE(m.find("name:cuLaunchKernel\ncount:50\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("name:cuInit\ncount:1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("name:cuMemcpyH2D\ncount:1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("name:cuMemcpyD2H\ncount:1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("name:cuGetProcAddress\n"), std::string::npos) << m;
+  std::ifstream timeline(dir_ + "/profile/timeline.log");
+  std::string line;
+  int launches = 0;
+  while (std::getline(timeline, line))
+    if (line.rfind("name:cuLaunchKernel start:", 0) == 0) ++launches;
+  EXPECT_EQ(launches, 50);
+}
+
+// The simulated device runs each kernel for its nominal time; under a 25% limit the same work must
+// take at least about four times as long. Only a lower bound is asserted: a loaded machine can
+// only make the run slower, never make throttling look stronger than it is.
+TEST_F(E2E, ComputeLimitStretchesDeviceTimeToTheLimit) {
+  Env env = base_env();
+  std::vector<std::string> args{"--scenario", "launch", "--iterations", "600", "--kernel-us", "500"};
+  Outcome free_run = probe(args, env);
+  ASSERT_EQ(free_run.exit_code, 0) << free_run.err;
+  env["GPUSLICE_COMPUTE_LIMIT"] = "25";
+  Outcome limited = probe(args, env);
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  const double device_ns = 600 * 500e3;
+  EXPECT_GE(free_run.num("launch_wall_ns"), device_ns * 0.95);
+  EXPECT_GE(limited.num("launch_wall_ns"), device_ns / 0.25 * 0.8)
+      << "unlimited " << free_run.num("launch_wall_ns") << " ns, limited " << limited.num("launch_wall_ns");
+  RecordProperty("achieved_share_percent",
+                 static_cast<int>(100.0 * device_ns / static_cast<double>(limited.num("launch_wall_ns"))));
+}
+
+TEST_F(E2E, WithoutLimitsNothingIsCreatedAndNothingChanges) {
+  Env env = base_env();
+  Outcome o = probe({"--scenario", "launch", "--iterations", "10"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/shared/state"));
+  EXPECT_TRUE(o.err.empty()) << o.err;
+}
+
+TEST_F(E2E, CliRunSetsTheLimitsAndPassesTheExitStatus) {
+  Env env = base_env(/*preload=*/false);
+  Outcome o = run({GPUSLICE_CLI, "run", "--library", GPUSLICE_PRELOAD, "--memory", "1Gi", "--shared-dir",
+                   dir_ + "/shared", "--", GPUSLICE_PROBE_APP, "--scenario", "fill"},
+                  env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("total"), kGiB);
+  EXPECT_EQ(o.num("refused_code"), 2);
+}
+
+// The injected library must not drag its C++ runtime or internals into the host process.
+TEST(InjectedLibrary, ExportsOnlyHookedSymbolsAndNeedsOnlyLibc) {
+  Outcome syms = run({"/usr/bin/nm", "-D", "--defined-only", GPUSLICE_PRELOAD}, {{"PATH", "/usr/bin:/bin"}});
+  ASSERT_EQ(syms.exit_code, 0) << syms.err;
+  std::istringstream in(syms.out);
+  std::string line;
+  int exported = 0;
+  while (std::getline(in, line)) {
+    std::string name = line.substr(line.rfind(' ') + 1);
+    if (name.empty()) continue;
+    bool ours = name.rfind("cu", 0) == 0 || name.rfind("nvml", 0) == 0 || name == "dlsym";
+    EXPECT_TRUE(ours) << "unexpected export: " << name;
+    ++exported;
+  }
+  EXPECT_GT(exported, 40);
+  Outcome needed = run({"/usr/bin/readelf", "-d", GPUSLICE_PRELOAD}, {{"PATH", "/usr/bin:/bin"}});
+  EXPECT_EQ(needed.out.find("libstdc++"), std::string::npos) << needed.out;
+  EXPECT_EQ(needed.out.find("libgcc_s"), std::string::npos) << needed.out;
+}
+
+}  // namespace
+}  // namespace gpuslice::test

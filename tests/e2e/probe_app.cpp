@@ -1,0 +1,467 @@
+// A CUDA "application" for end-to-end tests. It reaches the driver the way real programs do, chosen
+// by --path: linked (exported symbols), dlsym (PyTorch/Triton style) or procaddress (the CUDA
+// runtime's way: dlsym cuGetProcAddress_v2 once, then everything through it). It prints key=value
+// lines that the tests parse, and exits non-zero only when the driver misbehaves unexpectedly.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abi/cuda_abi.h"
+#include "abi/nvml_abi.h"
+
+namespace {
+
+struct Options {
+  std::string path = "procaddress";
+  std::string scenario = "fill";
+  int cuda_version = 13000;
+  bool per_thread = false;
+  int device = 0;
+  std::size_t chunk = 64ULL << 20;
+  std::size_t bytes = 0;
+  int seconds = 0;
+  int threads = 8;
+  int iterations = 2000;
+  int kernel_us = 20;
+};
+
+struct Driver {
+  decltype(&cuInit) init = nullptr;
+  decltype(&cuDeviceGet) device_get = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) retain = nullptr;
+  decltype(&cuCtxSetCurrent) set_current = nullptr;
+  decltype(&cuMemGetInfo_v2) mem_get_info = nullptr;
+  decltype(&cuDeviceTotalMem_v2) total_mem = nullptr;
+  decltype(&cuMemAlloc_v2) alloc = nullptr;
+  decltype(&cuMemFree_v2) free = nullptr;
+  decltype(&cuMemAllocPitch_v2) alloc_pitch = nullptr;
+  decltype(&cuMemAllocManaged) alloc_managed = nullptr;
+  decltype(&cuMemAllocAsync) alloc_async = nullptr;
+  decltype(&cuMemFreeAsync) free_async = nullptr;
+  decltype(&cuMemPoolCreate) pool_create = nullptr;
+  decltype(&cuDeviceGetDefaultMemPool) default_pool = nullptr;
+  decltype(&cuMemAllocFromPoolAsync) alloc_from_pool = nullptr;
+  decltype(&cuMemCreate) mem_create = nullptr;
+  decltype(&cuMemRelease) mem_release = nullptr;
+  decltype(&cuArrayCreate_v2) array_create = nullptr;
+  decltype(&cuArray3DCreate_v2) array3d_create = nullptr;
+  decltype(&cuArrayDestroy) array_destroy = nullptr;
+  decltype(&cuMipmappedArrayCreate) mipmapped_create = nullptr;
+  decltype(&cuMipmappedArrayDestroy) mipmapped_destroy = nullptr;
+  decltype(&cuModuleLoadData) module_load = nullptr;
+  decltype(&cuModuleGetFunction) get_function = nullptr;
+  decltype(&cuLaunchKernel) launch = nullptr;
+  decltype(&cuCtxSynchronize) synchronize = nullptr;
+  decltype(&cuMemcpyHtoD_v2) copy_h2d = nullptr;
+  decltype(&cuMemcpyDtoH_v2) copy_d2h = nullptr;
+};
+
+Options g_opt;
+Driver g_drv;
+
+[[noreturn]] void die(const char* what, int code) {
+  std::printf("error=%s code=%d\n", what, code);
+  std::fflush(stdout);
+  std::exit(3);
+}
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) die(what, r);
+}
+
+template <class Fn>
+void resolve(Fn& out, Fn linked, const char* base, const char* versioned, void* handle) {
+  void* p = nullptr;
+  if (g_opt.path == "linked") {
+    out = linked;  // bound by the dynamic linker, like any program linked with -lcuda
+    return;
+  }
+  if (g_opt.path == "dlsym") {
+    p = dlsym(handle, versioned);
+  } else {
+    static auto get_proc = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(handle, "cuGetProcAddress_v2"));
+    if (get_proc == nullptr) die("no_cuGetProcAddress_v2", 0);
+    CUdriverProcAddressQueryResult status{};
+    cuuint64_t flags = g_opt.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    if (get_proc(base, &p, g_opt.cuda_version, flags, &status) != CUDA_SUCCESS) p = nullptr;
+  }
+  out = reinterpret_cast<Fn>(p);
+}
+
+void load_driver() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) die("dlopen_libcuda", 0);
+#define R(field, base, versioned) resolve(g_drv.field, &::versioned, #base, #versioned, h)
+  R(init, cuInit, cuInit);
+  R(device_get, cuDeviceGet, cuDeviceGet);
+  R(retain, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
+  R(set_current, cuCtxSetCurrent, cuCtxSetCurrent);
+  R(mem_get_info, cuMemGetInfo, cuMemGetInfo_v2);
+  R(total_mem, cuDeviceTotalMem, cuDeviceTotalMem_v2);
+  R(alloc, cuMemAlloc, cuMemAlloc_v2);
+  R(free, cuMemFree, cuMemFree_v2);
+  R(alloc_pitch, cuMemAllocPitch, cuMemAllocPitch_v2);
+  R(alloc_managed, cuMemAllocManaged, cuMemAllocManaged);
+  R(alloc_async, cuMemAllocAsync, cuMemAllocAsync);
+  R(free_async, cuMemFreeAsync, cuMemFreeAsync);
+  R(pool_create, cuMemPoolCreate, cuMemPoolCreate);
+  R(default_pool, cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool);
+  R(alloc_from_pool, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync);
+  R(mem_create, cuMemCreate, cuMemCreate);
+  R(mem_release, cuMemRelease, cuMemRelease);
+  R(array_create, cuArrayCreate, cuArrayCreate_v2);
+  R(array3d_create, cuArray3DCreate, cuArray3DCreate_v2);
+  R(array_destroy, cuArrayDestroy, cuArrayDestroy);
+  R(mipmapped_create, cuMipmappedArrayCreate, cuMipmappedArrayCreate);
+  R(mipmapped_destroy, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy);
+  R(module_load, cuModuleLoadData, cuModuleLoadData);
+  R(get_function, cuModuleGetFunction, cuModuleGetFunction);
+  R(launch, cuLaunchKernel, cuLaunchKernel);
+  R(synchronize, cuCtxSynchronize, cuCtxSynchronize);
+  R(copy_h2d, cuMemcpyHtoD, cuMemcpyHtoD_v2);
+  R(copy_d2h, cuMemcpyDtoH, cuMemcpyDtoH_v2);
+#undef R
+  if (g_drv.init == nullptr || g_drv.alloc == nullptr) die("resolve", 0);
+}
+
+void open_device(int ordinal) {
+  CUresult r = g_drv.init(0);
+  std::printf("init=%d\n", r);
+  if (r != CUDA_SUCCESS) {
+    std::fflush(stdout);
+    std::exit(4);
+  }
+  CUdevice dev = 0;
+  check(g_drv.device_get(&dev, ordinal), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  check(g_drv.retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(g_drv.set_current(ctx), "cuCtxSetCurrent");
+}
+
+void print_info(const char* prefix) {
+  size_t free_b = 0, total_b = 0;
+  check(g_drv.mem_get_info(&free_b, &total_b), "cuMemGetInfo");
+  size_t dev_total = 0;
+  check(g_drv.total_mem(&dev_total, g_opt.device), "cuDeviceTotalMem");
+  std::printf("%sfree=%zu\n%stotal=%zu\n%sdevice_total=%zu\n", prefix, free_b, prefix, total_b, prefix, dev_total);
+}
+
+// Allocates chunks until the first refusal; checks a retry works after one free.
+int fill() {
+  print_info("");
+  std::vector<CUdeviceptr> ptrs;
+  CUresult refused = CUDA_SUCCESS;
+  for (int i = 0; i < 100000; ++i) {
+    CUdeviceptr p = 0;
+    refused = g_drv.alloc(&p, g_opt.chunk);
+    if (refused != CUDA_SUCCESS) break;
+    ptrs.push_back(p);
+  }
+  std::printf("allocated=%zu\nrefused_code=%d\n", ptrs.size() * g_opt.chunk, refused);
+  print_info("after_");
+  if (!ptrs.empty()) {
+    check(g_drv.free(ptrs.back()), "cuMemFree");
+    ptrs.pop_back();
+    CUdeviceptr p = 0;
+    CUresult again = g_drv.alloc(&p, g_opt.chunk);
+    std::printf("retry_code=%d\n", again);
+    if (again == CUDA_SUCCESS) ptrs.push_back(p);
+  }
+  for (auto p : ptrs) check(g_drv.free(p), "cuMemFree");
+  print_info("end_");
+  return 0;
+}
+
+// Every allocation API of SPEC §3, each under the quota: reports how much the virtual free
+// memory dropped while the allocation was live, and whether an over-quota request was refused.
+int apis() {
+  size_t free0 = 0, total = 0;
+  check(g_drv.mem_get_info(&free0, &total), "cuMemGetInfo");
+  std::size_t n = g_opt.chunk;
+  auto drop = [&]() {
+    size_t f = 0, t = 0;
+    check(g_drv.mem_get_info(&f, &t), "cuMemGetInfo");
+    return static_cast<long long>(free0) - static_cast<long long>(f);
+  };
+  auto report = [&](const char* api, CUresult ok, long long dropped, CUresult over) {
+    std::printf("api=%s ok=%d drop=%lld over_quota=%d\n", api, ok, dropped, over);
+  };
+  std::size_t too_big = total + (1ULL << 20);
+  {
+    CUdeviceptr p = 0, q = 0;
+    CUresult ok = g_drv.alloc(&p, n);
+    long long d = drop();
+    report("cuMemAlloc", ok, d, g_drv.alloc(&q, too_big));
+    g_drv.free(p);
+  }
+  {
+    CUdeviceptr p = 0, q = 0;
+    size_t pitch = 0;
+    CUresult ok = g_drv.alloc_pitch(&p, &pitch, n / 1024, 1024, 4);
+    long long d = drop();
+    report("cuMemAllocPitch", ok, d, g_drv.alloc_pitch(&q, &pitch, too_big / 1024, 1024, 4));
+    g_drv.free(p);
+  }
+  {
+    CUdeviceptr p = 0, q = 0;
+    CUresult ok = g_drv.alloc_managed(&p, n, 1);
+    long long d = drop();
+    report("cuMemAllocManaged", ok, d, g_drv.alloc_managed(&q, too_big, 1));
+    g_drv.free(p);
+  }
+  {
+    CUdeviceptr p = 0, q = 0;
+    CUresult ok = g_drv.alloc_async(&p, n, nullptr);
+    long long d = drop();
+    report("cuMemAllocAsync", ok, d, g_drv.alloc_async(&q, too_big, nullptr));
+    g_drv.free_async(p, nullptr);
+  }
+  {
+    CUmemoryPool pool = nullptr;
+    check(g_drv.default_pool(&pool, g_opt.device), "cuDeviceGetDefaultMemPool");
+    CUdeviceptr p = 0, q = 0;
+    CUresult ok = g_drv.alloc_from_pool(&p, n, pool, nullptr);
+    long long d = drop();
+    report("cuMemAllocFromPoolAsync", ok, d, g_drv.alloc_from_pool(&q, too_big, pool, nullptr));
+    g_drv.free_async(p, nullptr);
+  }
+  {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_opt.device;
+    CUmemGenericAllocationHandle h = 0, h2 = 0;
+    CUresult ok = g_drv.mem_create(&h, n, &prop, 0);
+    long long d = drop();
+    report("cuMemCreate", ok, d, g_drv.mem_create(&h2, too_big, &prop, 0));
+    g_drv.mem_release(h);
+  }
+  {
+    CUDA_ARRAY_DESCRIPTOR desc{};
+    desc.Width = 4096;
+    desc.Height = n / (4096 * 4);
+    desc.Format = CU_AD_FORMAT_FLOAT;
+    desc.NumChannels = 1;
+    CUarray a = nullptr, b = nullptr;
+    CUresult ok = g_drv.array_create(&a, &desc);
+    long long d = drop();
+    CUDA_ARRAY_DESCRIPTOR big = desc;
+    big.Height = too_big / (4096 * 4) + 1;
+    report("cuArrayCreate", ok, d, g_drv.array_create(&b, &big));
+    g_drv.array_destroy(a);
+  }
+  {
+    CUDA_ARRAY3D_DESCRIPTOR desc{};
+    desc.Width = 1024;
+    desc.Height = 1024;
+    desc.Depth = n / (1024 * 1024 * 4);
+    desc.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+    desc.NumChannels = 4;
+    CUarray a = nullptr, b = nullptr;
+    CUresult ok = g_drv.array3d_create(&a, &desc);
+    long long d = drop();
+    CUDA_ARRAY3D_DESCRIPTOR big = desc;
+    big.Depth = too_big / (1024 * 1024 * 4) + 1;
+    report("cuArray3DCreate", ok, d, g_drv.array3d_create(&b, &big));
+    g_drv.array_destroy(a);
+  }
+  {
+    CUDA_ARRAY3D_DESCRIPTOR desc{};
+    desc.Width = 4096;
+    desc.Height = n / (4096 * 4);
+    desc.Format = CU_AD_FORMAT_FLOAT;
+    desc.NumChannels = 1;
+    CUmipmappedArray a = nullptr, b = nullptr;
+    CUresult ok = g_drv.mipmapped_create(&a, &desc, 1);
+    long long d = drop();
+    CUDA_ARRAY3D_DESCRIPTOR big = desc;
+    big.Height = too_big / (4096 * 4) + 1;
+    report("cuMipmappedArrayCreate", ok, d, g_drv.mipmapped_create(&b, &big, 1));
+    g_drv.mipmapped_destroy(a);
+  }
+  print_info("end_");
+  return 0;
+}
+
+// Allocates --bytes, reports, then waits (for multi-process and crash tests) until killed or
+// --seconds pass; frees before a normal exit.
+int hold() {
+  CUdeviceptr p = 0;
+  CUresult r = g_drv.alloc(&p, g_opt.bytes);
+  std::printf("hold_code=%d\n", r);
+  print_info("");
+  std::fflush(stdout);
+  for (int i = 0; i < g_opt.seconds * 20; ++i) {
+    usleep(50000);
+    if (i % 2 == 0) {
+      print_info("live_");
+      std::fflush(stdout);
+    }
+  }
+  if (r == CUDA_SUCCESS) g_drv.free(p);
+  return 0;
+}
+
+// Threads allocating and freeing random sizes at once; everything is freed at the end.
+int threads() {
+  std::atomic<int> refusals{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < g_opt.threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<unsigned>(t) * 7919U + 1U);
+      std::vector<CUdeviceptr> live;
+      for (int i = 0; i < g_opt.iterations; ++i) {
+        if (live.empty() || rng() % 2 == 0) {
+          CUdeviceptr p = 0;
+          CUresult r = g_drv.alloc(&p, (rng() % 64 + 1) << 16);
+          if (r == CUDA_SUCCESS) {
+            live.push_back(p);
+          } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            refusals.fetch_add(1);
+          } else {
+            failures.fetch_add(1);
+          }
+        } else {
+          std::size_t k = rng() % live.size();
+          if (g_drv.free(live[k]) != CUDA_SUCCESS) failures.fetch_add(1);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto p : live)
+        if (g_drv.free(p) != CUDA_SUCCESS) failures.fetch_add(1);
+    });
+  }
+  for (auto& th : pool) th.join();
+  std::printf("refusals=%d\nfailures=%d\n", refusals.load(), failures.load());
+  print_info("end_");
+  return failures.load() == 0 ? 0 : 5;
+}
+
+// A forked child allocates on its own; the parent's allocation stays its own.
+int forked() {
+  CUdeviceptr p = 0;
+  check(g_drv.alloc(&p, g_opt.bytes), "cuMemAlloc parent");
+  pid_t child = fork();
+  if (child == 0) {
+    // CUDA contexts do not survive fork; a child that uses CUDA starts its own (as real programs
+    // must), and must not be charged for the parent's memory.
+    open_device(g_opt.device);
+    size_t f = 0, t = 0;
+    g_drv.mem_get_info(&f, &t);
+    CUdeviceptr q = 0;
+    CUresult r = g_drv.alloc(&q, g_opt.bytes);
+    std::printf("child_alloc=%d\nchild_free=%zu\n", r, f);
+    std::fflush(stdout);
+    _exit(r == CUDA_SUCCESS ? 0 : 6);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child_status=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  print_info("parent_");
+  g_drv.free(p);
+  return 0;
+}
+
+// Launches --iterations kernels of the mock's "sleep_<N>us" kind and copies both ways.
+int launches() {
+  static const char image[] = "mock-module";
+  CUmodule mod = nullptr;
+  check(g_drv.module_load(&mod, image), "cuModuleLoadData");
+  CUfunction fn = nullptr;
+  std::string name = "sleep_" + std::to_string(g_opt.kernel_us) + "us";
+  check(g_drv.get_function(&fn, mod, name.c_str()), "cuModuleGetFunction");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < g_opt.iterations; ++i)
+    check(g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+  check(g_drv.synchronize(), "cuCtxSynchronize");
+  auto wall = std::chrono::steady_clock::now() - t0;
+  std::printf("launch_wall_ns=%lld\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()));
+  CUdeviceptr d = 0;
+  check(g_drv.alloc(&d, 4096), "cuMemAlloc");
+  char host[4096] = {1};
+  check(g_drv.copy_h2d(d, host, sizeof host), "cuMemcpyHtoD");
+  check(g_drv.copy_d2h(host, d, sizeof host), "cuMemcpyDtoH");
+  check(g_drv.free(d), "cuMemFree");
+  std::printf("launched=%d\n", g_opt.iterations);
+  return 0;
+}
+
+// NVML as nvidia-smi uses it: dlopen + dlsym, memory info of every device.
+int nvml() {
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) die("dlopen_nvml", 0);
+  auto init = reinterpret_cast<decltype(&nvmlInit_v2)>(dlsym(h, "nvmlInit_v2"));
+  auto count_fn = reinterpret_cast<decltype(&nvmlDeviceGetCount_v2)>(dlsym(h, "nvmlDeviceGetCount_v2"));
+  auto by_index = reinterpret_cast<decltype(&nvmlDeviceGetHandleByIndex_v2)>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+  auto info = reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo)>(dlsym(h, "nvmlDeviceGetMemoryInfo"));
+  auto info2 = reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo_v2)>(dlsym(h, "nvmlDeviceGetMemoryInfo_v2"));
+  nvmlReturn_t r = init();
+  std::printf("nvml_init=%d\n", r);
+  if (r != NVML_SUCCESS) return 0;
+  unsigned count = 0;
+  count_fn(&count);
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    by_index(i, &dev);
+    nvmlMemory_t m{};
+    nvmlMemory_v2_t m2{};
+    m2.version = GPUSLICE_NVML_MEMORY_V2;
+    info(dev, &m);
+    info2(dev, &m2);
+    std::printf("nvml%u_total=%llu\nnvml%u_used=%llu\nnvml%u_free=%llu\nnvml%u_v2_total=%llu\nnvml%u_v2_used=%llu\n", i,
+                m.total, i, m.used, i, m.free, i, m2.total, i, m2.used);
+  }
+  return 0;
+}
+
+std::size_t parse_bytes(const char* s) { return static_cast<std::size_t>(std::strtoull(s, nullptr, 10)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--path") g_opt.path = next();
+    else if (a == "--scenario") g_opt.scenario = next();
+    else if (a == "--cuda-version") g_opt.cuda_version = std::atoi(next());
+    else if (a == "--per-thread") g_opt.per_thread = true;
+    else if (a == "--device") g_opt.device = std::atoi(next());
+    else if (a == "--chunk") g_opt.chunk = parse_bytes(next());
+    else if (a == "--bytes") g_opt.bytes = parse_bytes(next());
+    else if (a == "--seconds") g_opt.seconds = std::atoi(next());
+    else if (a == "--threads") g_opt.threads = std::atoi(next());
+    else if (a == "--iterations") g_opt.iterations = std::atoi(next());
+    else if (a == "--kernel-us") g_opt.kernel_us = std::atoi(next());
+    else {
+      std::fprintf(stderr, "probe_app: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (g_opt.scenario == "nvml") return nvml();
+  load_driver();
+  open_device(g_opt.device);
+  if (g_opt.scenario == "fill") return fill();
+  if (g_opt.scenario == "apis") return apis();
+  if (g_opt.scenario == "hold") return hold();
+  if (g_opt.scenario == "threads") return threads();
+  if (g_opt.scenario == "fork") return forked();
+  if (g_opt.scenario == "launch") return launches();
+  std::fprintf(stderr, "probe_app: unknown scenario %s\n", g_opt.scenario.c_str());
+  return 2;
+}

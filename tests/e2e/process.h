@@ -1,0 +1,55 @@
+// Running real programs for end-to-end tests: a child with an exact environment, its output
+// captured, or left running in the background to be inspected and killed.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gpuslice::test {
+
+using Env = std::map<std::string, std::string>;
+
+struct Outcome {
+  int exit_code = -1;  // -signal when killed
+  std::string out;
+  std::string err;
+  // key=value lines of stdout (the last value of a repeated key wins)
+  std::map<std::string, std::string> values;
+  long long num(const std::string& key) const;
+  bool has(const std::string& key) const { return values.count(key) != 0; }
+};
+
+// Runs argv with exactly `env`, waits (killing it after timeout_s) and captures output.
+Outcome run(const std::vector<std::string>& argv, const Env& env, int timeout_s = 60);
+
+// A child left running; its stdout goes to a file that can be read while it runs.
+class Background {
+ public:
+  Background(const std::vector<std::string>& argv, const Env& env, const std::string& out_file);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits until stdout contains `needle` (true) or the timeout passes (false).
+  bool wait_for_output(const std::string& needle, int timeout_ms);
+  std::string output() const;
+  void kill(int sig = SIGKILL);
+  int wait();  // exit code, or -signal
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_file_;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+std::map<std::string, std::string> parse_values(const std::string& text);
+std::string make_temp_dir(const char* prefix);
+void remove_tree(const std::string& path);
+
+}  // namespace gpuslice::test

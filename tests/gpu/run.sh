@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device-tool call: build gpuslice and the CUDA test programs on the GPU machine, then run the
+# functional scenarios and the overhead benchmark. Logs go to $OUT (or ./gpu-out).
+#   tests/gpu/run.sh [functional] [overhead] [accuracy] [multi]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+what=${*:-functional overhead}
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+} 2>&1 | tee "$out/env.txt"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
+  -DGPUSLICE_BUILD_BENCH=OFF > "$out/build.log" 2>&1
+cmake --build build -j"$(nproc)" >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+mkdir -p build/gpu
+for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu; do
+  nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+done
+echo "build ok"
+rc=0
+for w in $what; do
+  case $w in
+    functional) python3 tests/gpu/functional.py --build build --out "$out" ${GPU_SKIP:+--skip "$GPU_SKIP"} || rc=1 ;;
+    overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" | tee "$out/overhead.txt" ;;
+    accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
+    multi) python3 tests/gpu/multi_gpu.py --build build --out "$out" || rc=1 ;;
+  esac
+done
+exit $rc

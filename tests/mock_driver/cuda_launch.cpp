@@ -1,0 +1,312 @@
+// Modules, kernel launches, streams and events of the simulated libcuda.
+//
+// A launch returns at once and places the kernel's duration on its device's timeline (one per
+// device, shared by all streams and processes: the simplest faithful model of a fully busy
+// GPU). Synchronisation sleeps until the timeline reaches the awaited work; queries compare.
+#include <cstring>
+
+#include "cuda_internal.h"
+
+namespace gpuslice::mock {
+namespace {
+
+// "sleep_<N>us" runs N microseconds; any other kernel takes GPUSLICE_MOCK_KERNEL_NS.
+std::uint64_t kernel_duration_ns(const char* name, std::uint64_t fallback) {
+  constexpr std::size_t kPrefix = sizeof("sleep_") - 1;
+  std::size_t length = std::strlen(name);
+  if (length <= kPrefix + 2 || std::strncmp(name, "sleep_", kPrefix) != 0 ||
+      std::strcmp(name + length - 2, "us") != 0) {
+    return fallback;
+  }
+  std::uint64_t micros = 0;
+  for (const char* p = name + kPrefix; p < name + length - 2; ++p) {
+    if (*p < '0' || *p > '9') return fallback;
+    if (__builtin_mul_overflow(micros, 10u, &micros) ||
+        __builtin_add_overflow(micros, static_cast<std::uint64_t>(*p - '0'), &micros)) {
+      return fallback;
+    }
+  }
+  std::uint64_t nanos = 0;
+  return __builtin_mul_overflow(micros, 1000u, &nanos) ? fallback : nanos;
+}
+
+CUresult enqueue_work(CUstream handle, std::uint64_t duration_ns) {
+  CUstream_st* stream = nullptr;
+  CUresult status = resolve_stream(handle, &stream);
+  if (status != CUDA_SUCCESS) return status;
+  std::uint64_t end = driver().shared.enqueue(stream->context->device, duration_ns);
+  store_max(stream->last_end_ns, end);
+  store_max(stream->context->last_end_ns, end);
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
+                unsigned block_y, unsigned block_z, CUstream stream) {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  if (!is_live(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 || block_z == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return enqueue_work(stream, f->duration_ns);
+}
+
+CUresult live_event(CUevent event) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  return is_live(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+}  // namespace
+}  // namespace gpuslice::mock
+
+using namespace gpuslice::mock;
+
+extern "C" {
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  CUmod_st* created = state.modules.acquire();
+  created->context = context;
+  created->functions.clear();
+  created->alive.store(true, std::memory_order_release);
+  *module = created;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!is_live(hmod)) return CUDA_ERROR_INVALID_HANDLE;
+  for (CUfunc_st* existing : hmod->functions) {
+    if (existing->name == name) {
+      *hfunc = existing;
+      return CUDA_SUCCESS;
+    }
+  }
+  CUfunc_st* created = state.functions.acquire();
+  created->module = hmod;
+  created->name = name;
+  created->duration_ns = kernel_duration_ns(name, state.config.kernel_ns);
+  created->alive.store(true, std::memory_order_release);
+  hmod->functions.push_back(created);
+  *hfunc = created;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule hmod) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!is_live(hmod)) return CUDA_ERROR_INVALID_HANDLE;
+  for (CUfunc_st* function : hmod->functions) state.functions.release(function);
+  hmod->functions.clear();
+  state.modules.release(hmod);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  (void)sharedMemBytes;
+  (void)kernelParams;
+  (void)extra;
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream);
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                             unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                        kernelParams, extra);
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  (void)kernelParams;
+  (void)extra;
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                config->blockDimZ, config->hStream);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  return cuLaunchKernelEx(config, f, kernelParams, extra);
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                   unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                   unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                   void** kernelParams) {
+  (void)sharedMemBytes;
+  (void)kernelParams;
+  return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                        void** kernelParams) {
+  return cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                                   sharedMemBytes, hStream, kernelParams);
+}
+
+// The mock cannot instantiate graphs, so any executable-graph handle counts as one kernel.
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_work(hStream, driver().config.kernel_ns);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return cuGraphLaunch(hGraphExec, hStream); }
+
+CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  constexpr unsigned kNonBlocking = 0x1;
+  if (phStream == nullptr || (Flags & ~kNonBlocking) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  CUstream_st* stream = state.streams.acquire();
+  stream->context = context;
+  stream->last_end_ns.store(0, std::memory_order_relaxed);
+  stream->alive.store(true, std::memory_order_release);
+  *phStream = stream;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy_v2(CUstream hStream) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (is_default_stream(hStream) || !is_live(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+  state.streams.release(hStream);  // queued work still completes on the device timeline
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream) {
+  CUstream_st* stream = nullptr;
+  CUresult status = resolve_stream(hStream, &stream);
+  if (status != CUDA_SUCCESS) return status;
+  driver().shared.wait_until(stream_done_ns(hStream, stream));
+  return CUDA_SUCCESS;
+}
+
+// The _ptsz variant reads a 0 handle as the calling thread's default stream, not the legacy one.
+CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  return cuStreamSynchronize(hStream == nullptr ? reinterpret_cast<CUstream>(kStreamPerThread) : hStream);
+}
+
+// Graph capture is not simulated: no stream is ever capturing.
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  CUstream_st* stream = nullptr;
+  CUresult status = resolve_stream(hStream, &stream);
+  if (status != CUDA_SUCCESS) return status;
+  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return cuStreamIsCapturing(hStream, captureStatus);
+}
+
+CUresult cuStreamQuery(CUstream hStream) {
+  CUstream_st* stream = nullptr;
+  CUresult status = resolve_stream(hStream, &stream);
+  if (status != CUDA_SUCCESS) return status;
+  return driver().shared.now_ns() < stream_done_ns(hStream, stream) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  constexpr unsigned kKnownFlags = 0x1 | 0x2 | 0x4;  // blocking sync, disable timing, interprocess
+  if (phEvent == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  CUevent_st* event = state.events.acquire();
+  event->context = context;
+  event->flags = Flags;
+  event->recorded.store(false, std::memory_order_relaxed);
+  event->time_ns.store(0, std::memory_order_relaxed);
+  event->alive.store(true, std::memory_order_release);
+  *phEvent = event;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  CUresult status = live_event(hEvent);
+  if (status != CUDA_SUCCESS) return status;
+  CUstream_st* stream = nullptr;
+  status = resolve_stream(hStream, &stream);
+  if (status != CUDA_SUCCESS) return status;
+  // The event completes when the stream's earlier work does, or now if the stream is idle.
+  std::uint64_t now = driver().shared.now_ns();
+  std::uint64_t done = stream_done_ns(hStream, stream);
+  hEvent->time_ns.store(done > now ? done : now, std::memory_order_relaxed);
+  hEvent->recorded.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(CUevent hEvent) {
+  CUresult status = live_event(hEvent);
+  if (status != CUDA_SUCCESS) return status;
+  if (hEvent->recorded.load(std::memory_order_acquire)) {
+    driver().shared.wait_until(hEvent->time_ns.load(std::memory_order_relaxed));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(CUevent hEvent) {
+  CUresult status = live_event(hEvent);
+  if (status != CUDA_SUCCESS) return status;
+  if (!hEvent->recorded.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  return driver().shared.now_ns() < hEvent->time_ns.load(std::memory_order_relaxed) ? CUDA_ERROR_NOT_READY
+                                                                                     : CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  constexpr unsigned kDisableTiming = 0x2;
+  for (CUevent event : {hStart, hEnd}) {
+    if (!is_live(event) || (event->flags & kDisableTiming) != 0 || !event->recorded.load(std::memory_order_acquire)) {
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+  }
+  std::uint64_t start = hStart->time_ns.load(std::memory_order_relaxed);
+  std::uint64_t end = hEnd->time_ns.load(std::memory_order_relaxed);
+  std::uint64_t now = driver().shared.now_ns();
+  if (now < start || now < end) return CUDA_ERROR_NOT_READY;
+  double difference_ns = end >= start ? static_cast<double>(end - start) : -static_cast<double>(start - end);
+  *pMilliseconds = static_cast<float>(difference_ns / 1e6);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy_v2(CUevent hEvent) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!is_live(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+  state.events.release(hEvent);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

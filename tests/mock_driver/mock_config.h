@@ -1,0 +1,41 @@
+// The simulated machine, read from GPUSLICE_MOCK_* variables (docs/mock-driver.md lists them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuslice::mock {
+
+inline constexpr unsigned kMaxDevices = 16;
+inline constexpr std::size_t kUuidLength = 48;  // "GPU-" + 36 characters + NUL fits with room
+inline constexpr std::uint64_t kDefaultMemoryBytes = 85899345920ULL;  // 80 GiB
+inline constexpr std::uint64_t kDefaultContextBytes = 256ULL << 20;
+inline constexpr std::uint64_t kDefaultKernelNs = 5000;
+inline constexpr int kDefaultDriverVersion = 13000;
+inline constexpr const char* kDeviceName = "gpuslice mock GPU";
+
+struct MockConfig {
+  unsigned device_count = 2;
+  std::uint64_t total_bytes[kMaxDevices] = {};
+  char uuid[kMaxDevices][kUuidLength] = {};
+  std::uint64_t context_bytes = kDefaultContextBytes;
+  std::uint64_t kernel_ns = kDefaultKernelNs;
+  int driver_version = kDefaultDriverVersion;
+  std::uint64_t fake_clock_start_ns = 0;  // 0: the real CLOCK_MONOTONIC
+  char state_dir[1024] = {};
+};
+
+// Reads the environment. On a malformed variable it logs (if enabled) and returns false: the mock
+// then refuses to initialise rather than simulate a machine nobody asked for.
+bool load_config(MockConfig* config);
+
+// "GPU-6d6f636b-0000-4000-8000-00000000000<i>": stable across runs so tests can hard-code it.
+void default_uuid(unsigned index, char (&out)[kUuidLength]);
+
+// Accepts exactly "GPU-" followed by 8-4-4-4-12 hex digits.
+bool is_valid_uuid(const char* text);
+
+// The 16 bytes behind a valid UUID string (CUuuid layout).
+void uuid_bytes(const char* text, unsigned char (&out)[16]);
+
+}  // namespace gpuslice::mock

@@ -1,0 +1,317 @@
+// The simulated libnvidia-ml. It only reads the shared state file, so it reports every
+// process's usage even in a process that never loaded the mock libcuda (nvidia-smi, the node
+// daemon). Calls are serialised by one mutex: NVML is not a hot path.
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "abi/nvml_abi.h"
+#include "mock_config.h"
+#include "mock_log.h"
+#include "mock_state.h"
+
+struct nvmlDevice_st {
+  unsigned index;
+};
+
+namespace gpuslice::mock {
+namespace {
+
+constexpr const char* kDriverVersion = "580.00.00-mock";
+constexpr std::uint64_t kUtilizationWindowNs = 1'000'000'000;
+constexpr unsigned kNotAvailable = 0xFFFFFFFFu;  // NVML_VALUE_NOT_AVAILABLE: no MIG instance
+
+struct Nvml {
+  std::mutex mutex;
+  unsigned init_count = 0;
+  MockConfig config;
+  SharedState shared;
+};
+
+Nvml& nvml() {
+  static Nvml* instance = new Nvml();  // never destroyed: callers may run during exit
+  return *instance;
+}
+
+nvmlDevice_st g_handles[kMaxDevices] = {{0}, {1}, {2},  {3},  {4},  {5},  {6},  {7},
+                                        {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+
+// Resolves a handle under the lock; NVML_SUCCESS with *index set, or the error to return.
+nvmlReturn_t device_index(const Nvml& state, nvmlDevice_t device, unsigned* index) {
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  auto address = reinterpret_cast<std::uintptr_t>(device);
+  auto first = reinterpret_cast<std::uintptr_t>(&g_handles[0]);
+  if (device == nullptr || address < first || (address - first) % sizeof(nvmlDevice_st) != 0) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  unsigned position = static_cast<unsigned>((address - first) / sizeof(nvmlDevice_st));
+  if (position >= state.shared.device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = position;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t copy_string(const char* text, char* out, unsigned length) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (length < std::strlen(text) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::snprintf(out, length, "%s", text);
+  return NVML_SUCCESS;
+}
+
+// One entry per pid (a process holding the mock twice, e.g. a benchmark's direct copy, has two
+// slots).
+unsigned usage_by_pid(const SharedState& shared, unsigned device, ProcessUsage* out) {
+  ProcessUsage slots[kMaxProcesses];
+  unsigned count = std::min(shared.processes_on(device, slots, kMaxProcesses), kMaxProcesses);
+  unsigned merged = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    unsigned j = 0;
+    while (j < merged && out[j].pid != slots[i].pid) ++j;
+    if (j == merged) {
+      out[merged++] = slots[i];
+    } else {
+      out[j].used_bytes += slots[i].used_bytes;
+      out[j].context_bytes += slots[i].context_bytes;
+    }
+  }
+  return merged;
+}
+
+unsigned percent(std::uint64_t busy, std::uint64_t window) {
+  if (window == 0) return 0;
+  return static_cast<unsigned>(std::min<std::uint64_t>(100, (busy * 100 + window / 2) / window));
+}
+
+nvmlReturn_t init() {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) {
+    if (!load_config(&state.config)) return NVML_ERROR_UNKNOWN;
+    if (state.shared.attach(state.config, false) != SharedState::AttachError::None) {
+      return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+  }
+  ++state.init_count;
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+}  // namespace gpuslice::mock
+
+using namespace gpuslice::mock;
+
+extern "C" {
+
+nvmlReturn_t nvmlInit(void) { return init(); }
+nvmlReturn_t nvmlInit_v2(void) { return init(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+  (void)flags;  // NO_GPUS / NO_ATTACH change nothing for simulated devices
+  return init();
+}
+
+nvmlReturn_t nvmlShutdown(void) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (--state.init_count == 0) state.shared.detach();
+  return NVML_SUCCESS;
+}
+
+const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+  }
+  return "Unknown Error";
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  return copy_string(kDriverVersion, version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (deviceCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *deviceCount = state.shared.device_count();
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (device == nullptr || index >= state.shared.device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  *device = &g_handles[index];
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned index = 0; index < state.shared.device_count(); ++index) {
+    if (strcasecmp(state.shared.uuid(index), uuid) == 0) {
+      *device = &g_handles[index];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned position = 0;
+  nvmlReturn_t status = device_index(state, device, &position);
+  if (status != NVML_SUCCESS) return status;
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = position;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  return copy_string(state.shared.uuid(index), uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  return copy_string(kDeviceName, name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  state.shared.reclaim_dead();
+  std::uint64_t total = state.shared.total_bytes(index);
+  std::uint64_t used = std::min(total, state.shared.used_bytes(index));
+  memory->total = total;
+  memory->used = used;
+  memory->free = total - used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  if (memory == nullptr || memory->version != GPUSLICE_NVML_MEMORY_V2) return NVML_ERROR_INVALID_ARGUMENT;
+  nvmlMemory_t plain{};
+  nvmlReturn_t status = nvmlDeviceGetMemoryInfo(device, &plain);
+  if (status != NVML_SUCCESS) return status;
+  memory->total = plain.total;
+  memory->reserved = 0;  // the simulated driver keeps nothing for itself
+  memory->used = plain.used;
+  memory->free = plain.free;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+                                                     nvmlProcessInfo_t* infos) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (infoCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  state.shared.reclaim_dead();
+  ProcessUsage usage[kMaxProcesses];
+  unsigned count = usage_by_pid(state.shared, index, usage);
+  if (*infoCount < count) {
+    *infoCount = count;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (count > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < count; ++i) {
+    infos[i] = nvmlProcessInfo_t{static_cast<unsigned>(usage[i].pid), usage[i].used_bytes, kNotAvailable,
+                                 kNotAvailable};
+  }
+  *infoCount = count;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::uint64_t now = state.shared.now_ns();
+  std::uint64_t from = now > kUtilizationWindowNs ? now - kUtilizationWindowNs : 0;
+  utilization->gpu = percent(state.shared.device_busy(index, from, now), now - from);
+  utilization->memory = 0;  // memory traffic is not simulated
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  // One sample per process, taken now over the last window; a caller that has already seen
+  // "now" gets nothing new.
+  std::uint64_t stamp = state.shared.timestamp_us();
+  if (stamp <= lastSeenTimeStamp) return NVML_ERROR_NOT_FOUND;
+  std::uint64_t now = state.shared.now_ns();
+  std::uint64_t from = now > kUtilizationWindowNs ? now - kUtilizationWindowNs : 0;
+  ProcessUsage slots[kMaxProcesses];
+  unsigned slot_count = std::min(state.shared.processes_on(index, slots, kMaxProcesses), kMaxProcesses);
+  nvmlProcessUtilizationSample_t samples[kMaxProcesses];
+  unsigned count = 0;
+  for (unsigned i = 0; i < slot_count; ++i) {
+    std::uint64_t busy = state.shared.process_busy(slots[i].slot, index, from, now);
+    if (busy == 0) continue;  // NVML lists only processes that used the SMs lately
+    unsigned j = 0;
+    while (j < count && samples[j].pid != static_cast<unsigned>(slots[i].pid)) ++j;
+    if (j == count) samples[count++] = nvmlProcessUtilizationSample_t{static_cast<unsigned>(slots[i].pid), stamp,
+                                                                      0, 0, 0, 0};
+    samples[j].smUtil = std::min(100u, samples[j].smUtil + percent(busy, now - from));
+  }
+  if (count == 0) return NVML_ERROR_NOT_FOUND;
+  if (utilization == nullptr || *processSamplesCount < count) {
+    *processSamplesCount = count;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::copy(samples, samples + count, utilization);
+  *processSamplesCount = count;
+  return NVML_SUCCESS;
+}
+
+}  // extern "C"

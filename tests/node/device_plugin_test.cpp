@@ -1,0 +1,339 @@
+// The device plugin against a fake kubelet that speaks the real v1beta1 protocol over unix sockets.
+#include "node/device_plugin.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "node/limits_file.h"
+#include "test_util.h"
+
+namespace gpuslice::node {
+namespace {
+
+namespace api = ::v1beta1;
+
+// The kubelet's side: a Registration service on <dir>/kubelet.sock that records Register calls.
+class FakeKubelet final : public api::Registration::Service {
+ public:
+  explicit FakeKubelet(std::string dir) : dir_(std::move(dir)) {}
+  ~FakeKubelet() override { stop(); }
+
+  void start() {
+    const std::string socket = dir_ + "/kubelet.sock";
+    ::unlink(socket.c_str());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    ASSERT_TRUE(server_) << "fake kubelet cannot listen on " << socket;
+  }
+
+  void stop() {
+    if (!server_) return;
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+    server_.reset();
+    ::unlink((dir_ + "/kubelet.sock").c_str());
+  }
+
+  // What a real kubelet does when it restarts: its socket and every plugin socket disappear, then
+  // a new kubelet.sock is served.
+  void restart() {
+    stop();
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      if (entry.path().extension() == ".sock") std::filesystem::remove(entry.path());
+    }
+    start();
+  }
+
+  grpc::Status Register(grpc::ServerContext*, const api::RegisterRequest* request, api::Empty*) override {
+    std::lock_guard lock(mutex_);
+    requests_.push_back(*request);
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  bool wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return requests_.size() >= count; });
+  }
+  std::vector<api::RegisterRequest> requests() {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<api::RegisterRequest> requests_;
+};
+
+constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
+constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
+
+std::vector<GpuInfo> inventory() {
+  GpuInfo a;
+  a.index = 0;
+  a.uuid = kUuid0;
+  a.name = "Test GPU";
+  a.minor = 0;
+  a.memory_total_bytes = 1ULL << 30;
+  GpuInfo b = a;
+  b.index = 1;
+  b.uuid = kUuid1;
+  b.minor = 1;
+  b.memory_total_bytes = 512ULL << 20;
+  return {a, b};
+}
+
+class DevicePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_ / "plugins");
+    test::write_file(dir_ / "dev/nvidiactl", "");
+    test::write_file(dir_ / "dev/nvidia-uvm", "");
+    test::write_file(dir_ / "dev/nvidia0", "");
+    kubelet_ = std::make_unique<FakeKubelet>(dir_ / "plugins");
+    kubelet_->start();
+    options_.device_plugin_dir = dir_ / "plugins";
+    options_.catalog.replicas = 2;
+    options_.catalog.vram_unit = 64ULL << 20;
+    options_.catalog.dev_root = dir_ / "dev";
+    options_.watch_interval = std::chrono::milliseconds(20);
+    manager_ = std::make_unique<DevicePluginManager>(options_, HostLayout(dir_ / "root"), inventory());
+    auto started = manager_->start();
+    ASSERT_TRUE(started.ok()) << started.error();
+  }
+  void TearDown() override {
+    manager_.reset();
+    kubelet_.reset();
+  }
+
+  std::unique_ptr<api::DevicePlugin::Stub> plugin(const std::string& resource) {
+    auto channel = grpc::CreateChannel("unix://" + (dir_ / "plugins/gpuslice-") + resource + ".sock",
+                                       grpc::InsecureChannelCredentials());
+    return api::DevicePlugin::NewStub(channel);
+  }
+
+  static void deadline(grpc::ClientContext& context) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  test::TempDir dir_;
+  PluginOptions options_;
+  std::unique_ptr<FakeKubelet> kubelet_;
+  std::unique_ptr<DevicePluginManager> manager_;
+};
+
+TEST_F(DevicePluginTest, RegistersEveryResourceWithTheKubelet) {
+  ASSERT_TRUE(kubelet_->wait_for(3));
+  std::map<std::string, api::RegisterRequest> by_resource;
+  for (const auto& r : kubelet_->requests()) by_resource[r.resource_name()] = r;
+  ASSERT_EQ(by_resource.size(), 3u);
+  for (const char* resource : {"gpu", "vram", "cores"}) {
+    const auto& r = by_resource.at(std::string("gpuslice.io/") + resource);
+    EXPECT_EQ(r.version(), "v1beta1");
+    EXPECT_EQ(r.endpoint(), std::string("gpuslice-") + resource + ".sock");  // relative to the directory
+    EXPECT_FALSE(r.options().pre_start_required());
+    EXPECT_TRUE(r.options().get_preferred_allocation_available());
+  }
+  EXPECT_EQ(manager_->registrations(), 3u);
+
+  grpc::ClientContext context;
+  deadline(context);
+  api::DevicePluginOptions options;
+  ASSERT_TRUE(plugin("vram")->GetDevicePluginOptions(&context, api::Empty(), &options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+  EXPECT_FALSE(options.pre_start_required());
+}
+
+TEST_F(DevicePluginTest, ListAndWatchStreamsDevicesAndHealthChanges) {
+  auto stub = plugin("vram");
+  grpc::ClientContext context;
+  deadline(context);
+  auto stream = stub->ListAndWatch(&context, api::Empty());
+  api::ListAndWatchResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  ASSERT_EQ(first.devices_size(), 16 + 8);  // 1 GiB and 512 MiB in 64 MiB units
+  for (const auto& d : first.devices()) EXPECT_EQ(d.health(), "Healthy") << d.id();
+  EXPECT_EQ(first.devices(0).id(), "11111111-m0");
+
+  // NVML now fails for GPU 1: its devices turn Unhealthy on the open stream.
+  auto gpus = inventory();
+  gpus[1].healthy = false;
+  manager_->update_health(gpus);
+  api::ListAndWatchResponse second;
+  ASSERT_TRUE(stream->Read(&second));
+  ASSERT_EQ(second.devices_size(), 24);
+  int unhealthy = 0;
+  for (const auto& d : second.devices()) {
+    const bool on_gpu1 = d.id().rfind("22222222-", 0) == 0;
+    EXPECT_EQ(d.health(), on_gpu1 ? "Unhealthy" : "Healthy") << d.id();
+    unhealthy += d.health() == "Unhealthy";
+  }
+  EXPECT_EQ(unhealthy, 8);
+
+  // Recovery is streamed as well.
+  manager_->update_health(inventory());
+  api::ListAndWatchResponse recovered;
+  ASSERT_TRUE(stream->Read(&recovered));
+  for (const auto& d : recovered.devices()) EXPECT_EQ(d.health(), "Healthy") << d.id();
+
+  // A GPU that NVML no longer lists at all is unhealthy too.
+  manager_->update_health({inventory()[0]});
+  api::ListAndWatchResponse missing;
+  ASSERT_TRUE(stream->Read(&missing));
+  for (const auto& d : missing.devices()) {
+    EXPECT_EQ(d.health(), d.id().rfind("22222222-", 0) == 0 ? "Unhealthy" : "Healthy") << d.id();
+  }
+  context.TryCancel();
+}
+
+TEST_F(DevicePluginTest, AllocateReturnsEnvMountsAndDevices) {
+  auto stub = plugin("vram");
+  api::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (const char* id : {"11111111-m0", "11111111-m1", "11111111-m2"}) container->add_devices_ids(id);
+  grpc::ClientContext context;
+  deadline(context);
+  api::AllocateResponse response;
+  grpc::Status status = stub->Allocate(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& r = response.container_responses(0);
+  const std::string bytes = std::to_string(3 * (64ULL << 20));
+  EXPECT_EQ(r.envs().at("GPUSLICE_MEMORY_LIMIT"), bytes);
+  EXPECT_EQ(r.envs().at("LD_PRELOAD"), "/usr/local/lib/gpuslice/libgpuslice.so");
+  EXPECT_EQ(r.envs().at("GPUSLICE_SHARED_DIR"), "/tmp/gpuslice");
+  EXPECT_EQ(r.envs().at("GPUSLICE_LIMITS_FILE"), "/etc/gpuslice/limits");
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
+  const std::string id = r.envs().at("GPUSLICE_CONTAINER_ID");
+  HostLayout layout(dir_ / "root");
+
+  ASSERT_EQ(r.mounts_size(), 3);
+  EXPECT_EQ(r.mounts(0).container_path(), "/usr/local/lib/gpuslice/libgpuslice.so");
+  EXPECT_EQ(r.mounts(0).host_path(), dir_ / "root/lib/libgpuslice.so");
+  EXPECT_TRUE(r.mounts(0).read_only());
+  EXPECT_EQ(r.mounts(1).container_path(), "/tmp/gpuslice");
+  EXPECT_EQ(r.mounts(1).host_path(), layout.state_dir(id));
+  EXPECT_FALSE(r.mounts(1).read_only());
+  EXPECT_EQ(r.mounts(2).container_path(), "/etc/gpuslice");
+  EXPECT_EQ(r.mounts(2).host_path(), layout.config_dir(id));
+  EXPECT_TRUE(r.mounts(2).read_only());
+
+  ASSERT_EQ(r.devices_size(), 3);
+  EXPECT_EQ(r.devices(0).container_path(), "/dev/nvidiactl");
+  EXPECT_EQ(r.devices(1).container_path(), "/dev/nvidia-uvm");
+  EXPECT_EQ(r.devices(2).container_path(), "/dev/nvidia0");
+  EXPECT_EQ(r.devices(2).host_path(), dir_ / "dev/nvidia0");
+  EXPECT_EQ(r.devices(2).permissions(), "rw");
+
+  auto limits = read_limits_file(layout.limits_file(id));
+  ASSERT_TRUE(limits.ok()) << limits.error();
+  EXPECT_EQ(limits->memory, bytes);
+  EXPECT_TRUE(std::filesystem::is_directory(layout.state_dir(id)));
+
+  // Cores: the compute limit travels in the environment.
+  api::AllocateRequest cores;
+  auto* c = cores.add_container_requests();
+  for (int i = 0; i < 25; ++i) c->add_devices_ids("22222222-c" + std::to_string(i));
+  grpc::ClientContext cores_context;
+  deadline(cores_context);
+  api::AllocateResponse cores_response;
+  ASSERT_TRUE(plugin("cores")->Allocate(&cores_context, cores, &cores_response).ok());
+  EXPECT_EQ(cores_response.container_responses(0).envs().at("GPUSLICE_COMPUTE_LIMIT"), "25");
+  EXPECT_EQ(cores_response.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), kUuid1);
+
+  // An id this plugin never advertised is refused.
+  api::AllocateRequest bad;
+  bad.add_container_requests()->add_devices_ids("11111111-m99");
+  grpc::ClientContext bad_context;
+  deadline(bad_context);
+  api::AllocateResponse bad_response;
+  grpc::Status refused = stub->Allocate(&bad_context, bad, &bad_response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("11111111-m99"), std::string::npos);
+}
+
+TEST_F(DevicePluginTest, PreferredAllocationAndPreStart) {
+  api::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (int i = 0; i < 16; ++i) c->add_available_deviceids("11111111-m" + std::to_string(i));
+  for (int i = 0; i < 8; ++i) c->add_available_deviceids("22222222-m" + std::to_string(i));
+  c->add_must_include_deviceids("11111111-m7");
+  c->set_allocation_size(3);
+  grpc::ClientContext context;
+  deadline(context);
+  api::PreferredAllocationResponse response;
+  ASSERT_TRUE(plugin("vram")->GetPreferredAllocation(&context, request, &response).ok());
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& ids = response.container_responses(0).deviceids();
+  ASSERT_EQ(ids.size(), 3);
+  EXPECT_EQ(ids[0], "11111111-m7");
+  EXPECT_EQ(ids[1], "11111111-m0");
+  EXPECT_EQ(ids[2], "11111111-m1");
+
+  api::PreStartContainerRequest pre;
+  pre.add_devices_ids("11111111-m0");
+  grpc::ClientContext pre_context;
+  deadline(pre_context);
+  api::PreStartContainerResponse pre_response;
+  EXPECT_TRUE(plugin("vram")->PreStartContainer(&pre_context, pre, &pre_response).ok());
+}
+
+TEST_F(DevicePluginTest, RegistersAgainAfterKubeletRestart) {
+  ASSERT_TRUE(kubelet_->wait_for(3));
+  kubelet_->restart();  // deletes kubelet.sock and our sockets, serves a new kubelet.sock
+  ASSERT_TRUE(kubelet_->wait_for(6)) << "the plugin did not register with the restarted kubelet";
+  auto requests = kubelet_->requests();
+  std::set<std::string> again;
+  for (std::size_t i = 3; i < requests.size(); ++i) again.insert(requests[i].resource_name());
+  EXPECT_EQ(again, (std::set<std::string>{"gpuslice.io/gpu", "gpuslice.io/vram", "gpuslice.io/cores"}));
+
+  // The plugin sockets are served again and answer.
+  ASSERT_TRUE(test::wait_until([&] { return std::filesystem::exists(dir_ / "plugins/gpuslice-gpu.sock"); }));
+  grpc::ClientContext context;
+  deadline(context);
+  auto stream = plugin("gpu")->ListAndWatch(&context, api::Empty());
+  api::ListAndWatchResponse list;
+  ASSERT_TRUE(stream->Read(&list));
+  EXPECT_EQ(list.devices_size(), 4);
+  context.TryCancel();
+}
+
+TEST(DevicePlugin, RefusesAVramListTheKubeletCouldNotRead) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "plugins");
+  std::vector<GpuInfo> big;
+  for (unsigned i = 0; i < 4; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(40000000 + i) + "-aaaa-4000-8000-000000000000";
+    g.minor = i;
+    g.memory_total_bytes = 80ULL << 30;
+    big.push_back(g);
+  }
+  PluginOptions options;
+  options.device_plugin_dir = dir / "plugins";
+  options.catalog.vram_unit = 1ULL << 20;  // 4 x 81920 ids: well over 4 MiB
+  options.watch_interval = std::chrono::milliseconds(20);
+  DevicePluginManager manager(options, HostLayout(dir / "root"), big);
+  ASSERT_TRUE(manager.start().ok());
+  EXPECT_EQ(manager.resource_names(), (std::vector<std::string>{"gpuslice.io/gpu", "gpuslice.io/cores"}));
+  EXPECT_FALSE(std::filesystem::exists(dir / "plugins/gpuslice-vram.sock"));
+}
+
+}  // namespace
+}  // namespace gpuslice::node

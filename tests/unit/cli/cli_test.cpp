@@ -1,0 +1,556 @@
+// Runs the built gpuslice binary as a user would and checks exit codes, output and its effect on
+// a state file created through the Ledger API.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shared_state/ledger.h"
+
+#ifdef GPUSLICE_TEST_HAVE_JSON
+#include <nlohmann/json.hpp>
+#endif
+
+extern char** environ;
+
+namespace {
+
+using gpuslice::shm::Ledger;
+
+constexpr char kUuid0[] = "GPU-00000000-1111-2222-3333-444444444444";
+constexpr char kUuid1[] = "GPU-99999999-8888-7777-6666-555555555555";
+constexpr std::uint64_t kGi = 1ULL << 30;
+
+struct Outcome {
+  int status = -1;  // exit code, or 128+signal
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpuslice-cli-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    state_ = dir_ + "/state";
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  // The environment of the child: ours without any gpuslice/HAMi variable, plus `extra`.
+  static std::vector<std::string> child_env(const std::vector<std::string>& extra) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry = *e;
+      if (entry.rfind("GPUSLICE_", 0) == 0 || entry.rfind("CUDA_DEVICE_", 0) == 0 || entry.rfind("LD_PRELOAD=", 0) == 0)
+        continue;
+      env.push_back(entry);
+    }
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
+  }
+
+  pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
+              const std::string& out_path, const std::string& err_path) {
+    std::vector<std::string> argv_store = {GPUSLICE_CLI_PATH};
+    argv_store.insert(argv_store.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_store) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_store = child_env(extra_env);
+    std::vector<char*> envp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << "cannot start " << GPUSLICE_CLI_PATH;
+    return rc == 0 ? pid : -1;
+  }
+
+  static int wait_status(pid_t pid) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+  }
+
+  Outcome run(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+    std::string out_path = dir_ + "/.out", err_path = dir_ + "/.err";
+    pid_t pid = spawn(args, extra_env, out_path, err_path);
+    Outcome o;
+    if (pid < 0) return o;
+    o.status = wait_status(pid);
+    o.out = read_file(out_path);
+    o.err = read_file(err_path);
+    unlink(out_path.c_str());
+    unlink(err_path.c_str());
+    return o;
+  }
+
+  // A state file with two devices and this process registered on it.
+  std::unique_ptr<Ledger> make_state() {
+    auto opened = Ledger::open(state_, Ledger::Mode::Process);
+    EXPECT_TRUE(opened.ok()) << opened.error();
+    auto ledger = std::move(opened).value();
+    EXPECT_TRUE(ledger->register_process().ok());
+    EXPECT_EQ(ledger->attach_device(kUuid0, 0, 80 * kGi, 8 * kGi, 30).value(), 0);
+    EXPECT_EQ(ledger->attach_device(kUuid1, 1, 80 * kGi, gpuslice::shm::kUnlimited, 0).value(), 1);
+    return ledger;
+  }
+
+  std::string make_empty_file(const std::string& name) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path).put('\n');
+    return path;
+  }
+
+  std::string dir_;
+  std::string state_;
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// ---- arguments ----
+
+TEST_F(CliTest, NoCommandIsAUsageError) {
+  Outcome o = run({});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_TRUE(contains(o.err, "Usage: gpuslice COMMAND")) << o.err;
+}
+
+TEST_F(CliTest, UnknownCommandIsAUsageError) {
+  Outcome o = run({"frobnicate"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_TRUE(contains(o.err, "unknown command 'frobnicate'")) << o.err;
+}
+
+TEST_F(CliTest, EveryCommandHasHelp) {
+  for (const char* command : {"run", "status", "top", "set", "profile", "version"}) {
+    Outcome o = run({command, "--help"});
+    EXPECT_EQ(o.status, 0) << command;
+    EXPECT_TRUE(contains(o.out, std::string("Usage: gpuslice ") + command)) << command << ": " << o.out;
+    EXPECT_TRUE(o.err.empty()) << command << ": " << o.err;
+  }
+  EXPECT_EQ(run({"--help"}).status, 0);
+  EXPECT_TRUE(contains(run({"help", "set"}).out, "Usage: gpuslice set"));
+}
+
+TEST_F(CliTest, UnknownOptionsAreUsageErrorsEverywhere) {
+  for (const char* command : {"run", "status", "top", "set", "profile", "version"}) {
+    Outcome o = run({command, "--bogus"});
+    EXPECT_EQ(o.status, 2) << command;
+    EXPECT_TRUE(contains(o.err, "unknown option '--bogus'")) << command << ": " << o.err;
+    EXPECT_TRUE(contains(o.err, std::string("gpuslice ") + command + " --help")) << o.err;
+  }
+}
+
+TEST_F(CliTest, MissingOrRepeatedOptionValuesAreUsageErrors) {
+  Outcome missing = run({"status", "--file"});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_TRUE(contains(missing.err, "needs a value")) << missing.err;
+  Outcome twice = run({"set", "--memory", "1Gi", "--memory", "2Gi"});
+  EXPECT_EQ(twice.status, 2);
+  EXPECT_TRUE(contains(twice.err, "given twice")) << twice.err;
+  EXPECT_EQ(run({"status", "--json=yes"}).status, 2);
+  EXPECT_EQ(run({"status", "extra"}).status, 2);
+  EXPECT_EQ(run({"status", "--interval", "1"}).status, 2) << "--interval needs --watch";
+  EXPECT_EQ(run({"top", "--interval", "0"}).status, 2);
+  EXPECT_EQ(run({"top", "--iterations", "-1"}).status, 2);
+}
+
+// ---- run ----
+
+TEST_F(CliTest, RunRejectsMalformedLimits) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--memory", "12x"}, "--memory '12x'"},
+      {{"--memory", "-1Gi"}, "--memory '-1Gi'"},
+      {{"--compute", "150"}, "--compute '150'"},
+      {{"--device-limits", "8Gi"}, "not a per-device list"},
+      {{"--device-limits", "0=8Gi,0=4Gi"}, "--device-limits"},
+      {{"--memory", "1Gi", "--device-limits", "0=1Gi"}, "cannot be combined"},
+      {{"--log-level", "loud"}, "--log-level 'loud'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"run", "--library", lib};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--", "true"});
+    Outcome o = run(args);
+    EXPECT_EQ(o.status, 2) << c.message;
+    EXPECT_TRUE(contains(o.err, c.message)) << o.err;
+  }
+  Outcome no_command = run({"run", "--library", lib, "--memory", "1Gi"});
+  EXPECT_EQ(no_command.status, 2);
+  EXPECT_TRUE(contains(no_command.err, "no command")) << no_command.err;
+}
+
+TEST_F(CliTest, RunPassesTheExitStatusThrough) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  EXPECT_EQ(run({"run", "--library", lib, "--", "sh", "-c", "exit 7"}).status, 7);
+  EXPECT_EQ(run({"run", "--library", lib, "--", "sh", "-c", "exit 0"}).status, 0);
+  EXPECT_EQ(run({"run", "--library", lib, "sh", "-c", "exit 42"}).status, 42) << "'--' is optional";
+  EXPECT_EQ(run({"run", "--library", lib, "--", "sh", "-c", "kill -TERM $$"}).status, 128 + SIGTERM);
+}
+
+TEST_F(CliTest, RunSetsTheEnvironmentAndExecsTheCommand) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  std::string other = make_empty_file("other.so");
+  Outcome o = run({"run", "--library", lib, "--memory", "8Gi", "--compute", "30", "--shared-dir", dir_,
+                   "--log-level", "debug", "--", "sh", "-c",
+                   "echo \"P=$LD_PRELOAD\"; echo \"M=$GPUSLICE_MEMORY_LIMIT\"; echo \"C=$GPUSLICE_COMPUTE_LIMIT\"; "
+                   "echo \"D=$GPUSLICE_SHARED_DIR\"; echo \"L=$GPUSLICE_LOG_LEVEL\"; echo \"A=$0 $1\"",
+                   "first", "second"},
+                  {"LD_PRELOAD=" + other + ":" + lib});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "P=" + lib + ":" + other + "\n")) << "ours first, no duplicate: " << o.out;
+  EXPECT_TRUE(contains(o.out, "M=8Gi\n")) << o.out;
+  EXPECT_TRUE(contains(o.out, "C=30\n")) << o.out;
+  EXPECT_TRUE(contains(o.out, "D=" + dir_ + "\n")) << o.out;
+  EXPECT_TRUE(contains(o.out, "L=debug\n")) << o.out;
+  EXPECT_TRUE(contains(o.out, "A=first second\n")) << o.out;
+}
+
+TEST_F(CliTest, RunDeviceLimitsBecomeThePerDeviceForm) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  Outcome o = run({"run", "--library", lib, "--device-limits", "0=8Gi,1=4Gi", "--compute", "0=30,1=50", "--", "sh",
+                   "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_COMPUTE_LIMIT\""});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "0=8Gi,1=4Gi|0=30,1=50\n");
+}
+
+TEST_F(CliTest, RunFindsTheLibraryThroughTheEnvironment) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  Outcome o = run({"run", "--", "sh", "-c", "echo \"$LD_PRELOAD\""}, {"GPUSLICE_LIBRARY=" + lib});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, lib + "\n");
+}
+
+TEST_F(CliTest, RunWithoutALibraryIsARuntimeError) {
+  Outcome o = run({"run", "--library", dir_ + "/missing.so", "--", "true"});
+  EXPECT_EQ(o.status, 1);
+  EXPECT_TRUE(contains(o.err, dir_ + "/missing.so")) << o.err;
+  Outcome env = run({"run", "--", "true"}, {"GPUSLICE_LIBRARY=" + dir_ + "/nope.so"});
+  EXPECT_EQ(env.status, 1);
+  EXPECT_TRUE(contains(env.err, "GPUSLICE_LIBRARY")) << env.err;
+}
+
+TEST_F(CliTest, RunOfAMissingCommandExits127) {
+  std::string lib = make_empty_file("libgpuslice.so");
+  Outcome o = run({"run", "--library", lib, "--", "gpuslice-no-such-command-xyz"});
+  EXPECT_EQ(o.status, 127);
+  EXPECT_TRUE(contains(o.err, "gpuslice-no-such-command-xyz: command not found")) << o.err;
+  Outcome not_executable = run({"run", "--library", lib, "--", lib});
+  EXPECT_EQ(not_executable.status, 126);
+}
+
+// ---- status / top ----
+
+TEST_F(CliTest, StatusJsonDescribesTheLedger) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 3 * kGi));
+  ASSERT_TRUE(ledger->try_reserve(1, 1024));
+  ledger->add_busy_ns(0, 500);
+  ledger->count_refusal(0);
+  ledger->set_host_pid(77777);
+  Outcome o = run({"status", "--json", "--shared-dir", dir_});
+  ASSERT_EQ(o.status, 0) << o.err;
+#ifdef GPUSLICE_TEST_HAVE_JSON
+  auto doc = nlohmann::json::parse(o.out);
+  EXPECT_EQ(doc["path"], state_);
+  EXPECT_EQ(doc["layout_version"], 1);
+  ASSERT_EQ(doc["devices"].size(), 2u);
+  const auto& d0 = doc["devices"][0];
+  EXPECT_EQ(d0["record"], 0);
+  EXPECT_EQ(d0["cuda_index"], 0);
+  EXPECT_EQ(d0["uuid"], kUuid0);
+  EXPECT_EQ(d0["quota_bytes"], 8 * kGi);
+  EXPECT_EQ(d0["used_bytes"], 3 * kGi);
+  EXPECT_EQ(d0["total_bytes"], 80 * kGi);
+  EXPECT_EQ(d0["compute_limit_percent"], 30);
+  EXPECT_EQ(d0["refused_allocations"], 1);
+  const auto& d1 = doc["devices"][1];
+  EXPECT_TRUE(d1["quota_bytes"].is_null()) << "unlimited is null";
+  EXPECT_TRUE(d1["compute_limit_percent"].is_null());
+  EXPECT_EQ(d1["used_bytes"], 1024);
+  ASSERT_EQ(doc["processes"].size(), 1u);
+  const auto& p = doc["processes"][0];
+  EXPECT_EQ(p["pid"], getpid());
+  EXPECT_EQ(p["host_pid"], 77777);
+  EXPECT_TRUE(contains(p["command"].get<std::string>(), "cli_tests"));
+  ASSERT_EQ(p["devices"].size(), 2u);
+  EXPECT_EQ(p["devices"][0]["used_bytes"], 3 * kGi);
+  EXPECT_EQ(p["devices"][0]["busy_ns"], 500);
+  EXPECT_EQ(p["devices"][0]["compute_share"], 1.0);
+  EXPECT_TRUE(p["devices"][1]["compute_share"].is_null());
+#else
+  EXPECT_TRUE(contains(o.out, "\"used_bytes\":" + std::to_string(3 * kGi))) << o.out;
+  EXPECT_TRUE(contains(o.out, "\"pid\":" + std::to_string(getpid()))) << o.out;
+#endif
+}
+
+TEST_F(CliTest, StatusTableShowsDevicesAndProcesses) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 2 * kGi));
+  Outcome o = run({"status", "--file", state_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "State file: " + state_)) << o.out;
+  EXPECT_TRUE(contains(o.out, kUuid0)) << o.out;
+  EXPECT_TRUE(contains(o.out, "8 GiB")) << o.out;
+  EXPECT_TRUE(contains(o.out, "2 GiB")) << o.out;
+  EXPECT_TRUE(contains(o.out, "25%")) << o.out;
+  EXPECT_TRUE(contains(o.out, "unlimited")) << o.out;
+  EXPECT_TRUE(contains(o.out, std::to_string(getpid()))) << o.out;
+  EXPECT_TRUE(contains(o.out, "cli_tests")) << o.out;
+}
+
+TEST_F(CliTest, StatusFindsTheFileThroughTheEnvironment) {
+  auto ledger = make_state();
+  Outcome by_dir = run({"status", "--json"}, {"GPUSLICE_SHARED_DIR=" + dir_});
+  EXPECT_EQ(by_dir.status, 0) << by_dir.err;
+  EXPECT_TRUE(contains(by_dir.out, kUuid0));
+  Outcome by_hami = run({"status", "--json"}, {"CUDA_DEVICE_MEMORY_SHARED_CACHE=" + state_});
+  EXPECT_EQ(by_hami.status, 0) << by_hami.err;
+  EXPECT_TRUE(contains(by_hami.out, kUuid0));
+  Outcome native_wins =
+      run({"status"}, {"GPUSLICE_SHARED_DIR=" + dir_ + "/elsewhere", "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + state_});
+  EXPECT_EQ(native_wins.status, 1);
+  EXPECT_TRUE(contains(native_wins.err, dir_ + "/elsewhere/state")) << native_wins.err;
+}
+
+TEST_F(CliTest, StatusOfAMissingOrDamagedFileNamesIt) {
+  Outcome missing = run({"status", "--shared-dir", dir_});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_TRUE(contains(missing.err, state_)) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "no state file")) << missing.err;
+  std::ofstream(state_) << "definitely not a state file\n";
+  Outcome foreign = run({"status", "--shared-dir", dir_});
+  EXPECT_EQ(foreign.status, 1);
+  EXPECT_TRUE(contains(foreign.err, state_)) << foreign.err;
+  EXPECT_TRUE(contains(foreign.err, "not a gpuslice state file")) << foreign.err;
+}
+
+TEST_F(CliTest, StatusReapsProcessesThatDied) {
+  auto ledger = make_state();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto mine = Ledger::open(state_, Ledger::Mode::Process);
+    char ok = mine.ok() && mine.value()->try_reserve(0, kGi) ? '1' : '0';
+    ssize_t ignored = write(ready[1], &ok, 1);
+    (void)ignored;
+    for (;;) pause();
+  }
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, '1');
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_EQ(ledger->used(0), kGi);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  Outcome o = run({"status", "--json", "--shared-dir", dir_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(contains(o.out, "\"pid\":" + std::to_string(child))) << o.out;
+  EXPECT_EQ(ledger->used(0), 0u) << "the CLI returned the dead child's bytes";
+}
+
+TEST_F(CliTest, WatchRefreshesTheRequestedNumberOfTimes) {
+  auto ledger = make_state();
+  Outcome o = run({"status", "--watch", "--json", "--interval", "0.01", "--iterations", "3", "--file", state_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  std::istringstream lines(o.out);
+  std::string line;
+  int documents = 0;
+  while (std::getline(lines, line)) {
+    EXPECT_EQ(line.front(), '{');
+    ++documents;
+  }
+  EXPECT_EQ(documents, 3);
+}
+
+TEST_F(CliTest, TopExitsCleanlyOnInterrupt) {
+  auto ledger = make_state();
+  std::string out_path = dir_ + "/top.out", err_path = dir_ + "/top.err";
+  pid_t pid = spawn({"top", "--interval", "0.05", "--shared-dir", dir_}, {}, out_path, err_path);
+  ASSERT_GT(pid, 0);
+  // Wait (boundedly) until it has drawn once, so the signal lands in the refresh loop.
+  for (int i = 0; i < 1000 && read_file(out_path).find("State file") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_status(pid), 0) << read_file(err_path);
+  EXPECT_TRUE(contains(read_file(out_path), kUuid0));
+}
+
+// ---- set ----
+
+TEST_F(CliTest, SetChangesTheQuotaOfOneDevice) {
+  auto ledger = make_state();
+  Outcome o = run({"set", "--memory", "1Gi", "--device", "0", "--shared-dir", dir_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(ledger->quota(0), kGi);
+  EXPECT_EQ(ledger->quota(1), gpuslice::shm::kUnlimited) << "other devices are untouched";
+  EXPECT_TRUE(contains(o.out, "memory quota 8 GiB -> 1 GiB")) << o.out;
+  EXPECT_TRUE(ledger->try_reserve(0, kGi));
+  EXPECT_FALSE(ledger->try_reserve(0, 1)) << "the running process obeys the new quota at once";
+}
+
+TEST_F(CliTest, SetChangesComputeOfAllDevicesAndAcceptsUuidsAndKeywords) {
+  auto ledger = make_state();
+  ASSERT_EQ(run({"set", "--compute", "40", "--file", state_}).status, 0);
+  EXPECT_EQ(ledger->compute_limit(0), 40u);
+  EXPECT_EQ(ledger->compute_limit(1), 40u);
+  ASSERT_EQ(run({"set", "--device", kUuid1, "--compute", "none", "--memory", "2Gi", "--file", state_}).status, 0);
+  EXPECT_EQ(ledger->compute_limit(1), gpuslice::shm::kNoComputeLimit);
+  EXPECT_EQ(ledger->quota(1), 2 * kGi);
+  EXPECT_EQ(ledger->compute_limit(0), 40u);
+  ASSERT_EQ(run({"set", "--memory", "unlimited", "--device", "1", "--file", state_}).status, 0);
+  EXPECT_EQ(ledger->quota(1), gpuslice::shm::kUnlimited);
+}
+
+TEST_F(CliTest, SetBelowCurrentUseRefusesNewAllocationsButFreesNothing) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 4 * kGi));
+  Outcome o = run({"set", "--memory", "1Gi", "--device", "0", "--file", state_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "above the new quota")) << o.out;
+  EXPECT_EQ(ledger->used(0), 4 * kGi);
+  EXPECT_FALSE(ledger->try_reserve(0, 1));
+}
+
+TEST_F(CliTest, SetRejectsBadRequests) {
+  auto ledger = make_state();
+  EXPECT_EQ(run({"set", "--file", state_}).status, 2);
+  EXPECT_EQ(run({"set", "--memory", "lots", "--file", state_}).status, 2);
+  EXPECT_EQ(run({"set", "--compute", "0", "--file", state_}).status, 2);
+  EXPECT_EQ(run({"set", "--compute", "101", "--file", state_}).status, 2);
+  Outcome no_device = run({"set", "--compute", "50", "--device", "9", "--file", state_});
+  EXPECT_EQ(no_device.status, 1);
+  EXPECT_TRUE(contains(no_device.err, "no device '9'")) << no_device.err;
+  Outcome no_file = run({"set", "--compute", "50", "--file", dir_ + "/absent"});
+  EXPECT_EQ(no_file.status, 1);
+  EXPECT_TRUE(contains(no_file.err, dir_ + "/absent")) << no_file.err;
+  EXPECT_EQ(ledger->compute_limit(0), 30u) << "nothing changed";
+}
+
+TEST_F(CliTest, SetCannotRaiseALimitFromTheLimitsFile) {
+  auto ledger = make_state();
+  std::string limits = dir_ + "/limits";
+  std::ofstream(limits) << "# written by the operator\nGPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=50\n";
+  std::vector<std::string> env = {"GPUSLICE_LIMITS_FILE=" + limits};
+  Outcome raise = run({"set", "--memory", "4Gi", "--file", state_}, env);
+  EXPECT_EQ(raise.status, 1);
+  EXPECT_TRUE(contains(raise.err, "refused")) << raise.err;
+  EXPECT_TRUE(contains(raise.err, limits)) << raise.err;
+  EXPECT_EQ(ledger->quota(0), 8 * kGi);
+  EXPECT_EQ(run({"set", "--compute", "none", "--device", "0", "--file", state_}, env).status, 1);
+  EXPECT_EQ(run({"set", "--compute", "60", "--device", "1", "--file", state_}, env).status, 0)
+      << "the compute cap names device 0 only";
+  EXPECT_EQ(run({"set", "--memory", "1Gi", "--file", state_}, env).status, 0);
+  EXPECT_EQ(ledger->quota(0), kGi);
+  std::ofstream(limits) << "GPUSLICE_MEMORY_LIMIT=lots\n";
+  Outcome broken = run({"set", "--memory", "1Gi", "--file", state_}, env);
+  EXPECT_EQ(broken.status, 1);
+  EXPECT_TRUE(contains(broken.err, limits)) << broken.err;
+}
+
+// ---- profile ----
+
+TEST_F(CliTest, ProfileSummarisesAndReportsMalformedLines) {
+  std::ofstream(dir_ + "/metrics.log") << "name:cuLaunchKernel\ncount:4\nburst:4000\n"
+                                          "name:cuMemAlloc\ncount:2\nburst:10000\n"
+                                          "garbage line\n"
+                                          "count:notanumber\n"
+                                          "name:cuMemFree count:1 burst:50\n";
+  std::ofstream(dir_ + "/timeline.log") << "name:cuLaunchKernel start:1 burst:500\n"
+                                           "name:cuLaunchKernel start:2 burst:1000\n"
+                                           "name:cuLaunchKernel start:3 burst:1500\n"
+                                           "name:cuLaunchKernel start:4 burst:1000\n"
+                                           "name:cuLaunchKernel start:x burst:1\n"
+                                           "name:cuInit start:5 burst:300000\n";
+  Outcome o = run({"profile", "--json", dir_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.err, dir_ + "/metrics.log:7:")) << o.err;
+  EXPECT_TRUE(contains(o.err, dir_ + "/metrics.log:8:")) << o.err;
+  EXPECT_TRUE(contains(o.err, dir_ + "/timeline.log:5:")) << o.err;
+  EXPECT_TRUE(contains(o.err, "3 malformed lines skipped")) << o.err;
+#ifdef GPUSLICE_TEST_HAVE_JSON
+  auto doc = nlohmann::json::parse(o.out);
+  EXPECT_EQ(doc["malformed_lines"], 3);
+  const auto& apis = doc["apis"];
+  ASSERT_EQ(apis.size(), 4u);
+  EXPECT_EQ(apis[0]["api"], "cuInit");  // sorted by total time
+  EXPECT_EQ(apis[0]["count"], 1);
+  EXPECT_EQ(apis[1]["api"], "cuMemAlloc");
+  EXPECT_EQ(apis[1]["mean_ns"], 5000.0);
+  EXPECT_TRUE(apis[1]["p50_ns"].is_null()) << "no timeline for it";
+  EXPECT_EQ(apis[2]["api"], "cuLaunchKernel");
+  EXPECT_EQ(apis[2]["count"], 4);
+  EXPECT_EQ(apis[2]["total_ns"], 4000);
+  EXPECT_EQ(apis[2]["p50_ns"], 1000);
+  EXPECT_EQ(apis[2]["p99_ns"], 1500);
+  EXPECT_EQ(apis[3]["api"], "cuMemFree");
+#endif
+  Outcome table = run({"profile", dir_});
+  ASSERT_EQ(table.status, 0);
+  std::size_t init = table.out.find("cuInit"), alloc = table.out.find("cuMemAlloc"),
+              launch = table.out.find("cuLaunchKernel"), free_row = table.out.find("cuMemFree");
+  ASSERT_NE(free_row, std::string::npos) << table.out;
+  EXPECT_LT(init, alloc);
+  EXPECT_LT(alloc, launch);
+  EXPECT_LT(launch, free_row);
+  EXPECT_TRUE(contains(table.out, "300 us")) << table.out;
+}
+
+TEST_F(CliTest, ProfileNeedsADirectoryWithFiles) {
+  EXPECT_EQ(run({"profile"}).status, 2);
+  Outcome empty = run({"profile", dir_});
+  EXPECT_EQ(empty.status, 1);
+  EXPECT_TRUE(contains(empty.err, dir_)) << empty.err;
+}
+
+TEST_F(CliTest, VersionPrintsTheVersion) {
+  Outcome o = run({"version"});
+  EXPECT_EQ(o.status, 0);
+  EXPECT_TRUE(contains(o.out, "gpuslice 0.")) << o.out;
+  EXPECT_TRUE(contains(o.out, "layout 1")) << o.out;
+}
+
+}  // namespace

@@ -1,0 +1,188 @@
+// apply_limits_file: caps from a read-only file, missing/unreadable/malformed files.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "config/settings.h"
+
+namespace gpuslice::config {
+namespace {
+
+constexpr std::uint64_t kGi = 1ULL << 30;
+
+class LimitsFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/gpuslice-config-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    path_ = dir_ + "/limits";
+  }
+  void TearDown() override {
+    ::unlink(path_.c_str());
+    ::unlink((dir_ + "/fifo").c_str());
+    ::rmdir((dir_ + "/sub").c_str());
+    ::rmdir(dir_.c_str());
+  }
+
+  void write(const std::string& text) {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+
+  Settings apply(const std::string& text, Settings settings = {}) {
+    write(text);
+    apply_limits_file(settings, path_);
+    return settings;
+  }
+
+  std::string single_error(const std::string& text) {
+    Settings s = apply(text);
+    EXPECT_EQ(s.errors.size(), 1u) << text;
+    return s.errors.empty() ? std::string() : s.errors[0];
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+Settings with_memory(const std::string& text) {
+  Settings s;
+  s.memory = *parse_device_values(text, ValueKind::Size, SizeDialect::Native);
+  return s;
+}
+
+TEST_F(LimitsFile, MissingFileIsFine) {
+  Settings s = with_memory("8Gi");
+  apply_limits_file(s, dir_ + "/absent");
+  apply_limits_file(s, dir_ + "/absent/deeper");
+  apply_limits_file(s, "");
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+}
+
+TEST_F(LimitsFile, CapsLowerTheEnvironmentPerDevice) {
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=0=4Gi,1=16Gi\n", with_memory("8Gi"));
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.memory.lookup(0, ""), 4 * kGi);
+  EXPECT_EQ(s.memory.lookup(1, ""), 8 * kGi);  // the environment's smaller value stays
+  EXPECT_EQ(s.memory.lookup(2, ""), 8 * kGi);
+}
+
+TEST_F(LimitsFile, DeviceLimitedOnlyByTheFileGetsTheFileValue) {
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=25\n");
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.memory.lookup(5, "gpu-x"), 2 * kGi);
+  EXPECT_EQ(s.compute.lookup(0, ""), 25u);
+  EXPECT_EQ(s.compute.lookup(1, ""), std::nullopt);
+}
+
+TEST_F(LimitsFile, ComputeCap) {
+  Settings env;
+  env.compute = *parse_device_values("0=50,1=10", ValueKind::Percent, SizeDialect::Native);
+  Settings s = apply("GPUSLICE_COMPUTE_LIMIT=30", env);
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.compute.lookup(0, ""), 30u);
+  EXPECT_EQ(s.compute.lookup(1, ""), 10u);
+  EXPECT_EQ(s.compute.lookup(2, ""), 30u);
+}
+
+TEST_F(LimitsFile, UuidCapOverIndexEnvironment) {
+  const std::string uuid = "GPU-3430f778-7a25-704c-9090-8b0bb2478114";
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT={\"" + uuid + "\": \"1Gi\"}\n", with_memory("0=8Gi,1=512Mi"));
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.memory.lookup(0, uuid), kGi);
+  EXPECT_EQ(s.memory.lookup(1, "gpu-other"), 512ull << 20);
+  EXPECT_EQ(s.memory.lookup(1, uuid), 512ull << 20);
+  EXPECT_EQ(s.memory.lookup(2, uuid), kGi);
+}
+
+TEST_F(LimitsFile, CommentsBlankLinesWhitespaceQuotesAndCrlf) {
+  Settings s = apply(
+      "# caps set by the administrator\n"
+      "\n"
+      "   \t\n"
+      "  # indented comment\n"
+      "  GPUSLICE_MEMORY_LIMIT = \"6Gi\"  \r\n"
+      "GPUSLICE_COMPUTE_LIMIT='40'\r\n",
+      with_memory("8Gi"));
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.memory.lookup(0, ""), 6 * kGi);
+  EXPECT_EQ(s.compute.lookup(0, ""), 40u);
+}
+
+TEST_F(LimitsFile, EmptyFileChangesNothing) {
+  Settings s = apply("", with_memory("8Gi"));
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+}
+
+TEST_F(LimitsFile, MalformedValueNamesFileLineAndProblem) {
+  const std::string error = single_error("# header\nGPUSLICE_COMPUTE_LIMIT=50\nGPUSLICE_MEMORY_LIMIT=8Gx\n");
+  EXPECT_EQ(error.rfind("limits file '" + path_ + "' line 3: GPUSLICE_MEMORY_LIMIT='8Gx': unknown unit", 0),
+            0u)
+      << error;
+}
+
+TEST_F(LimitsFile, MalformedFileAppliesNothing) {
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=1Gi\nGPUSLICE_COMPUTE_LIMIT=500\n", with_memory("8Gi"));
+  ASSERT_EQ(s.errors.size(), 1u);
+  EXPECT_NE(s.errors[0].find("line 2"), std::string::npos);
+  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+}
+
+TEST_F(LimitsFile, SyntaxErrors) {
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT 8Gi\n").find("line 1: expected KEY=VALUE"),
+            std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MEMORY=8Gi\n").find("line 1: unknown key 'GPUSLICE_MEMORY'"),
+            std::string::npos);
+  EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")
+                .find("line 3: GPUSLICE_MEMORY_LIMIT is set twice (first on line 1)"),
+            std::string::npos);
+  EXPECT_NE(
+      single_error(std::string("GPUSLICE_MEMORY_LIMIT=8Gi\0\n", 27)).find("line 1: contains a NUL byte"),
+      std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi # inline\n").find("unknown unit"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT={\"0\": 1,}\n").find("trailing comma"), std::string::npos);
+}
+
+TEST_F(LimitsFile, UnreadableOrOddFiles) {
+  ASSERT_EQ(::mkdir((dir_ + "/sub").c_str(), 0700), 0);
+  Settings dir_settings;
+  apply_limits_file(dir_settings, dir_ + "/sub");
+  ASSERT_EQ(dir_settings.errors.size(), 1u);
+  EXPECT_NE(dir_settings.errors[0].find("not a regular file"), std::string::npos);
+
+  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  Settings fifo_settings;
+  apply_limits_file(fifo_settings, dir_ + "/fifo");  // must not block waiting for a writer
+  ASSERT_EQ(fifo_settings.errors.size(), 1u);
+  EXPECT_NE(fifo_settings.errors[0].find("not a regular file"), std::string::npos);
+
+  write("GPUSLICE_MEMORY_LIMIT=8Gi\n");
+  ASSERT_EQ(::chmod(path_.c_str(), 0), 0);
+  if (::access(path_.c_str(), R_OK) != 0) {  // root reads anything; then there is nothing to test
+    Settings s;
+    apply_limits_file(s, path_);
+    ASSERT_EQ(s.errors.size(), 1u);
+    EXPECT_NE(s.errors[0].find("cannot open"), std::string::npos) << s.errors[0];
+  }
+}
+
+TEST_F(LimitsFile, TooLargeFile) {
+  std::string big(1024 * 1024 + 1, '#');
+  EXPECT_NE(single_error(big).find("larger than 1 MiB"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::config

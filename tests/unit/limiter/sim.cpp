@@ -1,0 +1,269 @@
+#include "sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace gpuslice::limiter::sim {
+namespace {
+
+struct CurrentActor {
+  World* world = nullptr;
+  int ctx = -1;
+};
+thread_local CurrentActor t_current;
+
+// Work below this is rounding noise of the processor-sharing arithmetic.
+constexpr double kEpsilonNs = 1e-6;
+
+CUresult sim_ctx_synchronize() {
+  World::current()->synchronize();
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_stream_synchronize(CUstream) {
+  World::current()->synchronize();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+World::World() : World(Options{}) {}
+
+World::World(const Options& options) : options_(options) {}
+
+World::~World() {
+  for (auto& actor : actors_) {
+    if (actor->thread.joinable()) actor->thread.join();
+  }
+}
+
+World* World::current() { return t_current.world; }
+
+int World::add_context(int container) {
+  contexts_.push_back(Context{});
+  contexts_.back().container = container;
+  if (static_cast<std::size_t>(container) >= busy_by_container_.size()) {
+    busy_by_container_.resize(static_cast<std::size_t>(container) + 1);
+  }
+  return static_cast<int>(contexts_.size()) - 1;
+}
+
+void World::add_actor(int ctx, std::function<void()> body) {
+  auto actor = std::make_unique<Actor>();
+  actor->id = static_cast<int>(actors_.size());
+  actor->ctx = ctx;
+  actor->body = std::move(body);
+  actors_.push_back(std::move(actor));
+}
+
+void World::run() {
+  for (auto& actor : actors_) {
+    Actor* raw = actor.get();
+    actor->thread = std::thread([this, raw] { actor_main(raw); });
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!dispatch(lock)) finished_ = true;
+  main_cv_.wait(lock, [this] { return finished_; });
+  lock.unlock();
+  for (auto& actor : actors_) actor->thread.join();
+}
+
+void World::actor_main(Actor* actor) {
+  t_current.world = this;
+  t_current.ctx = actor->ctx;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    actor->cv.wait(lock, [actor] { return actor->state == State::Running; });
+  }
+  actor->body();
+  std::unique_lock<std::mutex> lock(mutex_);
+  actor->state = State::Done;
+  if (!dispatch(lock)) {
+    finished_ = true;
+    main_cv_.notify_all();
+  }
+}
+
+bool World::runnable(const Actor& actor) const {
+  const Context& ctx = contexts_[static_cast<std::size_t>(actor.ctx)];
+  switch (actor.state) {
+    case State::Ready:
+      return true;
+    case State::Sleeping:
+      return actor.wake_ns <= now_;
+    case State::WaitEmpty:
+      return ctx.remaining.empty();
+    case State::WaitSpace:
+      return ctx.remaining.size() < options_.max_queue;
+    case State::Running:
+    case State::Done:
+      return false;
+  }
+  return false;
+}
+
+World::Actor* World::running() {
+  for (auto& actor : actors_) {
+    if (actor->state == State::Running) return actor.get();
+  }
+  std::fprintf(stderr, "sim: World called from outside a running actor\n");
+  std::abort();
+}
+
+World::Actor* World::pick_runnable() {
+  for (auto& actor : actors_) {
+    if (runnable(*actor)) return actor.get();
+  }
+  return nullptr;
+}
+
+bool World::next_device_event(std::uint64_t* at) const {
+  double shortest = std::numeric_limits<double>::infinity();
+  int active = 0;
+  for (const Context& ctx : contexts_) {
+    if (ctx.remaining.empty()) continue;
+    ++active;
+    shortest = std::min(shortest, ctx.remaining.front());
+  }
+  if (active == 0) return false;
+  *at = now_ + std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active)));
+  return true;
+}
+
+bool World::dispatch(std::unique_lock<std::mutex>&) {
+  for (;;) {
+    if (Actor* next = pick_runnable()) {
+      next->state = State::Running;
+      next->cv.notify_one();
+      return true;
+    }
+    bool any_waiting = false;
+    std::uint64_t next_time = std::numeric_limits<std::uint64_t>::max();
+    for (auto& actor : actors_) {
+      if (actor->state == State::Done) continue;
+      any_waiting = true;
+      if (actor->state == State::Sleeping) next_time = std::min(next_time, actor->wake_ns);
+    }
+    if (!any_waiting) return false;
+    std::uint64_t device_time = 0;
+    if (next_device_event(&device_time)) next_time = std::min(next_time, device_time);
+    if (next_time == std::numeric_limits<std::uint64_t>::max()) {
+      std::fprintf(stderr, "sim: every actor waits and nothing is pending: deadlock\n");
+      std::abort();
+    }
+    advance_device(next_time);
+  }
+}
+
+void World::block(std::unique_lock<std::mutex>& lock, Actor* self) {
+  dispatch(lock);
+  self->cv.wait(lock, [self] { return self->state == State::Running; });
+}
+
+void World::add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint64_t to, double share) {
+  while (from < to) {
+    const std::uint64_t bucket = from / options_.bucket_ns;
+    const std::uint64_t bucket_end = (bucket + 1) * options_.bucket_ns;
+    const std::uint64_t until = std::min(to, bucket_end);
+    if (buckets.size() <= bucket) buckets.resize(bucket + 1, 0.0);
+    buckets[bucket] += share * static_cast<double>(until - from);
+    from = until;
+  }
+}
+
+void World::advance_device(std::uint64_t to) {
+  while (now_ < to) {
+    int active = 0;
+    double shortest = std::numeric_limits<double>::infinity();
+    for (const Context& ctx : contexts_) {
+      if (ctx.remaining.empty()) continue;
+      ++active;
+      shortest = std::min(shortest, ctx.remaining.front());
+    }
+    if (active == 0) {
+      now_ = to;
+      return;
+    }
+    const auto until_completion =
+        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active)));
+    const std::uint64_t step = std::min(until_completion, to - now_);
+    const double share = 1.0 / active;
+    const double progress = static_cast<double>(step) * share;
+    for (Context& ctx : contexts_) {
+      if (ctx.remaining.empty()) continue;
+      add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, share);
+      ctx.remaining.front() -= progress;
+      if (ctx.remaining.front() <= kEpsilonNs) {
+        add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
+        ctx.remaining.pop_front();
+        ctx.nominal.pop_front();
+      }
+    }
+    now_ += step;
+  }
+}
+
+void World::sleep(std::uint64_t ns) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Actor* self = running();
+  self->state = State::Sleeping;
+  self->wake_ns = now_ + ns;
+  block(lock, self);
+}
+
+void World::launch(std::uint64_t duration_ns) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Context& ctx = contexts_[static_cast<std::size_t>(t_current.ctx)];
+  if (ctx.remaining.size() >= options_.max_queue) {
+    Actor* self = running();
+    self->state = State::WaitSpace;
+    block(lock, self);
+  }
+  ctx.remaining.push_back(static_cast<double>(duration_ns));
+  ctx.nominal.push_back(duration_ns);
+}
+
+void World::synchronize() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ++drains_;
+  Context& ctx = contexts_[static_cast<std::size_t>(t_current.ctx)];
+  if (ctx.remaining.empty()) return;
+  Actor* self = running();
+  self->state = State::WaitEmpty;
+  block(lock, self);
+}
+
+std::size_t World::queued() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return contexts_[static_cast<std::size_t>(t_current.ctx)].remaining.size();
+}
+
+double World::occupancy(int container, std::uint64_t from, std::uint64_t to) const {
+  const auto& buckets = busy_by_container_[static_cast<std::size_t>(container)];
+  double busy = 0;
+  for (std::uint64_t b = from / options_.bucket_ns; b < to / options_.bucket_ns && b < buckets.size(); ++b) {
+    busy += buckets[b];
+  }
+  return busy / static_cast<double>(to - from);
+}
+
+double World::work_done(int ctx, std::uint64_t from, std::uint64_t to) const {
+  const auto& buckets = contexts_[static_cast<std::size_t>(ctx)].work_by_bucket;
+  double work = 0;
+  for (std::uint64_t b = from / options_.bucket_ns; b < to / options_.bucket_ns && b < buckets.size(); ++b) {
+    work += buckets[b];
+  }
+  return work;
+}
+
+DriverOps sim_driver_ops() {
+  DriverOps ops;
+  ops.ctx_synchronize = &sim_ctx_synchronize;
+  ops.stream_synchronize = &sim_stream_synchronize;
+  return ops;
+}
+
+}  // namespace gpuslice::limiter::sim

@@ -1,0 +1,121 @@
+// Deterministic simulation of a GPU shared by several processes, for testing the compute limiter
+// without a device and without wall-clock time.
+//
+// Time is virtual. Each simulated process thread ("actor") is a real thread, but only one runs at
+// a time: an actor runs until it blocks (sleeps, waits for its queue to drain, or finds its launch
+// queue full), then the lowest-numbered runnable actor takes over; when none can run, virtual time
+// jumps to the next event. The same inputs therefore give the same schedule on every run.
+//
+// The device runs each context's kernels in order; contexts with queued work share the device
+// equally (processor sharing: the fluid limit of the driver's time-slicing between processes).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "limiter/compute_limiter.h"
+
+namespace gpuslice::limiter::sim {
+
+inline constexpr std::uint64_t kUs = 1'000;
+inline constexpr std::uint64_t kMs = 1'000'000;
+inline constexpr std::uint64_t kSec = 1'000'000'000;
+
+class World {
+ public:
+  struct Options {
+    std::uint64_t bucket_ns = kMs;  // resolution of the recorded occupancy
+    std::size_t max_queue = 1024;   // launches a context may have pending before launch blocks
+  };
+
+  World();
+  explicit World(const Options& options);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  // A device context (one per simulated process) whose busy time counts for `container`.
+  int add_context(int container);
+  // An actor runs `body` on its own thread, launching into context `ctx`.
+  void add_actor(int ctx, std::function<void()> body);
+  // Runs every actor to completion.
+  void run();
+
+  // For actor bodies, the SimClock and the fake driver. They act on the calling actor.
+  std::uint64_t now() const { return now_; }
+  void sleep(std::uint64_t ns);
+  void launch(std::uint64_t duration_ns);
+  void synchronize();
+  std::size_t queued() const;  // kernels pending on the calling actor's context
+
+  // Results. Share of the device the container's kernels held over [from, to).
+  double occupancy(int container, std::uint64_t from, std::uint64_t to) const;
+  // Sum of durations of the context's kernels completed in [from, to) (work done).
+  double work_done(int ctx, std::uint64_t from, std::uint64_t to) const;
+  std::uint64_t drains() const { return drains_; }
+
+  // The actor calling, for the fake driver entry points.
+  static World* current();
+
+ private:
+  enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
+  struct Actor {
+    int id = 0;
+    int ctx = 0;
+    std::function<void()> body;
+    State state = State::Ready;
+    std::uint64_t wake_ns = 0;
+    std::condition_variable cv;
+    std::thread thread;
+  };
+  struct Context {
+    int container = 0;
+    std::deque<double> remaining;  // ns of work left per queued kernel, head running
+    std::deque<std::uint64_t> nominal;
+    std::vector<double> work_by_bucket;
+  };
+
+  void actor_main(Actor* actor);
+  void block(std::unique_lock<std::mutex>& lock, Actor* self);
+  Actor* pick_runnable();
+  Actor* running();
+  bool runnable(const Actor& actor) const;
+  // Hands the run to the next actor (advancing time as needed); false when all are done.
+  bool dispatch(std::unique_lock<std::mutex>& lock);
+  void advance_device(std::uint64_t to);
+  bool next_device_event(std::uint64_t* at) const;
+  void add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint64_t to, double share);
+
+  Options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable main_cv_;
+  std::uint64_t now_ = 0;
+  std::vector<std::unique_ptr<Actor>> actors_;
+  std::vector<Context> contexts_;
+  std::vector<std::vector<double>> busy_by_container_;
+  std::uint64_t drains_ = 0;
+  bool finished_ = false;
+};
+
+// Clock of the calling actor's world.
+class SimClock final : public Clock {
+ public:
+  explicit SimClock(World& world) : world_(world) {}
+  std::uint64_t now_ns() override { return world_.now(); }
+  void sleep_ns(std::uint64_t ns) override { world_.sleep(ns); }
+
+ private:
+  World& world_;
+};
+
+// Driver entry points routed to the calling actor's context.
+DriverOps sim_driver_ops();
+
+}  // namespace gpuslice::limiter::sim

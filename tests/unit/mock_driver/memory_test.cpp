@@ -1,0 +1,422 @@
+// Devices, contexts and every allocation path of the simulated libcuda.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "mock_fixture.h"
+
+namespace gpuslice::mock::testing {
+namespace {
+
+using MemoryTest = MockDriverTest;
+
+TEST_F(MemoryTest, CallsBeforeCuInitReportNotInitialized) {
+  int count = 0;
+  CUdeviceptr pointer = 0;
+  EXPECT_EQ(cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(cuMemAlloc_v2(&pointer, kMiB), CUDA_ERROR_NOT_INITIALIZED);
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAlloc_v2(&pointer, kMiB), CUDA_ERROR_INVALID_CONTEXT);  // no current context yet
+  EXPECT_EQ(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(MemoryTest, DevicesFollowTheEnvironment) {
+  set_env({{"GPUSLICE_MOCK_DEVICES", "3"},
+           {"GPUSLICE_MOCK_MEMORY", "0=1073741824,2=2147483648"},
+           {"GPUSLICE_MOCK_UUIDS", "GPU-00000000-1111-2222-3333-444444444444"}});
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  int count = 0;
+  ASSERT_EQ(cuDeviceGetCount(&count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 3);
+  size_t total = 0;
+  ASSERT_EQ(cuDeviceTotalMem_v2(&total, 0), CUDA_SUCCESS);
+  EXPECT_EQ(total, kGiB);
+  ASSERT_EQ(cuDeviceTotalMem_v2(&total, 1), CUDA_SUCCESS);
+  EXPECT_EQ(total, 85899345920ULL);
+  ASSERT_EQ(cuDeviceTotalMem_v2(&total, 2), CUDA_SUCCESS);
+  EXPECT_EQ(total, 2 * kGiB);
+  EXPECT_EQ(cuDeviceTotalMem_v2(&total, 3), CUDA_ERROR_INVALID_DEVICE);
+
+  char name[64] = {};
+  ASSERT_EQ(cuDeviceGetName(name, sizeof(name), 1), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "gpuslice mock GPU");
+  CUuuid uuid{};
+  ASSERT_EQ(cuDeviceGetUuid_v2(&uuid, 0), CUDA_SUCCESS);
+  const unsigned char given[16] = {0, 0, 0, 0, 0x11, 0x11, 0x22, 0x22, 0x33, 0x33, 0x44, 0x44, 0x44, 0x44, 0x44, 0x44};
+  EXPECT_EQ(std::memcmp(uuid.bytes, given, 16), 0);
+  ASSERT_EQ(cuDeviceGetUuid(&uuid, 1), CUDA_SUCCESS);  // default: GPU-6d6f636b-0000-4000-8000-000000000001
+  const unsigned char fallback[16] = {0x6d, 0x6f, 0x63, 0x6b, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0x01};
+  EXPECT_EQ(std::memcmp(uuid.bytes, fallback, 16), 0);
+}
+
+TEST_F(MemoryTest, MalformedEnvironmentRefusesToInitialise) {
+  set_env({{"GPUSLICE_MOCK_MEMORY", "12Gi"}});
+  EXPECT_EQ(cuInit(0), CUDA_ERROR_INVALID_VALUE);
+  set_env({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_UUIDS", "GPU-not-a-uuid"}});
+  EXPECT_EQ(cuInit(0), CUDA_ERROR_INVALID_VALUE);
+  set_env({{"GPUSLICE_MOCK_UUIDS", ""}, {"GPUSLICE_MOCK_DEVICES", "0"}});
+  EXPECT_EQ(cuInit(0), CUDA_ERROR_NO_DEVICE);
+  set_env({{"GPUSLICE_MOCK_DEVICES", "17"}});
+  EXPECT_EQ(cuInit(0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(MemoryTest, ContextFootprintIsChargedOncePerProcessAndDevice) {
+  CUcontext primary =
+      start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "67108864"}});
+  EXPECT_EQ(free_bytes(), kGiB - 64 * kMiB);
+  EXPECT_EQ(nvml_used(0), 64 * kMiB);
+  EXPECT_EQ(nvml_used(1), 0u);
+
+  CUcontext created = nullptr;
+  ASSERT_EQ(cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+  CUcontext current = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, created);
+  EXPECT_EQ(free_bytes(), kGiB - 64 * kMiB);
+  ASSERT_EQ(cuCtxDestroy_v2(created), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr);
+  EXPECT_EQ(cuCtxDestroy_v2(primary), CUDA_ERROR_INVALID_CONTEXT);  // primary: release, not destroy
+
+  CUcontext again = nullptr;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&again, 0), CUDA_SUCCESS);
+  EXPECT_EQ(again, primary);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(0), 64 * kMiB);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(0), 0u);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxSetCurrent(primary), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(MemoryTest, ContextsArePerThread) {
+  CUcontext context = start();
+  CUcontext seen_by_other = context;
+  CUdevice device_seen = -1;
+  CUresult without_context = CUDA_SUCCESS;
+  std::thread other([&] {
+    cuCtxGetCurrent(&seen_by_other);
+    without_context = cuCtxGetDevice(&device_seen);
+    cuCtxSetCurrent(context);
+    cuCtxGetDevice(&device_seen);
+  });
+  other.join();
+  EXPECT_EQ(seen_by_other, nullptr);
+  EXPECT_EQ(without_context, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(device_seen, 0);
+}
+
+TEST_F(MemoryTest, MemoryIsRealAndAccounted) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr pointer = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&pointer, 100 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB - 100 * kMiB);
+  std::vector<unsigned char> written(4096), read(4096);
+  for (size_t i = 0; i < written.size(); ++i) written[i] = static_cast<unsigned char>(i * 7);
+  ASSERT_EQ(cuMemcpyHtoD_v2(pointer + 50 * kMiB, written.data(), written.size()), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(read.data(), pointer + 50 * kMiB, read.size()), CUDA_SUCCESS);
+  EXPECT_EQ(written, read);
+  ASSERT_EQ(cuMemFree_v2(pointer), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB);
+}
+
+TEST_F(MemoryTest, InvalidFreesAreRejected) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr pointer = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&pointer, kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree_v2(pointer + 4096), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemFree_v2(pointer), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(pointer), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFreeAsync(pointer, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemRelease(12345), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAlloc_v2(&pointer, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(free_bytes(), kGiB);
+}
+
+// One allocation API under test: allocates `bytes` (or as close as its shape allows, reported
+// through *charged) and frees what it allocated.
+struct AllocationApi {
+  const char* name;
+  std::function<CUresult(std::uint64_t bytes, std::uintptr_t* handle)> allocate;
+  std::function<CUresult(std::uintptr_t handle)> release;
+};
+
+class EveryAllocationApi : public MockDriverTest, public ::testing::WithParamInterface<AllocationApi> {};
+
+CUmemoryPool g_pool = nullptr;  // created per test by the fixture body
+
+std::vector<AllocationApi> allocation_apis() {
+  auto free_linear = [](std::uintptr_t handle) { return cuMemFree_v2(handle); };
+  auto free_async = [](std::uintptr_t handle) { return cuMemFreeAsync(handle, nullptr); };
+  auto free_async_ptsz = [](std::uintptr_t handle) { return cuMemFreeAsync_ptsz(handle, nullptr); };
+  auto destroy_array = [](std::uintptr_t handle) { return cuArrayDestroy(reinterpret_cast<CUarray>(handle)); };
+  return {
+      {"cuMemAlloc_v2", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAlloc_v2(&pointer, bytes);
+         *handle = pointer;
+         return status;
+       }, free_linear},
+      {"cuMemAllocPitch_v2", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         size_t pitch = 0;
+         CUresult status = cuMemAllocPitch_v2(&pointer, &pitch, kMiB, bytes / kMiB, 4);
+         *handle = pointer;
+         return status;
+       }, free_linear},
+      {"cuMemAllocManaged", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAllocManaged(&pointer, bytes, 1);
+         *handle = pointer;
+         return status;
+       }, free_linear},
+      {"cuMemAllocAsync", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAllocAsync(&pointer, bytes, nullptr);
+         *handle = pointer;
+         return status;
+       }, free_async},
+      {"cuMemAllocAsync_ptsz", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAllocAsync_ptsz(&pointer, bytes, nullptr);
+         *handle = pointer;
+         return status;
+       }, free_async_ptsz},
+      {"cuMemAllocFromPoolAsync", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAllocFromPoolAsync(&pointer, bytes, g_pool, nullptr);
+         *handle = pointer;
+         return status;
+       }, free_async},
+      {"cuMemAllocFromPoolAsync_ptsz", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUdeviceptr pointer = 0;
+         CUresult status = cuMemAllocFromPoolAsync_ptsz(&pointer, bytes, g_pool, nullptr);
+         *handle = pointer;
+         return status;
+       }, free_async},
+      {"cuMemCreate", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUmemAllocationProp prop{};
+         prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+         prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+         CUmemGenericAllocationHandle created = 0;
+         CUresult status = cuMemCreate(&created, bytes, &prop, 0);
+         *handle = created;
+         return status;
+       }, [](std::uintptr_t handle) { return cuMemRelease(handle); }},
+      {"cuArrayCreate_v2", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUDA_ARRAY_DESCRIPTOR description{kMiB / 16, bytes / kMiB, CU_AD_FORMAT_FLOAT, 4};  // 16-byte texels
+         CUarray array = nullptr;
+         CUresult status = cuArrayCreate_v2(&array, &description);
+         *handle = reinterpret_cast<std::uintptr_t>(array);
+         return status;
+       }, destroy_array},
+      {"cuArray3DCreate_v2", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         CUDA_ARRAY3D_DESCRIPTOR description{kMiB / 2, 2, bytes / kMiB / 2, CU_AD_FORMAT_HALF, 1, 0};
+         CUarray array = nullptr;
+         CUresult status = cuArray3DCreate_v2(&array, &description);
+         *handle = reinterpret_cast<std::uintptr_t>(array);
+         return status;
+       }, destroy_array},
+      {"cuMipmappedArrayCreate", [](std::uint64_t bytes, std::uintptr_t* handle) {
+         // One level: the whole array; mip chains are covered by MipmapLevelsAreSummed.
+         CUDA_ARRAY3D_DESCRIPTOR description{kMiB, bytes / kMiB, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+         CUmipmappedArray array = nullptr;
+         CUresult status = cuMipmappedArrayCreate(&array, &description, 1);
+         *handle = reinterpret_cast<std::uintptr_t>(array);
+         return status;
+       }, [](std::uintptr_t handle) {
+         return cuMipmappedArrayDestroy(reinterpret_cast<CUmipmappedArray>(handle));
+       }},
+  };
+}
+
+TEST_P(EveryAllocationApi, ChargesTheDeviceAndRefusesBeyondIt) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  struct PoolProps {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType handle_types;
+    CUmemLocation location;
+    void* security;
+    size_t max_size;
+    unsigned short usage;
+    unsigned char reserved[54];
+  } props{CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_NONE, {CU_MEM_LOCATION_TYPE_DEVICE, 0}, nullptr, 0, 0, {}};
+  ASSERT_EQ(cuMemPoolCreate(&g_pool, reinterpret_cast<const CUmemPoolProps*>(&props)), CUDA_SUCCESS);
+
+  const AllocationApi& api = GetParam();
+  std::uintptr_t first = 0;
+  ASSERT_EQ(api.allocate(768 * kMiB, &first), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), 256 * kMiB);
+  EXPECT_EQ(nvml_used(0), 768 * kMiB);
+  std::uintptr_t second = 0;
+  EXPECT_EQ(api.allocate(512 * kMiB, &second), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(free_bytes(), 256 * kMiB);  // a refusal changes nothing
+  ASSERT_EQ(api.allocate(256 * kMiB, &second), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), 0u);
+  EXPECT_EQ(api.release(first), CUDA_SUCCESS);
+  EXPECT_EQ(api.release(second), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB);
+  EXPECT_NE(api.release(first), CUDA_SUCCESS);  // double free
+  EXPECT_EQ(cuMemPoolDestroy(g_pool), CUDA_SUCCESS);
+}
+
+INSTANTIATE_TEST_SUITE_P(MockDriver, EveryAllocationApi, ::testing::ValuesIn(allocation_apis()),
+                         [](const ::testing::TestParamInfo<AllocationApi>& info) { return std::string(info.param.name); });
+
+TEST_F(MemoryTest, PitchIsRoundedTo512Bytes) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr pointer = 0;
+  size_t pitch = 0;
+  ASSERT_EQ(cuMemAllocPitch_v2(&pointer, &pitch, 1000, 100, 4), CUDA_SUCCESS);
+  EXPECT_EQ(pitch, 1024u);
+  EXPECT_EQ(free_bytes(), kGiB - 1024 * 100);
+  EXPECT_EQ(cuMemAllocPitch_v2(&pointer, &pitch, 1000, 100, 3), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(MemoryTest, MipmapLevelsAreSummed) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUDA_ARRAY3D_DESCRIPTOR description{1024, 512, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+  CUmipmappedArray array = nullptr;
+  ASSERT_EQ(cuMipmappedArrayCreate(&array, &description, 3), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB - 4 * (1024 * 512 + 512 * 256 + 256 * 128));
+  ASSERT_EQ(cuMipmappedArrayDestroy(array), CUDA_SUCCESS);
+  EXPECT_EQ(cuMipmappedArrayDestroy(array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(free_bytes(), kGiB);
+}
+
+TEST_F(MemoryTest, DefaultPoolsBelongToTheirDevice) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUmemoryPool pool0 = nullptr;
+  CUmemoryPool pool1 = nullptr;
+  ASSERT_EQ(cuDeviceGetDefaultMemPool(&pool0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetDefaultMemPool(&pool1, 1), CUDA_SUCCESS);
+  EXPECT_NE(pool0, pool1);
+  EXPECT_EQ(cuMemPoolDestroy(pool0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemPoolTrimTo(pool1, 0), CUDA_SUCCESS);
+  CUdeviceptr pointer = 0;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&pointer, 64 * kMiB, pool1, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB);  // device 0 is current; the pool put it on device 1
+  EXPECT_EQ(nvml_used(1), 64 * kMiB);
+  ASSERT_EQ(cuMemFreeAsync(pointer, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(1), 0u);
+}
+
+TEST_F(MemoryTest, VmmMappingsAliasAndStayChargedUntilUnmapped) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  constexpr size_t kChunk = 2 * kMiB;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(cuMemCreate(&handle, 4096, &prop, 0), CUDA_ERROR_INVALID_VALUE);  // below the granularity
+  ASSERT_EQ(cuMemCreate(&handle, kChunk, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB - kChunk);
+
+  CUdeviceptr base = 0;
+  ASSERT_EQ(cuMemAddressReserve(&base, 3 * kChunk, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(base % kChunk, 0u);
+  ASSERT_EQ(cuMemMap(base, kChunk, 0, handle, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(base + kChunk, kChunk, 0, handle, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemMap(base, kChunk, 0, handle, 0), CUDA_ERROR_INVALID_VALUE);  // already mapped
+  EXPECT_EQ(free_bytes(), kGiB - kChunk);  // physical memory is charged once, however often mapped
+
+  const char message[] = "written through the first mapping";
+  char read[sizeof(message)] = {};
+  EXPECT_EQ(cuMemcpyHtoD_v2(base, message, sizeof(message)), CUDA_ERROR_INVALID_VALUE);  // no access yet
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 3};
+  ASSERT_EQ(cuMemSetAccess(base, 2 * kChunk, &access, 1), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemSetAccess(base, 3 * kChunk, &access, 1), CUDA_ERROR_INVALID_VALUE);  // third chunk unmapped
+  ASSERT_EQ(cuMemcpyHtoD_v2(base, message, sizeof(message)), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(read, base + kChunk, sizeof(read)), CUDA_SUCCESS);
+  EXPECT_STREQ(read, message);
+  // A copy may run across adjacent mappings, not past them.
+  std::vector<char> span(kChunk + 16);
+  EXPECT_EQ(cuMemcpyDtoH_v2(span.data(), base + kChunk - 8, span.size()), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemcpyDtoH_v2(span.data(), base + 2 * kChunk - 8, 16), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_EQ(cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(free_bytes(), kGiB - kChunk);  // still mapped
+  EXPECT_EQ(cuMemAddressFree(base, 3 * kChunk), CUDA_ERROR_INVALID_VALUE);  // mappings remain
+  ASSERT_EQ(cuMemUnmap(base, 2 * kChunk), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB);
+  ASSERT_EQ(cuMemAddressFree(base, 3 * kChunk), CUDA_SUCCESS);
+}
+
+TEST_F(MemoryTest, CopiesCheckTheDeviceSide) {
+  start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&a, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc_v2(&b, 4096), CUDA_SUCCESS);
+  unsigned char host[4096];
+  std::memset(host, 0x5a, sizeof(host));
+  EXPECT_EQ(cuMemcpyHtoD_v2(a + 1, host, sizeof(host)), CUDA_ERROR_INVALID_VALUE);  // one byte past the end
+  ASSERT_EQ(cuMemcpyHtoDAsync_v2(a, host, sizeof(host), nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoD_v2(b, a, 4096), CUDA_SUCCESS);
+  unsigned char back[4096] = {};
+  ASSERT_EQ(cuMemcpyDtoHAsync_v2_ptsz(back, b, sizeof(back), nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(host, back, sizeof(back)), 0);
+  // Unified addressing: cuMemcpy takes host memory on either side.
+  unsigned char unified[16] = {};
+  ASSERT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(unified), b, sizeof(unified)), CUDA_SUCCESS);
+  EXPECT_EQ(unified[15], 0x5a);
+  EXPECT_EQ(cuMemcpyAsync(b + 4090, reinterpret_cast<CUdeviceptr>(unified), sizeof(unified), nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemFree_v2(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemcpyDtoH_v2(back, a, 16), CUDA_ERROR_INVALID_VALUE);  // freed
+}
+
+TEST_F(MemoryTest, DestroyingAContextFreesItsMemory) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUcontext created = nullptr;
+  ASSERT_EQ(cuCtxCreate_v4(&created, nullptr, 0, 1), CUDA_SUCCESS);
+  CUdeviceptr pointer = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&pointer, 100 * kMiB), CUDA_SUCCESS);
+  CUDA_ARRAY_DESCRIPTOR description{1024, 1024, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+  CUarray array = nullptr;
+  ASSERT_EQ(cuArrayCreate_v2(&array, &description), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(1), 101 * kMiB);
+  ASSERT_EQ(cuCtxDestroy_v2(created), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(1), 0u);
+  EXPECT_EQ(cuArrayDestroy(array), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(MemoryTest, ConcurrentAllocationsKeepTheAccountingExact) {
+  start({{"GPUSLICE_MOCK_MEMORY", "67108864"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});  // 64 MiB
+  CUcontext context = nullptr;
+  ASSERT_EQ(cuCtxGetCurrent(&context), CUDA_SUCCESS);
+  std::atomic<int> refusals{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      cuCtxSetCurrent(context);
+      std::vector<CUdeviceptr> held;
+      for (int i = 0; i < 200; ++i) {
+        CUdeviceptr pointer = 0;
+        CUresult status = cuMemAlloc_v2(&pointer, 17 * kMiB);
+        if (status == CUDA_SUCCESS) {
+          held.push_back(pointer);
+        } else if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+          refusals.fetch_add(1);
+        }
+        if (held.size() > 3 || (status != CUDA_SUCCESS && !held.empty())) {
+          cuMemFree_v2(held.back());
+          held.pop_back();
+        }
+      }
+      for (CUdeviceptr pointer : held) cuMemFree_v2(pointer);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_GT(refusals.load(), 0);  // even one thread's 4 chunks of 17 MiB exceed 64 MiB
+  EXPECT_EQ(free_bytes(), 64 * kMiB);
+  EXPECT_EQ(nvml_used(0), 0u);
+}
+
+}  // namespace
+}  // namespace gpuslice::mock::testing

@@ -1,0 +1,313 @@
+// Ledger behaviour within one process. Each Ledger instance opens its own file description, so
+// several instances in one test stand for several processes of a container.
+#include "shared_state/ledger.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shared_state/layout.h"
+#include "test_util.h"
+
+namespace gpuslice::shm {
+namespace {
+
+using testing::TempDir;
+constexpr char kUuid[] = "GPU-11111111-2222-3333-4444-555555555555";
+constexpr std::uint64_t kTotal = 80ULL << 30;
+
+std::unique_ptr<Ledger> open_ledger(const std::string& path, Ledger::Mode mode) {
+  auto opened = Ledger::open(path, mode);
+  EXPECT_TRUE(opened.ok()) << opened.error();
+  return opened.ok() ? std::move(opened).value() : nullptr;
+}
+
+std::unique_ptr<Ledger> open_process(const std::string& path) {
+  auto ledger = open_ledger(path, Ledger::Mode::Process);
+  if (ledger) {
+    auto registered = ledger->register_process();
+    EXPECT_TRUE(registered.ok()) << registered.error();
+  }
+  return ledger;
+}
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("state");
+    a_ = open_process(path_);
+    ASSERT_NE(a_, nullptr);
+    auto dev = a_->attach_device(kUuid, 0, kTotal, 100, kNoComputeLimit);
+    ASSERT_TRUE(dev.ok()) << dev.error();
+    dev_ = dev.value();
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::unique_ptr<Ledger> a_;
+  int dev_ = -1;
+};
+
+TEST_F(LedgerTest, AttachFindsExistingRecordAndKeepsItsLimits) {
+  EXPECT_EQ(dev_, 0);
+  auto again = a_->attach_device("gpu-11111111-2222-3333-4444-555555555555", 3, kTotal, 999, 50);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.value(), dev_);
+  EXPECT_EQ(a_->quota(dev_), 100u);
+  EXPECT_EQ(a_->compute_limit(dev_), kNoComputeLimit);
+  auto other = a_->attach_device("GPU-other", 1, kTotal, kUnlimited, 30);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other.value(), 1);
+  EXPECT_EQ(a_->compute_limit(1), 30u);
+  EXPECT_EQ(a_->find_device("GPU-OTHER"), 1);
+  EXPECT_EQ(a_->find_device("GPU-none"), -1);
+  EXPECT_EQ(a_->device_count(), 2);
+}
+
+TEST_F(LedgerTest, AttachRejectsBadInputAndAFullTable) {
+  EXPECT_FALSE(a_->attach_device("", 0, kTotal, 1, 0).ok());
+  EXPECT_FALSE(a_->attach_device(std::string(200, 'u'), 0, kTotal, 1, 0).ok());
+  EXPECT_FALSE(a_->attach_device("GPU-x", 0, kTotal, 1, 101).ok());
+  for (std::uint32_t i = 1; i < layout::kMaxDevices; ++i) {
+    ASSERT_TRUE(a_->attach_device("GPU-" + std::to_string(i), static_cast<int>(i), kTotal, 1, 0).ok());
+  }
+  auto full = a_->attach_device("GPU-one-too-many", 0, kTotal, 1, 0);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.error().find(path_), std::string::npos) << full.error();
+}
+
+TEST_F(LedgerTest, ReservesUpToTheQuotaAndNoFurther) {
+  EXPECT_TRUE(a_->try_reserve(dev_, 60));
+  EXPECT_TRUE(a_->try_reserve(dev_, 40));
+  EXPECT_FALSE(a_->try_reserve(dev_, 1));
+  EXPECT_EQ(a_->used(dev_), 100u);
+  a_->release(dev_, 50);
+  EXPECT_EQ(a_->used(dev_), 50u);
+  EXPECT_FALSE(a_->try_reserve(dev_, 51));
+  EXPECT_TRUE(a_->try_reserve(dev_, 50));
+  EXPECT_EQ(a_->used_by_self(dev_), 100u);
+  EXPECT_TRUE(a_->try_reserve(dev_, 0));
+}
+
+TEST_F(LedgerTest, ARequestLargerThanTheQuotaFailsWithoutCharging) {
+  EXPECT_FALSE(a_->try_reserve(dev_, ~0ULL));
+  EXPECT_FALSE(a_->try_reserve(dev_, 101));
+  EXPECT_EQ(a_->used(dev_), 0u);
+  EXPECT_TRUE(a_->try_reserve(dev_, 100));
+}
+
+TEST_F(LedgerTest, ProcessesShareOneQuota) {
+  auto b = open_process(path_);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(b->slot_index(), a_->slot_index());
+  ASSERT_TRUE(a_->try_reserve(dev_, 70));
+  EXPECT_FALSE(b->try_reserve(dev_, 40));
+  EXPECT_TRUE(b->try_reserve(dev_, 30));
+  EXPECT_EQ(b->used(dev_), 100u);
+  EXPECT_EQ(b->used_by_self(dev_), 30u);
+  EXPECT_EQ(a_->used_by_self(dev_), 70u);
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  EXPECT_EQ(observer->used(dev_), 100u);
+}
+
+TEST_F(LedgerTest, LiveQuotaChangeAppliesToTheNextReservation) {
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  ASSERT_TRUE(a_->try_reserve(dev_, 80));
+  observer->set_quota(dev_, 50);
+  EXPECT_EQ(a_->quota(dev_), 50u);
+  EXPECT_FALSE(a_->try_reserve(dev_, 1));
+  EXPECT_EQ(a_->used(dev_), 80u) << "lowering the quota must not take memory away";
+  observer->set_quota(dev_, 200);
+  EXPECT_TRUE(a_->try_reserve(dev_, 120));
+  EXPECT_FALSE(a_->try_reserve(dev_, 1));
+  observer->set_quota(dev_, kUnlimited);
+  EXPECT_TRUE(a_->try_reserve(dev_, 1ULL << 40));
+  EXPECT_EQ(observer->used(dev_), 200u + (1ULL << 40));
+}
+
+TEST_F(LedgerTest, LiveComputeLimitIsVisibleEverywhere) {
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  const std::atomic<std::uint32_t>* source = a_->compute_limit_source(dev_);
+  ASSERT_NE(source, nullptr);
+  observer->set_compute_limit(dev_, 40);
+  EXPECT_EQ(a_->compute_limit(dev_), 40u);
+  EXPECT_EQ(source->load(), 40u);
+  observer->set_compute_limit(dev_, 250);
+  EXPECT_EQ(a_->compute_limit(dev_), 100u);
+  EXPECT_EQ(a_->compute_limit_source(7), nullptr);
+}
+
+TEST_F(LedgerTest, SnapshotShowsDevicesProcessesAndCounters) {
+  auto b = open_process(path_);
+  ASSERT_TRUE(a_->try_reserve(dev_, 10));
+  ASSERT_TRUE(b->try_reserve(dev_, 20));
+  a_->add_busy_ns(dev_, 1234);
+  a_->count_refusal(dev_);
+  a_->count_refusal(dev_);
+  a_->set_host_pid(4242);
+  Snapshot snap = open_ledger(path_, Ledger::Mode::Observer)->snapshot();
+  EXPECT_EQ(snap.path, path_);
+  ASSERT_EQ(snap.devices.size(), 1u);
+  EXPECT_EQ(snap.devices[0].uuid, kUuid);
+  EXPECT_EQ(snap.devices[0].record, dev_);
+  EXPECT_EQ(snap.devices[0].quota, 100u);
+  EXPECT_EQ(snap.devices[0].used, 30u);
+  EXPECT_EQ(snap.devices[0].total_bytes, kTotal);
+  EXPECT_EQ(snap.devices[0].refused_allocations, 2u);
+  ASSERT_EQ(snap.processes.size(), 2u);
+  const ProcessRow& first = snap.processes[0].slot == a_->slot_index() ? snap.processes[0] : snap.processes[1];
+  const ProcessRow& second = &first == &snap.processes[0] ? snap.processes[1] : snap.processes[0];
+  EXPECT_EQ(first.pid, getpid());
+  EXPECT_EQ(first.host_pid, 4242);
+  EXPECT_FALSE(first.command.empty());
+  ASSERT_EQ(first.used_by_device.size(), 1u);
+  EXPECT_EQ(first.used_by_device[0], 10u);
+  EXPECT_EQ(first.busy_ns_by_device[0], 1234u);
+  EXPECT_EQ(second.used_by_device[0], 20u);
+  EXPECT_EQ(second.busy_ns_by_device[0], 0u);
+}
+
+TEST_F(LedgerTest, ClosingAProcessReturnsItsBytesAndItsSlot) {
+  auto b = open_process(path_);
+  int b_slot = b->slot_index();
+  ASSERT_TRUE(b->try_reserve(dev_, 90));
+  b.reset();
+  EXPECT_EQ(a_->used(dev_), 0u);
+  auto c = open_process(path_);
+  EXPECT_EQ(c->slot_index(), b_slot) << "a freed slot is reused, keeping the scan short";
+  EXPECT_TRUE(c->try_reserve(dev_, 100));
+}
+
+TEST_F(LedgerTest, ReleasingMoreThanHeldOnlyReturnsWhatWasHeld) {
+  auto b = open_process(path_);
+  ASSERT_TRUE(a_->try_reserve(dev_, 30));
+  ASSERT_TRUE(b->try_reserve(dev_, 30));
+  b->release(dev_, 1000);
+  EXPECT_EQ(a_->used(dev_), 30u);
+  EXPECT_EQ(a_->used_by_self(dev_), 30u);
+  EXPECT_TRUE(b->try_reserve(dev_, 70));
+}
+
+TEST_F(LedgerTest, ObserverHoldsNoSlot) {
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  EXPECT_FALSE(observer->register_process().ok());
+  EXPECT_FALSE(observer->try_reserve(dev_, 1));
+  EXPECT_EQ(observer->slot_index(), -1);
+  EXPECT_EQ(observer->reap_dead(), 0) << "live processes are never reaped";
+}
+
+TEST_F(LedgerTest, UnknownDevicesAreRefusedAndReportNoQuota) {
+  EXPECT_FALSE(a_->try_reserve(5, 1));
+  EXPECT_FALSE(a_->try_reserve(-1, 1));
+  EXPECT_EQ(a_->quota(99), 0u) << "an unknown device must never look unlimited";
+  EXPECT_EQ(a_->used(5), 0u);
+  EXPECT_EQ(a_->compute_state(5), nullptr);
+  EXPECT_NE(a_->compute_state(dev_), nullptr);
+}
+
+TEST_F(LedgerTest, ProcessModeRegistersOnFirstReservation) {
+  auto b = open_ledger(path_, Ledger::Mode::Process);
+  EXPECT_EQ(b->slot_index(), -1);
+  EXPECT_TRUE(b->try_reserve(dev_, 5));
+  EXPECT_GE(b->slot_index(), 0);
+  EXPECT_EQ(b->used_by_self(dev_), 5u);
+}
+
+TEST_F(LedgerTest, ReadOnlyFileCanStillBeObserved) {
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores file permissions";
+  ASSERT_TRUE(a_->try_reserve(dev_, 10));
+  ASSERT_EQ(chmod(path_.c_str(), 0444), 0);
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  ASSERT_NE(observer, nullptr);
+  EXPECT_EQ(observer->used(dev_), 10u);
+  observer->set_quota(dev_, 1);
+  EXPECT_EQ(a_->quota(dev_), 100u);
+  EXPECT_FALSE(Ledger::open(path_, Ledger::Mode::Process).ok());
+}
+
+TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
+  TempDir dir;
+  std::string path = dir.file("state");
+  constexpr int kOpeners = 8;
+  std::vector<std::unique_ptr<Ledger>> ledgers(kOpeners);
+  std::vector<int> devices(kOpeners, -2);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kOpeners) std::this_thread::yield();
+      auto opened = Ledger::open(path, Ledger::Mode::Process);
+      if (!opened.ok()) return;
+      ledgers[i] = std::move(opened).value();
+      auto dev = ledgers[i]->attach_device(kUuid, 0, kTotal, 1000, 0);
+      devices[i] = dev.ok() ? dev.value() : -3;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kOpeners; ++i) {
+    ASSERT_NE(ledgers[i], nullptr) << i;
+    EXPECT_EQ(devices[i], 0) << i;
+  }
+  EXPECT_EQ(ledgers[0]->device_count(), 1);
+  // No temporary files are left behind by the losers of the creation race.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(LedgerConcurrency, ThreadsOfSeveralProcessesNeverExceedTheQuota) {
+  TempDir dir;
+  std::string path = dir.file("state");
+  constexpr std::uint64_t kQuota = 1000;
+  constexpr int kProcesses = 3, kThreads = 2, kOps = 4000;
+  std::vector<std::unique_ptr<Ledger>> processes;
+  for (int p = 0; p < kProcesses; ++p) processes.push_back(open_process(path));
+  int dev = processes[0]->attach_device(kUuid, 0, kTotal, kQuota, 0).value();
+  auto observer = open_ledger(path, Ledger::Mode::Observer);
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> worst{0};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      std::uint64_t u = observer->used(dev);
+      if (u > worst.load()) worst.store(u);
+    }
+  });
+  std::vector<std::uint64_t> live(kProcesses * kThreads, 0);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kProcesses * kThreads; ++w) {
+    workers.emplace_back([&, w] {
+      Ledger& ledger = *processes[w / kThreads];
+      std::mt19937 rng(static_cast<unsigned>(w) * 7919u);
+      std::vector<std::uint64_t> held;
+      for (int i = 0; i < kOps; ++i) {
+        if (held.empty() || rng() % 2 == 0) {
+          std::uint64_t size = 1 + rng() % 200;
+          if (ledger.try_reserve(dev, size)) held.push_back(size);
+        } else {
+          std::size_t k = rng() % held.size();
+          ledger.release(dev, held[k]);
+          held[k] = held.back();
+          held.pop_back();
+        }
+      }
+      for (std::uint64_t h : held) live[w] += h;
+    });
+  }
+  for (auto& t : workers) t.join();
+  done.store(true);
+  sampler.join();
+  std::uint64_t expected = 0;
+  for (std::uint64_t v : live) expected += v;
+  EXPECT_LE(worst.load(), kQuota);
+  EXPECT_EQ(observer->used(dev), expected);
+}
+
+}  // namespace
+}  // namespace gpuslice::shm
