@@ -20,7 +20,7 @@ deps-test:
 
 run: deps-run
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD) -j$(JOBS) --target gpuslice_preload gpuslice_cli gpuslice-demo mock_cuda mock_nvml
+	cmake --build $(BUILD) -j$(JOBS) --target gpuslice_preload gpuslice_cli gpuslice-demo gpuslice_mock_cuda gpuslice_mock_nvml
 	scripts/demo.sh $(BUILD)
 
 test: deps-test

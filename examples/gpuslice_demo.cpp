@@ -42,29 +42,46 @@ struct Driver {
 
 const char* error_name(CUresult status) {
   switch (status) {
-    case CUDA_SUCCESS: return "CUDA_SUCCESS";
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_DEINITIALIZED: return "CUDA_ERROR_DEINITIALIZED";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
-    case CUDA_ERROR_INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
-    case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
-    case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
-    case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
-    case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
-    case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
-    case CUDA_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED";
-    case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
-    case CUDA_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN";
+    case CUDA_SUCCESS:
+      return "CUDA_SUCCESS";
+    case CUDA_ERROR_INVALID_VALUE:
+      return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED:
+      return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_DEINITIALIZED:
+      return "CUDA_ERROR_DEINITIALIZED";
+    case CUDA_ERROR_NO_DEVICE:
+      return "CUDA_ERROR_NO_DEVICE";
+    case CUDA_ERROR_INVALID_DEVICE:
+      return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_INVALID_IMAGE:
+      return "CUDA_ERROR_INVALID_IMAGE";
+    case CUDA_ERROR_INVALID_CONTEXT:
+      return "CUDA_ERROR_INVALID_CONTEXT";
+    case CUDA_ERROR_INVALID_HANDLE:
+      return "CUDA_ERROR_INVALID_HANDLE";
+    case CUDA_ERROR_NOT_FOUND:
+      return "CUDA_ERROR_NOT_FOUND";
+    case CUDA_ERROR_NOT_READY:
+      return "CUDA_ERROR_NOT_READY";
+    case CUDA_ERROR_LAUNCH_FAILED:
+      return "CUDA_ERROR_LAUNCH_FAILED";
+    case CUDA_ERROR_NOT_PERMITTED:
+      return "CUDA_ERROR_NOT_PERMITTED";
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return "CUDA_ERROR_NOT_SUPPORTED";
+    case CUDA_ERROR_UNKNOWN:
+      return "CUDA_ERROR_UNKNOWN";
   }
   return "CUDA_ERROR_(unlisted)";
 }
 
 void print_failure(const Driver& driver, const char* call, CUresult status) {
   const char* text = nullptr;
-  if (driver.get_error_string == nullptr || driver.get_error_string(status, &text) != CUDA_SUCCESS) text = nullptr;
+  if (driver.get_error_string == nullptr || driver.get_error_string(status, &text) != CUDA_SUCCESS)
+    text = nullptr;
   std::printf("demo: %s failed: %s (%d%s%s)\n", call, error_name(status), static_cast<int>(status),
               text != nullptr ? ", " : "", text != nullptr ? text : "");
 }
@@ -92,7 +109,8 @@ bool load_driver(Driver* driver) {
     std::fprintf(stderr, "demo: cannot load libcuda.so.1: %s\n", dlerror());
     return false;
   }
-  auto get_proc_address = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(library, "cuGetProcAddress_v2"));
+  auto get_proc_address =
+      reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(library, "cuGetProcAddress_v2"));
   if (get_proc_address == nullptr) {
     std::fprintf(stderr, "demo: libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)\n");
     return false;
@@ -139,8 +157,8 @@ int parse_options(int argc, char** argv, Options* options) {
     }
     if (arg == "--no-expect-refusal") {
       options->expect_refusal = false;
-    } else if (arg == "--chunk-mib" && parse_number(i + 1 < argc ? argv[i + 1] : nullptr, 1ULL << 20, &value) &&
-               value > 0) {
+    } else if (arg == "--chunk-mib" &&
+               parse_number(i + 1 < argc ? argv[i + 1] : nullptr, 1ULL << 20, &value) && value > 0) {
       options->chunk_mib = value;
       ++i;
     } else if (arg == "--device" && parse_number(i + 1 < argc ? argv[i + 1] : nullptr, 1024, &value)) {
@@ -195,7 +213,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("demo: device %d \"%s\": free %llu MiB of %llu MiB\n", options.device, name,
-              static_cast<unsigned long long>(free_bytes / kMiB), static_cast<unsigned long long>(total_bytes / kMiB));
+              static_cast<unsigned long long>(free_bytes / kMiB),
+              static_cast<unsigned long long>(total_bytes / kMiB));
 
   const std::uint64_t chunk_bytes = options.chunk_mib * kMiB;
   std::vector<CUdeviceptr> chunks;
@@ -239,7 +258,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const std::size_t allocated_ok = refused ? static_cast<std::size_t>(refused_at / chunk_bytes) : chunks.size();
+  const std::size_t allocated_ok =
+      refused ? static_cast<std::size_t>(refused_at / chunk_bytes) : chunks.size();
 
   bool frees_ok = true;
   for (CUdeviceptr pointer : chunks) {

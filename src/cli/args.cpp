@@ -68,7 +68,8 @@ Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv) {
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
-      return make_error("option '" + std::string(name) + "' needs a value (" + std::string(option->value_name) + ")");
+      return make_error("option '" + std::string(name) + "' needs a value (" +
+                        std::string(option->value_name) + ")");
     }
     if (value.empty()) return make_error("option '" + std::string(name) + "' has an empty value");
     parsed.values_.emplace_back(std::string(option->name), std::move(value));
@@ -77,9 +78,9 @@ Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv) {
 }
 
 void print_usage(const CommandSpec& spec, std::FILE* out) {
-  std::fprintf(out, "Usage: gpuslice %.*s %.*s\n\n%.*s\n", static_cast<int>(spec.name.size()), spec.name.data(),
-               static_cast<int>(spec.synopsis.size()), spec.synopsis.data(), static_cast<int>(spec.summary.size()),
-               spec.summary.data());
+  std::fprintf(out, "Usage: gpuslice %.*s %.*s\n\n%.*s\n", static_cast<int>(spec.name.size()),
+               spec.name.data(), static_cast<int>(spec.synopsis.size()), spec.synopsis.data(),
+               static_cast<int>(spec.summary.size()), spec.summary.data());
   std::fprintf(out, "\nOptions:\n");
   std::size_t width = std::strlen("-h, --help");
   auto label = [](const OptionSpec& o) {
@@ -90,8 +91,8 @@ void print_usage(const CommandSpec& spec, std::FILE* out) {
   for (const OptionSpec& o : spec.options) width = std::max(width, label(o).size());
   for (const OptionSpec& o : spec.options) {
     std::string text = label(o);
-    std::fprintf(out, "  %-*s  %.*s\n", static_cast<int>(width), text.c_str(), static_cast<int>(o.help.size()),
-                 o.help.data());
+    std::fprintf(out, "  %-*s  %.*s\n", static_cast<int>(width), text.c_str(),
+                 static_cast<int>(o.help.size()), o.help.data());
   }
   std::fprintf(out, "  %-*s  %s\n", static_cast<int>(width), "-h, --help", "show this help and exit");
   if (!spec.details.empty()) {
@@ -106,7 +107,8 @@ int usage_error(const CommandSpec& spec, const std::string& message) {
 }
 
 int runtime_error(std::string_view command, const std::string& message) {
-  std::fprintf(stderr, "gpuslice %.*s: %s\n", static_cast<int>(command.size()), command.data(), message.c_str());
+  std::fprintf(stderr, "gpuslice %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               message.c_str());
   return kExitRuntime;
 }
 
@@ -164,7 +166,8 @@ Result<std::string> resolve_state_file(const ParsedArgs& args) {
   // Resolve exactly as the interposer does, looking only at the path variables so that an
   // unrelated malformed limit in this shell does not stop `status` from working.
   config::Settings settings = config::load_settings([](const char* name) -> const char* {
-    static constexpr const char* kPathVariables[] = {"GPUSLICE_SHARED_DIR", "CUDA_DEVICE_MEMORY_SHARED_CACHE"};
+    static constexpr const char* kPathVariables[] = {"GPUSLICE_SHARED_DIR",
+                                                     "CUDA_DEVICE_MEMORY_SHARED_CACHE"};
     for (const char* variable : kPathVariables) {
       if (std::strcmp(name, variable) == 0) return std::getenv(name);
     }

@@ -258,7 +258,8 @@ int cmd_profile(int argc, char** argv) {
   });
 
   if (args.has("--json")) {
-    std::string out = "{\"dir\":" + json_string(dir) + ",\"malformed_lines\":" + std::to_string(malformed) + ",\"apis\":[";
+    std::string out =
+        "{\"dir\":" + json_string(dir) + ",\"malformed_lines\":" + std::to_string(malformed) + ",\"apis\":[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       if (i > 0) out += ",";
@@ -273,15 +274,16 @@ int cmd_profile(int argc, char** argv) {
     out += "]}";
     std::printf("%s\n", out.c_str());
   } else {
-    std::printf("Profile %s: %s, %s\n\n", dir.c_str(),
-                have_metrics ? "metrics.log" : "no metrics.log",
-                have_timeline ? ("timeline.log with " + std::to_string(calls) + " calls").c_str() : "no timeline.log");
+    std::printf("Profile %s: %s, %s\n\n", dir.c_str(), have_metrics ? "metrics.log" : "no metrics.log",
+                have_timeline ? ("timeline.log with " + std::to_string(calls) + " calls").c_str()
+                              : "no timeline.log");
     Table table({"API", "COUNT", "TOTAL", "MEAN", "P50", "P99"}, {false, true, true, true, true, true});
     for (const Row& r : rows) {
-      std::string mean = r.count > 0 ? format_duration_ns(static_cast<double>(r.total_ns) / static_cast<double>(r.count))
-                                     : std::string("-");
-      table.add_row({r.api, std::to_string(r.count), format_duration_ns(static_cast<double>(r.total_ns)), mean,
-                     r.p50 ? format_duration_ns(static_cast<double>(*r.p50)) : "-",
+      std::string mean =
+          r.count > 0 ? format_duration_ns(static_cast<double>(r.total_ns) / static_cast<double>(r.count))
+                      : std::string("-");
+      table.add_row({r.api, std::to_string(r.count), format_duration_ns(static_cast<double>(r.total_ns)),
+                     mean, r.p50 ? format_duration_ns(static_cast<double>(*r.p50)) : "-",
                      r.p99 ? format_duration_ns(static_cast<double>(*r.p99)) : "-"});
     }
     table.print(stdout);

@@ -1,6 +1,7 @@
 // gpuslice run: put libgpuslice.so in front of LD_PRELOAD, set the limit variables and become the
 // command (exec), so its exit status and signals are the command's own.
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,6 +46,12 @@ const CommandSpec& run_spec() {
 
 bool readable_file(const std::string& path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
 
+// LD_PRELOAD wants a stable path: the loader resolves a relative one against each program's cwd.
+std::string canonical(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : absolute_path(path);
+}
+
 std::string executable_dir() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -57,26 +64,28 @@ std::string executable_dir() {
 // The library to preload, or an error listing where we looked.
 Result<std::string> find_library(const ParsedArgs& args) {
   if (auto explicit_path = args.value("--library")) {
-    if (!readable_file(*explicit_path)) return make_error("library " + *explicit_path + " (--library) is not readable");
-    return absolute_path(*explicit_path);
+    if (!readable_file(*explicit_path))
+      return make_error("library " + *explicit_path + " (--library) is not readable");
+    return canonical(*explicit_path);
   }
   const char* from_env = getenv("GPUSLICE_LIBRARY");
   if (from_env != nullptr && *from_env != '\0') {
     if (!readable_file(from_env)) {
       return make_error(std::string("library ") + from_env + " ($GPUSLICE_LIBRARY) is not readable");
     }
-    return absolute_path(from_env);
+    return canonical(from_env);
   }
   std::vector<std::string> candidates;
   std::string dir = executable_dir();
   if (!dir.empty()) candidates.push_back(dir + "/../lib/libgpuslice.so");
   candidates.emplace_back("/usr/local/lib/gpuslice/libgpuslice.so");
   for (const std::string& candidate : candidates) {
-    if (readable_file(candidate)) return candidate;
+    if (readable_file(candidate)) return canonical(candidate);
   }
   std::string tried;
   for (const std::string& candidate : candidates) tried += (tried.empty() ? "" : ", ") + candidate;
-  return make_error("libgpuslice.so not found (tried " + tried + "); pass --library PATH or set GPUSLICE_LIBRARY");
+  return make_error("libgpuslice.so not found (tried " + tried +
+                    "); pass --library PATH or set GPUSLICE_LIBRARY");
 }
 
 // Our library first, then the existing entries (separated by ':' or spaces) without a duplicate.
@@ -111,7 +120,8 @@ int cmd_run(int argc, char** argv) {
     print_usage(spec, stdout);
     return kExitOk;
   }
-  if (args.positionals.empty()) return usage_error(spec, "no command given (gpuslice run [options] -- COMMAND ...)");
+  if (args.positionals.empty())
+    return usage_error(spec, "no command given (gpuslice run [options] -- COMMAND ...)");
 
   auto memory = args.value("--memory");
   auto device_limits = args.value("--device-limits");
@@ -125,12 +135,14 @@ int cmd_run(int argc, char** argv) {
       return usage_error(spec, "--device-limits '" + *device_limits +
                                    "' is not a per-device list (DEV=SIZE,...); use --memory for one size");
     }
-    auto values = config::parse_device_values(*device_limits, config::ValueKind::Size, config::SizeDialect::Native);
+    auto values =
+        config::parse_device_values(*device_limits, config::ValueKind::Size, config::SizeDialect::Native);
     if (!values) return usage_error(spec, "--device-limits '" + *device_limits + "': " + values.error());
   }
   auto compute = args.value("--compute");
   if (compute) {
-    auto values = config::parse_device_values(*compute, config::ValueKind::Percent, config::SizeDialect::Native);
+    auto values =
+        config::parse_device_values(*compute, config::ValueKind::Percent, config::SizeDialect::Native);
     if (!values) return usage_error(spec, "--compute '" + *compute + "': " + values.error());
   }
   auto log_level = args.value("--log-level");
@@ -154,7 +166,8 @@ int cmd_run(int argc, char** argv) {
   if (auto dir = args.value("--profile-dir")) {
     ok = ok && setenv("GPUSLICE_PROFILE_DIR", absolute_path(*dir).c_str(), 1) == 0;
   }
-  if (!ok) return runtime_error(spec.name, std::string("cannot set the environment: ") + std::strerror(errno));
+  if (!ok)
+    return runtime_error(spec.name, std::string("cannot set the environment: ") + std::strerror(errno));
 
   std::vector<char*> command;
   for (const std::string& arg : args.positionals) command.push_back(const_cast<char*>(arg.c_str()));
@@ -163,7 +176,8 @@ int cmd_run(int argc, char** argv) {
   execvp(command[0], command.data());
   // Only reached when exec failed; follow the shells' convention for the status.
   int err = errno;
-  std::fprintf(stderr, "gpuslice run: %s: %s\n", command[0], err == ENOENT ? "command not found" : std::strerror(err));
+  std::fprintf(stderr, "gpuslice run: %s: %s\n", command[0],
+               err == ENOENT ? "command not found" : std::strerror(err));
   return err == ENOENT ? 127 : 126;
 }
 

@@ -56,11 +56,14 @@ int cmd_set(int argc, char** argv) {
     print_usage(spec, stdout);
     return kExitOk;
   }
-  if (!args.positionals.empty()) return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
-  if (args.has("--file") && args.has("--shared-dir")) return usage_error(spec, "give --file or --shared-dir, not both");
+  if (!args.positionals.empty())
+    return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
+  if (args.has("--file") && args.has("--shared-dir"))
+    return usage_error(spec, "give --file or --shared-dir, not both");
   auto memory_text = args.value("--memory");
   auto compute_text = args.value("--compute");
-  if (!memory_text && !compute_text) return usage_error(spec, "nothing to set: give --memory and/or --compute");
+  if (!memory_text && !compute_text)
+    return usage_error(spec, "nothing to set: give --memory and/or --compute");
 
   std::optional<std::uint64_t> memory;
   if (memory_text) {
@@ -125,11 +128,11 @@ int cmd_set(int argc, char** argv) {
       auto cap = caps.compute.lookup(row->index, row->uuid);
       unsigned wanted = *compute == shm::kNoComputeLimit ? 100 : *compute;
       if (cap && wanted > *cap) {
-        return runtime_error(spec.name, "refused: " + limits_file + " caps the compute of device " +
-                                            std::to_string(row->record) + " (" + row->uuid + ") at " +
-                                            std::to_string(*cap) + "%; asked for " +
-                                            (*compute == shm::kNoComputeLimit ? std::string("none")
-                                                                              : std::to_string(*compute) + "%"));
+        return runtime_error(
+            spec.name,
+            "refused: " + limits_file + " caps the compute of device " + std::to_string(row->record) + " (" +
+                row->uuid + ") at " + std::to_string(*cap) + "%; asked for " +
+                (*compute == shm::kNoComputeLimit ? std::string("none") : std::to_string(*compute) + "%"));
       }
     }
   }
@@ -150,7 +153,9 @@ int cmd_set(int argc, char** argv) {
     }
     if (compute) {
       ledger.set_compute_limit(row->record, *compute);
-      auto shown = [](unsigned pct) { return pct == shm::kNoComputeLimit ? std::string("none") : std::to_string(pct) + "%"; };
+      auto shown = [](unsigned pct) {
+        return pct == shm::kNoComputeLimit ? std::string("none") : std::to_string(pct) + "%";
+      };
       std::printf("device %d (%s): compute limit %s -> %s\n", row->record, row->uuid.c_str(),
                   shown(row->compute_limit).c_str(), shown(*compute).c_str());
     }

@@ -71,10 +71,11 @@ void print_table(const shm::Snapshot& snap, std::FILE* out) {
     Table devices({"DEV", "CUDA", "UUID", "QUOTA", "USED", "USE%", "COMPUTE", "REFUSED"},
                   {true, true, false, true, true, true, true, true});
     for (const auto& d : snap.devices) {
-      devices.add_row({std::to_string(d.record), std::to_string(d.index), d.uuid, format_bytes(d.quota),
-                       format_bytes(d.used), percent_text(d.used, d.quota),
-                       d.compute_limit == shm::kNoComputeLimit ? "none" : std::to_string(d.compute_limit) + "%",
-                       std::to_string(d.refused_allocations)});
+      devices.add_row(
+          {std::to_string(d.record), std::to_string(d.index), d.uuid, format_bytes(d.quota),
+           format_bytes(d.used), percent_text(d.used, d.quota),
+           d.compute_limit == shm::kNoComputeLimit ? "none" : std::to_string(d.compute_limit) + "%",
+           std::to_string(d.refused_allocations)});
     }
     devices.print(out);
   }
@@ -83,7 +84,8 @@ void print_table(const shm::Snapshot& snap, std::FILE* out) {
     std::fprintf(out, "No live process.\n");
     return;
   }
-  Table processes({"PID", "HOST PID", "DEV", "USED", "SHARE", "COMMAND"}, {true, true, true, true, true, false});
+  Table processes({"PID", "HOST PID", "DEV", "USED", "SHARE", "COMMAND"},
+                  {true, true, true, true, true, false});
   for (const auto& p : snap.processes) {
     std::string host = p.host_pid > 0 ? std::to_string(p.host_pid) : "-";
     if (snap.devices.empty()) processes.add_row({std::to_string(p.pid), host, "-", "-", "-", p.command});
@@ -109,7 +111,8 @@ std::string to_json(const shm::Snapshot& snap) {
     if (d > 0) out += ",";
     out += "{\"record\":" + std::to_string(dev.record) + ",\"cuda_index\":" + std::to_string(dev.index) +
            ",\"uuid\":" + json_string(dev.uuid) + ",\"total_bytes\":" + std::to_string(dev.total_bytes) +
-           ",\"quota_bytes\":" + nullable(dev.quota, shm::kUnlimited) + ",\"used_bytes\":" + std::to_string(dev.used) +
+           ",\"quota_bytes\":" + nullable(dev.quota, shm::kUnlimited) +
+           ",\"used_bytes\":" + std::to_string(dev.used) +
            ",\"compute_limit_percent\":" + nullable(dev.compute_limit, shm::kNoComputeLimit) +
            ",\"refused_allocations\":" + std::to_string(dev.refused_allocations) + "}";
   }
@@ -117,7 +120,8 @@ std::string to_json(const shm::Snapshot& snap) {
   for (std::size_t i = 0; i < snap.processes.size(); ++i) {
     const auto& p = snap.processes[i];
     if (i > 0) out += ",";
-    out += "{\"pid\":" + std::to_string(p.pid) + ",\"host_pid\":" + (p.host_pid > 0 ? std::to_string(p.host_pid) : "null") +
+    out += "{\"pid\":" + std::to_string(p.pid) +
+           ",\"host_pid\":" + (p.host_pid > 0 ? std::to_string(p.host_pid) : "null") +
            ",\"command\":" + json_string(p.command) + ",\"devices\":[";
     for (std::size_t d = 0; d < snap.devices.size(); ++d) {
       std::uint64_t total = device_busy_total(snap, d);
@@ -170,19 +174,23 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool always_watc
     print_usage(spec, stdout);
     return kExitOk;
   }
-  if (!args.positionals.empty()) return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
-  if (args.has("--file") && args.has("--shared-dir")) return usage_error(spec, "give --file or --shared-dir, not both");
+  if (!args.positionals.empty())
+    return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
+  if (args.has("--file") && args.has("--shared-dir"))
+    return usage_error(spec, "give --file or --shared-dir, not both");
   bool watch = always_watch || args.has("--watch");
   std::uint64_t interval_ns = 1000000000ULL;
   if (auto text = args.value("--interval")) {
     auto parsed_interval = parse_interval_seconds(*text);
-    if (!parsed_interval) return usage_error(spec, "--interval '" + *text + "' is not a number of seconds from 0.01 to 86400");
+    if (!parsed_interval)
+      return usage_error(spec, "--interval '" + *text + "' is not a number of seconds from 0.01 to 86400");
     interval_ns = *parsed_interval;
   }
   std::uint64_t iterations = 0;  // 0: until interrupted
   if (auto text = args.value("--iterations")) {
     auto parsed_count = parse_uint(*text);
-    if (!parsed_count || *parsed_count == 0) return usage_error(spec, "--iterations '" + *text + "' is not a positive integer");
+    if (!parsed_count || *parsed_count == 0)
+      return usage_error(spec, "--iterations '" + *text + "' is not a positive integer");
     iterations = *parsed_count;
   }
   if (!watch && (args.has("--interval") || args.has("--iterations"))) {

@@ -24,8 +24,9 @@ constexpr Command kCommands[] = {
 };
 
 void print_help(std::FILE* out) {
-  std::fprintf(out, "Usage: gpuslice COMMAND [options]\n\nShares NVIDIA GPUs between processes and containers.\n\n"
-                    "Commands:\n");
+  std::fprintf(out,
+               "Usage: gpuslice COMMAND [options]\n\nShares NVIDIA GPUs between processes and containers.\n\n"
+               "Commands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-8s  %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'gpuslice COMMAND --help' for a command's options.\n");
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,15 +77,31 @@ void settle(const Reservation& r, CUresult result, AllocKind kind, std::uint64_t
   }
 }
 
-void give_back(AllocKind kind, std::uint64_t key) {
-  if (auto e = untrack_allocation(kind, key)) ledger()->release(e->ledger_dev, e->bytes);
-}
-
 bool memory_active() { return g_memory_active.load(std::memory_order_relaxed); }
+
+// Frees through `free_fn` and gives the bytes back. The entry leaves the table *before* the driver
+// frees: once freed, the driver may hand the same address to another thread at once, whose entry
+// must not be overwritten or removed by ours. The driver call stays inside the in-flight window so a
+// footprint reconciliation never sees the driver's figure and our books disagree.
+template <class Free>
+CUresult release(AllocKind kind, std::uint64_t key, Free&& free_fn) {
+  if (!memory_active()) return free_fn();
+  AllocationInFlight flight;
+  std::optional<AllocEntry> entry = untrack_allocation(kind, key);
+  CUresult r = free_fn();
+  if (!entry) return r;
+  if (r == CUDA_SUCCESS) {
+    ledger()->release(entry->ledger_dev, entry->bytes);
+  } else {
+    track_allocation(kind, key, *entry);  // still allocated: keep accounting for it
+  }
+  return r;
+}
 
 // Allocates through `alloc` (which stores the new handle in `*key`) under the current device's quota.
 template <class Alloc>
 CUresult allocate(DeviceState* d, std::uint64_t bytes, AllocKind kind, Alloc&& alloc) {
+  AllocationInFlight flight;
   Reservation r = reserve(d, bytes);
   if (r.refused) return CUDA_ERROR_OUT_OF_MEMORY;
   std::uint64_t key = 0;
@@ -164,9 +181,7 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigne
 
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   GS_ENTER(cuMemFree_v2);
-  CUresult r = real(dptr);
-  if (r == CUDA_SUCCESS && gs::memory_active()) gs::give_back(AllocKind::Linear, dptr);
-  return r;
+  return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr); });
 }
 
 #define GS_ALLOC_ASYNC(sym)                                                                         \
@@ -200,9 +215,7 @@ GS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
 #define GS_FREE_ASYNC(sym)                                                                \
   GS_EXPORT CUresult sym(CUdeviceptr dptr, CUstream hStream) {                            \
     GS_ENTER(sym);                                                                        \
-    CUresult r = real(dptr, hStream);                                                     \
-    if (r == CUDA_SUCCESS && gs::memory_active()) gs::give_back(AllocKind::Linear, dptr); \
-    return r;                                                                             \
+    return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr, hStream); });   \
   }
 GS_FREE_ASYNC(cuMemFreeAsync)
 GS_FREE_ASYNC(cuMemFreeAsync_ptsz)
@@ -223,9 +236,7 @@ GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size
 
 GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   GS_ENTER(cuMemRelease);
-  CUresult r = real(handle);
-  if (r == CUDA_SUCCESS && gs::memory_active()) gs::give_back(AllocKind::VmmHandle, handle);
-  return r;
+  return gs::release(AllocKind::VmmHandle, handle, [&] { return real(handle); });
 }
 
 GS_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* desc) {
@@ -252,9 +263,7 @@ GS_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCR
 
 GS_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
   GS_ENTER(cuArrayDestroy);
-  CUresult r = real(hArray);
-  if (r == CUDA_SUCCESS && gs::memory_active()) gs::give_back(AllocKind::Array, reinterpret_cast<std::uint64_t>(hArray));
-  return r;
+  return gs::release(AllocKind::Array, reinterpret_cast<std::uint64_t>(hArray), [&] { return real(hArray); });
 }
 
 GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
@@ -276,10 +285,8 @@ GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_
 
 GS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
   GS_ENTER(cuMipmappedArrayDestroy);
-  CUresult r = real(hMipmappedArray);
-  if (r == CUDA_SUCCESS && gs::memory_active())
-    gs::give_back(AllocKind::MipmappedArray, reinterpret_cast<std::uint64_t>(hMipmappedArray));
-  return r;
+  return gs::release(AllocKind::MipmappedArray, reinterpret_cast<std::uint64_t>(hMipmappedArray),
+                     [&] { return real(hMipmappedArray); });
 }
 
 GS_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {

@@ -69,7 +69,9 @@ using gpuslice::interposer::HookId;
 GS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult* symbolStatus) {
   gpuslice::interposer::ProfileScope scope(HookId::cuGetProcAddress_v2);
-  if (CUresult err = gpuslice::interposer::ensure_initialized(); err != CUDA_SUCCESS) return err;
+  // Lookups keep working under a broken configuration: the program then reaches our cuInit, which
+  // fails closed with the message, instead of a confusing "symbol not found".
+  gpuslice::interposer::ensure_initialized();
   auto real = REAL(cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
@@ -79,7 +81,7 @@ GS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaV
 
 GS_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   gpuslice::interposer::ProfileScope scope(HookId::cuGetProcAddress);
-  if (CUresult err = gpuslice::interposer::ensure_initialized(); err != CUDA_SUCCESS) return err;
+  gpuslice::interposer::ensure_initialized();
   auto real = REAL(cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags);

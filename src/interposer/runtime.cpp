@@ -22,6 +22,8 @@ namespace gpuslice::interposer {
 
 std::atomic<bool> g_memory_active{false};
 std::atomic<bool> g_compute_active{false};
+std::atomic<std::uint64_t> g_allocs_in_flight{0};
+std::atomic<std::uint64_t> g_allocs_done{0};
 
 namespace {
 
@@ -322,10 +324,16 @@ void reconcile_context_footprint(DeviceState& d) {
   if (by_uuid(d.uuid, &handle) != NVML_SUCCESS) return;
   nvmlProcessInfo_t infos[256];
   unsigned count = 256;
+  // The driver's figure and our books must describe the same moment: skip the round if any
+  // allocation or free was in progress or completed while NVML was asked.
+  std::uint64_t done_before = g_allocs_done.load(std::memory_order_acquire);
+  if (g_allocs_in_flight.load(std::memory_order_acquire) != 0) return;
   std::uint64_t self_before = l->used_by_self(d.ledger_dev);
   if (processes(handle, &count, infos) != NVML_SUCCESS) return;
   std::uint64_t self_after = l->used_by_self(d.ledger_dev);
-  if (self_before != self_after) return;  // allocations in flight: try again next round
+  if (self_before != self_after || g_allocs_in_flight.load(std::memory_order_acquire) != 0 ||
+      g_allocs_done.load(std::memory_order_acquire) != done_before)
+    return;
   auto pid = static_cast<unsigned>(getpid());
   for (unsigned i = 0; i < count && i < 256; ++i) {
     if (infos[i].pid != pid) continue;

@@ -49,6 +49,22 @@ DeviceState* current_device_state(CUdevice* out_dev = nullptr);
 // Finds or attaches the ledger record of a device known by UUID only (NVML callers); -1 if not limited.
 int ledger_device_for_uuid(const char* uuid, int cuda_index, std::uint64_t physical_total);
 
+// Allocation calls in progress, and a count of those that finished: the footprint reconciliation
+// compares the driver's per-process figure with our books only when no allocation moved meanwhile.
+extern std::atomic<std::uint64_t> g_allocs_in_flight;
+extern std::atomic<std::uint64_t> g_allocs_done;
+
+class AllocationInFlight {
+ public:
+  AllocationInFlight() { g_allocs_in_flight.fetch_add(1, std::memory_order_acq_rel); }
+  ~AllocationInFlight() {
+    g_allocs_done.fetch_add(1, std::memory_order_acq_rel);
+    g_allocs_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  AllocationInFlight(const AllocationInFlight&) = delete;
+  AllocationInFlight& operator=(const AllocationInFlight&) = delete;
+};
+
 // Quota that applies now: the ledger's, capped by the read-only limits file.
 std::uint64_t effective_quota(const DeviceState& d);
 

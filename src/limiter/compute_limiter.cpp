@@ -18,6 +18,8 @@ constexpr auto kAcqRel = std::memory_order_acq_rel;
 constexpr std::uint64_t kMaxRefillNs = 10'000'000'000ULL;
 // How often a thread waiting for another thread's drain looks again.
 constexpr std::uint64_t kCloserPollNs = 200'000;
+// Shortest throttling sleep: below this a sleep costs more than it is worth.
+constexpr std::uint64_t kMinNapNs = 20'000;
 
 bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
 
@@ -63,7 +65,8 @@ std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
 }
 
 void ComputeLimiter::gate(CUstream stream) {
-  if (unlimited(limit_percent()) || shared_ == nullptr) {
+  const unsigned limit_now = limit_percent();
+  if (unlimited(limit_now) || shared_ == nullptr) {
     // A limit lifted mid-window: forget the window rather than charge unthrottled time later.
     if (window_start_ns_.load(kRelaxed) != 0) abandon_window();
     return;
@@ -80,8 +83,10 @@ void ComputeLimiter::gate(CUstream stream) {
     if (start != 0) {
       const std::uint64_t last = std::max(last_launch_ns_.load(kRelaxed), last_sync_ns_.load(kRelaxed));
       const bool gap = elapsed(last, now) >= tuning_.gap_ns;
+      // A lowered limit ends the window at once, so the new limit applies within one launch.
       const bool spent = elapsed(start, now) >= window_budget_ns_.load(kRelaxed) ||
-                         window_launches_.load(kRelaxed) >= launch_cap_.load(kRelaxed);
+                         window_launches_.load(kRelaxed) >= launch_cap_.load(kRelaxed) ||
+                         limit_now < window_limit_.load(kRelaxed);
       if (!gap && !spent) break;  // the common case: inside the window
       if (!try_become_closer()) continue;
       if (window_start_ns_.load(kAcquire) != start) {  // another thread closed it meanwhile
@@ -89,7 +94,7 @@ void ComputeLimiter::gate(CUstream stream) {
         now = clock_.now_ns();
         continue;
       }
-      close_window(stream, now, gap ? CloseReason::Gap : CloseReason::Budget);
+      close_window(stream, gap ? CloseReason::Gap : CloseReason::Budget);
     } else {
       if (!try_become_closer()) continue;
       if (window_start_ns_.load(kAcquire) != 0) {
@@ -97,10 +102,10 @@ void ComputeLimiter::gate(CUstream stream) {
         continue;
       }
     }
-    wait_for_tokens();
+    const std::uint64_t budget = wait_for_turn();
     now = clock_.now_ns();
     const unsigned limit = limit_percent();
-    if (!unlimited(limit)) open_window(now, limit);
+    if (!unlimited(limit)) open_window(now, limit, budget);
     release_closer();
     if (unlimited(limit)) return;
     break;
@@ -114,7 +119,7 @@ void ComputeLimiter::note_host_sync() { last_sync_ns_.store(clock_.now_ns(), kRe
 void ComputeLimiter::settle() {
   if (window_start_ns_.load(kAcquire) == 0 || shared_ == nullptr) return;
   if (!try_become_closer()) return;  // a thread is closing it right now and will charge it
-  close_window(nullptr, clock_.now_ns(), CloseReason::Settle);
+  close_window(nullptr, CloseReason::Settle);
   release_closer();
 }
 
@@ -137,14 +142,14 @@ void ComputeLimiter::wait_for_closer() {
   }
 }
 
-void ComputeLimiter::open_window(std::uint64_t now, unsigned limit) {
-  const std::uint64_t budget = window_budget_ns(limit);
+void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_t budget) {
   const std::uint64_t per_launch = ns_per_launch_.load(kRelaxed);
   std::uint64_t cap = tuning_.initial_launch_cap;
   if (per_launch != 0) {
     cap = std::clamp<std::uint64_t>(budget / per_launch, 1, std::numeric_limits<std::uint32_t>::max() / 2);
   }
   window_budget_ns_.store(budget, kRelaxed);
+  window_limit_.store(limit, kRelaxed);
   launch_cap_.store(static_cast<std::uint32_t>(cap), kRelaxed);
   window_launches_.store(0, kRelaxed);
   last_launch_ns_.store(now, kRelaxed);
@@ -164,7 +169,7 @@ bool ComputeLimiter::stream_capturing(CUstream stream) const {
   return ops_.stream_is_capturing(stream, &status) == CUDA_SUCCESS && status != 0;
 }
 
-void ComputeLimiter::close_window(CUstream stream, std::uint64_t now, CloseReason reason) {
+void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   const std::uint64_t start = window_start_ns_.load(kAcquire);
   if (start == 0) return;
   if (reason != CloseReason::Settle && stream_capturing(stream)) {
@@ -187,19 +192,25 @@ void ComputeLimiter::close_window(CUstream stream, std::uint64_t now, CloseReaso
   }
 
   std::uint64_t end = drain_end;
-  if (reason == CloseReason::Gap && elapsed(drain_start, drain_end) <= tuning_.busy_drain_ns) {
-    // The device went idle somewhere in the pause. A host sync after the last launch says when;
-    // otherwise assume it stayed busy, but not past one window's worth of queued work.
+  bool charge_drain = false;  // a busy drain after a capped pause: charged as a second interval
+  if (reason == CloseReason::Gap) {
+    const bool still_busy = elapsed(drain_start, drain_end) > tuning_.busy_drain_ns;
     const std::uint64_t last_launch = last_launch_ns_.load(kRelaxed);
     const std::uint64_t last_sync = last_sync_ns_.load(kRelaxed);
-    if (last_sync >= last_launch) {
-      end = last_sync;
+    if (!still_busy && last_sync >= last_launch) {
+      // The application waited for its work after the last launch: the device was idle from then.
+      end = std::max(last_sync, start);
     } else {
-      end = std::min(now, last_launch + window_budget_ns_.load(kRelaxed));
+      // Unknown when the device went idle in the pause: count it as busy, but never more than one
+      // window's budget of it. Queued work rarely outlasts that, and a drain slowed by the OS on
+      // an idle device must not turn a long idle pause into a long debt.
+      end = std::max(start, std::min(drain_start, last_launch + window_budget_ns_.load(kRelaxed)));
+      charge_drain = still_busy;
     }
-    end = std::max(end, start);
   }
-  const std::uint64_t charged = charge_interval(start, end);
+  // Oldest first: charge_interval() keeps the union with the container's other processes.
+  std::uint64_t charged = charge_interval(start, end);
+  if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end);
   busy_ns_.fetch_add(charged, kRelaxed);
   windows_.fetch_add(1, kRelaxed);
 
@@ -232,13 +243,54 @@ std::uint64_t ComputeLimiter::charge_interval(std::uint64_t start, std::uint64_t
 void ComputeLimiter::refill(std::uint64_t now, unsigned limit) {
   std::uint64_t last = shared_->refilled_at_ns.load(kAcquire);
   if (now <= last) return;
+  std::uint64_t span = now - last;
+  std::uint64_t until = now;
+  if (span > kMaxRefillNs) {
+    span = kMaxRefillNs;
+  } else {
+    // Credit whole nanoseconds only and leave the remainder for the next refill: frequent small
+    // refills would otherwise round the rate down.
+    const std::uint64_t whole = span * limit / 100;
+    if (whole == 0) return;
+    until = last + (whole * 100 + limit - 1) / limit;
+    span = until - last;
+  }
   // Whoever moves refilled_at forward credits exactly that span, so processes never double-credit.
-  if (!shared_->refilled_at_ns.compare_exchange_strong(last, now, kAcqRel)) return;
-  const std::uint64_t span = std::min(now - last, kMaxRefillNs);
+  if (!shared_->refilled_at_ns.compare_exchange_strong(last, until, kAcqRel)) return;
   const auto credit = static_cast<std::int64_t>(span * limit / 100);
   const std::int64_t cap = burst_cap_ns(limit);
   std::int64_t tokens = shared_->tokens_ns.fetch_add(credit, kAcqRel) + credit;
   while (tokens > cap && !shared_->tokens_ns.compare_exchange_weak(tokens, cap, kAcqRel)) {
+  }
+}
+
+void ComputeLimiter::set_phase_source(const std::atomic<std::uint64_t>* phase_offset_ns) {
+  phase_source_.store(phase_offset_ns, kRelease);
+}
+
+std::uint64_t ComputeLimiter::phase_offset() const {
+  const std::atomic<std::uint64_t>* source = phase_source_.load(kAcquire);
+  return source != nullptr ? source->load(kRelaxed) : kNoPhase;
+}
+
+// Waits until the container may open a window: its budget is not in debt and, with a phase, the
+// current cycle's turn has at least a minimum window left. Returns the window's length.
+std::uint64_t ComputeLimiter::wait_for_turn() {
+  for (;;) {
+    wait_for_tokens();
+    const unsigned limit = limit_percent();
+    const std::uint64_t budget = window_budget_ns(limit);
+    const std::uint64_t phase = phase_offset();
+    if (unlimited(limit) || phase == kNoPhase) return budget;
+    const std::uint64_t period = tuning_.period_ns;
+    const std::uint64_t now = clock_.now_ns();
+    // Position of `now` in the cycle, counted from the start of this container's turn.
+    const std::uint64_t into_turn = (now % period + period - phase % period) % period;
+    if (into_turn < budget && budget - into_turn >= tuning_.min_window_ns) return budget - into_turn;
+    const std::uint64_t nap = std::min(period - into_turn, tuning_.max_sleep_ns);
+    resume_at_ns_.store(now + nap, kRelaxed);
+    clock_.sleep_ns(nap);
+    throttled_ns_.fetch_add(nap, kRelaxed);
   }
 }
 
@@ -253,7 +305,7 @@ void ComputeLimiter::wait_for_tokens() {
     // Debt is repaid at limit% of wall time. Sleep in bounded steps so a new limit, or charges
     // from the container's other processes, are seen promptly.
     const std::uint64_t wait = static_cast<std::uint64_t>(-tokens) * 100 / limit + 1;
-    const std::uint64_t nap = std::min(wait, tuning_.max_sleep_ns);
+    const std::uint64_t nap = std::min(std::max(wait, kMinNapNs), tuning_.max_sleep_ns);
     resume_at_ns_.store(now + nap, kRelaxed);
     clock_.sleep_ns(nap);
     throttled_ns_.fetch_add(nap, kRelaxed);

@@ -64,6 +64,16 @@ class ComputeLimiter {
   // relaxed atomic operations and one clock read: no lock, no allocation, no driver call.
   void gate(CUstream stream);
 
+  // Optional cross-container schedule. Containers whose kernels time-slice on one GPU each charge
+  // wall time that the other partly used, so together they get less than their limits. A node-wide
+  // coordinator (gpuslice-node) that knows every container's limit on the GPU can give each an
+  // offset within a host-wide cycle of Tuning::period_ns (CLOCK_MONOTONIC): the container then
+  // opens windows only inside [offset, offset + limit% of the period) of each cycle, so containers
+  // take turns instead of overlapping. The value is read at each window; kNoPhase (or a null
+  // source) means "whenever the budget allows". Must outlive the limiter.
+  static constexpr std::uint64_t kNoPhase = ~0ULL;
+  void set_phase_source(const std::atomic<std::uint64_t>* phase_offset_ns);
+
   // Called after the application's own synchronisation returned (cuCtxSynchronize,
   // cuStreamSynchronize, cuEventSynchronize, synchronous device-to-host copies): the device had
   // finished the work launched so far, which tells the limiter when a CPU pause began.
@@ -81,10 +91,12 @@ class ComputeLimiter {
   bool try_become_closer();
   void release_closer();
   void wait_for_closer();
-  void open_window(std::uint64_t now, unsigned limit);
-  void close_window(CUstream stream, std::uint64_t now, CloseReason reason);
+  void open_window(std::uint64_t now, unsigned limit, std::uint64_t budget);
+  void close_window(CUstream stream, CloseReason reason);
   void abandon_window();
   void wait_for_tokens();
+  std::uint64_t wait_for_turn();
+  std::uint64_t phase_offset() const;
   void refill(std::uint64_t now, unsigned limit);
   std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end);
   bool stream_capturing(CUstream stream) const;
@@ -95,11 +107,13 @@ class ComputeLimiter {
   DriverOps ops_;
   shm::ComputeShared* shared_;
   const std::atomic<unsigned>* limit_source_;
+  std::atomic<const std::atomic<std::uint64_t>*> phase_source_{nullptr};
   Tuning tuning_;
 
   // Current measuring window of this process; 0 = none open.
   std::atomic<std::uint64_t> window_start_ns_{0};
   std::atomic<std::uint64_t> window_budget_ns_{0};
+  std::atomic<unsigned> window_limit_{0};
   std::atomic<std::uint32_t> window_launches_{0};
   std::atomic<std::uint32_t> launch_cap_{0};
   std::atomic<std::uint64_t> last_launch_ns_{0};

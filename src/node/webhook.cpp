@@ -436,6 +436,7 @@ Result<int> WebhookServer::start() {
   });
   m.server->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   m.server->set_payload_max_length(8 * 1024 * 1024);
+  m.server->set_tcp_nodelay(true);
   unsigned threads = m.server_options.threads ? m.server_options.threads : 1;
   m.server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 

@@ -633,8 +633,8 @@ bool only_flusher_left() {
   const char* p = std::strrchr(buffer, ')');
   if (p == nullptr || p[1] != ' ') return false;
   const char state = p[2];
-  // After ") " come state (field 3) ... num_threads (field 20).
-  for (int field = 3; field < 20; ++field) {
+  // After ") " come state (field 3) ... num_threads (field 20); each step lands before field `field`.
+  for (int field = 3; field <= 20; ++field) {
     p = std::strchr(p + 1, ' ');
     if (p == nullptr) return false;
   }

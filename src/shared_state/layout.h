@@ -24,8 +24,8 @@ inline constexpr std::uint32_t kLayoutVersion = 1;
 
 inline constexpr std::uint32_t kMaxDevices = 16;
 inline constexpr std::uint32_t kMaxSlots = 1024;
-inline constexpr std::size_t kUuidBytes = 96;      // NVML's UUID buffer size, NUL-terminated
-inline constexpr std::size_t kCommandWords = 8;    // 64 bytes of command line, NUL-padded
+inline constexpr std::size_t kUuidBytes = 96;    // NVML's UUID buffer size, NUL-terminated
+inline constexpr std::size_t kCommandWords = 8;  // 64 bytes of command line, NUL-padded
 inline constexpr std::size_t kHeaderBytes = 4096;
 
 // Slot states (low 2 bits of Slot::state). The other bits hold a claim time and a generation so
@@ -79,8 +79,8 @@ struct alignas(64) DeviceRecord {
   char uuid[kUuidBytes];             // idem
 
   // Read on every reservation / limiter decision; `gpuslice set` stores into them.
-  alignas(64) std::atomic<std::uint64_t> quota;     // bytes, ~0 = unlimited
-  std::atomic<std::uint32_t> compute_limit;         // percent, 0 = unlimited
+  alignas(64) std::atomic<std::uint64_t> quota;  // bytes, ~0 = unlimited
+  std::atomic<std::uint32_t> compute_limit;      // percent, 0 = unlimited
   std::atomic<std::uint64_t> refused_allocations;
 
   ComputeShared compute;
@@ -111,7 +111,9 @@ inline constexpr std::uint64_t kSlotsOffset = kDevicesOffset + sizeof(DeviceReco
 inline constexpr std::uint64_t kFileSize = kSlotsOffset + sizeof(Slot) * kMaxSlots;
 
 // Each slot's owner holds an OFD write lock on this one byte (inside the slot) while it lives.
-inline constexpr std::uint64_t slot_lock_offset(std::uint32_t slot) { return kSlotsOffset + sizeof(Slot) * slot; }
+inline constexpr std::uint64_t slot_lock_offset(std::uint32_t slot) {
+  return kSlotsOffset + sizeof(Slot) * slot;
+}
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

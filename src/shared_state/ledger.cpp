@@ -159,9 +159,11 @@ class MappedLedger final : public Ledger {
     if (found >= 0) return found;
     if (!writable_) return make_error(path_ + " is read-only: cannot add device " + std::string(uuid));
     adopt_after_fork();
+    // Creation is rare and must not race with another creator of the same UUID: the guard orders
+    // this process's threads (which share one file description, so the flock alone would not),
+    // the flock other processes; the kernel drops it if its holder dies mid-way.
+    ControlGuard guard(*this);
     int fd = fd_.load();
-    // Creation is rare and must not race with another creator of the same UUID; the flock is
-    // released by the kernel if its holder dies, so a dead creator cannot wedge the file.
     while (flock(fd, LOCK_EX) != 0) {
       if (errno != EINTR) return make_error("cannot lock " + path_ + ": " + errno_text(errno));
     }
@@ -511,9 +513,10 @@ class MappedLedger final : public Ledger {
     if (owner_pid_.load() == me) return;
     int old_fd = fd_.load();
     int fd = ::open(path_.c_str(), (writable_ ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    struct stat now_st {}, old_st {};
-    if (fd >= 0 && (fstat(fd, &now_st) != 0 || fstat(old_fd, &old_st) != 0 || now_st.st_ino != old_st.st_ino ||
-                    now_st.st_dev != old_st.st_dev)) {
+    struct stat now_st {};
+    struct stat old_st {};
+    if (fd >= 0 && (fstat(fd, &now_st) != 0 || fstat(old_fd, &old_st) != 0 ||
+                    now_st.st_ino != old_st.st_ino || now_st.st_dev != old_st.st_dev)) {
       GS_LOG(Error, "%s was replaced since this process's parent opened it; keeping the inherited one",
              path_.c_str());
       close(fd);
@@ -659,7 +662,8 @@ Result<bool> validate_header_bytes(const void* data, std::size_t available, std:
   std::uint64_t computed = header_checksum(h);
   if (computed != h.checksum) {
     char text[160];
-    std::snprintf(text, sizeof text, " is corrupted: header checksum mismatch (stored %016llx, computed %016llx)",
+    std::snprintf(text, sizeof text,
+                  " is corrupted: header checksum mismatch (stored %016llx, computed %016llx)",
                   static_cast<unsigned long long>(h.checksum), static_cast<unsigned long long>(computed));
     return make_error(where + text);
   }
@@ -723,7 +727,8 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path, Mode mode)
     close(fd);
     return make_error("cannot read state file " + path + ": " + errno_text(err));
   }
-  auto valid = validate_header_bytes(head, static_cast<std::size_t>(got), static_cast<std::uint64_t>(st.st_size), path);
+  auto valid = validate_header_bytes(head, static_cast<std::size_t>(got),
+                                     static_cast<std::uint64_t>(st.st_size), path);
   if (!valid) {
     close(fd);
     return make_error(valid.error());

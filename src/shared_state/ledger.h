@@ -21,10 +21,10 @@ inline constexpr std::uint64_t kUnlimited = ~0ULL;
 inline constexpr unsigned kNoComputeLimit = 0;  // compute limit 0 = not limited
 
 struct ProcessRow {
-  std::int32_t pid = 0;        // pid in the namespace of the process that registered
-  std::int32_t host_pid = 0;   // pid as NVML reports it, 0 if unknown
-  std::string command;         // comm / argv[0], truncated
-  std::vector<std::uint64_t> used_by_device;  // indexed like Snapshot::devices
+  std::int32_t pid = 0;                          // pid in the namespace of the process that registered
+  std::int32_t host_pid = 0;                     // pid as NVML reports it, 0 if unknown
+  std::string command;                           // comm / argv[0], truncated
+  std::vector<std::uint64_t> used_by_device;     // indexed like Snapshot::devices
   std::vector<std::uint64_t> busy_ns_by_device;  // device time consumed (compute limiter)
   int slot = -1;                                 // added: the process's slot in the state file
 };
@@ -35,7 +35,7 @@ struct DeviceRow {
   std::uint64_t total_bytes = 0;  // physical memory of the card
   std::uint64_t quota = kUnlimited;
   unsigned compute_limit = kNoComputeLimit;
-  std::uint64_t used = 0;          // sum over live processes
+  std::uint64_t used = 0;  // sum over live processes
   std::uint64_t refused_allocations = 0;
   int record = -1;  // added: the device record index (what try_reserve/set_quota take as `dev`)
 };
@@ -97,6 +97,8 @@ class Ledger {
 
   // try_reserve() does not count its refusals: the caller decides which refusals the user sees
   // (count_refusal) so a retried reservation is not counted twice.
+  // used() never exceeds what the container held at one instant during the call (so never the
+  // quota, however busy the ledger); it is exact whenever no reservation is in flight.
 
   // Records this process's pid as the host sees it (e.g. from NVML), replacing what
   // register_process() derived from /proc (0 when it could not tell). No effect before registering.

@@ -35,7 +35,8 @@ std::int32_t host_pid_from_status(const char* status, std::size_t size, bool ini
   while (line < end) {
     const char* eol = static_cast<const char*>(std::memchr(line, '\n', static_cast<std::size_t>(end - line)));
     if (eol == nullptr) eol = end;
-    if (static_cast<std::size_t>(eol - line) > sizeof kKey - 1 && std::memcmp(line, kKey, sizeof kKey - 1) == 0) {
+    if (static_cast<std::size_t>(eol - line) > sizeof kKey - 1 &&
+        std::memcmp(line, kKey, sizeof kKey - 1) == 0) {
       std::int64_t first = -1;
       int fields = 0;
       const char* p = line + sizeof kKey - 1;

@@ -89,9 +89,9 @@ INSTANTIATE_TEST_SUITE_P(Paths, QuotaEveryPath,
                          ::testing::Values(PathCase{"procaddress", 13000, false}, PathCase{"procaddress", 12000, false},
                                            PathCase{"procaddress", 11080, false}, PathCase{"procaddress", 13000, true},
                                            PathCase{"dlsym", 0, false}, PathCase{"linked", 0, false}),
-                         [](const auto& info) {
-                           return std::string(info.param.path) + "_" + std::to_string(info.param.cuda_version) +
-                                  (info.param.per_thread ? "_ptds" : "");
+                         [](const ::testing::TestParamInfo<PathCase>& p) {
+                           return std::string(p.param.path) + "_" + std::to_string(p.param.cuda_version) +
+                                  (p.param.per_thread ? "_ptds" : "");
                          });
 
 TEST_F(E2E, WithoutTheLibraryTheWholeCardIsVisible) {
@@ -239,7 +239,9 @@ INSTANTIATE_TEST_SUITE_P(
                                   "{\"gpu-6D6F636B-0000-4000-8000-000000000000\": 1073741824}", kGiB},
                       DialectCase{"VCUDA_MEMORY_LIMIT", "1073741824", kGiB},
                       DialectCase{"GPUSLICE_MEMORY_LIMIT", "{\"0\": \"1Gi\"}", kGiB}),
-    [](const auto& info) { return std::string(info.param.variable) + "_" + std::to_string(info.index); });
+    [](const ::testing::TestParamInfo<DialectCase>& p) {
+      return std::string(p.param.variable) + "_" + std::to_string(p.index);
+    });
 
 TEST_F(E2E, MalformedConfigurationFailsClosedWithOneClearMessage) {
   Env env = base_env();

@@ -69,6 +69,7 @@ struct Driver {
 
 Options g_opt;
 Driver g_drv;
+CUcontext g_ctx = nullptr;
 
 [[noreturn]] void die(const char* what, int code) {
   std::printf("error=%s code=%d\n", what, code);
@@ -144,9 +145,8 @@ void open_device(int ordinal) {
   }
   CUdevice dev = 0;
   check(g_drv.device_get(&dev, ordinal), "cuDeviceGet");
-  CUcontext ctx = nullptr;
-  check(g_drv.retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  check(g_drv.set_current(ctx), "cuCtxSetCurrent");
+  check(g_drv.retain(&g_ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(g_drv.set_current(g_ctx), "cuCtxSetCurrent");
 }
 
 void print_info(const char* prefix) {
@@ -320,12 +320,13 @@ int threads() {
   std::vector<std::thread> pool;
   for (int t = 0; t < g_opt.threads; ++t) {
     pool.emplace_back([&, t] {
+      g_drv.set_current(g_ctx);  // contexts are current per thread
       std::mt19937_64 rng(static_cast<unsigned>(t) * 7919U + 1U);
       std::vector<CUdeviceptr> live;
       for (int i = 0; i < g_opt.iterations; ++i) {
         if (live.empty() || rng() % 2 == 0) {
           CUdeviceptr p = 0;
-          CUresult r = g_drv.alloc(&p, (rng() % 64 + 1) << 16);
+          CUresult r = g_drv.alloc(&p, (rng() % 64 + 1) << 18);
           if (r == CUDA_SUCCESS) {
             live.push_back(p);
           } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {

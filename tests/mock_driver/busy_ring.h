@@ -73,7 +73,8 @@ struct BusyRing {
         busy_ns[slot] = 0;
       }
       std::uint64_t bucket_start = bucket * kBucketNs;
-      busy_ns[slot] += static_cast<std::uint32_t>(overlap(bucket_start, bucket_start + kBucketNs, start, end));
+      busy_ns[slot] +=
+          static_cast<std::uint32_t>(overlap(bucket_start, bucket_start + kBucketNs, start, end));
     }
   }
 };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "cuda_internal.h"
 #include "mock_control.h"
@@ -113,9 +114,11 @@ __attribute__((destructor)) void release_slot_at_exit() {
 }  // namespace
 
 Driver& driver() {
-  // Never destroyed: calls can arrive from other threads and destructors during exit.
+  // Never destroyed: calls can arrive from other threads and destructors during exit. Not on the
+  // heap either, so a library that is merely loaded and unloaded leaves nothing behind.
+  alignas(Driver) static unsigned char storage[sizeof(Driver)];
   static Driver* instance = [] {
-    auto* created = new Driver();
+    auto* created = new (storage) Driver();
     g_instance.store(created, std::memory_order_release);
     return created;
   }();
@@ -160,6 +163,7 @@ CUresult cuInit(unsigned int Flags) {
     return CUDA_ERROR_NO_DEVICE;
   }
   create_default_pools_locked(state);
+  reset_launch_queues_locked(state);
   static bool fork_handlers_registered = false;
   if (!fork_handlers_registered) {
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);

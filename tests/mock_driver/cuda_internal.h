@@ -139,6 +139,15 @@ struct VmmMapping {
   bool accessible = false;  // after cuMemSetAccess
 };
 
+// The end times of this process's last `depth` kernels on one device, as a ring. A launch whose
+// slot still holds unfinished work waits for it: a GPU's launch queue is finite too, so a launch
+// loop cannot pile up seconds of backlog. depth 0 = unlimited.
+struct LaunchQueue {
+  std::unique_ptr<std::atomic<std::uint64_t>[]> ends;
+  std::size_t depth = 0;
+  std::atomic<std::uint64_t> next{0};
+};
+
 enum class Phase : int { Uninitialized = 0, Ready = 1, Deinitialized = 2 };
 
 struct Driver {
@@ -167,6 +176,7 @@ struct Driver {
   unsigned context_count[kMaxDevices] = {};
   std::uint64_t context_charge[kMaxDevices] = {};  // what was charged, uncharged the same
   CUmemPoolHandle_st* default_pool[kMaxDevices] = {};
+  LaunchQueue launch_queue[kMaxDevices];
 };
 
 Driver& driver();
@@ -251,5 +261,7 @@ void release_context_memory_locked(Driver& state, CUctx_st* context);
 void drop_all_memory_locked(Driver& state, bool unmap);
 // Implemented in cuda_context.cpp: creates the default memory pools once cuInit succeeded.
 void create_default_pools_locked(Driver& state);
+// Implemented in cuda_launch.cpp: sizes the launch queues from the configuration (cuInit).
+void reset_launch_queues_locked(Driver& state);
 
 }  // namespace gpuslice::mock

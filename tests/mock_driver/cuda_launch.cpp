@@ -34,7 +34,17 @@ CUresult enqueue_work(CUstream handle, std::uint64_t duration_ns) {
   CUstream_st* stream = nullptr;
   CUresult status = resolve_stream(handle, &stream);
   if (status != CUDA_SUCCESS) return status;
-  std::uint64_t end = driver().shared.enqueue(stream->context->device, duration_ns);
+  Driver& state = driver();
+  const unsigned device = stream->context->device;
+  LaunchQueue& queue = state.launch_queue[device];
+  std::atomic<std::uint64_t>* slot = nullptr;
+  if (queue.depth != 0) {
+    slot = &queue.ends[queue.next.fetch_add(1, std::memory_order_relaxed) % queue.depth];
+    std::uint64_t oldest = slot->load(std::memory_order_acquire);
+    if (oldest != 0 && oldest > state.shared.now_ns()) state.shared.wait_until(oldest);
+  }
+  std::uint64_t end = state.shared.enqueue(device, duration_ns);
+  if (slot != nullptr) slot->store(end, std::memory_order_release);
   store_max(stream->last_end_ns, end);
   store_max(stream->context->last_end_ns, end);
   return CUDA_SUCCESS;
@@ -59,6 +69,18 @@ CUresult live_event(CUevent event) {
 }
 
 }  // namespace
+
+void reset_launch_queues_locked(Driver& state) {
+  for (unsigned device = 0; device < kMaxDevices; ++device) {
+    LaunchQueue& queue = state.launch_queue[device];
+    queue.depth =
+        device < state.shared.device_count() ? static_cast<std::size_t>(state.config.queue_depth) : 0;
+    queue.ends.reset(queue.depth == 0 ? nullptr : new std::atomic<std::uint64_t>[queue.depth]);
+    for (std::size_t i = 0; i < queue.depth; ++i) queue.ends[i].store(0, std::memory_order_relaxed);
+    queue.next.store(0, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace gpuslice::mock
 
 using namespace gpuslice::mock;
@@ -124,11 +146,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
   return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream);
 }
 
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                             unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
-  return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                        kernelParams, extra);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                             unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                             unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                             void** kernelParams, void** extra) {
+  return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                        hStream, kernelParams, extra);
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
@@ -139,7 +162,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** ker
                 config->blockDimZ, config->hStream);
 }
 
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                               void** extra) {
   return cuLaunchKernelEx(config, f, kernelParams, extra);
 }
 
@@ -169,7 +193,9 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   return enqueue_work(hStream, driver().config.kernel_ns);
 }
 
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return cuGraphLaunch(hGraphExec, hStream); }
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return cuGraphLaunch(hGraphExec, hStream);
+}
 
 CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
   CUctx_st* context = nullptr;
@@ -277,7 +303,7 @@ CUresult cuEventQuery(CUevent hEvent) {
   if (status != CUDA_SUCCESS) return status;
   if (!hEvent->recorded.load(std::memory_order_acquire)) return CUDA_SUCCESS;
   return driver().shared.now_ns() < hEvent->time_ns.load(std::memory_order_relaxed) ? CUDA_ERROR_NOT_READY
-                                                                                     : CUDA_SUCCESS;
+                                                                                    : CUDA_SUCCESS;
 }
 
 CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
@@ -286,7 +312,8 @@ CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEn
   if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned kDisableTiming = 0x2;
   for (CUevent event : {hStart, hEnd}) {
-    if (!is_live(event) || (event->flags & kDisableTiming) != 0 || !event->recorded.load(std::memory_order_acquire)) {
+    if (!is_live(event) || (event->flags & kDisableTiming) != 0 ||
+        !event->recorded.load(std::memory_order_acquire)) {
       return CUDA_ERROR_INVALID_HANDLE;
     }
   }

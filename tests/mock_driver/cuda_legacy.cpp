@@ -14,8 +14,8 @@ CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes, unsigned int Height,
-                         unsigned int ElementSizeBytes) {
+CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes) {
   (void)dptr;
   (void)pPitch;
   (void)WidthInBytes;
@@ -45,7 +45,9 @@ CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
   return status;
 }
 
-CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) { return cuCtxCreate_v2(pctx, flags, dev); }
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
 
 CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 
@@ -60,8 +62,9 @@ CUresult cuArrayCreate(CUarray* pHandle, const gpuslice::mock::LegacyArrayDescri
 
 CUresult cuArray3DCreate(CUarray* pHandle, const gpuslice::mock::LegacyArray3DDescriptor* pAllocateArray) {
   if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_ARRAY3D_DESCRIPTOR description{pAllocateArray->Width,  pAllocateArray->Height,      pAllocateArray->Depth,
-                                      pAllocateArray->Format, pAllocateArray->NumChannels, pAllocateArray->Flags};
+  CUDA_ARRAY3D_DESCRIPTOR description{pAllocateArray->Width,       pAllocateArray->Height,
+                                      pAllocateArray->Depth,       pAllocateArray->Format,
+                                      pAllocateArray->NumChannels, pAllocateArray->Flags};
   return cuArray3DCreate_v2(pHandle, &description);
 }
 
@@ -77,11 +80,13 @@ CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsign
   return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
 }
 
-CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void* srcHost, unsigned int ByteCount, CUstream hStream) {
+CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void* srcHost, unsigned int ByteCount,
+                           CUstream hStream) {
   return cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
 }
 
-CUresult cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream) {
+CUresult cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount,
+                           CUstream hStream) {
   return cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
 }
 

@@ -24,7 +24,8 @@ bool side_ok(Driver& state, std::uintptr_t address, std::size_t bytes, Side side
   return false;
 }
 
-CUresult copy(void* destination, Side destination_side, const void* source, Side source_side, std::size_t bytes) {
+CUresult copy(void* destination, Side destination_side, const void* source, Side source_side,
+              std::size_t bytes) {
   if (bytes == 0) return CUDA_SUCCESS;
   if (destination == nullptr || source == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
@@ -56,7 +57,9 @@ CUresult copy_async(void* destination, Side destination_side, const void* source
   return copy(destination, destination_side, source, source_side, bytes);
 }
 
-void* as_pointer(CUdeviceptr address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
+void* as_pointer(CUdeviceptr address) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+}
 
 }  // namespace
 }  // namespace gpuslice::mock
@@ -89,7 +92,8 @@ CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
   return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
 }
 
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream) {
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                              CUstream hStream) {
   return copy_async(as_pointer(dstDevice), Side::Device, srcHost, Side::Host, ByteCount, hStream);
 }
 
@@ -110,7 +114,9 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
   return copy_sync(as_pointer(dst), Side::Either, as_pointer(src), Side::Either, ByteCount);
 }
 
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) { return cuMemcpy(dst, src, ByteCount); }
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  return cuMemcpy(dst, src, ByteCount);
+}
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
   return copy_async(as_pointer(dst), Side::Either, as_pointer(src), Side::Either, ByteCount, hStream);

@@ -20,7 +20,9 @@ void* map_anonymous(std::size_t bytes) {
   return memory == MAP_FAILED ? nullptr : memory;
 }
 
-bool multiply(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool multiply(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 CUresult alloc_linear(unsigned device, CUctx_st* context, std::size_t bytes, CUmemPoolHandle_st* pool,
                       CUdeviceptr* out) {
@@ -94,8 +96,8 @@ CUresult create_array(const CUDA_ARRAY3D_DESCRIPTOR& description, CUarray* handl
   CUresult status = current_context(&context);
   if (status != CUDA_SUCCESS) return status;
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::uint64_t bytes = array_bytes(description.Width, description.Height, description.Depth, description.Format,
-                                    description.NumChannels);
+  std::uint64_t bytes = array_bytes(description.Width, description.Height, description.Depth,
+                                    description.Format, description.NumChannels);
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
   if (!state.shared.charge(context->device, bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -135,7 +137,8 @@ bool is_device_range_locked(Driver& state, std::uintptr_t address, std::size_t b
   if (linear != state.allocations.begin()) {
     --linear;
     std::uintptr_t offset = address - linear->first;
-    if (address >= linear->first && offset < linear->second.bytes) return bytes <= linear->second.bytes - offset;
+    if (address >= linear->first && offset < linear->second.bytes)
+      return bytes <= linear->second.bytes - offset;
   }
   // VMM: the range may span several adjacent mappings (PyTorch's expandable segments do).
   auto mapping = state.mappings.upper_bound(address);
@@ -223,8 +226,10 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInByt
   CUctx_st* context = nullptr;
   CUresult status = current_context(&context);
   if (status != CUDA_SUCCESS) return status;
-  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)
+    return CUDA_ERROR_INVALID_VALUE;
   constexpr std::uint64_t kPitchAlignment = 512;
   if (WidthInBytes > UINT64_MAX - kPitchAlignment) return CUDA_ERROR_INVALID_VALUE;
   std::uint64_t pitch = (WidthInBytes + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
@@ -439,7 +444,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   }
   auto physical = state.physical.find(handle);
   if (physical == state.physical.end() || physical->second.released) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset > physical->second.size || size > physical->second.size - offset) return CUDA_ERROR_INVALID_VALUE;
+  if (offset > physical->second.size || size > physical->second.size - offset)
+    return CUDA_ERROR_INVALID_VALUE;
   auto next = state.mappings.lower_bound(address);
   if (next != state.mappings.end() && next->first < address + size) return CUDA_ERROR_INVALID_VALUE;
   if (next != state.mappings.begin()) {
@@ -476,8 +482,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     ++last;
   }
   if (covered != end) return CUDA_ERROR_INVALID_VALUE;
-  mmap(reinterpret_cast<void*>(address), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-       -1, 0);
+  mmap(reinterpret_cast<void*>(address), size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   for (auto it = first; it != last;) {
     auto physical = state.physical.find(it->second.handle);
     if (physical != state.physical.end() && --physical->second.mappings == 0 && physical->second.released) {
@@ -520,7 +526,9 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     ++it;
   }
   if (covered < address + size) return CUDA_ERROR_INVALID_VALUE;
-  int protection = widest == kAccessReadWrite ? PROT_READ | PROT_WRITE : widest == kAccessRead ? PROT_READ : PROT_NONE;
+  int protection = widest == kAccessReadWrite ? PROT_READ | PROT_WRITE
+                   : widest == kAccessRead    ? PROT_READ
+                                              : PROT_NONE;
   if (mprotect(reinterpret_cast<void*>(address), size, protection) != 0) return CUDA_ERROR_INVALID_VALUE;
   for (auto mapping = first; mapping != it; ++mapping) mapping->second.accessible = widest != 0;
   return CUDA_SUCCESS;
@@ -528,8 +536,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 
 CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
   if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_ARRAY3D_DESCRIPTOR description{pAllocateArray->Width, pAllocateArray->Height, 0, pAllocateArray->Format,
-                                      pAllocateArray->NumChannels, 0};
+  CUDA_ARRAY3D_DESCRIPTOR description{pAllocateArray->Width,  pAllocateArray->Height,      0,
+                                      pAllocateArray->Format, pAllocateArray->NumChannels, 0};
   return create_array(description, pHandle);
 }
 
@@ -554,7 +562,8 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DE
   CUctx_st* context = nullptr;
   CUresult status = current_context(&context);
   if (status != CUDA_SUCCESS) return status;
-  if (pHandle == nullptr || pMipmappedArrayDesc == nullptr || numMipmapLevels == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pHandle == nullptr || pMipmappedArrayDesc == nullptr || numMipmapLevels == 0)
+    return CUDA_ERROR_INVALID_VALUE;
   const CUDA_ARRAY3D_DESCRIPTOR& desc = *pMipmappedArrayDesc;
   std::uint64_t total = 0;
   for (unsigned level = 0; level < numMipmapLevels; ++level) {
@@ -563,8 +572,8 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DE
       std::size_t reduced = level >= 64 ? 0 : extent >> level;
       return reduced == 0 ? 1 : reduced;
     };
-    std::uint64_t bytes =
-        array_bytes(shrink(desc.Width), shrink(desc.Height), shrink(desc.Depth), desc.Format, desc.NumChannels);
+    std::uint64_t bytes = array_bytes(shrink(desc.Width), shrink(desc.Height), shrink(desc.Depth),
+                                      desc.Format, desc.NumChannels);
     if (bytes == 0 || __builtin_add_overflow(total, bytes, &total)) return CUDA_ERROR_INVALID_VALUE;
   }
   Driver& state = driver();

@@ -14,8 +14,8 @@ namespace {
 
 struct ProcVersion {
   void* function = nullptr;
-  int since = 0;                 // CUDA version (1000 * major + 10 * minor) that introduced it
-  void* per_thread = nullptr;    // _ptsz / _ptds variant for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+  int since = 0;               // CUDA version (1000 * major + 10 * minor) that introduced it
+  void* per_thread = nullptr;  // _ptsz / _ptds variant for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 };
 
 struct ProcEntry {
@@ -110,7 +110,8 @@ const ProcEntry* find_entry(const char* name) {
       {"cuEventRecord", {{address(&cuEventRecord), 2000}}},
       {"cuEventSynchronize", {{address(&cuEventSynchronize), 2000}}},
       {"cuEventQuery", {{address(&cuEventQuery), 2000}}},
-      {"cuEventElapsedTime", {{address(&cuEventElapsedTime), 2000}, {address(&cuEventElapsedTime_v2), 12080}}},
+      {"cuEventElapsedTime",
+       {{address(&cuEventElapsedTime), 2000}, {address(&cuEventElapsedTime_v2), 12080}}},
       {"cuEventDestroy", {{address(&cuEventDestroy), 2000}, {address(&cuEventDestroy_v2), 4000}}},
   };
   for (const ProcEntry& entry : kTable) {
@@ -130,7 +131,8 @@ CUresult get_proc_address(const char* symbol, void** pfn, int cudaVersion, cuuin
   if (symbolStatus != nullptr) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
-  constexpr cuuint64_t kKnownFlags = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  constexpr cuuint64_t kKnownFlags =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if ((flags & ~kKnownFlags) != 0 || flags == kKnownFlags) return CUDA_ERROR_INVALID_VALUE;
   if (cudaVersion > driver_version()) return CUDA_ERROR_INVALID_VALUE;
   const ProcEntry* entry = find_entry(symbol);
@@ -169,22 +171,54 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
 CUresult cuGetErrorString(CUresult error, const char** pStr) {
   if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (error) {
-    case CUDA_SUCCESS: *pStr = "no error"; break;
-    case CUDA_ERROR_INVALID_VALUE: *pStr = "invalid argument"; break;
-    case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "out of memory"; break;
-    case CUDA_ERROR_NOT_INITIALIZED: *pStr = "initialization error"; break;
-    case CUDA_ERROR_DEINITIALIZED: *pStr = "driver shutting down"; break;
-    case CUDA_ERROR_NO_DEVICE: *pStr = "no CUDA-capable device is detected"; break;
-    case CUDA_ERROR_INVALID_DEVICE: *pStr = "invalid device ordinal"; break;
-    case CUDA_ERROR_INVALID_IMAGE: *pStr = "device kernel image is invalid"; break;
-    case CUDA_ERROR_INVALID_CONTEXT: *pStr = "invalid device context"; break;
-    case CUDA_ERROR_INVALID_HANDLE: *pStr = "invalid resource handle"; break;
-    case CUDA_ERROR_NOT_FOUND: *pStr = "named symbol not found"; break;
-    case CUDA_ERROR_NOT_READY: *pStr = "device not ready"; break;
-    case CUDA_ERROR_LAUNCH_FAILED: *pStr = "unspecified launch failure"; break;
-    case CUDA_ERROR_NOT_PERMITTED: *pStr = "operation not permitted"; break;
-    case CUDA_ERROR_NOT_SUPPORTED: *pStr = "operation not supported"; break;
-    case CUDA_ERROR_UNKNOWN: *pStr = "unknown error"; break;
+    case CUDA_SUCCESS:
+      *pStr = "no error";
+      break;
+    case CUDA_ERROR_INVALID_VALUE:
+      *pStr = "invalid argument";
+      break;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      *pStr = "out of memory";
+      break;
+    case CUDA_ERROR_NOT_INITIALIZED:
+      *pStr = "initialization error";
+      break;
+    case CUDA_ERROR_DEINITIALIZED:
+      *pStr = "driver shutting down";
+      break;
+    case CUDA_ERROR_NO_DEVICE:
+      *pStr = "no CUDA-capable device is detected";
+      break;
+    case CUDA_ERROR_INVALID_DEVICE:
+      *pStr = "invalid device ordinal";
+      break;
+    case CUDA_ERROR_INVALID_IMAGE:
+      *pStr = "device kernel image is invalid";
+      break;
+    case CUDA_ERROR_INVALID_CONTEXT:
+      *pStr = "invalid device context";
+      break;
+    case CUDA_ERROR_INVALID_HANDLE:
+      *pStr = "invalid resource handle";
+      break;
+    case CUDA_ERROR_NOT_FOUND:
+      *pStr = "named symbol not found";
+      break;
+    case CUDA_ERROR_NOT_READY:
+      *pStr = "device not ready";
+      break;
+    case CUDA_ERROR_LAUNCH_FAILED:
+      *pStr = "unspecified launch failure";
+      break;
+    case CUDA_ERROR_NOT_PERMITTED:
+      *pStr = "operation not permitted";
+      break;
+    case CUDA_ERROR_NOT_SUPPORTED:
+      *pStr = "operation not supported";
+      break;
+    case CUDA_ERROR_UNKNOWN:
+      *pStr = "unknown error";
+      break;
     default:
       *pStr = nullptr;
       return CUDA_ERROR_INVALID_VALUE;

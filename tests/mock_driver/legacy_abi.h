@@ -30,8 +30,8 @@ extern "C" {
 typedef unsigned int CUdeviceptr_v1;
 
 CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize);
-CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes, unsigned int Height,
-                         unsigned int ElementSizeBytes);
+CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes);
 CUresult cuMemFree(CUdeviceptr_v1 dptr);
 CUresult cuMemGetInfo(unsigned int* free, unsigned int* total);
 CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev);
@@ -43,7 +43,8 @@ CUresult cuArray3DCreate(CUarray* pHandle, const gpuslice::mock::LegacyArray3DDe
 CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void* srcHost, unsigned int ByteCount);
 CUresult cuMemcpyDtoH(void* dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
 CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount);
-CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void* srcHost, unsigned int ByteCount, CUstream hStream);
+CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void* srcHost, unsigned int ByteCount,
+                           CUstream hStream);
 CUresult cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream);
 CUresult cuStreamDestroy(CUstream hStream);
 CUresult cuEventDestroy(CUevent hEvent);

@@ -84,7 +84,8 @@ bool read_uuids(MockConfig* config) {
     }
     std::memcpy(candidate, item.data(), item.size());
     if (!is_valid_uuid(candidate)) {
-      MOCK_LOG("GPUSLICE_MOCK_UUIDS=%s: '%s' is not GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", value, candidate);
+      MOCK_LOG("GPUSLICE_MOCK_UUIDS=%s: '%s' is not GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", value,
+               candidate);
       return false;
     }
     for (unsigned other = 0; other < index; ++other) {
@@ -157,6 +158,11 @@ bool load_config(MockConfig* config) {
   if (!read_memory(config) || !read_uuids(config)) return false;
   if (!read_u64("GPUSLICE_MOCK_CONTEXT_BYTES", &config->context_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_KERNEL_NS", &config->kernel_ns)) return false;
+  if (!read_u64("GPUSLICE_MOCK_QUEUE_DEPTH", &config->queue_depth)) return false;
+  if (config->queue_depth > kMaxQueueDepth) {
+    MOCK_LOG("GPUSLICE_MOCK_QUEUE_DEPTH: at most %llu", static_cast<unsigned long long>(kMaxQueueDepth));
+    return false;
+  }
   if (!read_u64("GPUSLICE_MOCK_FAKE_CLOCK", &config->fake_clock_start_ns)) return false;
   std::uint64_t driver_version = static_cast<std::uint64_t>(config->driver_version);
   if (!read_u64("GPUSLICE_MOCK_DRIVER_VERSION", &driver_version)) return false;

@@ -11,6 +11,8 @@ inline constexpr std::size_t kUuidLength = 48;  // "GPU-" + 36 characters + NUL 
 inline constexpr std::uint64_t kDefaultMemoryBytes = 85899345920ULL;  // 80 GiB
 inline constexpr std::uint64_t kDefaultContextBytes = 256ULL << 20;
 inline constexpr std::uint64_t kDefaultKernelNs = 5000;
+inline constexpr std::uint64_t kDefaultQueueDepth = 1024;
+inline constexpr std::uint64_t kMaxQueueDepth = 1u << 20;
 inline constexpr int kDefaultDriverVersion = 13000;
 inline constexpr const char* kDeviceName = "gpuslice mock GPU";
 
@@ -20,6 +22,7 @@ struct MockConfig {
   char uuid[kMaxDevices][kUuidLength] = {};
   std::uint64_t context_bytes = kDefaultContextBytes;
   std::uint64_t kernel_ns = kDefaultKernelNs;
+  std::uint64_t queue_depth = kDefaultQueueDepth;  // kernels in flight per device before a launch blocks
   int driver_version = kDefaultDriverVersion;
   std::uint64_t fake_clock_start_ns = 0;  // 0: the real CLOCK_MONOTONIC
   char state_dir[1024] = {};

@@ -9,9 +9,9 @@ void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace gpuslice::mock
 
-#define MOCK_LOG(...)                                       \
-  do {                                                      \
-    if (::gpuslice::mock::log_enabled()) {                  \
-      ::gpuslice::mock::log(__VA_ARGS__);                   \
-    }                                                       \
+#define MOCK_LOG(...)                      \
+  do {                                     \
+    if (::gpuslice::mock::log_enabled()) { \
+      ::gpuslice::mock::log(__VA_ARGS__);  \
+    }                                      \
   } while (0)

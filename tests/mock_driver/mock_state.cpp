@@ -119,7 +119,7 @@ bool SharedState::open_and_lock(const MockConfig& config, int* fd_out) {
       return false;
     }
     auto* file = static_cast<StateFile*>(mapping);
-    if (file->magic == kStateMagic &&
+    if (file->magic.load(std::memory_order_acquire) == kStateMagic &&
         (file->version != kStateVersion || file->size != static_cast<std::uint32_t>(sizeof(StateFile)))) {
       munmap(mapping, sizeof(StateFile));
       unlink(path);
@@ -137,13 +137,12 @@ bool SharedState::open_and_lock(const MockConfig& config, int* fd_out) {
 SharedState::AttachError SharedState::attach(const MockConfig& config, bool claim) {
   int fd = -1;
   if (!open_and_lock(config, &fd)) return AttachError::Io;
-  if (file_->magic != kStateMagic) {
+  if (file_->magic.load(std::memory_order_acquire) != kStateMagic) {
     for (auto& device : file_->device) init_mutex(&device.lock);
     seed(config);
     file_->version = kStateVersion;
     file_->size = static_cast<std::uint32_t>(sizeof(StateFile));
-    std::atomic_thread_fence(std::memory_order_release);
-    file_->magic = kStateMagic;
+    file_->magic.store(kStateMagic, std::memory_order_release);
   } else {
     reclaim_dead();
     bool anyone_alive = false;
@@ -303,6 +302,7 @@ void SharedState::wait_until(std::uint64_t deadline_ns) const {
     }
     return;
   }
+  if (clock_ns(CLOCK_MONOTONIC) >= deadline_ns) return;  // the common case needs no system call
   timespec deadline{static_cast<time_t>(deadline_ns / 1000000000ULL),
                     static_cast<long>(deadline_ns % 1000000000ULL)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {

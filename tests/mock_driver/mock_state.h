@@ -22,7 +22,7 @@ inline constexpr std::uint64_t kStateMagic = 0x6b636f6d6563696cULL;  // "licemoc
 inline constexpr std::uint32_t kStateVersion = 1;
 
 struct DeviceRecord {
-  pthread_mutex_t lock;  // guards `timeline` and every slot's `timeline[device]`
+  pthread_mutex_t lock;                   // guards `timeline` and every slot's `timeline[device]`
   std::atomic<std::uint64_t> used_bytes;  // all processes, contexts included
   BusyRing timeline;
 };
@@ -36,7 +36,7 @@ struct ProcessSlot {
 };
 
 struct StateFile {
-  std::uint64_t magic;  // written last when the file is created
+  std::atomic<std::uint64_t> magic;  // written last when the file is created
   std::uint32_t version;
   std::uint32_t size;
   // The simulated machine. Seeded from the environment of the process that finds no live

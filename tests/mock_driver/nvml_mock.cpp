@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "abi/nvml_abi.h"
 #include "mock_config.h"
@@ -32,7 +33,9 @@ struct Nvml {
 };
 
 Nvml& nvml() {
-  static Nvml* instance = new Nvml();  // never destroyed: callers may run during exit
+  // Never destroyed (callers may run during exit), and not on the heap.
+  alignas(Nvml) static unsigned char storage[sizeof(Nvml)];
+  static Nvml* instance = new (storage) Nvml();
   return *instance;
 }
 
@@ -121,17 +124,28 @@ nvmlReturn_t nvmlShutdown(void) {
 
 const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
-    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_UNKNOWN:
+      return "Unknown Error";
   }
   return "Unknown Error";
 }
@@ -300,8 +314,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     if (busy == 0) continue;  // NVML lists only processes that used the SMs lately
     unsigned j = 0;
     while (j < count && samples[j].pid != static_cast<unsigned>(slots[i].pid)) ++j;
-    if (j == count) samples[count++] = nvmlProcessUtilizationSample_t{static_cast<unsigned>(slots[i].pid), stamp,
-                                                                      0, 0, 0, 0};
+    if (j == count)
+      samples[count++] =
+          nvmlProcessUtilizationSample_t{static_cast<unsigned>(slots[i].pid), stamp, 0, 0, 0, 0};
     samples[j].smUtil = std::min(100u, samples[j].smUtil + percent(busy, now - from));
   }
   if (count == 0) return NVML_ERROR_NOT_FOUND;

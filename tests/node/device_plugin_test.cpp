@@ -149,7 +149,8 @@ TEST_F(DevicePluginTest, RegistersEveryResourceWithTheKubelet) {
     EXPECT_FALSE(r.options().pre_start_required());
     EXPECT_TRUE(r.options().get_preferred_allocation_available());
   }
-  EXPECT_EQ(manager_->registrations(), 3u);
+  // The kubelet records the call before the plugin sees the reply.
+  EXPECT_TRUE(test::wait_until([&] { return manager_->registrations() == 3u; }));
 
   grpc::ClientContext context;
   deadline(context);

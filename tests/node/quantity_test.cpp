@@ -38,7 +38,9 @@ TEST(Quantity, RejectsWhatIsNotAWholeNonNegativeNumber) {
                           "1e", "1e+", "99999999999999999999", "16Ei", "1e30", "1.2.3", "12e-1"}) {
     auto r = parse_quantity(bad);
     EXPECT_FALSE(r.ok()) << "'" << bad << "' was accepted as " << (r.ok() ? *r : 0);
-    if (!r.ok()) EXPECT_NE(r.error().find("quantity"), std::string::npos) << r.error();
+    if (!r.ok()) {
+      EXPECT_NE(r.error().find("quantity"), std::string::npos) << r.error();
+    }
   }
   EXPECT_EQ(ok("1000m"), 1u);
   EXPECT_EQ(ok("15Ei"), 15ULL << 60);

@@ -1,12 +1,11 @@
 // Runs the built gpuslice binary as a user would and checks exit codes, output and its effect on
 // a state file created through the Ledger API.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -66,7 +65,8 @@ class CliTest : public ::testing::Test {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       std::string entry = *e;
-      if (entry.rfind("GPUSLICE_", 0) == 0 || entry.rfind("CUDA_DEVICE_", 0) == 0 || entry.rfind("LD_PRELOAD=", 0) == 0)
+      if (entry.rfind("GPUSLICE_", 0) == 0 || entry.rfind("CUDA_DEVICE_", 0) == 0 ||
+          entry.rfind("LD_PRELOAD=", 0) == 0)
         continue;
       env.push_back(entry);
     }
@@ -87,8 +87,10 @@ class CliTest : public ::testing::Test {
     envp.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     pid_t pid = -1;
     int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
@@ -230,12 +232,13 @@ TEST_F(CliTest, RunPassesTheExitStatusThrough) {
 TEST_F(CliTest, RunSetsTheEnvironmentAndExecsTheCommand) {
   std::string lib = make_empty_file("libgpuslice.so");
   std::string other = make_empty_file("other.so");
-  Outcome o = run({"run", "--library", lib, "--memory", "8Gi", "--compute", "30", "--shared-dir", dir_,
-                   "--log-level", "debug", "--", "sh", "-c",
-                   "echo \"P=$LD_PRELOAD\"; echo \"M=$GPUSLICE_MEMORY_LIMIT\"; echo \"C=$GPUSLICE_COMPUTE_LIMIT\"; "
-                   "echo \"D=$GPUSLICE_SHARED_DIR\"; echo \"L=$GPUSLICE_LOG_LEVEL\"; echo \"A=$0 $1\"",
-                   "first", "second"},
-                  {"LD_PRELOAD=" + other + ":" + lib});
+  Outcome o =
+      run({"run", "--library", lib, "--memory", "8Gi", "--compute", "30", "--shared-dir", dir_, "--log-level",
+           "debug", "--", "sh", "-c",
+           "echo \"P=$LD_PRELOAD\"; echo \"M=$GPUSLICE_MEMORY_LIMIT\"; echo \"C=$GPUSLICE_COMPUTE_LIMIT\"; "
+           "echo \"D=$GPUSLICE_SHARED_DIR\"; echo \"L=$GPUSLICE_LOG_LEVEL\"; echo \"A=$0 $1\"",
+           "first", "second"},
+          {"LD_PRELOAD=" + other + ":" + lib});
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_TRUE(contains(o.out, "P=" + lib + ":" + other + "\n")) << "ours first, no duplicate: " << o.out;
   EXPECT_TRUE(contains(o.out, "M=8Gi\n")) << o.out;
@@ -247,8 +250,8 @@ TEST_F(CliTest, RunSetsTheEnvironmentAndExecsTheCommand) {
 
 TEST_F(CliTest, RunDeviceLimitsBecomeThePerDeviceForm) {
   std::string lib = make_empty_file("libgpuslice.so");
-  Outcome o = run({"run", "--library", lib, "--device-limits", "0=8Gi,1=4Gi", "--compute", "0=30,1=50", "--", "sh",
-                   "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_COMPUTE_LIMIT\""});
+  Outcome o = run({"run", "--library", lib, "--device-limits", "0=8Gi,1=4Gi", "--compute", "0=30,1=50", "--",
+                   "sh", "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_COMPUTE_LIMIT\""});
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(o.out, "0=8Gi,1=4Gi|0=30,1=50\n");
 }
@@ -346,8 +349,8 @@ TEST_F(CliTest, StatusFindsTheFileThroughTheEnvironment) {
   Outcome by_hami = run({"status", "--json"}, {"CUDA_DEVICE_MEMORY_SHARED_CACHE=" + state_});
   EXPECT_EQ(by_hami.status, 0) << by_hami.err;
   EXPECT_TRUE(contains(by_hami.out, kUuid0));
-  Outcome native_wins =
-      run({"status"}, {"GPUSLICE_SHARED_DIR=" + dir_ + "/elsewhere", "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + state_});
+  Outcome native_wins = run({"status"}, {"GPUSLICE_SHARED_DIR=" + dir_ + "/elsewhere",
+                                         "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + state_});
   EXPECT_EQ(native_wins.status, 1);
   EXPECT_TRUE(contains(native_wins.err, dir_ + "/elsewhere/state")) << native_wins.err;
 }
@@ -393,7 +396,8 @@ TEST_F(CliTest, StatusReapsProcessesThatDied) {
 
 TEST_F(CliTest, WatchRefreshesTheRequestedNumberOfTimes) {
   auto ledger = make_state();
-  Outcome o = run({"status", "--watch", "--json", "--interval", "0.01", "--iterations", "3", "--file", state_});
+  Outcome o =
+      run({"status", "--watch", "--json", "--interval", "0.01", "--iterations", "3", "--file", state_});
   ASSERT_EQ(o.status, 0) << o.err;
   std::istringstream lines(o.out);
   std::string line;
@@ -437,7 +441,8 @@ TEST_F(CliTest, SetChangesComputeOfAllDevicesAndAcceptsUuidsAndKeywords) {
   ASSERT_EQ(run({"set", "--compute", "40", "--file", state_}).status, 0);
   EXPECT_EQ(ledger->compute_limit(0), 40u);
   EXPECT_EQ(ledger->compute_limit(1), 40u);
-  ASSERT_EQ(run({"set", "--device", kUuid1, "--compute", "none", "--memory", "2Gi", "--file", state_}).status, 0);
+  ASSERT_EQ(run({"set", "--device", kUuid1, "--compute", "none", "--memory", "2Gi", "--file", state_}).status,
+            0);
   EXPECT_EQ(ledger->compute_limit(1), gpuslice::shm::kNoComputeLimit);
   EXPECT_EQ(ledger->quota(1), 2 * kGi);
   EXPECT_EQ(ledger->compute_limit(0), 40u);
@@ -473,7 +478,8 @@ TEST_F(CliTest, SetRejectsBadRequests) {
 TEST_F(CliTest, SetCannotRaiseALimitFromTheLimitsFile) {
   auto ledger = make_state();
   std::string limits = dir_ + "/limits";
-  std::ofstream(limits) << "# written by the operator\nGPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=50\n";
+  std::ofstream(limits)
+      << "# written by the operator\nGPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=50\n";
   std::vector<std::string> env = {"GPUSLICE_LIMITS_FILE=" + limits};
   Outcome raise = run({"set", "--memory", "4Gi", "--file", state_}, env);
   EXPECT_EQ(raise.status, 1);

@@ -79,6 +79,24 @@ class Scenario {
     return range;
   }
 
+  // Work done by `process` over every 1 s window starting in [from, to - 1 s], relative to
+  // `baseline_rate` (work per ns of the same workload unthrottled).
+  WindowRange sliding_throughput(const Process& process, double baseline_rate, std::uint64_t from,
+                                 std::uint64_t to, std::uint64_t window = kSec) const {
+    WindowRange range;
+    double sum = 0;
+    int count = 0;
+    for (std::uint64_t t = from; t + window <= to; t += 10 * kMs) {
+      const double ratio = world.work_done(process.ctx, t, t + window) / (baseline_rate * static_cast<double>(window));
+      range.min = std::min(range.min, ratio);
+      range.max = std::max(range.max, ratio);
+      sum += ratio;
+      ++count;
+    }
+    range.mean = count > 0 ? sum / count : 0.0;
+    return range;
+  }
+
   World world;
 
  private:

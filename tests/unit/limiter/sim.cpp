@@ -136,6 +136,8 @@ bool World::next_device_event(std::uint64_t* at) const {
 bool World::dispatch(std::unique_lock<std::mutex>&) {
   for (;;) {
     if (Actor* next = pick_runnable()) {
+      if (getenv("SIM_TRACE") && next != last_run_) { ++switches_; if (switches_ % 100000 == 0) fprintf(stderr, "switches=%llu now=%.3f\n", (unsigned long long)switches_, now_/1e9); }
+      last_run_ = next;
       next->state = State::Running;
       next->cv.notify_one();
       return true;

@@ -102,6 +102,8 @@ class World {
   std::vector<std::vector<double>> busy_by_container_;
   std::uint64_t drains_ = 0;
   bool finished_ = false;
+  Actor* last_run_ = nullptr;
+  unsigned long long switches_ = 0;
 };
 
 // Clock of the calling actor's world.

@@ -1,7 +1,7 @@
 // BusyRing, the busy-time history behind the mock's NVML utilization.
-#include <gtest/gtest.h>
-
 #include "busy_ring.h"
+
+#include <gtest/gtest.h>
 
 namespace gpuslice::mock {
 namespace {
@@ -22,7 +22,7 @@ TEST(BusyRing, ContiguousWorkFormsOneExactRun) {
 
 TEST(BusyRing, SettledRunsStayCountedWithinTheirBuckets) {
   BusyRing ring{};
-  ring.record(10 * kSecond, 10 * kSecond + 100 * kMs);            // bucket-aligned run
+  ring.record(10 * kSecond, 10 * kSecond + 100 * kMs);              // bucket-aligned run
   ring.record(10 * kSecond + 500 * kMs, 10 * kSecond + 510 * kMs);  // a gap settles the first
   EXPECT_EQ(ring.busy_between(10 * kSecond, 11 * kSecond), 110 * kMs);
   EXPECT_EQ(ring.busy_between(10 * kSecond + 100 * kMs, 11 * kSecond), 10 * kMs);
@@ -32,11 +32,12 @@ TEST(BusyRing, SettledRunsStayCountedWithinTheirBuckets) {
 
 TEST(BusyRing, OldBucketsAreForgottenWhenReused) {
   BusyRing ring{};
+  const std::uint64_t later = 10 * kSecond + BusyRing::kSpanNs;  // lands in the same bucket slots
   ring.record(10 * kSecond, 10 * kSecond + 20 * kMs);
-  ring.record(20 * kSecond, 20 * kSecond + 1 * kMs);
-  ring.record(30 * kSecond, 30 * kSecond + 1 * kMs);  // settles the 20 s run into reused slots
-  EXPECT_EQ(ring.busy_between(10 * kSecond, 10 * kSecond + 20 * kMs), 0u);  // beyond the history span
-  EXPECT_EQ(ring.busy_between(19 * kSecond, 21 * kSecond), 1 * kMs);
+  ring.record(later, later + 20 * kMs);
+  ring.record(30 * kSecond, 30 * kSecond + 1 * kMs);  // settles the second run over the first
+  EXPECT_EQ(ring.busy_between(10 * kSecond, 10 * kSecond + 20 * kMs), 0u);
+  EXPECT_EQ(ring.busy_between(later, later + 20 * kMs), 20 * kMs);
   EXPECT_EQ(ring.busy_between(29 * kSecond, 31 * kSecond), 1 * kMs);
 }
 

@@ -1,9 +1,9 @@
 // The simulated libnvidia-ml, and the cross-process view it shares with the mock libcuda.
-#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "mock_fixture.h"
@@ -47,7 +47,8 @@ TEST_F(NvmlTest, DescribesTheSimulatedDevices) {
   nvmlDevice_t found = nullptr;
   ASSERT_EQ(nvmlDeviceGetHandleByUUID("gpu-6D6F636B-0000-4000-8000-000000000002", &found), NVML_SUCCESS);
   EXPECT_EQ(found, second);
-  EXPECT_EQ(nvmlDeviceGetHandleByUUID("GPU-6d6f636b-0000-4000-8000-000000000009", &found), NVML_ERROR_NOT_FOUND);
+  EXPECT_EQ(nvmlDeviceGetHandleByUUID("GPU-6d6f636b-0000-4000-8000-000000000009", &found),
+            NVML_ERROR_NOT_FOUND);
   unsigned index = 0;
   ASSERT_EQ(nvmlDeviceGetIndex(second, &index), NVML_SUCCESS);
   EXPECT_EQ(index, 2u);
@@ -82,7 +83,8 @@ TEST_F(NvmlTest, ReportsThisProcessWithoutInitialisingCudaItself) {
   unsigned count = 0;
   ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(0), &count, nullptr), NVML_SUCCESS);
   EXPECT_EQ(count, 0u);
-  EXPECT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(1), &count, nullptr), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(1), &count, nullptr),
+            NVML_ERROR_INSUFFICIENT_SIZE);
   ASSERT_EQ(count, 1u);
   nvmlProcessInfo_t info{};
   ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(1), &count, &info), NVML_SUCCESS);
@@ -95,13 +97,16 @@ TEST_F(NvmlTest, ReportsThisProcessWithoutInitialisingCudaItself) {
   EXPECT_EQ(memory.free, 4 * kGiB - 11 * kMiB);
 }
 
-// A child process that allocates on device 1, reports through a pipe, then waits to be killed.
-pid_t spawn_allocating_child(std::uint64_t bytes, int* ready_fd) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return -1;
+// A child process that allocates on device 1 and reports 'R' (or 'E') through *ready_fd. Then it
+// waits: to be killed, or, with exit_fd, for a byte there and a normal exit(0).
+pid_t spawn_allocating_child(std::uint64_t bytes, int* ready_fd, int* exit_fd = nullptr) {
+  int ready[2];
+  int go[2];
+  if (pipe(ready) != 0 || pipe(go) != 0) return -1;
   pid_t child = fork();
   if (child == 0) {
-    close(pipe_fds[0]);
+    close(ready[0]);
+    close(go[1]);
     CUcontext context = nullptr;
     CUdeviceptr pointer = 0;
     char outcome = 'E';
@@ -109,11 +114,22 @@ pid_t spawn_allocating_child(std::uint64_t bytes, int* ready_fd) {
         cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc_v2(&pointer, bytes) == CUDA_SUCCESS) {
       outcome = 'R';
     }
-    if (write(pipe_fds[1], &outcome, 1) != 1) _exit(2);
-    for (;;) pause();  // killed by the parent, without any cleanup of its own
+    if (write(ready[1], &outcome, 1) != 1) _exit(2);
+    if (exit_fd == nullptr) {
+      for (;;) pause();  // killed by the parent, without any cleanup of its own
+    }
+    char byte = 0;
+    if (read(go[0], &byte, 1) != 1) _exit(3);
+    std::exit(0);  // the normal way out: library destructors run
   }
-  close(pipe_fds[1]);
-  *ready_fd = pipe_fds[0];
+  close(ready[1]);
+  close(go[0]);
+  *ready_fd = ready[0];
+  if (exit_fd != nullptr) {
+    *exit_fd = go[1];
+  } else {
+    close(go[1]);
+  }
   return child;
 }
 
@@ -172,24 +188,28 @@ TEST_F(NvmlTest, AKilledProcessesMemoryCanBeAllocatedAgain) {
   EXPECT_EQ(free_bytes(), 512 * kMiB);
 }
 
-TEST_F(NvmlTest, UnloadingTheDriverGivesItsUsageBack) {
+TEST_F(NvmlTest, AProcessThatExitsGivesItsUsageBackItself) {
   set_env({{"GPUSLICE_MOCK_CONTEXT_BYTES", "1048576"}});
-  void* direct = dlopen(GPUSLICE_TEST_MOCK_DIR "/libgpuslice-mockcuda-direct.so", RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(direct, nullptr) << dlerror();
-  auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(direct, "cuInit"));
-  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(direct, "cuDevicePrimaryCtxRetain"));
-  auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(direct, "cuCtxSetCurrent"));
-  auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(direct, "cuMemAlloc_v2"));
-  ASSERT_TRUE(init && retain && set_current && alloc);
-  CUcontext context = nullptr;
-  CUdeviceptr pointer = 0;
-  ASSERT_EQ(init(0), CUDA_SUCCESS);
-  ASSERT_EQ(retain(&context, 0), CUDA_SUCCESS);
-  ASSERT_EQ(set_current(context), CUDA_SUCCESS);
-  ASSERT_EQ(alloc(&pointer, 32 * kMiB), CUDA_SUCCESS);
-  EXPECT_EQ(nvml_used(0), 33 * kMiB);
-  ASSERT_EQ(dlclose(direct), 0);  // runs the same release as process exit
-  EXPECT_EQ(nvml_used(0), 0u);
+  int ready_fd = -1;
+  int exit_fd = -1;
+  pid_t child = spawn_allocating_child(32 * kMiB, &ready_fd, &exit_fd);
+  ASSERT_GT(child, 0);
+  char outcome = 0;
+  ASSERT_EQ(read(ready_fd, &outcome, 1), 1);
+  close(ready_fd);
+  EXPECT_EQ(outcome, 'R');
+  EXPECT_EQ(nvml_used(1), 33 * kMiB);
+  ASSERT_EQ(write(exit_fd, "x", 1), 1);
+  close(exit_fd);
+  // Wait for the exit but leave the zombie: kill(pid, 0) still finds it, so only the child's own
+  // release at exit can have returned the memory.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_EQ(kill(child, 0), 0);
+  EXPECT_EQ(nvml_used(1), 0u);
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ class ProcAddressTest : public MockDriverTest {
   static void* resolve(const char* name, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
     void* function = nullptr;
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    EXPECT_EQ(cuGetProcAddress_v2(name, &function, version, flags, &status), CUDA_SUCCESS) << name << "@" << version;
+    EXPECT_EQ(cuGetProcAddress_v2(name, &function, version, flags, &status), CUDA_SUCCESS)
+        << name << "@" << version;
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
     return function;
   }
@@ -100,9 +101,9 @@ TEST_F(ProcAddressTest, PerThreadFlagSelectsPtszAndPtdsVariants) {
       {"cuMemAllocFromPoolAsync", 13000, "cuMemAllocFromPoolAsync_ptsz"},
       {"cuMemFreeAsync", 13000, "cuMemFreeAsync_ptsz"},
       {"cuStreamSynchronize", 13000, "cuStreamSynchronize_ptsz"},
-      {"cuMemAlloc", 13000, "cuMemAlloc_v2"},        // no per-thread variant exists
-      {"cuLaunchKernel", 6050, "cuLaunchKernel"},    // before CUDA 7 there was no per-thread stream
-      {"cuMemcpyHtoD", 3000, "cuMemcpyHtoD"},        // the v1 has no _ptds
+      {"cuMemAlloc", 13000, "cuMemAlloc_v2"},      // no per-thread variant exists
+      {"cuLaunchKernel", 6050, "cuLaunchKernel"},  // before CUDA 7 there was no per-thread stream
+      {"cuMemcpyHtoD", 3000, "cuMemcpyHtoD"},      // the v1 has no _ptds
   };
   for (const Expectation& expected : cases) {
     EXPECT_EQ(resolve(expected.name, expected.version, kPerThread), exported(expected.symbol))
@@ -117,12 +118,14 @@ TEST_F(ProcAddressTest, ReportsMissingSymbolsAndInsufficientVersions) {
   EXPECT_EQ(cuGetProcAddress_v2("cuNoSuchFunction", &function, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(function, nullptr);
-  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc_v2", &function, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);  // base names only
+  EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc_v2", &function, 13000, 0, &status),
+            CUDA_ERROR_NOT_FOUND);  // base names only
   EXPECT_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &function, 11010, 0, &status), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_EQ(cuGetProcAddress_v2("cuGetProcAddress", &function, 11020, 0, &status), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-  EXPECT_EQ(cuGetProcAddress_v2("cuInit", &function, 13010, 0, &status), CUDA_ERROR_INVALID_VALUE);  // newer than the driver
+  EXPECT_EQ(cuGetProcAddress_v2("cuInit", &function, 13010, 0, &status),
+            CUDA_ERROR_INVALID_VALUE);  // newer than the driver
   EXPECT_EQ(cuGetProcAddress_v2("cuInit", &function, 13000, 4, &status), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGetProcAddress_v2(nullptr, &function, 13000, 0, &status), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGetProcAddress_v2("cuInit", nullptr, 13000, 0, &status), CUDA_ERROR_INVALID_VALUE);
@@ -156,14 +159,30 @@ TEST_F(ProcAddressTest, FirstVersionAgreesAndResolvedPointersWork) {
 
 TEST_F(ProcAddressTest, LegacyAllocatorsRefuseBecauseAddressesExceed32Bits) {
   start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
-  auto legacy_alloc = reinterpret_cast<CUresult (*)(unsigned int*, unsigned int)>(resolve("cuMemAlloc", 3000));
+  auto legacy_alloc =
+      reinterpret_cast<CUresult (*)(unsigned int*, unsigned int)>(resolve("cuMemAlloc", 3000));
   unsigned int pointer = 0;
   EXPECT_EQ(legacy_alloc(&pointer, 4096), CUDA_ERROR_NOT_SUPPORTED);
-  auto legacy_info = reinterpret_cast<CUresult (*)(unsigned int*, unsigned int*)>(resolve("cuMemGetInfo", 3000));
+  auto legacy_info =
+      reinterpret_cast<CUresult (*)(unsigned int*, unsigned int*)>(resolve("cuMemGetInfo", 3000));
   unsigned int free = 0;
   unsigned int total = 0;
   ASSERT_EQ(legacy_info(&free, &total), CUDA_SUCCESS);
   EXPECT_EQ(total, 0xFFFFFFFFu);  // 80 GiB clamped to what 32 bits can say
+}
+
+// ctest runs this suite a second time with a fake interposer preloaded (see CMakeLists.txt).
+TEST_F(ProcAddressTest, HandsOutItsOwnDefinitionsWhenAnInterposerExportsTheSameNames) {
+  void* global = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+  if (global == exported("cuMemAlloc_v2")) GTEST_SKIP() << "no interposer preloaded";
+  EXPECT_EQ(resolve("cuMemAlloc", 13000), exported("cuMemAlloc_v2"));
+  EXPECT_EQ(resolve("cuLaunchKernel", 13000), exported("cuLaunchKernel"));
+  EXPECT_NE(resolve("cuLaunchKernel", 13000), dlsym(RTLD_DEFAULT, "cuLaunchKernel"));
+  // The mock's own internal calls stay inside the mock, as the real driver's do.
+  start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr pointer = 0;
+  EXPECT_EQ(cuMemAllocAsync_ptsz(&pointer, 4096, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeAsync(pointer, nullptr), CUDA_SUCCESS);
 }
 
 TEST_F(ProcAddressTest, ExportTablesAreNotSupported) {
@@ -184,7 +203,8 @@ TEST_F(ProcAddressTest, ErrorStrings) {
 TEST_F(ProcAddressTest, DirectCopyResolvesToItsOwnSymbols) {
   void* direct = dlopen(GPUSLICE_TEST_MOCK_DIR "/libgpuslice-mockcuda-direct.so", RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(direct, nullptr) << dlerror();
-  auto get_proc_address = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(direct, "cuGetProcAddress_v2"));
+  auto get_proc_address =
+      reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(direct, "cuGetProcAddress_v2"));
   ASSERT_NE(get_proc_address, nullptr);
   EXPECT_NE(reinterpret_cast<void*>(get_proc_address), exported("cuGetProcAddress_v2"));
   void* function = nullptr;

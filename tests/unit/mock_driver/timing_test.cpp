@@ -110,10 +110,30 @@ TEST_F(TimingTest, EveryLaunchPathTakesDeviceTime) {
   EXPECT_FLOAT_EQ(ms, 5.056f);
 }
 
+TEST_F(TimingTest, AFullLaunchQueueMakesTheLaunchWait) {
+  start({{"GPUSLICE_MOCK_FAKE_CLOCK", kStart}, {"GPUSLICE_MOCK_QUEUE_DEPTH", "4"}});
+  CUfunction sleeper = kernel("sleep_1000us");
+  CUevent begin = nullptr;
+  CUevent now = nullptr;
+  ASSERT_EQ(cuEventCreate(&begin, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&now, 0), CUDA_SUCCESS);
+  CUstream idle = nullptr;
+  ASSERT_EQ(cuStreamCreate(&idle, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(begin, idle), CUDA_SUCCESS);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(launch(sleeper), CUDA_SUCCESS);
+  // The 5th and 6th launch each waited for the oldest kernel in the queue: 2 ms have passed.
+  ASSERT_EQ(cuEventRecord(now, idle), CUDA_SUCCESS);
+  float ms = 0;
+  ASSERT_EQ(cuEventElapsedTime_v2(&ms, begin, now), CUDA_SUCCESS);
+  EXPECT_FLOAT_EQ(ms, 2.0f);
+  EXPECT_EQ(cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+}
+
 TEST_F(TimingTest, LaunchesValidateTheirArguments) {
   start({{"GPUSLICE_MOCK_FAKE_CLOCK", kStart}});
   CUfunction function = kernel("sleep_10us");
-  EXPECT_EQ(cuLaunchKernel(function, 0, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(function, 0, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuLaunchKernelEx(nullptr, function, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGraphLaunch(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
   CUstream stream = nullptr;
@@ -190,7 +210,8 @@ TEST_F(TimingTest, UtilizationIsTheBusyShareOfTheLastSecond) {
 
   nvmlProcessUtilizationSample_t samples[4] = {};
   unsigned count = 0;
-  EXPECT_EQ(nvmlDeviceGetProcessUtilization(nvml_device(0), nullptr, &count, 0), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(nvmlDeviceGetProcessUtilization(nvml_device(0), nullptr, &count, 0),
+            NVML_ERROR_INSUFFICIENT_SIZE);
   EXPECT_EQ(count, 1u);
   count = 4;
   ASSERT_EQ(nvmlDeviceGetProcessUtilization(nvml_device(0), samples, &count, 0), NVML_SUCCESS);

@@ -286,7 +286,7 @@ TEST_F(ProfilerTest, FilesAreReplacedAtomically) {
       ++reads;
     }
   });
-  for (int round = 0; round < 300; ++round) {
+  for (int round = 0; round < 100; ++round) {
     record(kInit, 1, 1);
     record(kMemAlloc, 1, 1);
     record(kMemFree, 1, 1);

@@ -1,4 +1,6 @@
 // Bad state files: every kind of damage is refused with its own message naming the file.
+#include "shared_state/layout.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "shared_state/layout.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 
@@ -205,7 +206,9 @@ TEST_F(LayoutTest, EachDamageHasItsOwnMessage) {
   add([](const std::string& p) { write_bytes(p, 40, "\x01", 1); });
   add([this](const std::string& p) { rewrite_version(p, 0); });
   add([this](const std::string& p) { rewrite_version(p, 9); });
-  add([](const std::string& p) { ASSERT_EQ(truncate(p.c_str(), static_cast<off_t>(layout::kFileSize + 1)), 0); });
+  add([](const std::string& p) {
+    ASSERT_EQ(truncate(p.c_str(), static_cast<off_t>(layout::kFileSize + 1)), 0);
+  });
   for (std::size_t i = 0; i < errors.size(); ++i) {
     EXPECT_FALSE(errors[i].empty());
     for (std::size_t j = i + 1; j < errors.size(); ++j) EXPECT_NE(errors[i], errors[j]);

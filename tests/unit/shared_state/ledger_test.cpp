@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -161,7 +162,8 @@ TEST_F(LedgerTest, SnapshotShowsDevicesProcessesAndCounters) {
   EXPECT_EQ(snap.devices[0].total_bytes, kTotal);
   EXPECT_EQ(snap.devices[0].refused_allocations, 2u);
   ASSERT_EQ(snap.processes.size(), 2u);
-  const ProcessRow& first = snap.processes[0].slot == a_->slot_index() ? snap.processes[0] : snap.processes[1];
+  const ProcessRow& first =
+      snap.processes[0].slot == a_->slot_index() ? snap.processes[0] : snap.processes[1];
   const ProcessRow& second = &first == &snap.processes[0] ? snap.processes[1] : snap.processes[0];
   EXPECT_EQ(first.pid, getpid());
   EXPECT_EQ(first.host_pid, 4242);
@@ -220,15 +222,37 @@ TEST_F(LedgerTest, ProcessModeRegistersOnFirstReservation) {
 }
 
 TEST_F(LedgerTest, ReadOnlyFileCanStillBeObserved) {
-  if (geteuid() == 0) GTEST_SKIP() << "root ignores file permissions";
   ASSERT_TRUE(a_->try_reserve(dev_, 10));
   ASSERT_EQ(chmod(path_.c_str(), 0444), 0);
-  auto observer = open_ledger(path_, Ledger::Mode::Observer);
-  ASSERT_NE(observer, nullptr);
-  EXPECT_EQ(observer->used(dev_), 10u);
-  observer->set_quota(dev_, 1);
+  ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
+  // Returns the number of failed checks (100 if the file could not even be observed).
+  auto failed_checks = [this] {
+    auto observer = Ledger::open(path_, Ledger::Mode::Observer);
+    if (!observer.ok()) return 100;
+    int failures = observer.value()->writable() ? 1 : 0;
+    failures += observer.value()->used(dev_) == 10u ? 0 : 1;
+    observer.value()->set_quota(dev_, 1);
+    failures += observer.value()->quota(dev_) == 100u ? 0 : 1;
+    failures += observer.value()->reap_dead() == 0 ? 0 : 1;
+    failures += Ledger::open(path_, Ledger::Mode::Process).ok() ? 1 : 0;
+    return failures;
+  };
+  if (geteuid() != 0) {
+    EXPECT_EQ(failed_checks(), 0);
+    return;
+  }
+  // Root ignores file permissions: run the checks as an unprivileged child.
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(101);
+    _exit(failed_checks());
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "number of failed checks (100, 101: setup failed)";
   EXPECT_EQ(a_->quota(dev_), 100u);
-  EXPECT_FALSE(Ledger::open(path_, Ledger::Mode::Process).ok());
 }
 
 TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
@@ -260,6 +284,31 @@ TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
   int entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++entries;
   EXPECT_EQ(entries, 1);
+}
+
+TEST(LedgerConcurrency, ThreadsOfOneProcessAttachANewDeviceOnce) {
+  // Threads share one file description, so the file lock alone would not order them.
+  TempDir dir;
+  auto ledger = open_process(dir.file("state"));
+  constexpr int kThreads = 6;
+  std::vector<int> devices(kThreads, -2);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int round = 0; round < 4; ++round) {
+    std::string uuid = "GPU-round-" + std::to_string(round);
+    threads.clear();
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads * (round + 1)) std::this_thread::yield();
+        auto dev = ledger->attach_device(uuid, round, kTotal, 10, 0);
+        devices[i] = dev.ok() ? dev.value() : -3;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < kThreads; ++i) EXPECT_EQ(devices[i], round) << "round " << round << " thread " << i;
+  }
+  EXPECT_EQ(ledger->device_count(), 4);
 }
 
 TEST(LedgerConcurrency, ThreadsOfSeveralProcessesNeverExceedTheQuota) {

@@ -92,7 +92,8 @@ TEST_F(ProcessTest, SigkilledProcessIsReapedAndItsBytesReturn) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     auto ledger = Ledger::open(path_, Ledger::Mode::Process);
-    bool ok = ledger.ok() && ledger.value()->register_process().ok() && ledger.value()->try_reserve(dev_, 4096);
+    bool ok =
+        ledger.ok() && ledger.value()->register_process().ok() && ledger.value()->try_reserve(dev_, 4096);
     ch.send(ok ? 1 : 0);
     for (;;) pause();
   }

@@ -144,7 +144,8 @@ TEST(LedgerStress, RandomAllocFreeAndSigkillNeverExceedQuotaAndEndsExact) {
   ASSERT_FALSE(exe.empty());
   auto opened = Ledger::open(state, Ledger::Mode::Process);
   ASSERT_TRUE(opened.ok()) << opened.error();
-  std::unique_ptr<Ledger> observer = std::move(opened).value();  // never registers: an observer with create rights
+  std::unique_ptr<Ledger> observer =
+      std::move(opened).value();  // never registers: an observer with create rights
   int dev = observer->attach_device(kStressUuid, 0, 80ULL << 30, kStressQuota, 0).value();
 
   constexpr int kWorkers = 8;
@@ -192,7 +193,8 @@ TEST(LedgerStress, RandomAllocFreeAndSigkillNeverExceedQuotaAndEndsExact) {
     char c;
     while (read(w.from_child, &c, 1) == 1 && c != '\n') line += c;
     unsigned long long live = 0, g = 0, r = 0;
-    ASSERT_EQ(std::sscanf(line.c_str(), "%llu %llu %llu", &live, &g, &r), 3) << "worker said '" << line << "'";
+    ASSERT_EQ(std::sscanf(line.c_str(), "%llu %llu %llu", &live, &g, &r), 3)
+        << "worker said '" << line << "'";
     live_by_pid[w.pid] = live;
     survivors_live += live;
     granted += g;
@@ -224,10 +226,10 @@ TEST(LedgerStress, RandomAllocFreeAndSigkillNeverExceedQuotaAndEndsExact) {
   }
   observer->reap_dead();
   EXPECT_EQ(observer->used(dev), 0u);
-  std::printf("[ stress   ] %d kills, %llu samples, %llu grants, %llu refusals, worst %llu of %llu bytes\n", kills,
-              static_cast<unsigned long long>(samples.load()), static_cast<unsigned long long>(granted),
-              static_cast<unsigned long long>(refused), static_cast<unsigned long long>(worst.load()),
-              static_cast<unsigned long long>(kStressQuota));
+  std::printf("[ stress   ] %d kills, %llu samples, %llu grants, %llu refusals, worst %llu of %llu bytes\n",
+              kills, static_cast<unsigned long long>(samples.load()),
+              static_cast<unsigned long long>(granted), static_cast<unsigned long long>(refused),
+              static_cast<unsigned long long>(worst.load()), static_cast<unsigned long long>(kStressQuota));
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ class TempDir {
  public:
   TempDir() {
     const char* base = getenv("TMPDIR");
-    std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpuslice-shm-XXXXXX";
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpuslice-shm-XXXXXX";
     char* made = mkdtemp(pattern.data());
     path_ = made != nullptr ? made : "";
   }

@@ -1,0 +1,219 @@
+// The admission webhook against AdmissionReview fixtures: exact JSONPatch output, the patched pod,
+// pods left alone, malformed reviews refused; and one round trip over TLS.
+#include "node/webhook.h"
+
+#include <openssl/evp.h>
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace gpuslice::node {
+namespace {
+
+using nlohmann::json;
+
+std::string unbase64(const std::string& text) {
+  std::string out(text.size(), '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  EXPECT_GE(n, 0);
+  // EVP_DecodeBlock counts the zero bytes that '=' padding stands for.
+  std::size_t padding = 0;
+  for (auto it = text.rbegin(); it != text.rend() && *it == '='; ++it) ++padding;
+  out.resize(static_cast<std::size_t>(n) - padding);
+  return out;
+}
+
+struct Reviewed {
+  int http_status = 0;
+  json body;
+  json response;  // body["response"]
+  json patch;     // decoded, or null
+};
+
+Reviewed review(const std::string& request_body, const WebhookOptions& options = {}) {
+  WebhookReply reply = review_admission(request_body, options);
+  Reviewed r;
+  r.http_status = reply.http_status;
+  r.body = json::parse(reply.body);
+  if (r.body.contains("response")) {
+    r.response = r.body["response"];
+    if (r.response.contains("patch")) {
+      EXPECT_EQ(r.response["patchType"], "JSONPatch");
+      r.patch = json::parse(unbase64(r.response["patch"].get<std::string>()));
+    }
+  }
+  return r;
+}
+
+Reviewed review_fixture(const std::string& name) { return review(test::fixture(name)); }
+
+TEST(Webhook, DevicePluginPodGetsLdPreloadComposedWithItsOwn) {
+  auto r = review_fixture("admission_gpuslice_vram.json");
+  ASSERT_EQ(r.http_status, 200);
+  EXPECT_EQ(r.body["apiVersion"], "admission.k8s.io/v1");
+  EXPECT_EQ(r.body["kind"], "AdmissionReview");
+  EXPECT_EQ(r.response["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+  EXPECT_EQ(r.response["allowed"], true);
+  EXPECT_EQ(r.patch, json::parse(test::fixture("admission_gpuslice_vram.patch.json"))) << r.patch.dump(2);
+
+  // Applied to the pod: the library first, the user's preload kept, the sidecar untouched.
+  json pod = json::parse(test::fixture("admission_gpuslice_vram.json"))["request"]["object"];
+  json patched = pod.patch(r.patch);
+  EXPECT_EQ(patched["spec"]["containers"][0]["env"][0]["value"],
+            "/usr/local/lib/gpuslice/libgpuslice.so:/opt/lib/libtcmalloc.so");
+  EXPECT_EQ(patched["spec"]["containers"][0]["env"][1], pod["spec"]["containers"][0]["env"][1]);
+  EXPECT_EQ(patched["spec"]["containers"][1], pod["spec"]["containers"][1]);
+  EXPECT_EQ(patched["metadata"]["annotations"]["team"], "vision");
+  EXPECT_EQ(patched["metadata"]["annotations"]["gpuslice.io/injected"], "true");
+
+  // Reinvocation on the patched pod changes nothing more.
+  json again = json::parse(test::fixture("admission_gpuslice_vram.json"));
+  again["request"]["object"] = patched;
+  auto second = review(again.dump());
+  EXPECT_EQ(second.response["allowed"], true);
+  EXPECT_FALSE(second.response.contains("patch"));
+}
+
+TEST(Webhook, HcsPodGetsPreloadQuotaLibraryAndStateVolume) {
+  auto r = review_fixture("admission_hcs_vram.json");
+  ASSERT_EQ(r.http_status, 200);
+  EXPECT_EQ(r.response["allowed"], true);
+  EXPECT_EQ(r.patch, json::parse(test::fixture("admission_hcs_vram.patch.json"))) << r.patch.dump(2);
+
+  json pod = json::parse(test::fixture("admission_hcs_vram.json"))["request"]["object"];
+  json patched = pod.patch(r.patch);
+  const json& server = patched["spec"]["containers"][0];
+  EXPECT_EQ(server["env"][1]["value"], std::to_string(16ULL << 30));
+  EXPECT_EQ(server["volumeMounts"].size(), 3u);
+  EXPECT_EQ(patched["spec"]["volumes"].size(), 3u);
+  EXPECT_EQ(patched["spec"]["initContainers"], pod["spec"]["initContainers"]) << "no GPU request: untouched";
+
+  // The library's host directory follows --root.
+  WebhookOptions options;
+  options.host_root = "/opt/gpuslice";
+  auto rooted = review(test::fixture("admission_hcs_vram.json"), options);
+  EXPECT_EQ(rooted.patch[3]["value"]["hostPath"]["path"], "/opt/gpuslice/lib");
+}
+
+TEST(Webhook, OtherPodsAndObjectsPassUntouched) {
+  for (const char* name : {"admission_no_gpu.json", "admission_not_pod.json"}) {
+    auto r = review_fixture(name);
+    ASSERT_EQ(r.http_status, 200) << name;
+    EXPECT_EQ(r.response["allowed"], true) << name;
+    EXPECT_FALSE(r.response.contains("patch")) << name;
+    EXPECT_FALSE(r.response.contains("patchType")) << name;
+    EXPECT_EQ(r.response["uid"], json::parse(test::fixture(name))["request"]["uid"]) << name;
+  }
+  // Opted out by annotation.
+  json opt_out = json::parse(test::fixture("admission_hcs_vram.json"));
+  opt_out["request"]["object"]["metadata"]["annotations"] = {{"gpuslice.io/inject", "false"}};
+  auto r = review(opt_out.dump());
+  EXPECT_EQ(r.response["allowed"], true);
+  EXPECT_FALSE(r.response.contains("patch"));
+  // Updates are not mutated.
+  json update = json::parse(test::fixture("admission_hcs_vram.json"));
+  update["request"]["operation"] = "UPDATE";
+  EXPECT_FALSE(review(update.dump()).response.contains("patch"));
+}
+
+TEST(Webhook, MalformedReviewsAreRefusedWithAMessage) {
+  struct Case {
+    const char* fixture;
+    const char* message_part;
+  };
+  for (const Case& c : {Case{"admission_malformed.json", "not valid JSON"},
+                        Case{"admission_missing_uid.json", "request.uid"},
+                        Case{"admission_wrong_version.json", "expected apiVersion admission.k8s.io/v1"}}) {
+    auto r = review_fixture(c.fixture);
+    EXPECT_EQ(r.http_status, 400) << c.fixture;
+    ASSERT_TRUE(r.body.contains("error")) << c.fixture;
+    EXPECT_NE(r.body["error"].get<std::string>().find(c.message_part), std::string::npos) << r.body["error"];
+  }
+  for (const char* body : {"", "[]", "42", R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"})",
+                           R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}})"}) {
+    EXPECT_EQ(review_admission(body, {}).http_status, 400) << body;
+  }
+}
+
+TEST(Webhook, BadPodsAreDeniedWithTheReason) {
+  auto quantity = review_fixture("admission_bad_quantity.json");
+  ASSERT_EQ(quantity.http_status, 200);
+  EXPECT_EQ(quantity.response["uid"], "b7c6d5e4-f3a2-4b1c-9d8e-7f6a5b4c3d2e");
+  EXPECT_EQ(quantity.response["allowed"], false);
+  EXPECT_EQ(quantity.response["status"]["code"], 400);
+  const std::string message = quantity.response["status"]["message"];
+  EXPECT_NE(message.find("container \"worker\""), std::string::npos) << message;
+  EXPECT_NE(message.find("ai.compute/vram"), std::string::npos) << message;
+  EXPECT_NE(message.find("negative"), std::string::npos) << message;
+
+  auto preload = review_fixture("admission_preload_valuefrom.json");
+  EXPECT_EQ(preload.response["allowed"], false);
+  EXPECT_NE(preload.response["status"]["message"].get<std::string>().find("valueFrom"), std::string::npos);
+
+  json base = json::parse(test::fixture("admission_hcs_vram.json"));
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json copy = base;
+    edit(copy["request"]["object"]);
+    return review(copy.dump());
+  };
+  auto both = with([](json& pod) { pod["spec"]["containers"][0]["resources"]["limits"]["gpuslice.io/vram"] = "1024"; });
+  EXPECT_EQ(both.response["allowed"], false);
+  EXPECT_NE(both.response["status"]["message"].get<std::string>().find("both"), std::string::npos);
+  auto zero = with([](json& pod) { pod["spec"]["containers"][0]["resources"]["requests"]["ai.compute/vram"] = "0"; });
+  EXPECT_EQ(zero.response["allowed"], false);
+  auto fraction = with([](json& pod) {
+    pod["spec"]["containers"][0]["resources"]["requests"].erase("ai.compute/vram");
+    pod["spec"]["containers"][0]["resources"]["requests"]["gpuslice.io/vram"] = "500m";
+  });
+  EXPECT_EQ(fraction.response["allowed"], false);
+  EXPECT_NE(fraction.response["status"]["message"].get<std::string>().find("whole"), std::string::npos);
+  auto not_a_list = with([](json& pod) { pod["spec"]["containers"] = {{"name", "x"}}; });
+  EXPECT_EQ(not_a_list.response["allowed"], false);
+  auto no_object = review(R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",
+      "request":{"uid":"u1","kind":{"kind":"Pod"},"operation":"CREATE"}})");
+  EXPECT_EQ(no_object.http_status, 200);
+  EXPECT_EQ(no_object.response["uid"], "u1");
+  EXPECT_EQ(no_object.response["allowed"], false);
+}
+
+TEST(Webhook, ServesOverTls) {
+  WebhookServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  server_options.port = 0;
+  server_options.tls_cert_file = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.crt";
+  server_options.tls_key_file = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.key";
+  server_options.threads = 2;
+  WebhookServer server(server_options, {});
+  auto port = server.start();
+  ASSERT_TRUE(port.ok()) << port.error();
+
+  httplib::SSLClient client("127.0.0.1", *port);
+  client.set_ca_cert_path(server_options.tls_cert_file.c_str());
+  client.enable_server_certificate_verification(true);
+  auto res = client.Post("/mutate", test::fixture("admission_hcs_vram.json"), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  auto body = json::parse(res->body);
+  EXPECT_EQ(body["response"]["allowed"], true);
+  EXPECT_TRUE(body["response"].contains("patch"));
+  auto bad = client.Post("/mutate", "{", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  server.stop();
+
+  WebhookServerOptions missing = server_options;
+  missing.tls_cert_file = "/nonexistent.crt";
+  WebhookServer broken(missing, {});
+  auto refused = broken.start();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find("/nonexistent.crt"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::node
