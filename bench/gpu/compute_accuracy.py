@@ -385,10 +385,11 @@ def main():
             settle_record, settle_run = settle(args, runner, baseline)
             runs.append(settle_run)
 
-    with open(os.path.join(args.out, "compute_accuracy.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        writer.writeheader()
-        writer.writerows(rows)
+    if rows:
+        with open(os.path.join(args.out, "compute_accuracy.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            writer.writeheader()
+            writer.writerows(rows)
     with open(os.path.join(args.out, "compute_accuracy.json"), "w") as f:
         json.dump({"rows": rows, "runs": runs, "seconds": args.seconds}, f)
     if settle_record:
@@ -396,7 +397,7 @@ def main():
             json.dump(settle_record, f, indent=1)
 
     print()
-    print(f"| workload | limit % | un-hooked it/s | hooked it/s | ratio | error (points) | 1 s min..max | pass |")
+    print("| workload | limit % | un-hooked it/s | hooked it/s | ratio | error (points) | 1 s min..max | pass |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['limit']} | {r['baseline_it_s']:.1f} | {r['hooked_it_s']:.1f} | "

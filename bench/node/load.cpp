@@ -6,11 +6,10 @@
 // daemon that is already running instead. Requests are sent on a fixed schedule from several
 // keep-alive connections; latency is measured from the scheduled send time, so a stalled server
 // shows up as latency rather than as a lower rate.
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,10 +42,11 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "%s\nusage: node_load_bench [--rate N] [--duration SECONDS] [--connections N] [--containers N]\n"
-               "                       [--daemon PATH | --target HOST:PORT --token TOKEN] [--port N]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "%s\nusage: node_load_bench [--rate N] [--duration SECONDS] [--connections N] [--containers N]\n"
+      "                       [--daemon PATH | --target HOST:PORT --token TOKEN] [--port N]\n",
+      why);
   std::exit(2);
 }
 
@@ -60,31 +60,44 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value for " + a).c_str());
       return argv[++i];
     };
-    if (a == "--rate") o.rate = std::stod(value());
-    else if (a == "--duration") o.duration_s = std::stod(value());
-    else if (a == "--connections") o.connections = std::stoi(value());
-    else if (a == "--containers") o.containers = std::stoi(value());
-    else if (a == "--target") o.target = value();
-    else if (a == "--daemon") o.daemon = value();
-    else if (a == "--token") o.token = value();
-    else if (a == "--port") o.port = std::stoi(value());
-    else usage(("unknown argument " + a).c_str());
+    if (a == "--rate")
+      o.rate = std::stod(value());
+    else if (a == "--duration")
+      o.duration_s = std::stod(value());
+    else if (a == "--connections")
+      o.connections = std::stoi(value());
+    else if (a == "--containers")
+      o.containers = std::stoi(value());
+    else if (a == "--target")
+      o.target = value();
+    else if (a == "--daemon")
+      o.daemon = value();
+    else if (a == "--token")
+      o.token = value();
+    else if (a == "--port")
+      o.port = std::stoi(value());
+    else
+      usage(("unknown argument " + a).c_str());
   }
-  if (o.rate <= 0 || o.duration_s <= 0 || o.connections <= 0) usage("rate, duration and connections must be > 0");
+  if (o.rate <= 0 || o.duration_s <= 0 || o.connections <= 0)
+    usage("rate, duration and connections must be > 0");
   return o;
 }
 
 // Containers with live ledgers, so every scrape renders real per-container series.
-std::vector<std::unique_ptr<gpuslice::shm::Ledger>> make_containers(const gpuslice::node::HostLayout& layout, int n) {
+std::vector<std::unique_ptr<gpuslice::shm::Ledger>> make_containers(const gpuslice::node::HostLayout& layout,
+                                                                    int n) {
   std::vector<std::unique_ptr<gpuslice::shm::Ledger>> ledgers;
   for (int i = 0; i < n; ++i) {
     std::string id = "bench-" + std::to_string(i);
     gpuslice::node::Limits limits;
     limits.memory = "8Gi";
     limits.compute = "50";
-    auto written = gpuslice::node::write_file_atomically(layout.limits_file(id), gpuslice::node::render_limits(limits));
+    auto written =
+        gpuslice::node::write_file_atomically(layout.limits_file(id), gpuslice::node::render_limits(limits));
     auto ledger = gpuslice::shm::Ledger::open(layout.state_file(id), gpuslice::shm::Ledger::Mode::Process);
-    if (!written || !ledger) usage(("cannot create container state: " + (ledger ? written.error() : ledger.error())).c_str());
+    if (!written || !ledger)
+      usage(("cannot create container state: " + (ledger ? written.error() : ledger.error())).c_str());
     for (int d = 0; d < 2; ++d) {
       char uuid[64];
       std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", d);
@@ -124,8 +137,9 @@ int main(int argc, char** argv) {
     daemon = fork();
     if (daemon == 0) {
       setenv("GPUSLICE_NODE_TOKEN", o.token.c_str(), 1);
-      execl(o.daemon.c_str(), o.daemon.c_str(), "serve", root_flag.c_str(), listen.c_str(), "--fake-gpus=2x16Gi",
-            "--no-device-plugin", "--kubelet-pods-dir=", "--log-level=warn", static_cast<char*>(nullptr));
+      execl(o.daemon.c_str(), o.daemon.c_str(), "serve", root_flag.c_str(), listen.c_str(),
+            "--fake-gpus=2x16Gi", "--no-device-plugin", "--kubelet-pods-dir=", "--log-level=warn",
+            static_cast<char*>(nullptr));
       std::perror(("exec " + o.daemon).c_str());
       _exit(127);
     }
@@ -161,7 +175,8 @@ int main(int argc, char** argv) {
       client.set_tcp_nodelay(true);
       std::vector<double> mine;
       for (long i = next++; i < total; i = next++) {
-        auto scheduled = start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(i));
+        auto scheduled =
+            start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(i));
         std::this_thread::sleep_until(scheduled);
         auto res = (i % 2 == 0) ? client.Get("/metrics") : client.Get("/api/v1/status", auth);
         auto done = Clock::now();
@@ -195,11 +210,12 @@ int main(int argc, char** argv) {
     return latencies_ms[at];
   };
   std::printf("requests   %ld in %.1f s (%.0f req/s achieved, %.0f req/s asked), %d connections\n",
-              static_cast<long>(latencies_ms.size()), elapsed, static_cast<double>(latencies_ms.size()) / elapsed,
-              o.rate, o.connections);
+              static_cast<long>(latencies_ms.size()), elapsed,
+              static_cast<double>(latencies_ms.size()) / elapsed, o.rate, o.connections);
   std::printf("endpoints  /metrics and /api/v1/status alternately, %d containers x 2 GPUs\n", o.containers);
-  std::printf("errors     %ld%s%s\n", errors.load(), first_error.empty() ? "" : " (first: ", first_error.empty() ? "" : (first_error + ")").c_str());
-  std::printf("latency ms p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", pct(50), pct(90), pct(99), pct(99.9),
-              latencies_ms.empty() ? 0.0 : latencies_ms.back());
+  std::printf("errors     %ld%s%s\n", errors.load(),
+              first_error.empty() ? "" : " (first: ", first_error.empty() ? "" : (first_error + ")").c_str());
+  std::printf("latency ms p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", pct(50), pct(90), pct(99),
+              pct(99.9), latencies_ms.empty() ? 0.0 : latencies_ms.back());
   return errors.load() == 0 ? 0 : 1;
 }

@@ -63,17 +63,7 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 GS_GRAPH_LAUNCH(cuGraphLaunch)
 GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
-#define GS_SYNC_HOOK(sym, params, args)                                                     \
-  GS_EXPORT CUresult sym params {                                                           \
-    ProfileScope scope(HookId::sym);                                                        \
-    auto real = REAL(sym);                                                                  \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                 \
-    CUresult r = real args;                                                                 \
-    if (r == CUDA_SUCCESS && gpuslice::interposer::g_compute_active.load(std::memory_order_relaxed)) \
-      gpuslice::interposer::note_host_sync();                                               \
-    return r;                                                                               \
-  }
-GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
-GS_SYNC_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream))
-GS_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
-GS_SYNC_HOOK(cuEventSynchronize, (CUevent hEvent), (hEvent))
+GS_HOOK_NOTIFYING_SYNC(cuCtxSynchronize, (void), ())
+GS_HOOK_NOTIFYING_SYNC(cuStreamSynchronize, (CUstream hStream), (hStream))
+GS_HOOK_NOTIFYING_SYNC(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
+GS_HOOK_NOTIFYING_SYNC(cuEventSynchronize, (CUevent hEvent), (hEvent))

@@ -56,6 +56,28 @@ void gate_launch(CUstream stream) {
   if (limiter::ComputeLimiter* lim = current_limiter()) lim->gate(stream);
 }
 
+void publish_compute_usage() {
+  shm::Ledger* l = ledger();
+  for (CUdevice dev = 0; dev < kMaxDevices; ++dev) {
+    DeviceState* d = device_state_if_attached(dev);
+    if (d == nullptr || d->ledger_dev < 0) continue;
+    limiter::ComputeLimiter* lim = d->limiter.load(std::memory_order_acquire);
+    if (lim == nullptr) continue;
+    std::uint64_t busy = lim->stats().busy_ns;
+    std::uint64_t published = d->busy_published.exchange(busy, std::memory_order_acq_rel);
+    if (busy > published) l->add_busy_ns(d->ledger_dev, busy - published);
+  }
+}
+
+void settle_limiters() {
+  for (CUdevice dev = 0; dev < kMaxDevices; ++dev) {
+    DeviceState* d = device_state_if_attached(dev);
+    if (d == nullptr) continue;
+    if (limiter::ComputeLimiter* lim = d->limiter.load(std::memory_order_acquire)) lim->settle();
+  }
+  publish_compute_usage();
+}
+
 void note_host_sync() {
   if (limiter::ComputeLimiter* lim = current_limiter()) lim->note_host_sync();
 }

@@ -40,6 +40,8 @@ int hook_by_rule(const char* symbol, int cuda_version, cuuint64_t flags) {
 
 void* route(const char* symbol, void* real_pfn, int cuda_version, cuuint64_t flags) {
   if (real_pfn == nullptr || symbol == nullptr) return real_pfn;
+  GS_LOG(Trace, "cuGetProcAddress request %s cudaVersion=%d flags=%llu", symbol, cuda_version,
+         static_cast<unsigned long long>(flags));
   for (std::size_t i = 0; i < kHookCount; ++i) {
     if (kHooks[i].library == Library::Cuda && is_real_address(static_cast<HookId>(i), real_pfn)) {
       GS_LOG(Trace, "cuGetProcAddress(%s, %d, %llu) -> hook %s", symbol, cuda_version,

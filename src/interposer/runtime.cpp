@@ -8,6 +8,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <new>
@@ -108,6 +109,7 @@ void* watcher_main(void*) {
     Runtime& rt = *g_rt;
     refresh_limits_file(rt);
     refresh_compute_limits(rt);
+    if (g_compute_active.load(std::memory_order_relaxed)) publish_compute_usage();
     if (tick % 2 == 0) rt.ledger->reap_dead();
     if (tick % 5 == 0) {
       for (int i = 0; i < kMaxDevices; ++i) {
@@ -183,6 +185,10 @@ Phase initialise() {
     return Phase::Broken;
   }
   pthread_atfork(nullptr, nullptr, on_fork_child);
+  // Work still queued at exit is charged, so a short-lived process cannot escape its share.
+  std::atexit([] {
+    if (g_compute_active.load(std::memory_order_relaxed)) settle_limiters();
+  });
   g_memory_active.store(memory, std::memory_order_release);
   g_compute_active.store(compute, std::memory_order_release);
   start_watcher();
@@ -204,6 +210,7 @@ void rebuild_after_fork() {
     d.context_charge.store(0);
     d.has_context.store(false);
     d.limiter.store(nullptr);  // its measuring window belonged to the parent
+    d.busy_published.store(0);
   }
   start_watcher();
 }
@@ -294,6 +301,11 @@ DeviceState* device_state(CUdevice dev) {
   }
   phase.store(2, std::memory_order_release);
   return &d;
+}
+
+DeviceState* device_state_if_attached(CUdevice dev) {
+  if (dev < 0 || dev >= kMaxDevices || g_rt == nullptr) return nullptr;
+  return g_rt->device_phase[dev].load(std::memory_order_acquire) == 2 ? &g_rt->devices[dev] : nullptr;
 }
 
 DeviceState* current_device_state(CUdevice* out_dev) {

@@ -28,6 +28,7 @@ struct DeviceState {
   std::atomic<bool> has_context{false};
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};    // created when a compute limit applies
   std::atomic<unsigned> compute_limit{0};                    // mirror of the ledger's value, for the limiter
+  std::atomic<std::uint64_t> busy_published{0};              // limiter busy time already in the ledger
 };
 
 // Any device has a memory quota / compute limit: the hooks' single predictable branch.
@@ -44,6 +45,8 @@ shm::Ledger* ledger();  // null when no limit is configured
 // State of a CUDA device (ordinal), attached to the ledger on first use; null if out of range or
 // the driver cannot describe it. A device with ledger_dev < 0 is not limited.
 DeviceState* device_state(CUdevice dev);
+// The state of a device that was already attached, without attaching it; null otherwise.
+DeviceState* device_state_if_attached(CUdevice dev);
 // The device of the calling thread's current context, or null when there is none.
 DeviceState* current_device_state(CUdevice* out_dev = nullptr);
 // Finds or attaches the ledger record of a device known by UUID only (NVML callers); -1 if not limited.

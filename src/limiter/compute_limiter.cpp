@@ -193,10 +193,14 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
 
   std::uint64_t end = drain_end;
   bool charge_drain = false;  // a busy drain after a capped pause: charged as a second interval
-  if (reason == CloseReason::Gap) {
+  const std::uint64_t last_launch = last_launch_ns_.load(kRelaxed);
+  const std::uint64_t last_sync = last_sync_ns_.load(kRelaxed);
+  // A process exiting long after its last launch ends its window on a pause too.
+  const bool paused = reason == CloseReason::Gap ||
+                      (reason == CloseReason::Settle &&
+                       elapsed(std::max(last_launch, last_sync), drain_start) >= tuning_.gap_ns);
+  if (paused) {
     const bool still_busy = elapsed(drain_start, drain_end) > tuning_.busy_drain_ns;
-    const std::uint64_t last_launch = last_launch_ns_.load(kRelaxed);
-    const std::uint64_t last_sync = last_sync_ns_.load(kRelaxed);
     if (!still_busy && last_sync >= last_launch) {
       // The application waited for its work after the last launch: the device was idle from then.
       end = std::max(last_sync, start);

@@ -46,7 +46,8 @@ std::vector<Collector::Source> Collector::sources() const {
   for (const auto& pod : std::filesystem::directory_iterator(kubelet_pods_dir_, ec)) {
     const std::string uid = pod.path().filename().string();
     std::error_code vec;
-    for (const auto& vol : std::filesystem::directory_iterator(pod.path() / "volumes/kubernetes.io~empty-dir", vec)) {
+    for (const auto& vol :
+         std::filesystem::directory_iterator(pod.path() / "volumes/kubernetes.io~empty-dir", vec)) {
       const std::string name = vol.path().filename().string();
       const std::string_view prefix = "gpuslice-state-";
       if (name.compare(0, prefix.size(), prefix) != 0) continue;
@@ -117,10 +118,9 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
     dev.refused_allocations = row.refused_allocations;
     for (const GpuInfo& gpu : gpus) {
       if (gpu.uuid.size() == row.uuid.size() &&
-          std::equal(gpu.uuid.begin(), gpu.uuid.end(), row.uuid.begin(),
-                     [](char a, char b) {
-                       return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-                     })) {
+          std::equal(gpu.uuid.begin(), gpu.uuid.end(), row.uuid.begin(), [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          })) {
         dev.gpu = gpu.index;
       }
     }
@@ -131,7 +131,8 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
     // interval has no trustworthy figure; the next one will.
     BusySample& prev = busy_[id + '\n' + row.uuid];
     if (prev.at_ns != 0 && now_ns > prev.at_ns && dev.busy_ns >= prev.busy_ns) {
-      double ratio = static_cast<double>(dev.busy_ns - prev.busy_ns) / static_cast<double>(now_ns - prev.at_ns);
+      double ratio =
+          static_cast<double>(dev.busy_ns - prev.busy_ns) / static_cast<double>(now_ns - prev.at_ns);
       dev.utilization_ratio = std::clamp(ratio, 0.0, 1.0);
     }
     prev.busy_ns = dev.busy_ns;

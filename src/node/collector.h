@@ -29,8 +29,8 @@ struct ContainerDevice {
   unsigned compute_limit = 0;                // percent, 0 = not limited
   std::uint64_t used_bytes = 0;
   std::uint64_t refused_allocations = 0;
-  std::uint64_t busy_ns = 0;                 // sum over live processes
-  std::optional<double> utilization_ratio;   // busy time / wall time since the previous refresh
+  std::uint64_t busy_ns = 0;                // sum over live processes
+  std::optional<double> utilization_ratio;  // busy time / wall time since the previous refresh
 };
 
 struct ContainerProcess {

@@ -18,9 +18,12 @@ namespace {
 
 char kind_letter(ResourceKind kind) {
   switch (kind) {
-    case ResourceKind::Gpu: return 'r';
-    case ResourceKind::Vram: return 'm';
-    case ResourceKind::Cores: return 'c';
+    case ResourceKind::Gpu:
+      return 'r';
+    case ResourceKind::Vram:
+      return 'm';
+    case ResourceKind::Cores:
+      return 'c';
   }
   return '?';
 }
@@ -30,7 +33,8 @@ std::string hex_of_uuid(const std::string& uuid) {
   std::string_view body = uuid;
   if (body.size() > 4 && (body.substr(0, 4) == "GPU-" || body.substr(0, 4) == "gpu-")) body.remove_prefix(4);
   for (char c : body) {
-    if (std::isxdigit(static_cast<unsigned char>(c))) hex += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isxdigit(static_cast<unsigned char>(c)))
+      hex += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   return hex;
 }
@@ -48,9 +52,12 @@ Result<bool> make_dir(const std::string& path, mode_t mode) {
 
 const char* resource_suffix(ResourceKind kind) {
   switch (kind) {
-    case ResourceKind::Gpu: return "gpu";
-    case ResourceKind::Vram: return "vram";
-    case ResourceKind::Cores: return "cores";
+    case ResourceKind::Gpu:
+      return "gpu";
+    case ResourceKind::Vram:
+      return "vram";
+    case ResourceKind::Cores:
+      return "cores";
   }
   return "?";
 }
@@ -76,7 +83,8 @@ DeviceCatalog::DeviceCatalog(std::vector<GpuInfo> gpus, CatalogOptions options)
     if (unique || length >= 32) break;
   }
   for (std::size_t i = 0; i < gpus_.size(); ++i) {
-    std::string k = hex[i].size() >= length ? hex[i].substr(0, length) : "gpu" + std::to_string(gpus_[i].index);
+    std::string k =
+        hex[i].size() >= length ? hex[i].substr(0, length) : "gpu" + std::to_string(gpus_[i].index);
     if (gpu_by_key_.count(k)) k = "gpu" + std::to_string(gpus_[i].index);
     keys_.push_back(k);
     gpu_by_key_[k] = i;
@@ -85,9 +93,12 @@ DeviceCatalog::DeviceCatalog(std::vector<GpuInfo> gpus, CatalogOptions options)
 
 unsigned DeviceCatalog::units(ResourceKind kind, std::size_t gpu) const {
   switch (kind) {
-    case ResourceKind::Gpu: return options_.replicas;
-    case ResourceKind::Vram: return static_cast<unsigned>(gpus_[gpu].memory_total_bytes / options_.vram_unit);
-    case ResourceKind::Cores: return 100;
+    case ResourceKind::Gpu:
+      return options_.replicas;
+    case ResourceKind::Vram:
+      return static_cast<unsigned>(gpus_[gpu].memory_total_bytes / options_.vram_unit);
+    case ResourceKind::Cores:
+      return 100;
   }
   return 0;
 }
@@ -111,7 +122,8 @@ std::vector<std::string> DeviceCatalog::ids(ResourceKind kind) const {
 
 std::optional<std::size_t> DeviceCatalog::gpu_of(ResourceKind kind, std::string_view id) const {
   std::size_t dash = id.rfind('-');
-  if (dash == std::string_view::npos || dash + 2 > id.size() || id[dash + 1] != kind_letter(kind)) return std::nullopt;
+  if (dash == std::string_view::npos || dash + 2 > id.size() || id[dash + 1] != kind_letter(kind))
+    return std::nullopt;
   auto it = gpu_by_key_.find(id.substr(0, dash));
   if (it == gpu_by_key_.end()) return std::nullopt;
   std::string_view number = id.substr(dash + 2);
@@ -125,7 +137,8 @@ std::optional<std::size_t> DeviceCatalog::gpu_of(ResourceKind kind, std::string_
   return it->second;
 }
 
-std::vector<std::string> DeviceCatalog::preferred(ResourceKind kind, const std::vector<std::string>& available,
+std::vector<std::string> DeviceCatalog::preferred(ResourceKind kind,
+                                                  const std::vector<std::string>& available,
                                                   const std::vector<std::string>& must_include,
                                                   std::size_t size) const {
   std::vector<std::string> chosen;
@@ -276,7 +289,8 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
 
   // Device nodes that exist on this host; the runtime refuses specs for missing ones.
   std::vector<std::string> nodes = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
-  for (const auto& [gpu, count] : units_per_gpu) nodes.push_back("nvidia" + std::to_string(catalog.gpus()[gpu].minor));
+  for (const auto& [gpu, count] : units_per_gpu)
+    nodes.push_back("nvidia" + std::to_string(catalog.gpus()[gpu].minor));
   for (const auto& name : nodes) {
     std::string host = catalog.options().dev_root + "/" + name;
     struct stat st {};

@@ -1,9 +1,8 @@
 #include "node/device_plugin.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -55,7 +54,8 @@ class HealthBoard {
 
 class PluginService final : public api::DevicePlugin::Service {
  public:
-  PluginService(ResourceKind kind, const DeviceCatalog& catalog, const HostLayout& layout, HealthBoard& health)
+  PluginService(ResourceKind kind, const DeviceCatalog& catalog, const HostLayout& layout,
+                HealthBoard& health)
       : kind_(kind), catalog_(catalog), layout_(layout), health_(health) {}
 
   void stop() {
@@ -94,7 +94,8 @@ class PluginService final : public api::DevicePlugin::Service {
       }
       std::vector<std::string> available(req.available_deviceids().begin(), req.available_deviceids().end());
       std::vector<std::string> must(req.must_include_deviceids().begin(), req.must_include_deviceids().end());
-      auto chosen = catalog_.preferred(kind_, available, must, static_cast<std::size_t>(req.allocation_size()));
+      auto chosen =
+          catalog_.preferred(kind_, available, must, static_cast<std::size_t>(req.allocation_size()));
       auto* resp = out->add_container_responses();
       for (auto& id : chosen) resp->add_deviceids(std::move(id));
     }
@@ -165,6 +166,7 @@ struct Endpoint {
   std::unique_ptr<grpc::Server> server;
   std::uint64_t socket_inode = 0;
   bool registered = false;
+  unsigned failed_registrations = 0;
 };
 
 std::uint64_t inode_of(const std::string& path) {
@@ -188,7 +190,9 @@ struct DevicePluginManager::Impl {
   std::thread watcher;
 
   Impl(PluginOptions o, HostLayout l, std::vector<GpuInfo> inventory)
-      : options(std::move(o)), layout(std::move(l)), catalog(std::move(inventory), options.catalog),
+      : options(std::move(o)),
+        layout(std::move(l)),
+        catalog(std::move(inventory), options.catalog),
         health(catalog.gpus().size()) {
     std::vector<bool> healthy;
     for (const auto& g : catalog.gpus()) healthy.push_back(g.healthy);
@@ -238,12 +242,17 @@ struct DevicePluginManager::Impl {
     api::Empty reply;
     grpc::Status status = stub->Register(&context, request, &reply);
     if (!status.ok()) {
-      GS_LOG(Warn, "registering %s with the kubelet failed: %s", ep.resource_name.c_str(),
-             status.error_message().c_str());
+      // Retried every watch interval: say it once, then once a minute or so.
+      if (ep.failed_registrations++ % 60 == 0) {
+        GS_LOG(Warn, "registering %s with the kubelet failed: %s", ep.resource_name.c_str(),
+               status.error_message().c_str());
+      }
       return false;
     }
+    ep.failed_registrations = 0;
     ++registrations;
-    GS_LOG(Info, "registered %s with the kubelet (endpoint %s)", ep.resource_name.c_str(), request.endpoint().c_str());
+    GS_LOG(Info, "registered %s with the kubelet (endpoint %s)", ep.resource_name.c_str(),
+           request.endpoint().c_str());
     return true;
   }
 
@@ -283,7 +292,8 @@ struct DevicePluginManager::Impl {
   }
 };
 
-DevicePluginManager::DevicePluginManager(PluginOptions options, HostLayout layout, std::vector<GpuInfo> inventory)
+DevicePluginManager::DevicePluginManager(PluginOptions options, HostLayout layout,
+                                         std::vector<GpuInfo> inventory)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(layout), std::move(inventory))) {}
 
 DevicePluginManager::~DevicePluginManager() { stop(); }
@@ -294,17 +304,19 @@ Result<bool> DevicePluginManager::start() {
     Endpoint ep;
     ep.kind = kind;
     ep.resource_name = m.options.resource_domain + "/" + resource_suffix(kind);
-    ep.socket_path = m.options.device_plugin_dir + "/" + m.options.socket_prefix + "-" + resource_suffix(kind) + ".sock";
+    ep.socket_path =
+        m.options.device_plugin_dir + "/" + m.options.socket_prefix + "-" + resource_suffix(kind) + ".sock";
     if (kind == ResourceKind::Vram) {
       // The kubelet reads the whole list in one message; a too fine unit would make every update fail.
       PluginService probe(kind, m.catalog, m.layout, m.health);
       std::uint64_t generation = 0;
       std::size_t bytes = probe.device_list(m.health.get(generation)).ByteSizeLong();
       if (bytes > kKubeletMaxMessageBytes - 64 * 1024) {
-        GS_LOG(Error,
-               "not advertising %s: %zu devices make a %zu-byte list, over the kubelet's 4 MiB message limit; "
-               "use a coarser --vram-unit",
-               ep.resource_name.c_str(), m.catalog.ids(kind).size(), bytes);
+        GS_LOG(
+            Error,
+            "not advertising %s: %zu devices make a %zu-byte list, over the kubelet's 4 MiB message limit; "
+            "use a coarser --vram-unit",
+            ep.resource_name.c_str(), m.catalog.ids(kind).size(), bytes);
         continue;
       }
     }

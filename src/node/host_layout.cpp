@@ -14,9 +14,7 @@ std::string HostLayout::container_dir(std::string_view id) const {
   return containers_dir() + "/" + std::string(id);
 }
 std::string HostLayout::state_dir(std::string_view id) const { return container_dir(id) + "/state"; }
-std::string HostLayout::state_file(std::string_view id) const {
-  return state_dir(id) + "/" + kStateFileName;
-}
+std::string HostLayout::state_file(std::string_view id) const { return state_dir(id) + "/" + kStateFileName; }
 std::string HostLayout::config_dir(std::string_view id) const { return container_dir(id) + "/config"; }
 std::string HostLayout::limits_file(std::string_view id) const { return config_dir(id) + "/limits"; }
 
@@ -38,8 +36,8 @@ std::vector<std::string> HostLayout::list_containers() const {
 bool valid_container_id(std::string_view id) {
   if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 

@@ -1,9 +1,8 @@
 #include "node/http_api.h"
 
+#include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
-
-#include <httplib.h>
 
 #include <atomic>
 #include <cerrno>
@@ -51,7 +50,8 @@ json container_json(const ContainerView& c) {
   }
   json processes = json::array();
   for (const auto& p : c.processes) {
-    processes.push_back({{"pid", p.pid}, {"host_pid", p.host_pid}, {"command", p.command}, {"used_bytes", p.used_bytes}});
+    processes.push_back(
+        {{"pid", p.pid}, {"host_pid", p.host_pid}, {"command", p.command}, {"used_bytes", p.used_bytes}});
   }
   return {{"id", c.id},
           {"has_state", c.has_state},
@@ -75,14 +75,15 @@ bool constant_time_equals(std::string_view a, std::string_view b) {
 std::string status_json(const NodeView& view, std::string_view version) {
   json gpus = json::array();
   for (const auto& g : view.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"name", g.name},
-                    {"memory_total_bytes", g.memory_total_bytes},
-                    {"memory_used_bytes", g.memory_used_bytes},
-                    {"utilization_percent", g.utilization_percent ? json(*g.utilization_percent) : json(nullptr)},
-                    {"healthy", g.healthy},
-                    {"health_error", g.health_error.empty() ? json(nullptr) : json(g.health_error)}});
+    gpus.push_back(
+        {{"index", g.index},
+         {"uuid", g.uuid},
+         {"name", g.name},
+         {"memory_total_bytes", g.memory_total_bytes},
+         {"memory_used_bytes", g.memory_used_bytes},
+         {"utilization_percent", g.utilization_percent ? json(*g.utilization_percent) : json(nullptr)},
+         {"healthy", g.healthy},
+         {"health_error", g.health_error.empty() ? json(nullptr) : json(g.health_error)}});
   }
   json containers = json::array();
   for (const auto& c : view.containers) containers.push_back(container_json(c));
@@ -162,7 +163,9 @@ struct ApiServer::Impl {
   }
 
   void routes() {
-    server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+    server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("ok\n", "text/plain");
+    });
     server.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (options.metrics_require_token && !authorized(req, res)) return;
       res.set_content(metrics(), kMetricsContentType);
@@ -190,7 +193,8 @@ struct ApiServer::Impl {
     // Anything unrouted gets a JSON body too (handlers that set their own body are left alone).
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      send_error(res, res.status, res.status == 404 ? "no route for " + req.method + " " + req.path : "request failed");
+      send_error(res, res.status,
+                 res.status == 404 ? "no route for " + req.method + " " + req.path : "request failed");
     });
     server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
@@ -225,7 +229,8 @@ Result<int> ApiServer::start() {
     port = impl_->server.bind_to_any_port(impl_->options.host);
     if (port < 0) return make_error("cannot bind " + impl_->options.host + ":0");
   } else if (!impl_->server.bind_to_port(impl_->options.host, port)) {
-    return make_error("cannot bind " + impl_->options.host + ":" + std::to_string(port) + ": " + std::strerror(errno));
+    return make_error("cannot bind " + impl_->options.host + ":" + std::to_string(port) + ": " +
+                      std::strerror(errno));
   }
   impl_->listen_returned = false;
   impl_->thread = std::thread([this] {

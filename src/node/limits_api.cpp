@@ -12,7 +12,8 @@ namespace {
 using nlohmann::json;
 
 // Turns one JSON value into the text form of SPEC §2 and checks it with the shared grammar.
-std::optional<ApiError> value_text(const json& value, const char* field, config::ValueKind kind, std::string& out) {
+std::optional<ApiError> value_text(const json& value, const char* field, config::ValueKind kind,
+                                   std::string& out) {
   if (value.is_string()) {
     out = value.get<std::string>();
   } else if (value.is_number_unsigned()) {
@@ -20,7 +21,8 @@ std::optional<ApiError> value_text(const json& value, const char* field, config:
   } else if (value.is_object()) {
     out = value.dump();
   } else {
-    return ApiError{400, std::string("'") + field + "' must be a string, a non-negative integer or an object"};
+    return ApiError{400,
+                    std::string("'") + field + "' must be a string, a non-negative integer or an object"};
   }
   auto parsed = config::parse_device_values(out, kind, config::SizeDialect::Native);
   if (!parsed) return ApiError{400, std::string("'") + field + "': " + parsed.error()};
@@ -53,8 +55,9 @@ std::optional<ApiError> parse_limits_request(std::string_view body, LimitsUpdate
   return std::nullopt;
 }
 
-std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string& id, const LimitsUpdate& update,
-                                     const LedgerOpener& opener, LimitsApplied& out) {
+std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string& id,
+                                     const LimitsUpdate& update, const LedgerOpener& opener,
+                                     LimitsApplied& out) {
   if (!valid_container_id(id)) return ApiError{400, "invalid container id '" + id + "'"};
   struct stat st {};
   if (::stat(layout.container_dir(id).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -78,11 +81,13 @@ std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string
   }
   std::optional<config::DeviceValues> memory, compute;
   if (update.memory) {
-    memory = config::parse_device_values(*update.memory, config::ValueKind::Size, config::SizeDialect::Native).value();
+    memory = config::parse_device_values(*update.memory, config::ValueKind::Size, config::SizeDialect::Native)
+                 .value();
   }
   if (update.compute) {
     compute =
-        config::parse_device_values(*update.compute, config::ValueKind::Percent, config::SizeDialect::Native).value();
+        config::parse_device_values(*update.compute, config::ValueKind::Percent, config::SizeDialect::Native)
+            .value();
   }
   shm::Snapshot snap = (*ledger)->snapshot();
   for (const shm::DeviceRow& row : snap.devices) {

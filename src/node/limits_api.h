@@ -18,7 +18,7 @@ struct ApiError {
 };
 
 struct LimitsUpdate {
-  std::optional<std::string> memory;   // validated, in a form config::parse_device_values accepts
+  std::optional<std::string> memory;  // validated, in a form config::parse_device_values accepts
   std::optional<std::string> compute;
 };
 
@@ -27,15 +27,16 @@ struct LimitsUpdate {
 std::optional<ApiError> parse_limits_request(std::string_view body, LimitsUpdate& out);
 
 struct LimitsApplied {
-  Limits limits;            // the file's content after the update
-  int devices_updated = 0;  // device records of the live ledger that took the new values
-  std::string ledger_error; // the file was written but the live state could not be updated
+  Limits limits;             // the file's content after the update
+  int devices_updated = 0;   // device records of the live ledger that took the new values
+  std::string ledger_error;  // the file was written but the live state could not be updated
 };
 
 // Writes <root>/containers/<id>/config/limits (keeping the value not being changed) and, where the
 // container has a state file, applies the values to each of its devices through the ledger.
 // 404 when the container directory does not exist.
-std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string& id, const LimitsUpdate& update,
-                                     const LedgerOpener& opener, LimitsApplied& out);
+std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string& id,
+                                     const LimitsUpdate& update, const LedgerOpener& opener,
+                                     LimitsApplied& out);
 
 }  // namespace gpuslice::node

@@ -45,8 +45,8 @@ Result<Limits> parse_limits(std::string_view text) {
     if (line.empty() || line.front() == '#') continue;
     std::size_t eq = line.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      return make_error("line " + std::to_string(line_no) + ": expected KEY=VALUE, got '" + std::string(line) +
-                        "'");
+      return make_error("line " + std::to_string(line_no) + ": expected KEY=VALUE, got '" +
+                        std::string(line) + "'");
     }
     std::string key(trim(line.substr(0, eq)));
     std::string value(trim(line.substr(eq + 1)));

@@ -47,17 +47,20 @@ sigset_t block_signals() {
 
 // Returns true when a stop signal arrived within `timeout`.
 bool wait_for_stop(const sigset_t& set, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1000000)};
+  timespec ts{static_cast<time_t>(timeout.count() / 1000),
+              static_cast<long>((timeout.count() % 1000) * 1000000)};
   int sig = sigtimedwait(&set, nullptr, &ts);
   return sig == SIGINT || sig == SIGTERM;
 }
 
 gpuslice::Result<std::unique_ptr<gs::GpuSource>> fake_gpus(const std::string& spec) {
   std::size_t x = spec.find('x');
-  if (x == std::string::npos || x == 0) return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
+  if (x == std::string::npos || x == 0)
+    return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
   int count = std::atoi(spec.substr(0, x).c_str());
   auto size = gpuslice::config::parse_size(spec.substr(x + 1));
-  if (count <= 0 || count > 64 || !size) return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
+  if (count <= 0 || count > 64 || !size)
+    return gpuslice::make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
   std::vector<gs::GpuInfo> gpus;
   for (int i = 0; i < count; ++i) {
     gs::GpuInfo g;
@@ -89,7 +92,8 @@ int serve(const std::vector<std::string>& args) {
   sigset_t stop_signals = block_signals();
 
   std::unique_ptr<gs::GpuSource> gpus;
-  auto opened = options.fake_gpus.empty() ? gs::open_nvml(options.nvml_library) : fake_gpus(options.fake_gpus);
+  auto opened =
+      options.fake_gpus.empty() ? gs::open_nvml(options.nvml_library) : fake_gpus(options.fake_gpus);
   if (opened) {
     gpus = std::move(opened).value();
   } else if (options.allow_no_gpu) {
@@ -105,7 +109,8 @@ int serve(const std::vector<std::string>& args) {
   collector.set_kubelet_pods_dir(options.kubelet_pods_dir);
   auto first = collector.refresh();
   if (!first->gpu_error.empty()) GS_LOG(Warn, "NVML: %s", first->gpu_error.c_str());
-  if (options.api.token.empty()) GS_LOG(Warn, "no API token configured: /api/v1 answers 401 (see --token-file)");
+  if (options.api.token.empty())
+    GS_LOG(Warn, "no API token configured: /api/v1 answers 401 (see --token-file)");
 
   gs::ApiServer api(options.api, layout, collector);
   if (auto port = api.start(); !port) {
@@ -177,6 +182,7 @@ int main(int argc, char** argv) {
     std::printf("gpuslice-node %s\n", GPUSLICE_VERSION);
     return 0;
   }
-  std::fprintf(stderr, "gpuslice-node: unknown command '%s'\n\n%s", command.c_str(), gs::usage_main().c_str());
+  std::fprintf(stderr, "gpuslice-node: unknown command '%s'\n\n%s", command.c_str(),
+               gs::usage_main().c_str());
   return 2;
 }

@@ -104,7 +104,8 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
     for (const auto& g : view.gpus) f.sample(gpu_labels(g), static_cast<double>(g.memory_total_bytes));
   }
   {
-    Family f(out, "gpuslice_gpu_memory_used_bytes", "gauge", "Memory in use on the GPU, all processes (NVML).");
+    Family f(out, "gpuslice_gpu_memory_used_bytes", "gauge",
+             "Memory in use on the GPU, all processes (NVML).");
     for (const auto& g : view.gpus) f.sample(gpu_labels(g), static_cast<double>(g.memory_used_bytes));
   }
   {
@@ -124,7 +125,8 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
     for (const auto& c : view.containers) f.sample({{"container", c.id}}, c.error.empty() ? 1 : 0);
   }
   {
-    Family f(out, "gpuslice_container_processes", "gauge", "Live processes registered in the container's state.");
+    Family f(out, "gpuslice_container_processes", "gauge",
+             "Live processes registered in the container's state.");
     for (const auto& c : view.containers) {
       if (c.has_state) f.sample({{"container", c.id}}, static_cast<double>(c.processes.size()));
     }
@@ -141,7 +143,8 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
   {
     Family f(out, "gpuslice_container_memory_used_bytes", "gauge", "VRAM the container's processes hold.");
     for (const auto& c : view.containers) {
-      for (const auto& d : c.devices) f.sample(container_device_labels(c, d), static_cast<double>(d.used_bytes));
+      for (const auto& d : c.devices)
+        f.sample(container_device_labels(c, d), static_cast<double>(d.used_bytes));
     }
   }
   {

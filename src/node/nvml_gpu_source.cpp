@@ -131,7 +131,8 @@ Result<std::unique_ptr<GpuSource>> open_nvml(const std::string& library) {
   if (!load(handle, "nvmlInit_v2", api.init)) missing = "nvmlInit_v2";
   if (!load(handle, "nvmlShutdown", api.shutdown)) missing = "nvmlShutdown";
   if (!load(handle, "nvmlDeviceGetCount_v2", api.get_count)) missing = "nvmlDeviceGetCount_v2";
-  if (!load(handle, "nvmlDeviceGetHandleByIndex_v2", api.get_handle)) missing = "nvmlDeviceGetHandleByIndex_v2";
+  if (!load(handle, "nvmlDeviceGetHandleByIndex_v2", api.get_handle))
+    missing = "nvmlDeviceGetHandleByIndex_v2";
   if (!load(handle, "nvmlDeviceGetUUID", api.get_uuid)) missing = "nvmlDeviceGetUUID";
   if (!load(handle, "nvmlDeviceGetName", api.get_name)) missing = "nvmlDeviceGetName";
   if (!load(handle, "nvmlDeviceGetMemoryInfo", api.get_memory)) missing = "nvmlDeviceGetMemoryInfo";

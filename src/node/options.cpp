@@ -17,8 +17,9 @@ struct Flag {
   std::function<std::optional<std::string>(const std::string&)> apply;
 };
 
-ParseOutcome run_flags(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env,
-                       std::map<std::string, Flag>& flags, const std::string& usage) {
+ParseOutcome run_flags(const std::vector<std::string>& args,
+                       const std::function<const char*(const char*)>& env, std::map<std::string, Flag>& flags,
+                       const std::string& usage) {
   // Environment first, so flags given on the command line override it.
   for (auto& [name, flag] : flags) {
     if (!flag.env) continue;
@@ -54,7 +55,8 @@ std::optional<std::string> read_token_file(const std::string& path, std::string&
   std::ostringstream text;
   text << in.rdbuf();
   token = text.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+    token.pop_back();
   if (token.empty()) return "token file " + path + " is empty";
   return std::nullopt;
 }
@@ -88,7 +90,8 @@ Flag listen_flag(std::string& host, int& port, const char* env) {
 Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 9) return make_error("'" + std::string(text) + "' is not a duration like 500ms, 2s or 1m");
+  if (digits == 0 || digits > 9)
+    return make_error("'" + std::string(text) + "' is not a duration like 500ms, 2s or 1m");
   long long value = std::stoll(std::string(text.substr(0, digits)));
   std::string_view unit = text.substr(digits);
   long long ms = 0;
@@ -109,7 +112,8 @@ Result<bool> parse_listen(std::string_view text, std::string& host, int& port) {
   std::size_t colon = text.rfind(':');
   if (colon == std::string_view::npos) return make_error("'" + std::string(text) + "' is not HOST:PORT");
   std::string_view port_text = text.substr(colon + 1);
-  if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string_view::npos) {
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string_view::npos) {
     return make_error("bad port in '" + std::string(text) + "'");
   }
   int value = std::stoi(std::string(port_text));
@@ -139,8 +143,10 @@ std::string usage_serve() {
          "\n"
          "  --root DIR                 host directory of per-container state (GPUSLICE_NODE_ROOT, default "
          "/var/lib/gpuslice)\n"
-         "  --listen HOST:PORT         /metrics and API address (GPUSLICE_NODE_LISTEN, default 0.0.0.0:9410)\n"
-         "  --token-file FILE          bearer token of the API (GPUSLICE_NODE_TOKEN_FILE; or the token itself\n"
+         "  --listen HOST:PORT         /metrics and API address (GPUSLICE_NODE_LISTEN, default "
+         "0.0.0.0:9410)\n"
+         "  --token-file FILE          bearer token of the API (GPUSLICE_NODE_TOKEN_FILE; or the token "
+         "itself\n"
          "                             in GPUSLICE_NODE_TOKEN). Without a token the API answers 401.\n"
          "  --metrics-auth             require the token on /metrics too\n"
          "  --http-threads N           HTTP worker threads (default 16)\n"
@@ -149,7 +155,8 @@ std::string usage_serve() {
          "  --allow-no-gpu             keep serving /metrics when NVML cannot be loaded\n"
          "  --scan-interval DURATION   how often state and GPUs are read (default 1s)\n"
          "  --no-device-plugin         do not serve the kubelet device plugin\n"
-         "  --device-plugin-dir DIR    kubelet device plugin directory (default /var/lib/kubelet/device-plugins)\n"
+         "  --device-plugin-dir DIR    kubelet device plugin directory (default "
+         "/var/lib/kubelet/device-plugins)\n"
          "  --resources LIST           resources to advertise, of gpu,vram,cores (default all)\n"
          "  --resource-domain NAME     resource name prefix (default gpuslice.io)\n"
          "  --replicas N               gpuslice.io/gpu slots per GPU (default 4)\n"
@@ -165,8 +172,10 @@ std::string usage_webhook() {
   return "usage: gpuslice-node webhook [flags]   (or: gpuslice-webhook [flags])\n"
          "\n"
          "  --listen HOST:PORT   HTTPS address (GPUSLICE_WEBHOOK_LISTEN, default 0.0.0.0:8443)\n"
-         "  --tls-cert FILE      PEM certificate chain (GPUSLICE_WEBHOOK_TLS_CERT, default /etc/gpuslice/tls/tls.crt)\n"
-         "  --tls-key FILE       PEM private key (GPUSLICE_WEBHOOK_TLS_KEY, default /etc/gpuslice/tls/tls.key)\n"
+         "  --tls-cert FILE      PEM certificate chain (GPUSLICE_WEBHOOK_TLS_CERT, default "
+         "/etc/gpuslice/tls/tls.crt)\n"
+         "  --tls-key FILE       PEM private key (GPUSLICE_WEBHOOK_TLS_KEY, default "
+         "/etc/gpuslice/tls/tls.key)\n"
          "  --root DIR           gpuslice root on the nodes; the library is DIR/lib (GPUSLICE_NODE_ROOT,\n"
          "                       default /var/lib/gpuslice)\n"
          "  --resource-domain N  device plugin resource prefix (default gpuslice.io)\n"
@@ -174,8 +183,8 @@ std::string usage_webhook() {
          "  --log-level LEVEL    error, warn, info, debug, trace (GPUSLICE_LOG_LEVEL, default info)\n";
 }
 
-ParseOutcome parse_serve_options(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env,
-                                 ServeOptions& out) {
+ParseOutcome parse_serve_options(const std::vector<std::string>& args,
+                                 const std::function<const char*(const char*)>& env, ServeOptions& out) {
   std::map<std::string, Flag> flags;
   flags["root"] = text_flag(out.root, "GPUSLICE_NODE_ROOT");
   flags["listen"] = listen_flag(out.api.host, out.api.port, "GPUSLICE_NODE_LISTEN");
@@ -185,7 +194,8 @@ ParseOutcome parse_serve_options(const std::vector<std::string>& args, const std
                              return std::nullopt;
                            }};
   flags["http-threads"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                             if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
+                             if (v.empty() || v.size() > 3 ||
+                                 v.find_first_not_of("0123456789") != std::string::npos ||
                                  std::stoi(v) == 0) {
                                return "expected 1-999";
                              }
@@ -223,8 +233,8 @@ ParseOutcome parse_serve_options(const std::vector<std::string>& args, const std
                         }};
   flags["resource-domain"] = text_flag(out.plugin.resource_domain);
   flags["replicas"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                         if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
-                             std::stoi(v) == 0) {
+                         if (v.empty() || v.size() > 4 ||
+                             v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) == 0) {
                            return "expected 1-9999";
                          }
                          out.plugin.catalog.replicas = static_cast<unsigned>(std::stoi(v));
@@ -261,7 +271,8 @@ ParseOutcome parse_serve_options(const std::vector<std::string>& args, const std
 }
 
 ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
-                                   const std::function<const char*(const char*)>& env, WebhookModeOptions& out) {
+                                   const std::function<const char*(const char*)>& env,
+                                   WebhookModeOptions& out) {
   out.server.tls_cert_file = "/etc/gpuslice/tls/tls.crt";
   out.server.tls_key_file = "/etc/gpuslice/tls/tls.key";
   std::map<std::string, Flag> flags;
@@ -271,8 +282,8 @@ ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
   flags["root"] = text_flag(out.webhook.host_root, "GPUSLICE_NODE_ROOT");
   flags["resource-domain"] = text_flag(out.webhook.resource_domain);
   flags["threads"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                        if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos ||
-                            std::stoi(v) == 0) {
+                        if (v.empty() || v.size() > 3 ||
+                            v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) == 0) {
                           return "expected 1-999";
                         }
                         out.server.threads = static_cast<unsigned>(std::stoi(v));

@@ -46,10 +46,11 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 Result<bool> parse_listen(std::string_view text, std::string& host, int& port);
 
 // `args` excludes the program name and the subcommand. `env` looks up environment variables.
-ParseOutcome parse_serve_options(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env,
-                                 ServeOptions& out);
+ParseOutcome parse_serve_options(const std::vector<std::string>& args,
+                                 const std::function<const char*(const char*)>& env, ServeOptions& out);
 ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
-                                   const std::function<const char*(const char*)>& env, WebhookModeOptions& out);
+                                   const std::function<const char*(const char*)>& env,
+                                   WebhookModeOptions& out);
 
 std::string usage_main();
 std::string usage_serve();

@@ -63,15 +63,33 @@ Result<std::uint64_t> parse_quantity(std::string_view text) {
     pow2 = 10 * static_cast<int>(at + 1);
   } else if (suffix.size() == 1 && std::string_view("numkMGTPE").find(suffix[0]) != std::string_view::npos) {
     switch (suffix[0]) {
-      case 'n': pow10 -= 9; break;
-      case 'u': pow10 -= 6; break;
-      case 'm': pow10 -= 3; break;
-      case 'k': pow10 += 3; break;
-      case 'M': pow10 += 6; break;
-      case 'G': pow10 += 9; break;
-      case 'T': pow10 += 12; break;
-      case 'P': pow10 += 15; break;
-      default: pow10 += 18; break;  // 'E'
+      case 'n':
+        pow10 -= 9;
+        break;
+      case 'u':
+        pow10 -= 6;
+        break;
+      case 'm':
+        pow10 -= 3;
+        break;
+      case 'k':
+        pow10 += 3;
+        break;
+      case 'M':
+        pow10 += 6;
+        break;
+      case 'G':
+        pow10 += 9;
+        break;
+      case 'T':
+        pow10 += 12;
+        break;
+      case 'P':
+        pow10 += 15;
+        break;
+      default:
+        pow10 += 18;
+        break;  // 'E'
     }
   } else if (suffix[0] == 'e' || suffix[0] == 'E') {
     std::string_view exp = suffix.substr(1);

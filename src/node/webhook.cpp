@@ -1,12 +1,11 @@
 #include "node/webhook.h"
 
+#include <httplib.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
-
-#include <httplib.h>
 
 #include <atomic>
 #include <chrono>
@@ -58,14 +57,18 @@ WebhookReply structural_error(const std::string& message) {
 }
 
 json review_envelope(json response) {
-  return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", std::move(response)}};
+  return {
+      {"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", std::move(response)}};
 }
 
-WebhookReply allow(const std::string& uid) { return {200, review_envelope({{"uid", uid}, {"allowed", true}}).dump()}; }
+WebhookReply allow(const std::string& uid) {
+  return {200, review_envelope({{"uid", uid}, {"allowed", true}}).dump()};
+}
 
 WebhookReply deny(const std::string& uid, const std::string& message) {
   GS_LOG(Warn, "webhook: denied %s: %s", uid.c_str(), message.c_str());
-  json status = {{"code", 400}, {"reason", "BadRequest"}, {"status", "Failure"}, {"message", "gpuslice: " + message}};
+  json status = {
+      {"code", 400}, {"reason", "BadRequest"}, {"status", "Failure"}, {"message", "gpuslice: " + message}};
   return {200, review_envelope({{"uid", uid}, {"allowed", false}, {"status", std::move(status)}}).dump()};
 }
 
@@ -129,9 +132,10 @@ bool preload_has(std::string_view value, std::string_view library) {
 }
 
 // Adds the env, mount and volume operations for one container to `patch`.
-std::optional<std::string> mutate_container(const json& container, const std::string& path, const std::string& where,
-                                            const ContainerNeeds& needs, const std::string& state_volume,
-                                            json& patch, std::vector<std::string>& warnings) {
+std::optional<std::string> mutate_container(const json& container, const std::string& path,
+                                            const std::string& where, const ContainerNeeds& needs,
+                                            const std::string& state_volume, json& patch,
+                                            std::vector<std::string>& warnings) {
   const std::string library = std::string(kContainerLibrary);
   const json* env = member(container, "env");
   if (env && !env->is_array() && !env->is_null()) return where + ": env is not a list";
@@ -147,11 +151,14 @@ std::optional<std::string> mutate_container(const json& container, const std::st
       }
       const json* value = member(var, "value");
       std::string existing = value && value->is_string() ? value->get<std::string>() : "";
-      preload = preload_has(existing, library) ? existing : existing.empty() ? library : library + ":" + existing;
+      preload = preload_has(existing, library) ? existing
+                : existing.empty()             ? library
+                                               : library + ":" + existing;
     }
   }
   wanted.push_back({{"name", "LD_PRELOAD"}, {"value", preload}});
-  if (needs.hcs_bytes) wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
+  if (needs.hcs_bytes)
+    wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
 
   if (!env || env->is_null()) {
     patch.push_back({{"op", "add"}, {"path", path + "/env"}, {"value", wanted}});
@@ -176,7 +183,8 @@ std::optional<std::string> mutate_container(const json& container, const std::st
       {{"name", state_volume}, {"mountPath", kContainerSharedDir}},
   };
   const json* existing = member(container, "volumeMounts");
-  if (existing && !existing->is_array() && !existing->is_null()) return where + ": volumeMounts is not a list";
+  if (existing && !existing->is_array() && !existing->is_null())
+    return where + ": volumeMounts is not a list";
   std::vector<json> to_add;
   for (const auto& mount : mounts) {
     bool taken = false;
@@ -187,15 +195,18 @@ std::optional<std::string> mutate_container(const json& container, const std::st
       }
     }
     if (taken) {
-      warnings.push_back(where + " already mounts " + mount["mountPath"].get<std::string>() + "; left as it is");
+      warnings.push_back(where + " already mounts " + mount["mountPath"].get<std::string>() +
+                         "; left as it is");
     } else {
       to_add.push_back(mount);
     }
   }
   if (!existing || existing->is_null()) {
-    if (!to_add.empty()) patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts"}, {"value", to_add}});
+    if (!to_add.empty())
+      patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts"}, {"value", to_add}});
   } else {
-    for (const auto& m : to_add) patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts/-"}, {"value", m}});
+    for (const auto& m : to_add)
+      patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts/-"}, {"value", m}});
   }
   return std::nullopt;
 }
@@ -250,16 +261,19 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
     if (!containers->is_array()) return deny(uid, std::string("spec.") + list + " is not a list");
     for (std::size_t i = 0; i < containers->size(); ++i) {
       const json& container = (*containers)[i];
-      if (!container.is_object()) return deny(uid, std::string("spec.") + list + "[" + std::to_string(i) + "] is not an object");
+      if (!container.is_object())
+        return deny(uid, std::string("spec.") + list + "[" + std::to_string(i) + "] is not an object");
       const json* name = member(container, "name");
-      const std::string where = "container \"" + (name && name->is_string() ? name->get<std::string>() : "?") + "\"";
+      const std::string where =
+          "container \"" + (name && name->is_string() ? name->get<std::string>() : "?") + "\"";
       ContainerNeeds needs;
       if (auto err = container_needs(container, where, options, needs)) return deny(uid, *err);
       if (!needs.hcs_bytes && !needs.device_plugin) continue;
       const std::string volume =
           std::string(kStateVolumePrefix) + (list[0] == 'i' ? "i" : "c") + std::to_string(i);
       const std::string path = std::string("/spec/") + list + "/" + std::to_string(i);
-      if (auto err = mutate_container(container, path, where, needs, volume, patch, warnings)) return deny(uid, *err);
+      if (auto err = mutate_container(container, path, where, needs, volume, patch, warnings))
+        return deny(uid, *err);
       if (needs.hcs_bytes) state_volumes.push_back(volume);
       mutated = true;
     }
@@ -267,11 +281,13 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
   if (!mutated) return allow(uid);
 
   if (!state_volumes.empty()) {
-    std::vector<json> volumes = {{{"name", kLibraryVolume},
-                                  {"hostPath", {{"path", options.host_root + "/lib"}, {"type", "Directory"}}}}};
+    std::vector<json> volumes = {
+        {{"name", kLibraryVolume},
+         {"hostPath", {{"path", options.host_root + "/lib"}, {"type", "Directory"}}}}};
     for (const auto& v : state_volumes) volumes.push_back({{"name", v}, {"emptyDir", json::object()}});
     const json* existing = member(*spec, "volumes");
-    if (existing && !existing->is_array() && !existing->is_null()) return deny(uid, "spec.volumes is not a list");
+    if (existing && !existing->is_array() && !existing->is_null())
+      return deny(uid, "spec.volumes is not a list");
     std::vector<json> to_add;
     for (const auto& v : volumes) {
       bool present = false;
@@ -286,20 +302,25 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
     if (!existing || existing->is_null()) {
       patch.push_back({{"op", "add"}, {"path", "/spec/volumes"}, {"value", to_add}});
     } else {
-      for (const auto& v : to_add) patch.push_back({{"op", "add"}, {"path", "/spec/volumes/-"}, {"value", v}});
+      for (const auto& v : to_add)
+        patch.push_back({{"op", "add"}, {"path", "/spec/volumes/-"}, {"value", v}});
     }
   }
   if (!metadata || !metadata->is_object()) {
-    patch.push_back({{"op", "add"}, {"path", "/metadata"}, {"value", {{"annotations", {{kInjectedAnnotation, "true"}}}}}});
+    patch.push_back({{"op", "add"},
+                     {"path", "/metadata"},
+                     {"value", {{"annotations", {{kInjectedAnnotation, "true"}}}}}});
   } else if (!annotations || annotations->is_null()) {
-    patch.push_back({{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{kInjectedAnnotation, "true"}}}});
+    patch.push_back(
+        {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{kInjectedAnnotation, "true"}}}});
   } else {
     patch.push_back({{"op", "add"},
                      {"path", "/metadata/annotations/" + pointer_token(kInjectedAnnotation)},
                      {"value", "true"}});
   }
 
-  json response = {{"uid", uid}, {"allowed", true}, {"patchType", "JSONPatch"}, {"patch", base64(patch.dump())}};
+  json response = {
+      {"uid", uid}, {"allowed", true}, {"patchType", "JSONPatch"}, {"patch", base64(patch.dump())}};
   if (!warnings.empty()) response["warnings"] = warnings;
   return {200, review_envelope(std::move(response)).dump()};
 }
@@ -311,7 +332,7 @@ namespace {
 struct CertPair {
   X509* cert = nullptr;
   EVP_PKEY* key = nullptr;
-  STACK_OF(X509)* chain = nullptr;
+  STACK_OF(X509) * chain = nullptr;
   CertPair() = default;
   CertPair(const CertPair&) = delete;
   CertPair& operator=(const CertPair&) = delete;
@@ -351,7 +372,8 @@ std::int64_t mtime_of(const std::string& path) {
 // Serves the current certificate; reloads it when either file changes, checked at most every 2 s.
 class CertStore {
  public:
-  CertStore(std::string cert_file, std::string key_file) : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)) {}
+  CertStore(std::string cert_file, std::string key_file)
+      : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)) {}
 
   Result<bool> load() {
     auto pair = load_pair(cert_file_, key_file_);
@@ -411,7 +433,8 @@ struct WebhookServer::Impl {
   std::atomic<bool> listen_returned{false};
 
   Impl(WebhookServerOptions s, WebhookOptions o)
-      : server_options(std::move(s)), options(std::move(o)),
+      : server_options(std::move(s)),
+        options(std::move(o)),
         certs(server_options.tls_cert_file, server_options.tls_key_file) {}
 };
 
@@ -434,7 +457,9 @@ Result<int> WebhookServer::start() {
     res.status = reply.http_status;
     res.set_content(reply.body, "application/json");
   });
-  m.server->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  m.server->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
   m.server->set_payload_max_length(8 * 1024 * 1024);
   m.server->set_tcp_nodelay(true);
   unsigned threads = m.server_options.threads ? m.server_options.threads : 1;
@@ -452,7 +477,8 @@ Result<int> WebhookServer::start() {
     m.server->listen_after_bind();
     m.listen_returned = true;
   });
-  while (!m.server->is_running() && !m.listen_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!m.server->is_running() && !m.listen_returned)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   GS_LOG(Info, "webhook: serving HTTPS on %s:%d (POST /mutate)", m.server_options.host.c_str(), port);
   return port;
 }

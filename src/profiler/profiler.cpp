@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -216,7 +217,9 @@ bool parse_u64(const char* text, const char* end, std::uint64_t* value) {
   return true;
 }
 
-std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 bool make_directories(const char* dir) {
   char path[PATH_MAX];
@@ -608,7 +611,8 @@ void drain_filling_rings() {
   bool drained = false;
   for (Ring* ring = registry_head(); ring != nullptr; ring = ring->next) {
     if (ring->session != s.id) continue;
-    std::uint64_t used = ring->head.load(std::memory_order_acquire) - ring->tail.load(std::memory_order_relaxed);
+    std::uint64_t used =
+        ring->head.load(std::memory_order_acquire) - ring->tail.load(std::memory_order_relaxed);
     if (used >= s.ring_capacity / 4) {
       drain(s, ring);
       drained = true;
@@ -643,6 +647,7 @@ bool only_flusher_left() {
 }
 
 void* flusher_main(void*) {
+  pthread_setname_np(pthread_self(), "gpuslice-prof");  // recognisable in top -H, gdb
   std::uint64_t last_flush_ns = monotonic_ns();
   for (;;) {
     pthread_mutex_lock(&g_wake_mutex);
@@ -684,7 +689,8 @@ void start_flusher() {
   int error = pthread_create(&g_session.flusher, nullptr, flusher_main, nullptr);
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   g_session.flusher_running = error == 0;
-  if (error != 0) GS_LOG(Warn, "profiler: no background flusher (%s); files are written at exit", std::strerror(error));
+  if (error != 0)
+    GS_LOG(Warn, "profiler: no background flusher (%s); files are written at exit", std::strerror(error));
 }
 
 void stop_flusher() {
@@ -865,9 +871,10 @@ bool allocate_session_buffers(Session& s, std::size_t api_count) {
          allocate_zeroed(&s.retired_total, api_count) && allocate_zeroed(&s.snapshot_count, api_count) &&
          allocate_zeroed(&s.snapshot_total, api_count) &&
          allocate_zeroed(&s.timeline_buffer, kTimelineBufferBytes) &&
-         allocate_zeroed(&s.text_buffer, s.text_capacity) && allocate_zeroed(&s.read_buffer, kReadBufferBytes) &&
-         s.dirent_buffer != nullptr && allocate_zeroed(&s.merged_count, slots) &&
-         allocate_zeroed(&s.merged_total, slots) && allocate_zeroed(&s.extra_names, kMaxExtraNames * kMaxNameBytes);
+         allocate_zeroed(&s.text_buffer, s.text_capacity) &&
+         allocate_zeroed(&s.read_buffer, kReadBufferBytes) && s.dirent_buffer != nullptr &&
+         allocate_zeroed(&s.merged_count, slots) && allocate_zeroed(&s.merged_total, slots) &&
+         allocate_zeroed(&s.extra_names, kMaxExtraNames * kMaxNameBytes);
 }
 
 // Names go verbatim into "name:<api>" lines and space-separated timeline lines.
@@ -900,7 +907,8 @@ bool start(const char* dir, const char* const* api_names, std::size_t api_count)
 
 bool start(const char* dir, const char* const* api_names, std::size_t api_count, const Options& options) {
   if (dir == nullptr || *dir == '\0' || api_names == nullptr || api_count == 0 || api_count > kMaxApis) {
-    GS_LOG(Error, "profiler: invalid start arguments (dir '%s', %zu APIs)", dir == nullptr ? "" : dir, api_count);
+    GS_LOG(Error, "profiler: invalid start arguments (dir '%s', %zu APIs)", dir == nullptr ? "" : dir,
+           api_count);
     return false;
   }
   if (std::strlen(dir) + 64 >= PATH_MAX) {
@@ -963,10 +971,12 @@ void record(std::uint16_t api_id, std::uint64_t start_epoch_ns, std::uint64_t du
     ring = register_thread();
     if (ring == nullptr) return;
   }
-  if (api_id >= ring->api_count) [[unlikely]] return;
+  if (api_id >= ring->api_count) [[unlikely]]
+    return;
   ApiTotals& totals = ring->totals[api_id];
   totals.count.store(totals.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  totals.total_ns.store(totals.total_ns.load(std::memory_order_relaxed) + duration_ns, std::memory_order_relaxed);
+  totals.total_ns.store(totals.total_ns.load(std::memory_order_relaxed) + duration_ns,
+                        std::memory_order_relaxed);
 
   const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   if (head - ring->cached_tail > ring->mask) [[unlikely]] {

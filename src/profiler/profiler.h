@@ -55,7 +55,7 @@ std::uint64_t dropped_events();
 void log_refused_allocation(int device, std::uint64_t requested, std::uint64_t quota, std::uint64_t in_use,
                             const char* top_users);
 // The same with the caller's CLOCK_MONOTONIC time; returns whether a line was written (tests).
-bool log_refused_allocation_at(int device, std::uint64_t requested, std::uint64_t quota,
-                               std::uint64_t in_use, const char* top_users, std::uint64_t now_monotonic_ns);
+bool log_refused_allocation_at(int device, std::uint64_t requested, std::uint64_t quota, std::uint64_t in_use,
+                               const char* top_users, std::uint64_t now_monotonic_ns);
 
 }  // namespace gpuslice::profiler

@@ -95,7 +95,7 @@ def main():
 
     if "paths" not in skip:
         # 2. Every path and every allocation API against the real driver (probe_app, linked to libcuda).
-        probe = os.path.join(r.build, "bin", "probe_app")
+        probe = os.path.join(r.build, "gpu", "probe_app")
         for path, ver, pt in [("procaddress", 13000, False), ("procaddress", 12000, False),
                               ("procaddress", 13000, True), ("dlsym", 0, False), ("linked", 0, False)]:
             args = [probe, "--path", path, "--scenario", "fill", "--cuda-version", str(ver), "--chunk", str(128 * MiB)]

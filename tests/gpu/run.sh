@@ -14,8 +14,12 @@ export PYTHONUNBUFFERED=1
 } 2>&1 | tee "$out/env.txt"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
   -DGPUSLICE_BUILD_BENCH=OFF > "$out/build.log" 2>&1
-cmake --build build -j"$(nproc)" >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_cli gpuslice_mock_cuda >> "$out/build.log" 2>&1 ||
+  { tail -40 "$out/build.log"; exit 1; }
 mkdir -p build/gpu
+# The e2e probe, linked to libcuda.so.1 by soname: here that resolves to the real driver.
+g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mock/libcuda.so.1 -ldl -lpthread \
+  >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu; do
   nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done

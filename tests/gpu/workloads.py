@@ -3,7 +3,6 @@
 Each mode prints `key=value` lines; the caller compares hooked and un-hooked runs.
 Usage: python3 workloads.py MODE [args]
 """
-import os
 import sys
 import time
 
@@ -156,4 +155,3 @@ if __name__ == "__main__":
         "jax_check": lambda: jax_check(),
     }[mode]()
     sys.stdout.flush()
-    os._exit(0)

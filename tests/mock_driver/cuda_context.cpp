@@ -26,6 +26,7 @@ CUresult create_context_locked(Driver& state, unsigned device, bool primary, CUc
     std::uint64_t bytes = state.config.context_bytes;
     if (!state.shared.charge(device, bytes, true)) return CUDA_ERROR_OUT_OF_MEMORY;
     state.context_charge[device] = bytes;
+    state.shared.set_has_context(device, true);
   }
   ++state.context_count[device];
   CUctx_st* context = state.contexts.acquire();
@@ -60,6 +61,7 @@ void destroy_context_locked(Driver& state, CUctx_st* context) {
   if (--state.context_count[device] == 0) {
     state.shared.uncharge(device, state.context_charge[device], true);
     state.context_charge[device] = 0;
+    state.shared.set_has_context(device, false);
   }
   if (t_current_context == context) t_current_context = nullptr;
 }

@@ -191,6 +191,7 @@ bool SharedState::claim_slot() {
     for (unsigned device = 0; device < kMaxDevices; ++device) {
       slot.used_bytes[device].store(0, std::memory_order_relaxed);
       slot.context_bytes[device].store(0, std::memory_order_relaxed);
+      slot.has_context[device].store(0, std::memory_order_relaxed);
       DeviceLock lock(file_->device[device]);
       slot.timeline[device].reset();
     }
@@ -206,6 +207,7 @@ void SharedState::release_slot(unsigned index) const {
   for (unsigned device = 0; device < kMaxDevices; ++device) {
     std::uint64_t bytes = slot.used_bytes[device].exchange(0, std::memory_order_acq_rel);
     slot.context_bytes[device].store(0, std::memory_order_relaxed);
+    slot.has_context[device].store(0, std::memory_order_relaxed);
     if (bytes != 0) file_->device[device].used_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
   }
   slot.pid.store(0, std::memory_order_release);
@@ -278,6 +280,11 @@ void SharedState::uncharge(unsigned device, std::uint64_t bytes, bool is_context
   file_->device[device].used_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
 }
 
+void SharedState::set_has_context(unsigned device, bool present) {
+  if (slot_ < 0 || device >= kMaxDevices) return;
+  file_->slot[slot_].has_context[device].store(present ? 1 : 0, std::memory_order_release);
+}
+
 std::uint64_t SharedState::enqueue(unsigned device, std::uint64_t duration_ns) {
   DeviceRecord& record = file_->device[device];
   DeviceLock lock(record);
@@ -339,7 +346,7 @@ unsigned SharedState::processes_on(unsigned device, ProcessUsage* out, unsigned 
     if (pid <= 0 || process_gone(pid)) continue;
     std::uint64_t used = slot.used_bytes[device].load(std::memory_order_acquire);
     std::uint64_t context = slot.context_bytes[device].load(std::memory_order_acquire);
-    if (used == 0 && context == 0) continue;
+    if (used == 0 && context == 0 && slot.has_context[device].load(std::memory_order_acquire) == 0) continue;
     if (count < capacity) out[count] = ProcessUsage{pid, used, context, index};
     ++count;
   }

@@ -32,6 +32,7 @@ struct ProcessSlot {
   std::atomic<std::int32_t> pid;
   std::atomic<std::uint64_t> used_bytes[kMaxDevices];  // contexts included
   std::atomic<std::uint64_t> context_bytes[kMaxDevices];
+  std::atomic<std::uint32_t> has_context[kMaxDevices];  // listed by NVML even with 0 context bytes
   BusyRing timeline[kMaxDevices];
 };
 
@@ -86,6 +87,8 @@ class SharedState {
   // Reserves `bytes` of the device for this process; false when the device is full.
   bool charge(unsigned device, std::uint64_t bytes, bool is_context);
   void uncharge(unsigned device, std::uint64_t bytes, bool is_context);
+  // Whether this process has a context on the device (NVML lists it as a compute process).
+  void set_has_context(unsigned device, bool present);
 
   // Places `duration_ns` of work on the device timeline after everything queued so far, in any
   // process; returns when it will be finished.

@@ -1,8 +1,8 @@
 #include "node/collector.h"
 
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "shared_state/ledger.h"
 #include "test_util.h"
@@ -75,7 +75,8 @@ TEST(Collector, ReportsUnreadableStateAndForgetsRemovedContainers) {
 TEST(Collector, FindsWebhookPodsInTheKubeletPodsDirectory) {
   test::TempDir dir;
   HostLayout layout(dir / "root");
-  const std::string volume = dir / "pods/0d9f6c1e-1111-2222-3333-444455556666/volumes/kubernetes.io~empty-dir";
+  const std::string volume =
+      dir / "pods/0d9f6c1e-1111-2222-3333-444455556666/volumes/kubernetes.io~empty-dir";
   int dev = -1;
   auto ledger = make_state(volume + "/gpuslice-state-c0/state", dev);
   ASSERT_TRUE(ledger);

@@ -1,11 +1,10 @@
 #include "node/device_catalog.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "node/limits_file.h"
 #include "test_util.h"
@@ -26,7 +25,8 @@ GpuInfo gpu(unsigned index, const char* uuid, std::uint64_t memory, unsigned min
 constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
 constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
 
-DeviceCatalog two_gpus(const std::string& dev_root = "/nonexistent", Placement placement = Placement::Binpack) {
+DeviceCatalog two_gpus(const std::string& dev_root = "/nonexistent",
+                       Placement placement = Placement::Binpack) {
   CatalogOptions options;
   options.replicas = 2;
   options.vram_unit = 64ULL << 20;
@@ -43,7 +43,8 @@ TEST(DeviceCatalog, IdsPerResource) {
   ASSERT_EQ(vram.size(), 16u + 8u);
   EXPECT_EQ(vram.front(), "11111111-m0");
   EXPECT_EQ(vram.back(), "22222222-m7");
-  EXPECT_EQ(c.ids(ResourceKind::Gpu), (std::vector<std::string>{"11111111-r0", "11111111-r1", "22222222-r0", "22222222-r1"}));
+  EXPECT_EQ(c.ids(ResourceKind::Gpu),
+            (std::vector<std::string>{"11111111-r0", "11111111-r1", "22222222-r0", "22222222-r1"}));
   EXPECT_EQ(c.ids(ResourceKind::Cores).size(), 200u);
   std::set<std::string> unique(vram.begin(), vram.end());
   EXPECT_EQ(unique.size(), vram.size());
@@ -87,7 +88,8 @@ TEST(DeviceCatalog, PreferredKeepsUnitsOnOneGpu) {
   EXPECT_EQ(c.gpu_of(ResourceKind::Vram, big[0]), 0u);
   EXPECT_EQ(c.gpu_of(ResourceKind::Vram, big[19]), 1u);
   // Only what is available is offered.
-  EXPECT_EQ(c.preferred(ResourceKind::Vram, {"11111111-m3"}, {}, 2), (std::vector<std::string>{"11111111-m3"}));
+  EXPECT_EQ(c.preferred(ResourceKind::Vram, {"11111111-m3"}, {}, 2),
+            (std::vector<std::string>{"11111111-m3"}));
 }
 
 TEST(DeviceCatalog, PreferredSpreadsReplicasOverGpus) {

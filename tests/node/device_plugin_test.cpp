@@ -1,6 +1,8 @@
 // The device plugin against a fake kubelet that speaks the real v1beta1 protocol over unix sockets.
 #include "node/device_plugin.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,9 +11,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "node/limits_file.h"

@@ -54,7 +54,9 @@ nvmlReturn_t nvmlShutdown(void) {
   g_initialised = false;
   return NVML_SUCCESS;
 }
-const char* nvmlErrorString(nvmlReturn_t result) { return result == NVML_SUCCESS ? "Success" : "Unknown Error"; }
+const char* nvmlErrorString(nvmlReturn_t result) {
+  return result == NVML_SUCCESS ? "Success" : "Unknown Error";
+}
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   if (!g_initialised) return NVML_ERROR_UNINITIALIZED;
   *count = 2;

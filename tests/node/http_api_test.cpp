@@ -1,6 +1,7 @@
 // /metrics scraped and parsed over loopback HTTP, the authenticated API, and setting limits.
 #include "node/http_api.h"
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <filesystem>
@@ -8,8 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "node/collector.h"
 #include "node/metrics.h"
@@ -185,7 +184,8 @@ TEST_F(NodeApiTest, MetricsScrapeParsesAndHasTheExpectedSeries) {
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   auto samples = parse_exposition(res->body);
 
-  const std::string gpu = std::string("{UUID=\"") + kUuid0 + "\",gpu=\"0\",modelName=\"Fake \"Tesla\" \\ GPU\nline2\"}";
+  const std::string gpu =
+      std::string("{UUID=\"") + kUuid0 + "\",gpu=\"0\",modelName=\"Fake \"Tesla\" \\ GPU\nline2\"}";
   const std::string cdev = std::string("{UUID=\"") + kUuid0 + "\",container=\"c1\",gpu=\"0\"}";
   auto at = [&](const std::string& key) {
     EXPECT_EQ(samples.count(key), 1u) << "missing " << key << "\n" << res->body;
@@ -211,7 +211,8 @@ TEST_F(NodeApiTest, MetricsScrapeParsesAndHasTheExpectedSeries) {
 }
 
 TEST_F(NodeApiTest, ApiNeedsTheBearerToken) {
-  for (const auto& headers : {httplib::Headers{}, auth("wrong"), httplib::Headers{{"Authorization", "Basic x"}}}) {
+  for (const auto& headers :
+       {httplib::Headers{}, auth("wrong"), httplib::Headers{{"Authorization", "Basic x"}}}) {
     auto res = client_->Get("/api/v1/status", headers);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 401);
@@ -222,7 +223,8 @@ TEST_F(NodeApiTest, ApiNeedsTheBearerToken) {
   auto put = client_->Put("/api/v1/containers/c1/limits", R"({"memory":"1Gi"})", "application/json");
   ASSERT_TRUE(put);
   EXPECT_EQ(put->status, 401);
-  EXPECT_EQ(*read_limits_file(layout_.limits_file("c1"))->memory, "536870912") << "unchanged without the token";
+  EXPECT_EQ(*read_limits_file(layout_.limits_file("c1"))->memory, "536870912")
+      << "unchanged without the token";
 
   auto health = client_->Get("/healthz");  // open, for probes
   ASSERT_TRUE(health);
@@ -285,7 +287,8 @@ TEST_F(NodeApiTest, SetLimitsWritesTheFileAndTheLiveState) {
   EXPECT_EQ(read_limits_file(layout_.limits_file("c1"))->compute, "20");
 
   // A container without state: only the file is written.
-  auto idle = client_->Put("/api/v1/containers/c2-idle/limits", auth(), R"({"compute":"50"})", "application/json");
+  auto idle =
+      client_->Put("/api/v1/containers/c2-idle/limits", auth(), R"({"compute":"50"})", "application/json");
   ASSERT_TRUE(idle);
   ASSERT_EQ(idle->status, 200) << idle->body;
   EXPECT_EQ(json::parse(idle->body)["live_devices_updated"], 0);

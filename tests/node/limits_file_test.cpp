@@ -1,10 +1,9 @@
 #include "node/limits_file.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
-
-#include <gtest/gtest.h>
 
 #include "config/settings.h"
 #include "test_util.h"
@@ -33,7 +32,8 @@ TEST(LimitsFile, RendersWhatConfigReadsBack) {
 }
 
 TEST(LimitsFile, ParsesCommentsAndKeepsForeignKeys) {
-  auto parsed = parse_limits("# caps\n\nGPUSLICE_MEMORY_LIMIT = 8Gi\r\nOTHER=1\nGPUSLICE_COMPUTE_LIMIT=0=30,1=50\n");
+  auto parsed =
+      parse_limits("# caps\n\nGPUSLICE_MEMORY_LIMIT = 8Gi\r\nOTHER=1\nGPUSLICE_COMPUTE_LIMIT=0=30,1=50\n");
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(parsed->memory, "8Gi");
   EXPECT_EQ(parsed->compute, "0=30,1=50");
@@ -64,7 +64,8 @@ TEST(LimitsFile, MissingFileIsEmptyAndWriteReplacesAtomically) {
   EXPECT_EQ(test::read_file(path), "A=2\n");
   // No temporary file left behind.
   int entries = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir / "sub")) entries += e.is_regular_file() ? 1 : 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "sub"))
+    entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 1);
 }
 

@@ -1,6 +1,7 @@
 // Shape checks of deploy/: the plain manifests (parsed with yaml-cpp, cross-referenced, and their
 // command lines parsed by the daemon's own option parser) and the Helm chart (metadata, values
 // every template refers to, balanced blocks, helpers defined).
+#include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -10,8 +11,6 @@
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "node/options.h"
 
@@ -32,7 +31,8 @@ struct Manifests {
   std::vector<YAML::Node> docs;
   const YAML::Node* find(const std::string& kind, const std::string& name = "") const {
     for (const auto& d : docs) {
-      if (d["kind"].as<std::string>() == kind && (name.empty() || d["metadata"]["name"].as<std::string>() == name)) {
+      if (d["kind"].as<std::string>() == kind &&
+          (name.empty() || d["metadata"]["name"].as<std::string>() == name)) {
         return &d;
       }
     }
@@ -83,7 +83,8 @@ std::map<std::string, YAML::Node> check_volumes(const YAML::Node& pod_spec) {
   return volumes;
 }
 
-std::optional<YAML::Node> mount_at(const YAML::Node& container, const std::string& path, std::string* volume) {
+std::optional<YAML::Node> mount_at(const YAML::Node& container, const std::string& path,
+                                   std::string* volume) {
   for (const auto& m : container["volumeMounts"]) {
     if (m["mountPath"].as<std::string>() == path) {
       *volume = m["name"].as<std::string>();
@@ -115,7 +116,8 @@ TEST(Manifests, EveryObjectIsWellFormedAndListedInKustomization) {
     const std::string kind = d["kind"].as<std::string>();
     kinds.insert(kind);
     if (!cluster_scoped.count(kind)) {
-      EXPECT_EQ(d["metadata"]["namespace"].as<std::string>(""), kNamespace) << kind << " " << d["metadata"]["name"];
+      EXPECT_EQ(d["metadata"]["namespace"].as<std::string>(""), kNamespace)
+          << kind << " " << d["metadata"]["name"];
     }
   }
   for (const char* kind : {"Namespace", "DaemonSet", "Deployment", "Service", "MutatingWebhookConfiguration",
@@ -173,7 +175,8 @@ TEST(Manifests, DaemonSetServesTheDevicePluginAndHostState) {
   const YAML::Node& init = spec["initContainers"][0];
   ASSERT_TRUE(mount_at(init, "/host/gpuslice", &volume));
   EXPECT_EQ(volumes[volume]["hostPath"]["path"].as<std::string>(), "/var/lib/gpuslice");
-  EXPECT_NE(init["command"][2].as<std::string>().find("/host/gpuslice/lib/libgpuslice.so"), std::string::npos);
+  EXPECT_NE(init["command"][2].as<std::string>().find("/host/gpuslice/lib/libgpuslice.so"),
+            std::string::npos);
 }
 
 TEST(Manifests, WebhookIsReachableThroughItsServiceWithTls) {
@@ -195,13 +198,15 @@ TEST(Manifests, WebhookIsReachableThroughItsServiceWithTls) {
   auto volumes = check_volumes(tpl["spec"]);
   std::string volume;
   ASSERT_TRUE(mount_at(c, "/etc/gpuslice/tls", &volume));
-  EXPECT_EQ(volumes[volume]["secret"]["secretName"].as<std::string>(), (*cert)["spec"]["secretName"].as<std::string>());
+  EXPECT_EQ(volumes[volume]["secret"]["secretName"].as<std::string>(),
+            (*cert)["spec"]["secretName"].as<std::string>());
   auto args = strings(c["args"]);
   EXPECT_NE(std::find(args.begin(), args.end(), "--tls-cert=/etc/gpuslice/tls/tls.crt"), args.end());
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
 
   // Service port -> named container port.
-  EXPECT_EQ((*svc)["spec"]["ports"][0]["targetPort"].as<std::string>(), c["ports"][0]["name"].as<std::string>());
+  EXPECT_EQ((*svc)["spec"]["ports"][0]["targetPort"].as<std::string>(),
+            c["ports"][0]["name"].as<std::string>());
   EXPECT_EQ(c["ports"][0]["containerPort"].as<int>(), 8443);
 
   const YAML::Node& hook = (*mwc)["webhooks"][0];
@@ -295,12 +300,13 @@ TEST(HelmChart, TemplatesReferOnlyToDefinedValuesAndHelpers) {
     };
     EXPECT_EQ(count(block_re), count(end_re)) << name << ": unbalanced if/range/with/define";
     std::regex kind_re(R"(^kind:\s*(\w+))", std::regex::multiline);
-    for (std::sregex_iterator it(text.begin(), text.end(), kind_re), end; it != end; ++it) kinds.insert((*it)[1]);
+    for (std::sregex_iterator it(text.begin(), text.end(), kind_re), end; it != end; ++it)
+      kinds.insert((*it)[1]);
   }
   EXPECT_GE(templates, 6);
   // The chart deploys what the plain manifests do (the Namespace is Helm's --create-namespace).
-  for (const char* kind : {"DaemonSet", "Deployment", "Service", "MutatingWebhookConfiguration", "ServiceAccount",
-                           "PodDisruptionBudget", "Certificate", "Issuer"}) {
+  for (const char* kind : {"DaemonSet", "Deployment", "Service", "MutatingWebhookConfiguration",
+                           "ServiceAccount", "PodDisruptionBudget", "Certificate", "Issuer"}) {
     EXPECT_EQ(kinds.count(kind), 1u) << kind;
   }
 }
@@ -330,7 +336,8 @@ TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
     std::smatch match;
     if (std::regex_search(arg, match, join_re)) {
       std::string joined;
-      for (const auto& item : lookup(match[1])) joined += (joined.empty() ? "" : ",") + item.as<std::string>();
+      for (const auto& item : lookup(match[1]))
+        joined += (joined.empty() ? "" : ",") + item.as<std::string>();
       arg = match.prefix().str() + joined + match.suffix().str();
     }
     while (std::regex_search(arg, match, value_re)) {
@@ -340,10 +347,9 @@ TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
   }
   ASSERT_EQ(args.at(0), "serve");
   ServeOptions o;
-  auto parsed =
-      parse_serve_options(std::vector<std::string>(args.begin() + 1, args.end()), [](const char*) -> const char* {
-        return nullptr;
-      }, o);
+  auto parsed = parse_serve_options(
+      std::vector<std::string>(args.begin() + 1, args.end()),
+      [](const char*) -> const char* { return nullptr; }, o);
   EXPECT_EQ(parsed.message, "");
   EXPECT_EQ(o.api.port, values["node"]["port"].as<int>());
   EXPECT_EQ(o.plugin.resources.size(), 3u);

@@ -1,7 +1,6 @@
 #include <dlfcn.h>
-#include <stdlib.h>
-
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include "node/gpu_source.h"
 #include "test_util.h"
@@ -36,7 +35,8 @@ TEST(Nvml, DiscoversGpusAndMarksFailingOnesUnhealthy) {
   EXPECT_TRUE((*failing)[0].healthy);
   EXPECT_FALSE((*failing)[1].healthy);
   EXPECT_EQ((*failing)[1].uuid, "GPU-bbbbbbbb-2222-4000-8000-000000000001") << "identity kept while failing";
-  EXPECT_NE((*failing)[1].health_error.find("nvmlDeviceGetUUID"), std::string::npos) << (*failing)[1].health_error;
+  EXPECT_NE((*failing)[1].health_error.find("nvmlDeviceGetUUID"), std::string::npos)
+      << (*failing)[1].health_error;
   EXPECT_TRUE((*(*source)->probe())[1].healthy) << "recovers";
   dlclose(handle);
 }
@@ -44,7 +44,8 @@ TEST(Nvml, DiscoversGpusAndMarksFailingOnesUnhealthy) {
 TEST(Nvml, MissingLibraryIsAClearError) {
   auto source = open_nvml("/nonexistent/libnvidia-ml.so.1");
   ASSERT_FALSE(source.ok());
-  EXPECT_NE(source.error().find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos) << source.error();
+  EXPECT_NE(source.error().find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos)
+      << source.error();
 }
 
 #ifdef GPUSLICE_HAVE_MOCK_NVML

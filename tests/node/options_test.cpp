@@ -1,8 +1,8 @@
 #include "node/options.h"
 
-#include <map>
-
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "test_util.h"
 
@@ -22,11 +22,13 @@ struct Env {
 TEST(Options, ServeFlagsOverrideEnvironment) {
   test::TempDir dir;
   test::write_file(dir / "token", "s3cret\n");
-  Env env{{{"GPUSLICE_NODE_ROOT", "/from/env"}, {"GPUSLICE_NODE_LISTEN", "127.0.0.1:1"}, {"GPUSLICE_NODE_TOKEN", "envtok"}}};
+  Env env{{{"GPUSLICE_NODE_ROOT", "/from/env"},
+           {"GPUSLICE_NODE_LISTEN", "127.0.0.1:1"},
+           {"GPUSLICE_NODE_TOKEN", "envtok"}}};
   ServeOptions o;
-  auto r = parse_serve_options({"--root", "/x", "--listen=:9999", "--token-file", dir / "token", "--resources",
-                                "vram,cores", "--vram-unit", "256Mi", "--replicas=8", "--placement", "spread",
-                                "--scan-interval", "250ms", "--no-device-plugin"},
+  auto r = parse_serve_options({"--root", "/x", "--listen=:9999", "--token-file", dir / "token",
+                                "--resources", "vram,cores", "--vram-unit", "256Mi", "--replicas=8",
+                                "--placement", "spread", "--scan-interval", "250ms", "--no-device-plugin"},
                                env.fn(), o);
   ASSERT_FALSE(r.help);
   ASSERT_EQ(r.message, "");
@@ -54,10 +56,13 @@ TEST(Options, ErrorsAndHelp) {
   Env env;
   ServeOptions o;
   EXPECT_TRUE(parse_serve_options({"--help"}, env.fn(), o).help);
-  EXPECT_NE(parse_serve_options({"--bogus"}, env.fn(), o).message.find("unknown flag --bogus"), std::string::npos);
-  EXPECT_NE(parse_serve_options({"--resources", "gpu,ram"}, env.fn(), o).message.find("unknown resource 'ram'"),
+  EXPECT_NE(parse_serve_options({"--bogus"}, env.fn(), o).message.find("unknown flag --bogus"),
             std::string::npos);
-  EXPECT_NE(parse_serve_options({"--listen", "localhost"}, env.fn(), o).message.find("HOST:PORT"), std::string::npos);
+  EXPECT_NE(
+      parse_serve_options({"--resources", "gpu,ram"}, env.fn(), o).message.find("unknown resource 'ram'"),
+      std::string::npos);
+  EXPECT_NE(parse_serve_options({"--listen", "localhost"}, env.fn(), o).message.find("HOST:PORT"),
+            std::string::npos);
   EXPECT_NE(parse_serve_options({"--vram-unit", "lots"}, env.fn(), o).message, "");
   EXPECT_NE(parse_serve_options({"--root"}, env.fn(), o).message.find("needs a value"), std::string::npos);
   EXPECT_NE(parse_serve_options({"--token-file", "/nonexistent/x"}, env.fn(), o).message.find("cannot read"),

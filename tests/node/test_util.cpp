@@ -38,7 +38,9 @@ void write_file(const std::string& path, const std::string& content) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-std::string fixture(const std::string& name) { return read_file(std::string(GPUSLICE_NODE_FIXTURES) + "/" + name); }
+std::string fixture(const std::string& name) {
+  return read_file(std::string(GPUSLICE_NODE_FIXTURES) + "/" + name);
+}
 
 bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -40,6 +40,7 @@ class FakeClock final : public Clock {
 };
 
 // Polls `done` until it holds or `timeout` passes (for events on other threads, not for timing).
-bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+bool wait_until(const std::function<bool()>& done,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 }  // namespace gpuslice::node::test

@@ -2,13 +2,11 @@
 // pods left alone, malformed reviews refused; and one round trip over TLS.
 #include "node/webhook.h"
 
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <openssl/evp.h>
 
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
-
-#include <gtest/gtest.h>
 
 #include "test_util.h"
 
@@ -127,16 +125,17 @@ TEST(Webhook, MalformedReviewsAreRefusedWithAMessage) {
     const char* fixture;
     const char* message_part;
   };
-  for (const Case& c : {Case{"admission_malformed.json", "not valid JSON"},
-                        Case{"admission_missing_uid.json", "request.uid"},
-                        Case{"admission_wrong_version.json", "expected apiVersion admission.k8s.io/v1"}}) {
+  for (const Case& c :
+       {Case{"admission_malformed.json", "not valid JSON"}, Case{"admission_missing_uid.json", "request.uid"},
+        Case{"admission_wrong_version.json", "expected apiVersion admission.k8s.io/v1"}}) {
     auto r = review_fixture(c.fixture);
     EXPECT_EQ(r.http_status, 400) << c.fixture;
     ASSERT_TRUE(r.body.contains("error")) << c.fixture;
     EXPECT_NE(r.body["error"].get<std::string>().find(c.message_part), std::string::npos) << r.body["error"];
   }
-  for (const char* body : {"", "[]", "42", R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"})",
-                           R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}})"}) {
+  for (const char* body :
+       {"", "[]", "42", R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"})",
+        R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}})"}) {
     EXPECT_EQ(review_admission(body, {}).http_status, 400) << body;
   }
 }
@@ -162,10 +161,12 @@ TEST(Webhook, BadPodsAreDeniedWithTheReason) {
     edit(copy["request"]["object"]);
     return review(copy.dump());
   };
-  auto both = with([](json& pod) { pod["spec"]["containers"][0]["resources"]["limits"]["gpuslice.io/vram"] = "1024"; });
+  auto both = with(
+      [](json& pod) { pod["spec"]["containers"][0]["resources"]["limits"]["gpuslice.io/vram"] = "1024"; });
   EXPECT_EQ(both.response["allowed"], false);
   EXPECT_NE(both.response["status"]["message"].get<std::string>().find("both"), std::string::npos);
-  auto zero = with([](json& pod) { pod["spec"]["containers"][0]["resources"]["requests"]["ai.compute/vram"] = "0"; });
+  auto zero =
+      with([](json& pod) { pod["spec"]["containers"][0]["resources"]["requests"]["ai.compute/vram"] = "0"; });
   EXPECT_EQ(zero.response["allowed"], false);
   auto fraction = with([](json& pod) {
     pod["spec"]["containers"][0]["resources"]["requests"].erase("ai.compute/vram");

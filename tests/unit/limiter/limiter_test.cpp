@@ -133,7 +133,7 @@ TEST_F(LimiterMechanics, LongPauseIsChargedAtMostOneWindowEvenIfTheDrainLooksBus
   limit.store(50);  // 50 ms windows
   ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
   limiter.gate(nullptr);
-  clock.now += 2'000 * kMs;    // the application idles for 2 s without a host sync
+  clock.now += 2'000 * kMs;   // the application idles for 2 s without a host sync
   Stubs::drain_ns = 100'000;  // and the drain is slow (the OS descheduled the thread)
   limiter.gate(nullptr);
   EXPECT_EQ(shared.busy_total_ns.load(), 50 * kMs + 100'000);
@@ -170,6 +170,17 @@ TEST_F(LimiterMechanics, SettleChargesTheOpenWindowWithoutSleeping) {
   EXPECT_EQ(clock.slept, 0u);
   limiter.settle();  // nothing open any more
   EXPECT_EQ(Stubs::synchronizes, 1);
+}
+
+TEST_F(LimiterMechanics, SettleAfterALongIdlePauseChargesOnlyThePauseRules) {
+  limit.store(30);
+  ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
+  limiter.gate(nullptr);
+  clock.now += 3 * kMs;
+  limiter.note_host_sync();
+  clock.now += 600'000 * kMs;  // idle for ten minutes, then the process exits
+  limiter.settle();
+  EXPECT_EQ(shared.busy_total_ns.load(), 3 * kMs);
 }
 
 TEST_F(LimiterMechanics, OverlappingWindowsOfTwoProcessesAreChargedOnce) {

@@ -58,7 +58,9 @@ class Scenario {
   }
 
   // A thread of `process` running `body`.
-  void add_thread(Process& process, std::function<void()> body) { world.add_actor(process.ctx, std::move(body)); }
+  void add_thread(Process& process, std::function<void()> body) {
+    world.add_actor(process.ctx, std::move(body));
+  }
 
   void run() { world.run(); }
 
@@ -87,7 +89,8 @@ class Scenario {
     double sum = 0;
     int count = 0;
     for (std::uint64_t t = from; t + window <= to; t += 10 * kMs) {
-      const double ratio = world.work_done(process.ctx, t, t + window) / (baseline_rate * static_cast<double>(window));
+      const double ratio =
+          world.work_done(process.ctx, t, t + window) / (baseline_rate * static_cast<double>(window));
       range.min = std::min(range.min, ratio);
       range.max = std::max(range.max, ratio);
       sum += ratio;

@@ -136,8 +136,6 @@ bool World::next_device_event(std::uint64_t* at) const {
 bool World::dispatch(std::unique_lock<std::mutex>&) {
   for (;;) {
     if (Actor* next = pick_runnable()) {
-      if (getenv("SIM_TRACE") && next != last_run_) { ++switches_; if (switches_ % 100000 == 0) fprintf(stderr, "switches=%llu now=%.3f\n", (unsigned long long)switches_, now_/1e9); }
-      last_run_ = next;
       next->state = State::Running;
       next->cv.notify_one();
       return true;
@@ -230,17 +228,11 @@ void World::launch(std::uint64_t duration_ns) {
 
 void World::synchronize() {
   std::unique_lock<std::mutex> lock(mutex_);
-  ++drains_;
   Context& ctx = contexts_[static_cast<std::size_t>(t_current.ctx)];
   if (ctx.remaining.empty()) return;
   Actor* self = running();
   self->state = State::WaitEmpty;
   block(lock, self);
-}
-
-std::size_t World::queued() const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  return contexts_[static_cast<std::size_t>(t_current.ctx)].remaining.size();
 }
 
 double World::occupancy(int container, std::uint64_t from, std::uint64_t to) const {

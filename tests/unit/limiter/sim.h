@@ -53,13 +53,11 @@ class World {
   void sleep(std::uint64_t ns);
   void launch(std::uint64_t duration_ns);
   void synchronize();
-  std::size_t queued() const;  // kernels pending on the calling actor's context
 
   // Results. Share of the device the container's kernels held over [from, to).
   double occupancy(int container, std::uint64_t from, std::uint64_t to) const;
   // Sum of durations of the context's kernels completed in [from, to) (work done).
   double work_done(int ctx, std::uint64_t from, std::uint64_t to) const;
-  std::uint64_t drains() const { return drains_; }
 
   // The actor calling, for the fake driver entry points.
   static World* current();
@@ -100,10 +98,7 @@ class World {
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Context> contexts_;
   std::vector<std::vector<double>> busy_by_container_;
-  std::uint64_t drains_ = 0;
   bool finished_ = false;
-  Actor* last_run_ = nullptr;
-  unsigned long long switches_ = 0;
 };
 
 // Clock of the calling actor's world.

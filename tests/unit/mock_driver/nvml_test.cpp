@@ -1,5 +1,6 @@
 // The simulated libnvidia-ml, and the cross-process view it shares with the mock libcuda.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,7 +76,21 @@ TEST_F(NvmlTest, MemoryInfoV2ChecksItsVersion) {
   EXPECT_EQ(memory.reserved, 0u);
 }
 
-TEST_F(NvmlTest, ReportsThisProcessWithoutInitialisingCudaItself) {
+TEST_F(NvmlTest, AProcessWithAContextIsListedEvenWithoutMemory) {
+  start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  nvmlProcessInfo_t info{};
+  unsigned count = 1;
+  ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(0), &count, &info), NVML_SUCCESS);
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(info.pid, static_cast<unsigned>(getpid()));
+  EXPECT_EQ(info.usedGpuMemory, 0u);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(0), &count, &info), NVML_SUCCESS);
+  EXPECT_EQ(count, 0u);
+}
+
+TEST_F(NvmlTest, ListsThisProcessWithItsContextAndMemory) {
   start({{"GPUSLICE_MOCK_MEMORY", "4294967296"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "1048576"}}, 1);
   CUdeviceptr pointer = 0;
   ASSERT_EQ(cuMemAlloc_v2(&pointer, 10 * kMiB), CUDA_SUCCESS);
@@ -105,6 +120,7 @@ pid_t spawn_allocating_child(std::uint64_t bytes, int* ready_fd, int* exit_fd = 
   if (pipe(ready) != 0 || pipe(go) != 0) return -1;
   pid_t child = fork();
   if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a test that failed half-way
     close(ready[0]);
     close(go[1]);
     CUcontext context = nullptr;
@@ -133,18 +149,26 @@ pid_t spawn_allocating_child(std::uint64_t bytes, int* ready_fd, int* exit_fd = 
   return child;
 }
 
-void kill_and_reap(pid_t child) {
-  kill(child, SIGKILL);
-  int status = 0;
-  waitpid(child, &status, 0);
-}
+// Kills and reaps the child however the test ends, so a failed assertion leaves no process
+// behind holding ctest's output pipe.
+struct ChildGuard {
+  pid_t pid;
+  ~ChildGuard() { kill_and_reap(); }
+  void kill_and_reap() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+};
 
 TEST_F(NvmlTest, AForkedChildsUsageIsVisibleUntilItIsKilled) {
   start({{"GPUSLICE_MOCK_MEMORY", "4294967296"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "8388608"}}, 1);
   ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
   int ready_fd = -1;
-  pid_t child = spawn_allocating_child(64 * kMiB, &ready_fd);
+  const pid_t child = spawn_allocating_child(64 * kMiB, &ready_fd);
   ASSERT_GT(child, 0);
+  ChildGuard guard{child};
   char outcome = 0;
   ASSERT_EQ(read(ready_fd, &outcome, 1), 1);
   close(ready_fd);
@@ -162,7 +186,7 @@ TEST_F(NvmlTest, AForkedChildsUsageIsVisibleUntilItIsKilled) {
   EXPECT_EQ(of_parent->usedGpuMemory, 8 * kMiB);
   EXPECT_EQ(free_bytes(), 4 * kGiB - 80 * kMiB);  // cuMemGetInfo counts other processes too
 
-  kill_and_reap(child);
+  guard.kill_and_reap();
   count = 4;
   ASSERT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(device_at(1), &count, infos), NVML_SUCCESS);
   ASSERT_EQ(count, 1u);
@@ -175,15 +199,16 @@ TEST_F(NvmlTest, AForkedChildsUsageIsVisibleUntilItIsKilled) {
 TEST_F(NvmlTest, AKilledProcessesMemoryCanBeAllocatedAgain) {
   start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}}, 1);
   int ready_fd = -1;
-  pid_t child = spawn_allocating_child(900 * kMiB, &ready_fd);
+  const pid_t child = spawn_allocating_child(900 * kMiB, &ready_fd);
   ASSERT_GT(child, 0);
+  ChildGuard guard{child};
   char outcome = 0;
   ASSERT_EQ(read(ready_fd, &outcome, 1), 1);
   close(ready_fd);
   EXPECT_EQ(outcome, 'R');
   CUdeviceptr pointer = 0;
   EXPECT_EQ(cuMemAlloc_v2(&pointer, 512 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
-  kill_and_reap(child);
+  guard.kill_and_reap();
   EXPECT_EQ(cuMemAlloc_v2(&pointer, 512 * kMiB), CUDA_SUCCESS);  // the dead child's share came back
   EXPECT_EQ(free_bytes(), 512 * kMiB);
 }
@@ -192,8 +217,9 @@ TEST_F(NvmlTest, AProcessThatExitsGivesItsUsageBackItself) {
   set_env({{"GPUSLICE_MOCK_CONTEXT_BYTES", "1048576"}});
   int ready_fd = -1;
   int exit_fd = -1;
-  pid_t child = spawn_allocating_child(32 * kMiB, &ready_fd, &exit_fd);
+  const pid_t child = spawn_allocating_child(32 * kMiB, &ready_fd, &exit_fd);
   ASSERT_GT(child, 0);
+  ChildGuard guard{child};
   char outcome = 0;
   ASSERT_EQ(read(ready_fd, &outcome, 1), 1);
   close(ready_fd);
@@ -209,6 +235,7 @@ TEST_F(NvmlTest, AProcessThatExitsGivesItsUsageBackItself) {
   EXPECT_EQ(nvml_used(1), 0u);
   int status = -1;
   ASSERT_EQ(waitpid(child, &status, 0), child);
+  guard.pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 

@@ -26,10 +26,18 @@ using test::MetricsEntry;
 using test::TempDir;
 using test::TimelineEntry;
 
-const char* const kNames[] = {"cuInit",         "cuMemAlloc",  "cuMemFree",       "cuLaunchKernel",
-                              "cuMemcpyH2D",    "cuMemcpyD2H", "cuGetProcAddress"};
+const char* const kNames[] = {"cuInit",      "cuMemAlloc",  "cuMemFree",       "cuLaunchKernel",
+                              "cuMemcpyH2D", "cuMemcpyD2H", "cuGetProcAddress"};
 constexpr std::size_t kApiCount = sizeof kNames / sizeof kNames[0];
-enum Api : std::uint16_t { kInit, kMemAlloc, kMemFree, kLaunchKernel, kMemcpyH2D, kMemcpyD2H, kGetProcAddress };
+enum Api : std::uint16_t {
+  kInit,
+  kMemAlloc,
+  kMemFree,
+  kLaunchKernel,
+  kMemcpyH2D,
+  kMemcpyD2H,
+  kGetProcAddress
+};
 
 Options quiet_options(std::size_t ring_events = 65536) {
   Options options;
@@ -152,8 +160,8 @@ TEST_F(ProfilerTest, CountsAndTotalsExactAcrossThreads) {
   const std::uint64_t kept = kThreads * kRing;
   EXPECT_EQ(timeline().size(), kept);
   EXPECT_EQ(dropped_events(), std::uint64_t{kThreads} * kPerThread - kept);
-  EXPECT_EQ(file("profiler.log"),
-            "pid:" + std::to_string(getpid()) + " dropped:" + std::to_string(kThreads * kPerThread - kept) + "\n");
+  EXPECT_EQ(file("profiler.log"), "pid:" + std::to_string(getpid()) +
+                                      " dropped:" + std::to_string(kThreads * kPerThread - kept) + "\n");
 }
 
 TEST_F(ProfilerTest, FullRingDropsTimelineEventsButKeepsTotalsExact) {
@@ -256,8 +264,8 @@ TEST_F(ProfilerTest, ProcessesSharingADirectoryMergeIntoMetricsLog) {
   }
   for (pid_t child : children) ASSERT_EQ(test::wait_for_exit(child), 0);
 
-  EXPECT_EQ(metrics(), (std::vector<MetricsEntry>{
-                           {"cuInit", 1, 1}, {"cuLaunchKernel", 6, 60}, {"cuFutureApi", 2, 30}}));
+  EXPECT_EQ(metrics(),
+            (std::vector<MetricsEntry>{{"cuInit", 1, 1}, {"cuLaunchKernel", 6, 60}, {"cuFutureApi", 2, 30}}));
   for (std::size_t c = 0; c < children.size(); ++c) {
     const std::uint64_t calls = c + 1;
     EXPECT_EQ(metrics(own_metrics_name(children[c])),
@@ -280,7 +288,8 @@ TEST_F(ProfilerTest, FilesAreReplacedAtomically) {
     while (!done.load()) {
       const auto entries = test::parse_metrics(test::read_file(path), /*report_errors=*/false);
       // Every writer state has the three APIs with equal counts; anything else is a partial file.
-      if (entries.size() != 3 || entries[0].count != entries[1].count || entries[1].count != entries[2].count) {
+      if (entries.size() != 3 || entries[0].count != entries[1].count ||
+          entries[1].count != entries[2].count) {
         ++torn;
       }
       ++reads;

@@ -34,7 +34,8 @@ TEST(RefusalLimiter, OtherSizesAndDevicesAreSeparateKeys) {
 TEST(RefusalLimiter, CapsLinesPerSecondOverall) {
   RefusalLimiter limiter;
   int reported = 0;
-  for (std::uint64_t size = 1; size <= 50; ++size) reported += limiter.admit(0, size, 5 * kSecond + size).report;
+  for (std::uint64_t size = 1; size <= 50; ++size)
+    reported += limiter.admit(0, size, 5 * kSecond + size).report;
   EXPECT_EQ(reported, static_cast<int>(RefusalLimiter::kMaxPerWindow));
   const auto next_window = limiter.admit(0, 1000, 6 * kSecond + 1);
   EXPECT_TRUE(next_window.report);
@@ -59,15 +60,23 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// The global limiter is shared by the tests below: each uses its own device numbers and times.
+// The global limiter outlives each test (and --gtest_repeat). Every test takes times later than any
+// used before and first makes one report, which resets the count of suppressed refusals.
+std::uint64_t fresh_time() {
+  static std::uint64_t next = 1000 * kSecond;
+  next += 100 * kSecond;
+  EXPECT_TRUE(log_refused_allocation_at(999, 1, 1, 1, "primer", next));
+  return next + 10 * kSecond;
+}
+
 TEST(RefusedAllocationEvents, WrittenToEventsLogWhileProfiling) {
   test::TempDir dir;
   const char* const names[] = {"cuMemAlloc"};
   Options options;
   options.background_flusher = false;
   options.handle_termination_signals = false;
+  const std::uint64_t t0 = fresh_time();
   ASSERT_TRUE(start(dir.path().c_str(), names, 1, options));
-  const std::uint64_t t0 = 1000 * kSecond;
   EXPECT_TRUE(log_refused_allocation_at(7, 3 * kGi, 8 * kGi, 6 * kGi, "pid 12 python 6 GiB\nforged", t0));
   EXPECT_FALSE(log_refused_allocation_at(7, 3 * kGi, 8 * kGi, 6 * kGi, "pid 12", t0 + 1));
   EXPECT_FALSE(log_refused_allocation_at(7, 3 * kGi, 8 * kGi, 6 * kGi, "pid 12", t0 + 2));
@@ -89,8 +98,9 @@ TEST(RefusedAllocationEvents, WrittenToEventsLogWhileProfiling) {
 
 TEST(RefusedAllocationEvents, LoggedWithoutProfileDirectory) {
   ASSERT_FALSE(running());
-  EXPECT_TRUE(log_refused_allocation_at(-1, 1, 2, 3, "x", 5000 * kSecond));
-  EXPECT_FALSE(log_refused_allocation_at(-1, 1, 2, 3, "x", 5000 * kSecond + 1));
+  const std::uint64_t now = fresh_time();
+  EXPECT_TRUE(log_refused_allocation_at(-1, 1, 2, 3, "x", now));
+  EXPECT_FALSE(log_refused_allocation_at(-1, 1, 2, 3, "x", now + 1));
 }
 
 }  // namespace

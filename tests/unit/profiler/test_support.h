@@ -124,7 +124,8 @@ inline std::vector<TimelineEntry> parse_timeline(const std::string& text) {
   for (std::size_t i = 0; ok && i < lines.size(); ++i) {
     const std::string& line = lines[i];
     const std::size_t first_space = line.find(' ');
-    const std::size_t second_space = first_space == std::string::npos ? first_space : line.find(' ', first_space + 1);
+    const std::size_t second_space =
+        first_space == std::string::npos ? first_space : line.find(' ', first_space + 1);
     if (second_space == std::string::npos || line.find(' ', second_space + 1) != std::string::npos) {
       ok = false;
       break;
