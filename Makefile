@@ -8,7 +8,7 @@ RUN_PACKAGES := g++ cmake make
 # What the full test suite needs, as CI runs it.
 TEST_PACKAGES := $(RUN_PACKAGES) pkg-config libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \
-  libssl-dev python3 python3-yaml binutils curl
+  libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl
 
 .PHONY: run test build deps-run deps-test bench clean
 

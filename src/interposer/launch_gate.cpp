@@ -39,6 +39,7 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
   auto* fresh = new (std::nothrow)
       limiter::ComputeLimiter(system_clock(), ops, ledger()->compute_state(d.ledger_dev), source);
   if (fresh == nullptr) return nullptr;
+  fresh->set_phase_source(&d.turn_offset);
   limiter::ComputeLimiter* expected = nullptr;
   if (d.limiter.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;

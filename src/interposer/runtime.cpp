@@ -35,9 +35,14 @@ struct Runtime {
   shm::Ledger* ledger = nullptr;
   DeviceState devices[kMaxDevices];
   std::atomic<int> device_phase[kMaxDevices] = {};  // 0 unknown, 1 attaching, 2 ready, 3 unusable
+  std::string node_dir;               // GPUSLICE_NODE_DIR: turn tables shared by every container
+  std::uint64_t container_key = 0;    // identity of this container's state file
   timespec limits_mtime{};
   off_t limits_size = -1;
 };
+
+// The limiter's cycle (Tuning::period_ns): turns are offsets within it.
+constexpr std::uint64_t kTurnPeriodNs = 100'000'000;
 
 std::atomic<int> g_phase{static_cast<int>(Phase::Uninitialised)};
 std::atomic<bool> g_forked_child{false};
@@ -101,6 +106,31 @@ void refresh_compute_limits(Runtime& rt) {
   if (any || !rt.settings.compute.empty()) g_compute_active.store(true, std::memory_order_relaxed);
 }
 
+// Containers with compute limits on the same GPU take turns (see node_turns.h); every process of
+// a container refreshes the container's entry and hands its offset to the limiter.
+void refresh_turns(Runtime& rt) {
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (rt.device_phase[i].load(std::memory_order_acquire) != 2) continue;
+    DeviceState& d = rt.devices[i];
+    unsigned pct = d.ledger_dev >= 0 ? rt.ledger->compute_limit(d.ledger_dev) : 0;
+    if (pct == 0 || pct >= 100 || d.turns_failed || rt.container_key == 0) {
+      d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
+      continue;
+    }
+    if (d.turns == nullptr) {
+      auto opened = shm::NodeTurns::open(rt.node_dir, d.uuid);
+      if (!opened) {
+        d.turns_failed = true;
+        GS_LOG(Info, "no turns with other containers on %s: %s", d.uuid, opened.error().c_str());
+        continue;
+      }
+      d.turns = std::move(opened).value().release();
+    }
+    d.turn_offset.store(d.turns->refresh(rt.container_key, pct, kTurnPeriodNs, monotonic_ns()),
+                        std::memory_order_relaxed);
+  }
+}
+
 void* watcher_main(void*) {
   // Reaping, live limits and footprint reconciliation, off the application's threads.
   for (unsigned tick = 1;; ++tick) {
@@ -109,7 +139,10 @@ void* watcher_main(void*) {
     Runtime& rt = *g_rt;
     refresh_limits_file(rt);
     refresh_compute_limits(rt);
-    if (g_compute_active.load(std::memory_order_relaxed)) publish_compute_usage();
+    if (g_compute_active.load(std::memory_order_relaxed)) {
+      publish_compute_usage();
+      refresh_turns(rt);
+    }
     if (tick % 2 == 0) rt.ledger->reap_dead();
     if (tick % 5 == 0) {
       for (int i = 0; i < kMaxDevices; ++i) {
@@ -179,6 +212,11 @@ Phase initialise() {
     return Phase::Broken;
   }
   rt->ledger = std::move(opened).value().release();
+  const char* node_dir = std::getenv("GPUSLICE_NODE_DIR");
+  rt->node_dir = node_dir != nullptr && *node_dir != '\0' ? node_dir : "/tmp/gpuslice-node";
+  struct stat st {};
+  if (stat(rt->settings.shared_file.c_str(), &st) == 0)
+    rt->container_key = (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
   if (auto reg = rt->ledger->register_process(); !reg) {
     GS_LOG(Error, "cannot register in %s: %s; CUDA calls will fail", rt->settings.shared_file.c_str(),
            reg.error().c_str());

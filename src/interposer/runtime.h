@@ -9,6 +9,7 @@
 #include "abi/cuda_abi.h"
 #include "config/settings.h"
 #include "shared_state/ledger.h"
+#include "shared_state/node_turns.h"
 
 namespace gpuslice::limiter {
 class ComputeLimiter;
@@ -29,6 +30,9 @@ struct DeviceState {
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};    // created when a compute limit applies
   std::atomic<unsigned> compute_limit{0};                    // mirror of the ledger's value, for the limiter
   std::atomic<std::uint64_t> busy_published{0};              // limiter busy time already in the ledger
+  std::atomic<std::uint64_t> turn_offset{~0ULL};             // node-wide turn of this container (~0: none)
+  shm::NodeTurns* turns = nullptr;                           // watcher thread only
+  bool turns_failed = false;                                 // watcher thread only
 };
 
 // Any device has a memory quota / compute limit: the hooks' single predictable branch.

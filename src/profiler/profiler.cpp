@@ -77,6 +77,8 @@ struct Session {
   std::uint64_t ring_capacity = 0;
   char* name_storage = nullptr;  // api_count * kMaxNameBytes
   std::size_t* name_length = nullptr;
+  // Ids that share a name report as one API: the first id with that name.
+  std::uint32_t* canonical = nullptr;
   int timeline_fd = -1;
 
   // Folded totals of threads that exited and whose rings were freed.
@@ -387,6 +389,13 @@ std::uint64_t snapshot_totals(Session& s, std::uint64_t* dropped) {
     }
     *dropped += ring->dropped.load(std::memory_order_relaxed);
   }
+  for (std::size_t i = 0; i < s.api_count; ++i) {
+    const std::size_t target = s.canonical[i];
+    if (target == i) continue;
+    s.snapshot_count[target] += s.snapshot_count[i];
+    s.snapshot_total[target] += s.snapshot_total[i];
+    s.snapshot_count[i] = s.snapshot_total[i] = 0;
+  }
   std::uint64_t count_sum = 0;
   for (std::size_t i = 0; i < s.api_count; ++i) count_sum += s.snapshot_count[i];
   return count_sum;
@@ -450,7 +459,7 @@ long find_or_add_name(Session& s, const char* name, std::size_t length, std::siz
     std::size_t i = (*hint + step) % s.api_count;
     if (s.name_length[i] == length && std::memcmp(s.name(i), name, length) == 0) {
       *hint = i + 1;
-      return static_cast<long>(i);
+      return static_cast<long>(s.canonical[i]);
     }
   }
   for (std::size_t e = 0; e < s.extra_count; ++e) {
@@ -838,6 +847,7 @@ void install_process_hooks_once() {
 void release_session_buffers(Session& s) {
   std::free(s.name_storage);
   std::free(s.name_length);
+  std::free(s.canonical);
   std::free(s.retired_count);
   std::free(s.retired_total);
   std::free(s.snapshot_count);
@@ -851,6 +861,7 @@ void release_session_buffers(Session& s) {
   std::free(s.extra_names);
   s.name_storage = nullptr;
   s.name_length = nullptr;
+  s.canonical = nullptr;
   s.retired_count = s.retired_total = s.snapshot_count = s.snapshot_total = nullptr;
   s.merged_count = s.merged_total = nullptr;
   s.timeline_buffer = s.text_buffer = s.read_buffer = s.dirent_buffer = s.extra_names = nullptr;
@@ -867,9 +878,9 @@ bool allocate_session_buffers(Session& s, std::size_t api_count) {
   s.text_capacity = slots * kLineSlack;
   s.dirent_buffer = static_cast<char*>(std::aligned_alloc(64, kDirentBufferBytes));
   return allocate_zeroed(&s.name_storage, api_count * kMaxNameBytes) &&
-         allocate_zeroed(&s.name_length, api_count) && allocate_zeroed(&s.retired_count, api_count) &&
-         allocate_zeroed(&s.retired_total, api_count) && allocate_zeroed(&s.snapshot_count, api_count) &&
-         allocate_zeroed(&s.snapshot_total, api_count) &&
+         allocate_zeroed(&s.name_length, api_count) && allocate_zeroed(&s.canonical, api_count) &&
+         allocate_zeroed(&s.retired_count, api_count) && allocate_zeroed(&s.retired_total, api_count) &&
+         allocate_zeroed(&s.snapshot_count, api_count) && allocate_zeroed(&s.snapshot_total, api_count) &&
          allocate_zeroed(&s.timeline_buffer, kTimelineBufferBytes) &&
          allocate_zeroed(&s.text_buffer, s.text_capacity) &&
          allocate_zeroed(&s.read_buffer, kReadBufferBytes) && s.dirent_buffer != nullptr &&
@@ -897,6 +908,36 @@ std::uint64_t round_up_power_of_two(std::size_t value) {
   std::uint64_t capacity = 2;
   while (capacity < value && capacity < (std::uint64_t{1} << 30)) capacity <<= 1;
   return capacity;
+}
+
+// Fills s.canonical with a hash table of the names (open addressing, FNV-1a); false on no memory.
+bool find_canonical_ids(Session& s) {
+  const std::uint64_t slots = round_up_power_of_two(2 * s.api_count);
+  auto* table = static_cast<std::uint32_t*>(std::malloc(slots * sizeof(std::uint32_t)));
+  if (table == nullptr) return false;
+  constexpr std::uint32_t kEmpty = UINT32_MAX;
+  for (std::uint64_t i = 0; i < slots; ++i) table[i] = kEmpty;
+  for (std::size_t id = 0; id < s.api_count; ++id) {
+    const char* name = s.name(id);
+    std::uint64_t hash = 1469598103934665603ULL;
+    for (std::size_t k = 0; k < s.name_length[id]; ++k)
+      hash = (hash ^ static_cast<unsigned char>(name[k])) * 1099511628211ULL;
+    for (std::uint64_t slot = hash & (slots - 1);; slot = (slot + 1) & (slots - 1)) {
+      if (table[slot] == kEmpty) {
+        table[slot] = static_cast<std::uint32_t>(id);
+        s.canonical[id] = static_cast<std::uint32_t>(id);
+        break;
+      }
+      const std::uint32_t other = table[slot];
+      if (s.name_length[other] == s.name_length[id] &&
+          std::memcmp(s.name(other), name, s.name_length[id]) == 0) {
+        s.canonical[id] = other;
+        break;
+      }
+    }
+  }
+  std::free(table);
+  return true;
 }
 
 }  // namespace
@@ -937,8 +978,15 @@ bool start(const char* dir, const char* const* api_names, std::size_t api_count,
     Guard registry_guard(&g_registry_mutex);
     Session& s = g_session;
     release_session_buffers(s);
-    if (!allocate_session_buffers(s, api_count)) {
+    bool allocated = allocate_session_buffers(s, api_count);
+    if (allocated) {
+      s.api_count = api_count;
+      for (std::size_t i = 0; i < api_count; ++i) copy_name(s, i, api_names[i]);
+      allocated = find_canonical_ids(s);
+    }
+    if (!allocated) {
       release_session_buffers(s);
+      s.api_count = 0;
       ::close(timeline_fd);
       GS_LOG(Error, "profiler: out of memory starting the profiler");
       return false;
@@ -946,9 +994,7 @@ bool start(const char* dir, const char* const* api_names, std::size_t api_count,
     s.id = g_session_id.load(std::memory_order_relaxed) + 1;
     s.options = options;
     std::memcpy(s.dir, dir, std::strlen(dir) + 1);
-    s.api_count = api_count;
     s.ring_capacity = round_up_power_of_two(options.ring_events);
-    for (std::size_t i = 0; i < api_count; ++i) copy_name(s, i, api_names[i]);
     s.timeline_fd = timeline_fd;
     s.retired_dropped = 0;
     s.last_written_count_sum = s.last_written_total_sum = s.last_reported_dropped = 0;

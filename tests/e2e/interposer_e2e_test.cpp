@@ -36,6 +36,7 @@ class E2E : public ::testing::Test {
     if (preload) env["LD_PRELOAD"] = GPUSLICE_PRELOAD;
     env["GPUSLICE_SHARED_DIR"] = dir_ + "/shared";
     env["GPUSLICE_LIMITS_FILE"] = dir_ + "/limits";
+    env["GPUSLICE_NODE_DIR"] = dir_ + "/node";
     env["GPUSLICE_MOCK_STATE_DIR"] = dir_ + "/mock";
     env["GPUSLICE_MOCK_DEVICES"] = "2";
     env["GPUSLICE_MOCK_MEMORY"] = std::to_string(16 * kGiB);

@@ -31,6 +31,7 @@ for w in $what; do
     overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" | tee "$out/overhead.txt" ;;
     accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
     multi) python3 tests/gpu/multi_gpu.py --build build --out "$out" || rc=1 ;;
+    two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/two_containers.txt" ;;
   esac
 done
 exit $rc

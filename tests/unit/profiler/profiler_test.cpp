@@ -123,6 +123,22 @@ TEST_F(ProfilerTest, IgnoresApiIdsOutOfRange) {
   EXPECT_EQ(timeline().size(), 1u);
 }
 
+TEST_F(ProfilerTest, IdsSharingANameReportAsOneApi) {
+  // cuMemAlloc and cuMemAlloc_v2 hooks both profile as "cuMemAlloc".
+  const char* const names[] = {"cuMemAlloc", "cuInit", "cuMemAlloc", "cuMemFree", "cuMemAlloc"};
+  ASSERT_TRUE(start(dir_.path().c_str(), names, 5, quiet_options()));
+  record(4, 10, 1);
+  record(0, 11, 2);
+  record(2, 12, 4);
+  record(3, 13, 8);
+  flush();
+  EXPECT_EQ(metrics(), (std::vector<MetricsEntry>{{"cuMemAlloc", 3, 7}, {"cuMemFree", 1, 8}}));
+  EXPECT_EQ(metrics(own_metrics_name(getpid())), metrics());
+  EXPECT_EQ(timeline(),
+            (std::vector<TimelineEntry>{
+                {"cuMemAlloc", 10, 1}, {"cuMemAlloc", 11, 2}, {"cuMemAlloc", 12, 4}, {"cuMemFree", 13, 8}}));
+}
+
 TEST_F(ProfilerTest, CountsAndTotalsExactAcrossThreads) {
   constexpr int kThreads = 8;
   constexpr int kPerThread = 100000;
