@@ -24,6 +24,12 @@ for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu; do
   nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done
 echo "build ok"
+# SM clock and power in the background: the compute-limit accuracy depends on them (a duty-cycled
+# GPU boosts higher than one running flat out).
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,utilization.gpu --format=csv,noheader -lms 500 \
+  > "$out/clocks.csv" 2>/dev/null &
+clocks_pid=$!
+trap 'kill $clocks_pid 2>/dev/null' EXIT
 rc=0
 for w in $what; do
   case $w in
