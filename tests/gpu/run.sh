@@ -20,8 +20,8 @@ mkdir -p build/gpu
 # The e2e probe, linked to libcuda.so.1 by soname: here that resolves to the real driver.
 g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mock/libcuda.so.1 -ldl -lpthread \
   >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu; do
-  nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu bench/gpu/paired.cu; do
+  nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" -ldl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done
 echo "build ok"
 # SM clock and power in the background: the compute-limit accuracy depends on them (a duty-cycled
@@ -34,7 +34,14 @@ rc=0
 for w in $what; do
   case $w in
     functional) python3 tests/gpu/functional.py --build build --out "$out" ${GPU_SKIP:+--skip "$GPU_SKIP"} || rc=1 ;;
-    overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" | tee "$out/overhead.txt" ;;
+    paired)
+      # In-process pairs: no limit, a quota, a quota with the profiler on.
+      lib=$PWD/build/lib/libgpuslice.so
+      { echo "## no limit"; LD_PRELOAD=$lib build/gpu/paired 30
+        echo "## memory quota"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR=$(mktemp -d) build/gpu/paired 30
+        echo "## memory quota + profiler"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR=$(mktemp -d) \
+          GPUSLICE_PROFILE_DIR=$(mktemp -d) build/gpu/paired 30; } 2>&1 | tee "$out/paired.txt" ;;
+    overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" ${OVERHEAD_SKIP:+--skip "$OVERHEAD_SKIP"} | tee "$out/overhead.txt" ;;
     accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
     multi) python3 tests/gpu/multi_gpu.py --build build --out "$out" || rc=1 ;;
     two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/two_containers.txt" ;;

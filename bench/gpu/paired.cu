@@ -1,0 +1,101 @@
+// Paired, in-process overhead of libgpuslice.so on a real GPU. Run under LD_PRELOAD: each round
+// times a block of calls through the hooked entry point (what every program gets: dlsym on the
+// libcuda handle is routed to our hook) and a block through the driver's own symbol (found with
+// dlvsym, which gpuslice does not override), alternating the order. Blocks in one process share
+// clocks, caches and GPU state, so the difference of the medians is the hook's cost, not noise
+// between processes. Usage: paired ROUNDS
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+typedef int CUresult_t;
+typedef CUresult_t (*LaunchFn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                               void**, void**);
+typedef CUresult_t (*AllocFn)(unsigned long long*, size_t);
+typedef CUresult_t (*FreeFn)(unsigned long long);
+
+__global__ void empty_kernel() {}
+
+static void* direct_symbol(void* h, const char* name) {
+  // libcuda's symbols carry no version, so any version request matches them (glibc accepts an
+  // unversioned definition), bypassing the dlsym override.
+  for (const char* v : {"GLIBC_2.2.5", "GLIBC_2.34"}) {
+    if (void* p = dlvsym(h, name, v)) return p;
+  }
+  return nullptr;
+}
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? std::atoi(argv[1]) : 30;
+  cudaFree(nullptr);
+  void* fn = nullptr;
+  if (cudaGetFuncBySymbol(reinterpret_cast<cudaFunction_t*>(&fn), reinterpret_cast<const void*>(empty_kernel)) !=
+      cudaSuccess) {
+    std::printf("error=cudaGetFuncBySymbol\n");
+    return 1;
+  }
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  LaunchFn launch_hooked = reinterpret_cast<LaunchFn>(dlsym(h, "cuLaunchKernel"));
+  LaunchFn launch_direct = reinterpret_cast<LaunchFn>(direct_symbol(h, "cuLaunchKernel"));
+  AllocFn alloc_hooked = reinterpret_cast<AllocFn>(dlsym(h, "cuMemAlloc_v2"));
+  AllocFn alloc_direct = reinterpret_cast<AllocFn>(direct_symbol(h, "cuMemAlloc_v2"));
+  FreeFn free_hooked = reinterpret_cast<FreeFn>(dlsym(h, "cuMemFree_v2"));
+  FreeFn free_direct = reinterpret_cast<FreeFn>(direct_symbol(h, "cuMemFree_v2"));
+  Dl_info hi{}, di{};
+  dladdr(reinterpret_cast<void*>(launch_hooked), &hi);
+  dladdr(reinterpret_cast<void*>(launch_direct), &di);
+  std::printf("hooked_from=%s direct_from=%s\n", hi.dli_fname ? hi.dli_fname : "?", di.dli_fname ? di.dli_fname : "?");
+  if (!launch_direct || !alloc_direct || !free_direct || launch_direct == launch_hooked) {
+    std::printf("error=no_direct_symbol\n");
+    return 1;
+  }
+  using clock = std::chrono::steady_clock;
+  const int launches = 256 * 40, allocs = 1000;
+  std::vector<double> lh, ld, ah, ad;
+  for (int r = 0; r < rounds + 2; ++r) {
+    for (int pass = 0; pass < 2; ++pass) {
+      bool hooked = (pass == 0) == (r % 2 == 0);
+      LaunchFn launch = hooked ? launch_hooked : launch_direct;
+      // Only the time inside the launch calls counts: blocks of 256 never fill the driver's queue,
+      // so what is timed is the CPU cost of a launch (where a hook's cost shows), not the GPU's pace.
+      double launch_ns_total = 0;
+      for (int done = 0; done < launches; done += 256) {
+        cudaDeviceSynchronize();
+        auto t0 = clock::now();
+        for (int i = 0; i < 256; ++i) launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+        launch_ns_total += std::chrono::duration<double, std::nano>(clock::now() - t0).count();
+      }
+      cudaDeviceSynchronize();
+      double ns = launch_ns_total / (launches / 256 * 256);
+      AllocFn alloc = hooked ? alloc_hooked : alloc_direct;
+      FreeFn release = hooked ? free_hooked : free_direct;
+      auto t1 = clock::now();
+      for (int i = 0; i < allocs; ++i) {
+        unsigned long long p = 0;
+        alloc(&p, 1 << 20);
+        release(p);
+      }
+      double ans = std::chrono::duration<double, std::nano>(clock::now() - t1).count() / allocs;
+      if (r < 2) continue;  // warm-up rounds
+      (hooked ? lh : ld).push_back(ns);
+      (hooked ? ah : ad).push_back(ans);
+    }
+  }
+  double mlh = median(lh), mld = median(ld), mah = median(ah), mad = median(ad);
+  std::printf("launch_direct_ns=%.1f launch_hooked_ns=%.1f launch_added_ns=%.1f launch_ratio=%.4f\n", mld, mlh,
+              mlh - mld, mlh / mld);
+  std::printf("alloc_free_direct_ns=%.1f alloc_free_hooked_ns=%.1f alloc_free_added_ns=%.1f alloc_free_ratio=%.4f\n",
+              mad, mah, mah - mad, mah / mad);
+  std::printf("err=%s\n", cudaGetErrorName(cudaGetLastError()));
+  return 0;
+}
