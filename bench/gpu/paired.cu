@@ -1,16 +1,22 @@
 // Paired, in-process overhead of libgpuslice.so on a real GPU. Run under LD_PRELOAD: each round
 // times a block of calls through the hooked entry point (what every program gets: dlsym on the
-// libcuda handle is routed to our hook) and a block through the driver's own symbol (found with
-// dlvsym, which gpuslice does not override), alternating the order. Blocks in one process share
+// libcuda handle is routed to our hook) and a block through the driver's own symbol (read from its
+// ELF symbol table), alternating the order. Blocks in one process share
 // clocks, caches and GPU state, so the difference of the medians is the hook's cost, not noise
 // between processes. Usage: paired ROUNDS
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 typedef int CUresult_t;
@@ -21,11 +27,39 @@ typedef CUresult_t (*FreeFn)(unsigned long long);
 
 __global__ void empty_kernel() {}
 
-static void* direct_symbol(void* h, const char* name) {
-  // libcuda's symbols carry no version, so any version request matches them (glibc accepts an
-  // unversioned definition), bypassing the dlsym override.
-  for (const char* v : {"GLIBC_2.2.5", "GLIBC_2.34"}) {
-    if (void* p = dlvsym(h, name, v)) return p;
+// The driver's own address of `name`, read from its ELF symbol table (load base + st_value): no
+// dlsym involved, so gpuslice's routing cannot intervene.
+static void* direct_symbol(const char* name) {
+  struct Found {
+    const char* name;
+    ElfW(Addr) base = 0;
+    std::string path;
+  } found{name};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* f = static_cast<Found*>(data);
+        if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr) {
+          f->base = info->dlpi_addr;
+          f->path = info->dlpi_name;
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  if (found.path.empty()) return nullptr;
+  std::ifstream in(found.path, std::ios::binary);
+  std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (file.size() < sizeof(Elf64_Ehdr)) return nullptr;
+  auto* eh = reinterpret_cast<const Elf64_Ehdr*>(file.data());
+  auto* sh = reinterpret_cast<const Elf64_Shdr*>(file.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    if (sh[i].sh_type != SHT_DYNSYM) continue;
+    const char* strtab = file.data() + sh[sh[i].sh_link].sh_offset;
+    auto* sym = reinterpret_cast<const Elf64_Sym*>(file.data() + sh[i].sh_offset);
+    for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+      if (sym[k].st_value != 0 && std::strcmp(strtab + sym[k].st_name, name) == 0)
+        return reinterpret_cast<void*>(found.base + sym[k].st_value);
+    }
   }
   return nullptr;
 }
@@ -46,11 +80,11 @@ int main(int argc, char** argv) {
   }
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   LaunchFn launch_hooked = reinterpret_cast<LaunchFn>(dlsym(h, "cuLaunchKernel"));
-  LaunchFn launch_direct = reinterpret_cast<LaunchFn>(direct_symbol(h, "cuLaunchKernel"));
+  LaunchFn launch_direct = reinterpret_cast<LaunchFn>(direct_symbol("cuLaunchKernel"));
   AllocFn alloc_hooked = reinterpret_cast<AllocFn>(dlsym(h, "cuMemAlloc_v2"));
-  AllocFn alloc_direct = reinterpret_cast<AllocFn>(direct_symbol(h, "cuMemAlloc_v2"));
+  AllocFn alloc_direct = reinterpret_cast<AllocFn>(direct_symbol("cuMemAlloc_v2"));
   FreeFn free_hooked = reinterpret_cast<FreeFn>(dlsym(h, "cuMemFree_v2"));
-  FreeFn free_direct = reinterpret_cast<FreeFn>(direct_symbol(h, "cuMemFree_v2"));
+  FreeFn free_direct = reinterpret_cast<FreeFn>(direct_symbol("cuMemFree_v2"));
   Dl_info hi{}, di{};
   dladdr(reinterpret_cast<void*>(launch_hooked), &hi);
   dladdr(reinterpret_cast<void*>(launch_direct), &di);

@@ -6,32 +6,65 @@
 #include "interposer/real_symbols.h"
 
 namespace gpuslice::interposer {
-namespace {
-// dlopen inside real_address() can run constructors that call dlsym again; such nested lookups are
-// answered by the real dlsym alone.
-thread_local bool t_in_dlsym = false;
-}  // namespace
 
+// No thread-local state here: a sanitizer runtime calls dlsym while it starts, before it can serve
+// __tls_get_addr. Re-entry is bounded anyway: real_address() may dlopen the driver, whose
+// constructors may call dlsym again, but a nested dlopen of a library already being loaded returns
+// at once.
 void* route_dlsym(void* handle, const char* name) {
   DlsymFn real = real_dlsym();
   if (real == nullptr) return nullptr;
   void* p = real(handle, name);
-  if (p == nullptr || t_in_dlsym) return p;
+  if (p == nullptr) return p;
   int idx = find_hook(name);
   if (idx < 0) return p;
   const HookDescriptor& d = kHooks[idx];
   if (p == d.hook) return p;
-  t_in_dlsym = true;
   // Only the real driver's symbol is swapped: a same-named function of another library (a second
   // copy of the driver loaded on purpose, a wrapper) is left alone.
-  bool swap = is_real_address(static_cast<HookId>(idx), p);
-  t_in_dlsym = false;
-  return swap ? d.hook : p;
+  return is_real_address(static_cast<HookId>(idx), p) ? d.hook : p;
 }
 
 }  // namespace gpuslice::interposer
 
-// Unversioned, so it also binds references to dlsym@GLIBC_2.34 and dlsym@GLIBC_2.2.5.
-GS_EXPORT void* dlsym(void* handle, const char* name) {
+extern "C" __attribute__((visibility("hidden"), used)) void* gpuslice_route_dlsym(void* handle, const char* name) {
   return gpuslice::interposer::route_dlsym(handle, name);
 }
+
+extern "C" __attribute__((visibility("hidden"), used)) void* gpuslice_real_dlsym_address() {
+  return reinterpret_cast<void*>(gpuslice::interposer::real_dlsym());
+}
+
+// The exported dlsym (unversioned, so it also binds references to dlsym@GLIBC_2.34 and
+// dlsym@GLIBC_2.2.5). RTLD_NEXT means "after the caller's object", and glibc finds the caller from
+// its return address: a C++ override would make every RTLD_NEXT lookup relative to libgpuslice.so
+// (a sanitizer or another interposer asking for "the next mmap" would get its own wrapper back).
+// So RTLD_NEXT jumps straight into glibc's dlsym with the caller's return address still on the
+// stack; every other lookup goes through route_dlsym.
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+dlsym:
+    cmpq $-1, %rdi
+    jne 1f
+    pushq %rdi
+    pushq %rsi
+    subq $8, %rsp
+    call gpuslice_real_dlsym_address
+    addq $8, %rsp
+    popq %rsi
+    popq %rdi
+    testq %rax, %rax
+    jz 2f
+    jmp *%rax
+1:
+    jmp gpuslice_route_dlsym
+2:
+    ret
+    .size dlsym, .-dlsym
+)");
+#else
+#error "dlsym override: only x86-64 has the RTLD_NEXT tail-jump; add one for this architecture"
+#endif
