@@ -8,6 +8,7 @@
 #include "shared_state/ledger.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -24,6 +25,26 @@
 #include "shared_state/proc_identity.h"
 
 namespace gpuslice::shm {
+namespace {
+
+// getpid() is a system call (glibc stopped caching it); reserve and release ask for the pid to
+// notice a fork, so it is cached here and forgotten in the child of every fork.
+std::atomic<pid_t> g_cached_pid{0};
+
+void forget_cached_pid() { g_cached_pid.store(0, std::memory_order_relaxed); }
+
+pid_t current_pid() {
+  pid_t pid = g_cached_pid.load(std::memory_order_relaxed);
+  if (pid != 0) [[likely]]
+    return pid;
+  static const bool registered = [] { return pthread_atfork(nullptr, nullptr, forget_cached_pid) == 0; }();
+  pid = getpid();
+  if (registered) g_cached_pid.store(pid, std::memory_order_relaxed);
+  return pid;
+}
+
+}  // namespace
+
 namespace {
 
 using namespace layout;
@@ -135,7 +156,7 @@ Result<bool> create_state_file(const std::string& path) {
 class MappedLedger final : public Ledger {
  public:
   MappedLedger(std::string path, Mode mode, int fd, bool writable, void* base)
-      : path_(std::move(path)), mode_(mode), writable_(writable), fd_(fd), owner_pid_(getpid()) {
+      : path_(std::move(path)), mode_(mode), writable_(writable), fd_(fd), owner_pid_(current_pid()) {
     auto* bytes = static_cast<unsigned char*>(base);
     base_ = base;
     header_ = reinterpret_cast<Header*>(bytes);
@@ -144,7 +165,7 @@ class MappedLedger final : public Ledger {
   }
 
   ~MappedLedger() override {
-    if (owner_pid_.load() == getpid()) unregister_process();
+    if (owner_pid_.load() == current_pid()) unregister_process();
     munmap(base_, kFileSize);
     close(fd_.load());
   }
@@ -205,7 +226,7 @@ class MappedLedger final : public Ledger {
     if (slot_.load() >= 0) return true;
     ControlGuard guard(*this);
     if (slot_.load() >= 0) return true;
-    pid_t pid = getpid();
+    pid_t pid = current_pid();
     for (int round = 0; round < 4; ++round) {
       for (std::uint32_t i = 0; i < kMaxSlots; ++i) {
         if (try_claim(i, pid)) {
@@ -284,7 +305,7 @@ class MappedLedger final : public Ledger {
   std::uint64_t used_by_self(int dev) const override {
     if (!device_ready(dev)) return 0;
     int slot = slot_.load();
-    if (slot < 0 || owner_pid_.load() != getpid()) return 0;
+    if (slot < 0 || owner_pid_.load() != current_pid()) return 0;
     const SlotDeviceCounters& mine = slots_[slot].devices[dev];
     std::uint64_t granted = mine.granted.load();
     return granted - mine.returned.load();
@@ -319,7 +340,7 @@ class MappedLedger final : public Ledger {
   int reap_dead() override {
     if (!writable_) return 0;
     adopt_after_fork();
-    int own = owner_pid_.load() == getpid() ? slot_.load() : -1;
+    int own = owner_pid_.load() == current_pid() ? slot_.load() : -1;
     std::uint32_t high = high_water();
     std::uint64_t now = monotonic_seconds();
     int reaped = 0;
@@ -426,7 +447,7 @@ class MappedLedger final : public Ledger {
   }
 
   void unregister_process() override {
-    if (owner_pid_.load() != getpid()) return;
+    if (owner_pid_.load() != current_pid()) return;
     int slot = slot_.exchange(-1);
     if (slot < 0) return;
     auto index = static_cast<std::uint32_t>(slot);
@@ -440,7 +461,7 @@ class MappedLedger final : public Ledger {
     unlock_slot(index);
   }
 
-  int slot_index() const override { return owner_pid_.load() == getpid() ? slot_.load() : -1; }
+  int slot_index() const override { return owner_pid_.load() == current_pid() ? slot_.load() : -1; }
 
   bool writable() const override { return writable_; }
 
@@ -450,7 +471,7 @@ class MappedLedger final : public Ledger {
   class ControlGuard {
    public:
     explicit ControlGuard(MappedLedger& ledger) : ledger_(ledger) {
-      pid_t me = getpid();
+      pid_t me = current_pid();
       for (;;) {
         pid_t holder = ledger_.control_.load();
         // A holder from another process is the parent's thread that held it across fork().
@@ -490,7 +511,7 @@ class MappedLedger final : public Ledger {
   // This process's slot: after a fork the child first gets its own descriptor (and, when
   // `claim` is set, its own slot), so it never charges or returns the parent's bytes.
   Slot* own_slot(bool claim) {
-    if (owner_pid_.load(std::memory_order_relaxed) != getpid()) adopt_after_fork();
+    if (owner_pid_.load(std::memory_order_relaxed) != current_pid()) adopt_after_fork();
     int slot = slot_.load(std::memory_order_acquire);
     if (slot >= 0) [[likely]]
       return &slots_[slot];
@@ -507,7 +528,7 @@ class MappedLedger final : public Ledger {
   // The child of a fork shares its parent's open file description, hence its OFD locks: it must
   // open its own before it can hold a lock, or tell the parent's lock from its own.
   void adopt_after_fork() {
-    pid_t me = getpid();
+    pid_t me = current_pid();
     if (owner_pid_.load() == me) return;
     ControlGuard guard(*this);
     if (owner_pid_.load() == me) return;
