@@ -24,9 +24,9 @@ void vwrite(Level level, const char* fmt, va_list args) __attribute__((format(pr
 
 }  // namespace gpuslice::log
 
-#define GS_LOG(level, ...)                                                           \
-  do {                                                                               \
-    if (::gpuslice::log::enabled(::gpuslice::log::Level::level)) {                   \
-      ::gpuslice::log::write(::gpuslice::log::Level::level, __VA_ARGS__);            \
-    }                                                                                \
+#define GS_LOG(level, ...)                                                \
+  do {                                                                    \
+    if (::gpuslice::log::enabled(::gpuslice::log::Level::level)) {        \
+      ::gpuslice::log::write(::gpuslice::log::Level::level, __VA_ARGS__); \
+    }                                                                     \
   } while (0)

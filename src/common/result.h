@@ -15,7 +15,7 @@ struct Error {
 template <class T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}              // NOLINT(google-explicit-constructor)
   Result(Error error) : error_(std::move(error.message)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return value_.has_value(); }

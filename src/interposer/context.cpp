@@ -50,7 +50,8 @@ GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice 
   return r;
 }
 
-GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                  CUdevice dev) {
   ProfileScope scope(HookId::cuCtxCreate_v4);
   if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
   auto real = REAL(cuCtxCreate_v4);

@@ -27,7 +27,8 @@ void* route_dlsym(void* handle, const char* name) {
 
 }  // namespace gpuslice::interposer
 
-extern "C" __attribute__((visibility("hidden"), used)) void* gpuslice_route_dlsym(void* handle, const char* name) {
+extern "C" __attribute__((visibility("hidden"), used)) void* gpuslice_route_dlsym(void* handle,
+                                                                                  const char* name) {
   return gpuslice::interposer::route_dlsym(handle, name);
 }
 

@@ -7,6 +7,8 @@
 #pragma once
 
 // NOLINTBEGIN(cppcoreguidelines-macro-usage)
+// A table, one row per hooked symbol, aligned for reading:
+// clang-format off
 #define GPUSLICE_CUDA_HOOKS(X)                                                      \
   /* initialisation and entry-point lookup (context.cpp, proc_address.cpp) */       \
   X(cuInit, cuInit, 2000, Plain, "cuInit")                                          \
@@ -69,4 +71,5 @@
   X(nvmlInit_v2, nvmlInit_v2, 0, Plain, "nvmlInit")                                 \
   X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, 0, Plain, "nvmlDeviceGetMemoryInfo") \
   X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, Plain, "nvmlDeviceGetMemoryInfo")
+// clang-format on
 // NOLINTEND(cppcoreguidelines-macro-usage)

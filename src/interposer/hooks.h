@@ -29,9 +29,9 @@ enum class HookId : std::uint16_t {
 inline constexpr std::size_t kHookCount = static_cast<std::size_t>(HookId::Count);
 
 struct HookDescriptor {
-  const char* symbol;        // exported name in the real library and in ours
-  const char* base;          // name as cuGetProcAddress is asked for it
-  int since_cuda_version;    // first cudaVersion that resolves `base` to this symbol
+  const char* symbol;      // exported name in the real library and in ours
+  const char* base;        // name as cuGetProcAddress is asked for it
+  int since_cuda_version;  // first cudaVersion that resolves `base` to this symbol
   StreamVariant variant;
   Library library;
   const char* profile_name;  // name in metrics.log / timeline.log
@@ -80,13 +80,13 @@ class ProfileScope {
 }  // namespace gpuslice::interposer
 
 // The real function behind a hook, typed by the declared prototype: REAL(cuMemAlloc_v2)(...).
-#define REAL(sym)                                                                                   \
+#define REAL(sym) \
   (::gpuslice::interposer::real_function<::gpuslice::interposer::HookId::sym, decltype(&::sym)>())
 
 // Real driver functions we call but do not hook (cuCtxGetDevice, cuDeviceGetUuid, ...).
 namespace gpuslice::interposer {
 void* real_unhooked(Library lib, const char* symbol);
 }
-#define REAL_UNHOOKED(lib, sym)                                                     \
-  (reinterpret_cast<decltype(&::sym)>(::gpuslice::interposer::real_unhooked(        \
-      ::gpuslice::interposer::Library::lib, #sym)))
+#define REAL_UNHOOKED(lib, sym)        \
+  (reinterpret_cast<decltype(&::sym)>( \
+      ::gpuslice::interposer::real_unhooked(::gpuslice::interposer::Library::lib, #sym)))

@@ -15,50 +15,50 @@ inline void gate(CUstream stream) {
 }
 }  // namespace
 
-#define GS_LAUNCH_KERNEL(sym)                                                                           \
+#define GS_LAUNCH_KERNEL(sym)                                                                              \
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
-                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,          \
-                         void** kernelParams, void** extra) {                                          \
-    ProfileScope scope(HookId::sym);                                                                    \
-    auto real = REAL(sym);                                                                              \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                             \
-    gate(hStream);                                                                                      \
-    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                        \
+                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
+                         void** kernelParams, void** extra) {                                              \
+    ProfileScope scope(HookId::sym);                                                                       \
+    auto real = REAL(sym);                                                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                \
+    gate(hStream);                                                                                         \
+    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
   }
 GS_LAUNCH_KERNEL(cuLaunchKernel)
 GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
 
-#define GS_LAUNCH_KERNEL_EX(sym)                                                                        \
+#define GS_LAUNCH_KERNEL_EX(sym)                                                                          \
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
-    ProfileScope scope(HookId::sym);                                                                    \
-    auto real = REAL(sym);                                                                              \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                             \
-    gate(config != nullptr ? config->hStream : nullptr);                                                \
-    return real(config, f, kernelParams, extra);                                                        \
+    ProfileScope scope(HookId::sym);                                                                      \
+    auto real = REAL(sym);                                                                                \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                               \
+    gate(config != nullptr ? config->hStream : nullptr);                                                  \
+    return real(config, f, kernelParams, extra);                                                          \
   }
 GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx)
 GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
 
-#define GS_LAUNCH_COOPERATIVE(sym)                                                                      \
+#define GS_LAUNCH_COOPERATIVE(sym)                                                                         \
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
-                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,          \
-                         void** kernelParams) {                                                         \
-    ProfileScope scope(HookId::sym);                                                                    \
-    auto real = REAL(sym);                                                                              \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                             \
-    gate(hStream);                                                                                      \
-    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                               \
+                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
+                         void** kernelParams) {                                                            \
+    ProfileScope scope(HookId::sym);                                                                       \
+    auto real = REAL(sym);                                                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                \
+    gate(hStream);                                                                                         \
+    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
   }
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 
-#define GS_GRAPH_LAUNCH(sym)                                      \
+#define GS_GRAPH_LAUNCH(sym)                                         \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
-    ProfileScope scope(HookId::sym);                              \
-    auto real = REAL(sym);                                        \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;       \
-    gate(hStream);                                                \
-    return real(hGraphExec, hStream);                             \
+    ProfileScope scope(HookId::sym);                                 \
+    auto real = REAL(sym);                                           \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;          \
+    gate(hStream);                                                   \
+    return real(hGraphExec, hStream);                                \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch)
 GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz)

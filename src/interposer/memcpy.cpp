@@ -7,12 +7,12 @@
 using gpuslice::interposer::HookId;
 using gpuslice::interposer::ProfileScope;
 
-#define GS_COPY_HOOK(sym, params, args)             \
-  GS_EXPORT CUresult sym params {                   \
-    ProfileScope scope(HookId::sym);                \
-    auto real = REAL(sym);                          \
+#define GS_COPY_HOOK(sym, params, args)                     \
+  GS_EXPORT CUresult sym params {                           \
+    ProfileScope scope(HookId::sym);                        \
+    auto real = REAL(sym);                                  \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED; \
-    return real args;                               \
+    return real args;                                       \
   }
 
 GS_COPY_HOOK(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t n), (dst, src, n))
@@ -22,7 +22,8 @@ GS_HOOK_NOTIFYING_SYNC(cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t
 GS_COPY_HOOK(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
 GS_COPY_HOOK(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
 GS_COPY_HOOK(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
-GS_COPY_HOOK(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s), (dst, src, n, s))
+GS_COPY_HOOK(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void* src, size_t n, CUstream s),
+             (dst, src, n, s))
 GS_COPY_HOOK(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
 GS_COPY_HOOK(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s))
 GS_HOOK_NOTIFYING_SYNC(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))

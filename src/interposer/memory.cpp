@@ -35,7 +35,8 @@ std::string top_users(const DeviceState& d) {
   std::vector<std::pair<std::uint64_t, const shm::ProcessRow*>> users;
   for (const auto& p : snap.processes) {
     auto dev = static_cast<std::size_t>(d.ledger_dev);
-    if (dev < p.used_by_device.size() && p.used_by_device[dev] > 0) users.emplace_back(p.used_by_device[dev], &p);
+    if (dev < p.used_by_device.size() && p.used_by_device[dev] > 0)
+      users.emplace_back(p.used_by_device[dev], &p);
   }
   std::sort(users.begin(), users.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string top;
@@ -124,7 +125,8 @@ std::uint64_t format_bytes(CUarray_format f) {
   }
 }
 
-std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth, CUarray_format f, unsigned ch) {
+std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth, CUarray_format f,
+                          unsigned ch) {
   auto at_least_1 = [](std::uint64_t v) { return v == 0 ? 1 : v; };
   return at_least_1(w) * at_least_1(h) * at_least_1(depth) * format_bytes(f) * at_least_1(ch);
 }
@@ -137,10 +139,10 @@ using gpuslice::interposer::HookId;
 using gpuslice::interposer::ProfileScope;
 namespace gs = gpuslice::interposer;
 
-#define GS_ENTER(sym)                                                           \
-  ProfileScope gs_scope(HookId::sym);                                           \
+#define GS_ENTER(sym)                                                                    \
+  ProfileScope gs_scope(HookId::sym);                                                    \
   if (CUresult gs_err = gs::ensure_initialized(); gs_err != CUDA_SUCCESS) return gs_err; \
-  auto real = REAL(sym);                                                        \
+  auto real = REAL(sym);                                                                 \
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED
 
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
@@ -184,54 +186,53 @@ GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr); });
 }
 
-#define GS_ALLOC_ASYNC(sym)                                                                         \
-  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {                    \
-    GS_ENTER(sym);                                                                                  \
-    if (!gs::memory_active()) return real(dptr, bytesize, hStream);                                 \
-    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear,                    \
-                        [&](std::uint64_t* key) {                                                   \
-                          CUresult r = real(dptr, bytesize, hStream);                               \
-                          if (r == CUDA_SUCCESS) *key = *dptr;                                      \
-                          return r;                                                                 \
-                        });                                                                         \
+#define GS_ALLOC_ASYNC(sym)                                                                                \
+  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {                           \
+    GS_ENTER(sym);                                                                                         \
+    if (!gs::memory_active()) return real(dptr, bytesize, hStream);                                        \
+    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) { \
+      CUresult r = real(dptr, bytesize, hStream);                                                          \
+      if (r == CUDA_SUCCESS) *key = *dptr;                                                                 \
+      return r;                                                                                            \
+    });                                                                                                    \
   }
 GS_ALLOC_ASYNC(cuMemAllocAsync)
 GS_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
-#define GS_ALLOC_FROM_POOL(sym)                                                                     \
-  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) { \
-    GS_ENTER(sym);                                                                                  \
-    if (!gs::memory_active()) return real(dptr, bytesize, pool, hStream);                           \
-    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear,                    \
-                        [&](std::uint64_t* key) {                                                   \
-                          CUresult r = real(dptr, bytesize, pool, hStream);                         \
-                          if (r == CUDA_SUCCESS) *key = *dptr;                                      \
-                          return r;                                                                 \
-                        });                                                                         \
+#define GS_ALLOC_FROM_POOL(sym)                                                                            \
+  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {        \
+    GS_ENTER(sym);                                                                                         \
+    if (!gs::memory_active()) return real(dptr, bytesize, pool, hStream);                                  \
+    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) { \
+      CUresult r = real(dptr, bytesize, pool, hStream);                                                    \
+      if (r == CUDA_SUCCESS) *key = *dptr;                                                                 \
+      return r;                                                                                            \
+    });                                                                                                    \
   }
 GS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 GS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
 
-#define GS_FREE_ASYNC(sym)                                                                \
-  GS_EXPORT CUresult sym(CUdeviceptr dptr, CUstream hStream) {                            \
-    GS_ENTER(sym);                                                                        \
-    return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr, hStream); });   \
+#define GS_FREE_ASYNC(sym)                                                            \
+  GS_EXPORT CUresult sym(CUdeviceptr dptr, CUstream hStream) {                        \
+    GS_ENTER(sym);                                                                    \
+    return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr, hStream); }); \
   }
 GS_FREE_ASYNC(cuMemFreeAsync)
 GS_FREE_ASYNC(cuMemFreeAsync_ptsz)
 
-GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                               unsigned long long flags) {
+GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                               const CUmemAllocationProp* prop, unsigned long long flags) {
   GS_ENTER(cuMemCreate);
   // VMM physical memory (PyTorch expandable segments, NCCL): counted when created, on the device the
   // properties name; host-located allocations are not device memory.
   if (!gs::memory_active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return real(handle, size, prop, flags);
-  return gs::allocate(gs::device_state(prop->location.id), size, AllocKind::VmmHandle, [&](std::uint64_t* key) {
-    CUresult r = real(handle, size, prop, flags);
-    if (r == CUDA_SUCCESS) *key = *handle;
-    return r;
-  });
+  return gs::allocate(gs::device_state(prop->location.id), size, AllocKind::VmmHandle,
+                      [&](std::uint64_t* key) {
+                        CUresult r = real(handle, size, prop, flags);
+                        if (r == CUDA_SUCCESS) *key = *handle;
+                        return r;
+                      });
 }
 
 GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -253,7 +254,8 @@ GS_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTO
 GS_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   GS_ENTER(cuArray3DCreate_v2);
   if (!gs::memory_active() || desc == nullptr) return real(pHandle, desc);
-  std::uint64_t bytes = gs::array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
+  std::uint64_t bytes =
+      gs::array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
   return gs::allocate(gs::current_device_state(), bytes, AllocKind::Array, [&](std::uint64_t* key) {
     CUresult r = real(pHandle, desc);
     if (r == CUDA_SUCCESS) *key = reinterpret_cast<std::uint64_t>(*pHandle);

@@ -71,7 +71,8 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t
   nvmlReturn_t r = real(device, memory);
   std::uint64_t quota = 0;
   std::uint64_t used = 0;
-  if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used)) return r;
+  if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used))
+    return r;
   if (quota < memory->total) memory->total = quota;
   memory->used = used;
   memory->free = used < memory->total ? memory->total - used : 0;
@@ -86,7 +87,8 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemor
   nvmlReturn_t r = real(device, memory);
   std::uint64_t quota = 0;
   std::uint64_t used = 0;
-  if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used)) return r;
+  if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used))
+    return r;
   // The slice has no driver-reserved part of its own: total = used + free.
   if (quota < memory->total) memory->total = quota;
   memory->reserved = 0;

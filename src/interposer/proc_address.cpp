@@ -52,7 +52,8 @@ void* route(const char* symbol, void* real_pfn, int cuda_version, cuuint64_t fla
   // An exported symbol we do not hook (cuCtxCreate_v3, say) is passed through untouched; only an
   // address with no symbol of its own is matched by name, since then we cannot tell its version.
   Dl_info info{};
-  if (dladdr(real_pfn, &info) != 0 && info.dli_saddr == real_pfn && info.dli_sname != nullptr) return real_pfn;
+  if (dladdr(real_pfn, &info) != 0 && info.dli_saddr == real_pfn && info.dli_sname != nullptr)
+    return real_pfn;
   int idx = hook_by_rule(symbol, cuda_version, flags);
   if (idx >= 0 && real_address(static_cast<HookId>(idx)) != nullptr) {
     GS_LOG(Debug, "cuGetProcAddress(%s, %d): driver returned an unexported address; routed by name to %s",
@@ -77,7 +78,8 @@ GS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaV
   auto real = REAL(cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr)
+    *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);
   return r;
 }
 
@@ -87,6 +89,7 @@ GS_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVers
   auto real = REAL(cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, cudaVersion, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr)
+    *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);
   return r;
 }

@@ -28,7 +28,9 @@ std::array<std::atomic<void*>, kHookCount> g_real{};
 std::atomic<void*> g_handles[2]{};
 std::atomic<DlsymFn> g_real_dlsym{nullptr};
 
-const char* library_soname(Library lib) { return lib == Library::Cuda ? "libcuda.so.1" : "libnvidia-ml.so.1"; }
+const char* library_soname(Library lib) {
+  return lib == Library::Cuda ? "libcuda.so.1" : "libnvidia-ml.so.1";
+}
 
 }  // namespace
 

@@ -35,8 +35,8 @@ struct Runtime {
   shm::Ledger* ledger = nullptr;
   DeviceState devices[kMaxDevices];
   std::atomic<int> device_phase[kMaxDevices] = {};  // 0 unknown, 1 attaching, 2 ready, 3 unusable
-  std::string node_dir;               // GPUSLICE_NODE_DIR: turn tables shared by every container
-  std::uint64_t container_key = 0;    // identity of this container's state file
+  std::string node_dir;             // GPUSLICE_NODE_DIR: turn tables shared by every container
+  std::uint64_t container_key = 0;  // identity of this container's state file
   timespec limits_mtime{};
   off_t limits_size = -1;
 };
@@ -52,8 +52,9 @@ thread_local bool t_initialising = false;
 
 void format_uuid(const CUuuid& u, char* out, std::size_t len) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
 }
 
 void sleep_ms(int ms) {
@@ -148,7 +149,8 @@ void* watcher_main(void*) {
       for (int i = 0; i < kMaxDevices; ++i) {
         if (rt.device_phase[i].load(std::memory_order_acquire) != 2) continue;
         DeviceState& d = rt.devices[i];
-        if (d.ledger_dev >= 0 && d.has_context.load(std::memory_order_relaxed)) reconcile_context_footprint(d);
+        if (d.ledger_dev >= 0 && d.has_context.load(std::memory_order_relaxed))
+          reconcile_context_footprint(d);
       }
     }
   }
@@ -208,7 +210,8 @@ Phase initialise() {
   }
   auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
   if (!opened) {
-    GS_LOG(Error, "shared state unusable: %s; CUDA calls will fail (limits must hold)", opened.error().c_str());
+    GS_LOG(Error, "shared state unusable: %s; CUDA calls will fail (limits must hold)",
+           opened.error().c_str());
     return Phase::Broken;
   }
   rt->ledger = std::move(opened).value().release();
@@ -216,7 +219,8 @@ Phase initialise() {
   rt->node_dir = node_dir != nullptr && *node_dir != '\0' ? node_dir : "/tmp/gpuslice-node";
   struct stat st {};
   if (stat(rt->settings.shared_file.c_str(), &st) == 0)
-    rt->container_key = (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
+    rt->container_key =
+        (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
   if (auto reg = rt->ledger->register_process(); !reg) {
     GS_LOG(Error, "cannot register in %s: %s; CUDA calls will fail", rt->settings.shared_file.c_str(),
            reg.error().c_str());
@@ -273,8 +277,9 @@ CUresult ensure_initialized() {
     return result == Phase::Ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
   }
   while (g_phase.load(std::memory_order_acquire) == static_cast<int>(Phase::Initialising)) sched_yield();
-  return g_phase.load(std::memory_order_acquire) == static_cast<int>(Phase::Ready) ? CUDA_SUCCESS
-                                                                                   : CUDA_ERROR_NOT_INITIALIZED;
+  return g_phase.load(std::memory_order_acquire) == static_cast<int>(Phase::Ready)
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 const config::Settings& settings() { return g_rt->settings; }
@@ -366,8 +371,8 @@ void reconcile_context_footprint(DeviceState& d) {
   static auto nvml_init = REAL(nvmlInit_v2);
   static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
   static auto processes = REAL_UNHOOKED(Nvml, nvmlDeviceGetComputeRunningProcesses_v3);
-  static bool nvml_ok = nvml_init != nullptr && by_uuid != nullptr && processes != nullptr &&
-                        nvml_init() == NVML_SUCCESS;
+  static bool nvml_ok =
+      nvml_init != nullptr && by_uuid != nullptr && processes != nullptr && nvml_init() == NVML_SUCCESS;
   if (!nvml_ok) return;
   shm::Ledger* l = g_rt->ledger;
   nvmlDevice_t handle = nullptr;

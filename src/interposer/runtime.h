@@ -24,15 +24,15 @@ struct DeviceState {
   int ledger_dev = -1;  // record in the container ledger; -1 = this device is not limited
   char uuid[64] = {};
   std::uint64_t physical_total = 0;
-  std::atomic<std::uint64_t> file_cap{shm::kUnlimited};      // read-only limits file, re-read live
-  std::atomic<std::uint64_t> context_charge{0};              // footprint charged beyond tracked allocations
+  std::atomic<std::uint64_t> file_cap{shm::kUnlimited};  // read-only limits file, re-read live
+  std::atomic<std::uint64_t> context_charge{0};          // footprint charged beyond tracked allocations
   std::atomic<bool> has_context{false};
-  std::atomic<limiter::ComputeLimiter*> limiter{nullptr};    // created when a compute limit applies
-  std::atomic<unsigned> compute_limit{0};                    // mirror of the ledger's value, for the limiter
-  std::atomic<std::uint64_t> busy_published{0};              // limiter busy time already in the ledger
-  std::atomic<std::uint64_t> turn_offset{~0ULL};             // node-wide turn of this container (~0: none)
-  shm::NodeTurns* turns = nullptr;                           // watcher thread only
-  bool turns_failed = false;                                 // watcher thread only
+  std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies
+  std::atomic<unsigned> compute_limit{0};                  // mirror of the ledger's value, for the limiter
+  std::atomic<std::uint64_t> busy_published{0};            // limiter busy time already in the ledger
+  std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
+  shm::NodeTurns* turns = nullptr;                         // watcher thread only
+  bool turns_failed = false;                               // watcher thread only
 };
 
 // Any device has a memory quota / compute limit: the hooks' single predictable branch.

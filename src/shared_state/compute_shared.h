@@ -9,10 +9,11 @@
 namespace gpuslice::shm {
 
 struct alignas(64) ComputeShared {
-  std::atomic<std::int64_t> tokens_ns;         // device time the container may still use (may go negative)
-  std::atomic<std::uint64_t> refilled_at_ns;   // when tokens were last topped up
-  std::atomic<std::uint64_t> covered_until_ns; // end of the busy interval already charged (union of processes)
-  std::atomic<std::uint64_t> busy_total_ns;    // device time charged since the record was created
+  std::atomic<std::int64_t> tokens_ns;        // device time the container may still use (may go negative)
+  std::atomic<std::uint64_t> refilled_at_ns;  // when tokens were last topped up
+  std::atomic<std::uint64_t>
+      covered_until_ns;                      // end of the busy interval already charged (union of processes)
+  std::atomic<std::uint64_t> busy_total_ns;  // device time charged since the record was created
 };
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

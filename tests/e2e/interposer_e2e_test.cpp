@@ -70,8 +70,10 @@ TEST_P(QuotaEveryPath, ReportsQuotaRefusesPastItAndRecoversAfterFree) {
   const PathCase& c = GetParam();
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
-  std::vector<std::string> args{"--path", c.path, "--scenario", "fill", "--cuda-version",
-                                std::to_string(c.cuda_version), "--chunk", std::to_string(64 * kMiB)};
+  std::vector<std::string> args{"--path",         c.path,
+                                "--scenario",     "fill",
+                                "--cuda-version", std::to_string(c.cuda_version),
+                                "--chunk",        std::to_string(64 * kMiB)};
   if (c.per_thread) args.push_back("--per-thread");
   Outcome o = probe(args, env);
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
@@ -87,9 +89,11 @@ TEST_P(QuotaEveryPath, ReportsQuotaRefusesPastItAndRecoversAfterFree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, QuotaEveryPath,
-                         ::testing::Values(PathCase{"procaddress", 13000, false}, PathCase{"procaddress", 12000, false},
-                                           PathCase{"procaddress", 11080, false}, PathCase{"procaddress", 13000, true},
-                                           PathCase{"dlsym", 0, false}, PathCase{"linked", 0, false}),
+                         ::testing::Values(PathCase{"procaddress", 13000, false},
+                                           PathCase{"procaddress", 12000, false},
+                                           PathCase{"procaddress", 11080, false},
+                                           PathCase{"procaddress", 13000, true}, PathCase{"dlsym", 0, false},
+                                           PathCase{"linked", 0, false}),
                          [](const ::testing::TestParamInfo<PathCase>& p) {
                            return std::string(p.param.path) + "_" + std::to_string(p.param.cuda_version) +
                                   (p.param.per_thread ? "_ptds" : "");
@@ -109,9 +113,9 @@ TEST_F(E2E, EveryAllocationApiIsCountedAndRefusedPastTheQuota) {
   env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
   Outcome o = probe({"--scenario", "apis", "--chunk", std::to_string(128 * kMiB)}, env);
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
-  for (const char* api : {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync",
-                          "cuMemAllocFromPoolAsync", "cuMemCreate", "cuArrayCreate", "cuArray3DCreate",
-                          "cuMipmappedArrayCreate"}) {
+  for (const char* api :
+       {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocFromPoolAsync",
+        "cuMemCreate", "cuArrayCreate", "cuArray3DCreate", "cuMipmappedArrayCreate"}) {
     std::string a = api;
     EXPECT_EQ(o.num(a + ".ok"), 0) << api;
     EXPECT_GE(o.num(a + ".drop"), 128 * kMiB) << api << " was not counted";
@@ -139,8 +143,9 @@ TEST_F(E2E, NvmlReportsTheQuotaAndTheContainersUse) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "0=3Gi";
   std::string holder_out = dir_ + "/holder.out";
-  Background holder({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
-                    env, holder_out);
+  Background holder(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
+      holder_out);
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome o = probe({"--scenario", "nvml"}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -155,8 +160,9 @@ TEST_F(E2E, NvmlReportsTheQuotaAndTheContainersUse) {
 TEST_F(E2E, TwoProcessesShareOneQuota) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
-  Background holder({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
-                    env, dir_ + "/holder.out");
+  Background holder(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
+      dir_ + "/holder.out");
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -169,12 +175,13 @@ TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
   // The survivor watches the ledger while the victim dies.
-  Background survivor({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(256 * kMiB),
-                       "--seconds", "20"},
-                      env, dir_ + "/survivor.out");
+  Background survivor(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(256 * kMiB), "--seconds", "20"},
+      env, dir_ + "/survivor.out");
   ASSERT_TRUE(survivor.wait_for_output("hold_code=0", 10000));
-  Background victim({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"},
-                    env, dir_ + "/victim.out");
+  Background victim(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
+      dir_ + "/victim.out");
   ASSERT_TRUE(victim.wait_for_output("hold_code=0", 10000)) << victim.output();
   long long expected_after = 2 * kGiB - 256 * kMiB - kContextBytes;
   std::string needle = "live_free=" + std::to_string(expected_after - kGiB - kContextBytes);
@@ -182,7 +189,8 @@ TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
   victim.kill(SIGKILL);
   auto killed_at = std::chrono::steady_clock::now();
   victim.wait();
-  ASSERT_TRUE(survivor.wait_for_output("live_free=" + std::to_string(expected_after), 3000)) << survivor.output();
+  ASSERT_TRUE(survivor.wait_for_output("live_free=" + std::to_string(expected_after), 3000))
+      << survivor.output();
   auto took = std::chrono::steady_clock::now() - killed_at;
   // Reported, not asserted tightly: the survivor prints every 100 ms and reaps every 200 ms.
   RecordProperty("reclaim_ms",
@@ -193,10 +201,12 @@ TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
 TEST_F(E2E, LiveSetChangesTheQuotaOfRunningProcesses) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
-  Background app({GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(128 * kMiB), "--seconds", "20"},
-                 env, dir_ + "/app.out");
+  Background app(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(128 * kMiB), "--seconds", "20"},
+      env, dir_ + "/app.out");
   ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000));
-  Outcome set = run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "1Gi"}, base_env(false));
+  Outcome set =
+      run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "1Gi"}, base_env(false));
   ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
   EXPECT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 2000)) << app.output();
 }
@@ -232,7 +242,8 @@ TEST_P(CompatibilityDialects, SetTheQuota) {
 
 INSTANTIATE_TEST_SUITE_P(
     Dialects, CompatibilityDialects,
-    ::testing::Values(DialectCase{"HCS_VRAM_QUOTA", "1Gi", kGiB}, DialectCase{"HCS_VRAM_QUOTA", "1G", 1000000000LL},
+    ::testing::Values(DialectCase{"HCS_VRAM_QUOTA", "1Gi", kGiB},
+                      DialectCase{"HCS_VRAM_QUOTA", "1G", 1000000000LL},
                       DialectCase{"CUDA_DEVICE_MEMORY_LIMIT", "1g", kGiB},
                       DialectCase{"CUDA_DEVICE_MEMORY_LIMIT_0", "1536m", 1536 * kMiB},
                       DialectCase{"TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\": 1073741824}", kGiB},

@@ -91,10 +91,12 @@ void resolve(Fn& out, Fn linked, const char* base, const char* versioned, void* 
   if (g_opt.path == "dlsym") {
     p = dlsym(handle, versioned);
   } else {
-    static auto get_proc = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(handle, "cuGetProcAddress_v2"));
+    static auto get_proc =
+        reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(handle, "cuGetProcAddress_v2"));
     if (get_proc == nullptr) die("no_cuGetProcAddress_v2", 0);
     CUdriverProcAddressQueryResult status{};
-    cuuint64_t flags = g_opt.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    cuuint64_t flags =
+        g_opt.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
     if (get_proc(base, &p, g_opt.cuda_version, flags, &status) != CUDA_SUCCESS) p = nullptr;
   }
   out = reinterpret_cast<Fn>(p);
@@ -154,7 +156,8 @@ void print_info(const char* prefix) {
   check(g_drv.mem_get_info(&free_b, &total_b), "cuMemGetInfo");
   size_t dev_total = 0;
   check(g_drv.total_mem(&dev_total, g_opt.device), "cuDeviceTotalMem");
-  std::printf("%sfree=%zu\n%stotal=%zu\n%sdevice_total=%zu\n", prefix, free_b, prefix, total_b, prefix, dev_total);
+  std::printf("%sfree=%zu\n%stotal=%zu\n%sdevice_total=%zu\n", prefix, free_b, prefix, total_b, prefix,
+              dev_total);
 }
 
 // Allocates chunks until the first refusal; checks a retry works after one free.
@@ -407,9 +410,11 @@ int nvml() {
   if (h == nullptr) die("dlopen_nvml", 0);
   auto init = reinterpret_cast<decltype(&nvmlInit_v2)>(dlsym(h, "nvmlInit_v2"));
   auto count_fn = reinterpret_cast<decltype(&nvmlDeviceGetCount_v2)>(dlsym(h, "nvmlDeviceGetCount_v2"));
-  auto by_index = reinterpret_cast<decltype(&nvmlDeviceGetHandleByIndex_v2)>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+  auto by_index =
+      reinterpret_cast<decltype(&nvmlDeviceGetHandleByIndex_v2)>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
   auto info = reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo)>(dlsym(h, "nvmlDeviceGetMemoryInfo"));
-  auto info2 = reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo_v2)>(dlsym(h, "nvmlDeviceGetMemoryInfo_v2"));
+  auto info2 =
+      reinterpret_cast<decltype(&nvmlDeviceGetMemoryInfo_v2)>(dlsym(h, "nvmlDeviceGetMemoryInfo_v2"));
   nvmlReturn_t r = init();
   std::printf("nvml_init=%d\n", r);
   if (r != NVML_SUCCESS) return 0;
@@ -423,8 +428,9 @@ int nvml() {
     m2.version = GPUSLICE_NVML_MEMORY_V2;
     info(dev, &m);
     info2(dev, &m2);
-    std::printf("nvml%u_total=%llu\nnvml%u_used=%llu\nnvml%u_free=%llu\nnvml%u_v2_total=%llu\nnvml%u_v2_used=%llu\n", i,
-                m.total, i, m.used, i, m.free, i, m2.total, i, m2.used);
+    std::printf(
+        "nvml%u_total=%llu\nnvml%u_used=%llu\nnvml%u_free=%llu\nnvml%u_v2_total=%llu\nnvml%u_v2_used=%llu\n",
+        i, m.total, i, m.used, i, m.free, i, m2.total, i, m2.used);
   }
   return 0;
 }
@@ -437,17 +443,28 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--path") g_opt.path = next();
-    else if (a == "--scenario") g_opt.scenario = next();
-    else if (a == "--cuda-version") g_opt.cuda_version = std::atoi(next());
-    else if (a == "--per-thread") g_opt.per_thread = true;
-    else if (a == "--device") g_opt.device = std::atoi(next());
-    else if (a == "--chunk") g_opt.chunk = parse_bytes(next());
-    else if (a == "--bytes") g_opt.bytes = parse_bytes(next());
-    else if (a == "--seconds") g_opt.seconds = std::atoi(next());
-    else if (a == "--threads") g_opt.threads = std::atoi(next());
-    else if (a == "--iterations") g_opt.iterations = std::atoi(next());
-    else if (a == "--kernel-us") g_opt.kernel_us = std::atoi(next());
+    if (a == "--path")
+      g_opt.path = next();
+    else if (a == "--scenario")
+      g_opt.scenario = next();
+    else if (a == "--cuda-version")
+      g_opt.cuda_version = std::atoi(next());
+    else if (a == "--per-thread")
+      g_opt.per_thread = true;
+    else if (a == "--device")
+      g_opt.device = std::atoi(next());
+    else if (a == "--chunk")
+      g_opt.chunk = parse_bytes(next());
+    else if (a == "--bytes")
+      g_opt.bytes = parse_bytes(next());
+    else if (a == "--seconds")
+      g_opt.seconds = std::atoi(next());
+    else if (a == "--threads")
+      g_opt.threads = std::atoi(next());
+    else if (a == "--iterations")
+      g_opt.iterations = std::atoi(next());
+    else if (a == "--kernel-us")
+      g_opt.kernel_us = std::atoi(next());
     else {
       std::fprintf(stderr, "probe_app: unknown argument %s\n", a.c_str());
       return 2;

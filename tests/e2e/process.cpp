@@ -94,7 +94,8 @@ Outcome run(const std::vector<std::string>& argv, const Env& env, int timeout_s)
   bool killed = false;
   while (open_fds > 0) {
     int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+            .count());
     if (left <= 0 && !killed) {
       ::kill(pid, SIGKILL);
       killed = true;

@@ -16,7 +16,8 @@ TEST(AllocTable, TracksAndUntracksEachKindSeparately) {
   auto linear = untrack_allocation(AllocKind::Linear, 0x1000);
   ASSERT_TRUE(linear.has_value());
   EXPECT_EQ(linear->bytes, 64u);
-  EXPECT_FALSE(untrack_allocation(AllocKind::Linear, 0x1000).has_value()) << "a double free is not counted twice";
+  EXPECT_FALSE(untrack_allocation(AllocKind::Linear, 0x1000).has_value())
+      << "a double free is not counted twice";
   auto vmm = untrack_allocation(AllocKind::VmmHandle, 0x1000);
   ASSERT_TRUE(vmm.has_value());
   EXPECT_EQ(vmm->bytes, 128u);
@@ -25,7 +26,8 @@ TEST(AllocTable, TracksAndUntracksEachKindSeparately) {
 
 TEST(AllocTable, HoldsManyMoreThanSixtyFiveThousandEntries) {
   const std::uint64_t before = tracked_allocation_count();
-  for (std::uint64_t i = 0; i < 200000; ++i) track_allocation(AllocKind::Array, (i + 1) << 8, AllocEntry{i, 0});
+  for (std::uint64_t i = 0; i < 200000; ++i)
+    track_allocation(AllocKind::Array, (i + 1) << 8, AllocEntry{i, 0});
   EXPECT_EQ(tracked_allocation_count(), before + 200000);
   std::uint64_t sum = 0;
   for (std::uint64_t i = 0; i < 200000; ++i) sum += untrack_allocation(AllocKind::Array, (i + 1) << 8)->bytes;
@@ -44,7 +46,8 @@ TEST(AllocTable, ConcurrentThreadsNeverLoseOrDuplicateEntries) {
         std::uint64_t key = (static_cast<std::uint64_t>(t) << 40) | (static_cast<std::uint64_t>(i) << 9);
         track_allocation(AllocKind::Linear, key, AllocEntry{1, 0});
         if (i % 2 == 1) {
-          std::uint64_t prev = (static_cast<std::uint64_t>(t) << 40) | (static_cast<std::uint64_t>(i - 1) << 9);
+          std::uint64_t prev =
+              (static_cast<std::uint64_t>(t) << 40) | (static_cast<std::uint64_t>(i - 1) << 9);
           if (auto e = untrack_allocation(AllocKind::Linear, prev)) untracked_bytes += e->bytes;
         }
       }
