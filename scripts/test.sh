@@ -4,7 +4,7 @@
 #   2. ASan+UBSan build, all tests
 #   3. TSan build, the concurrent components (ledger, limiter, profiler, interposer tables)
 #   4. libFuzzer (clang) on the parsers, briefly
-#   5. clang-format check
+#   5. clang-format and clang-tidy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -47,5 +47,8 @@ fuzz/run.sh build-fuzz "${GPUSLICE_FUZZ_SECONDS:-15}"
 
 stage "clang-format"
 scripts/check-format.sh
+
+stage "clang-tidy (the injected library's sources)"
+scripts/tidy.sh build
 
 stage "all stages passed"

@@ -12,7 +12,7 @@
 
 namespace gpuslice::config::json {
 
-inline constexpr std::size_t kMaxTextBytes = 64 * 1024;
+inline constexpr std::size_t kMaxTextBytes = std::size_t{64} * 1024;
 inline constexpr std::size_t kMaxMembers = 256;
 inline constexpr std::size_t kMaxTokenBytes = 256;  // a decoded key, string value or number
 

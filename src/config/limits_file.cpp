@@ -17,7 +17,7 @@ namespace gpuslice::config {
 
 namespace {
 
-constexpr std::size_t kMaxFileBytes = 1024 * 1024;
+constexpr std::size_t kMaxFileBytes = std::size_t{1024} * 1024;
 
 enum class ReadStatus { Ok, Missing, Failed };
 

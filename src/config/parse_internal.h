@@ -15,7 +15,7 @@ Result<unsigned> parse_percent_value(std::string_view text, bool allow_zero);
 
 // Every form of a variable's value is refused beyond this length (environment values and
 // limits-file lines alike), which bounds what a parse may allocate.
-inline constexpr std::size_t kMaxValueBytes = 64 * 1024;
+inline constexpr std::size_t kMaxValueBytes = std::size_t{64} * 1024;
 // Device indices accepted as keys; beyond any machine CUDA enumerates today.
 inline constexpr int kMaxDeviceIndex = 1023;
 // Entries of one per-device list or JSON object.

@@ -285,6 +285,12 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     plan.mounts.push_back({kContainerConfigDir, layout.config_dir(id), true});
   } else if (kind == ResourceKind::Cores) {
     plan.envs[kComputeLimitKey] = per_gpu_value([](unsigned count) { return count; });
+    // Compute-limited containers on one GPU take turns through a table every one of them maps
+    // (docs/compute-limiter.md); without the shared directory each would limit blindly.
+    const std::string turns = layout.root() + "/turns";
+    if (auto r = make_dir(turns, 01777); !r) return make_error(r.error());
+    plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
+    plan.mounts.push_back({kContainerNodeDir, turns, false});
   }
 
   // Device nodes that exist on this host; the runtime refuses specs for missing ones.

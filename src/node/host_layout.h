@@ -14,6 +14,8 @@ namespace gpuslice::node {
 
 inline constexpr const char* kDefaultRoot = "/var/lib/gpuslice";
 inline constexpr const char* kContainerSharedDir = "/tmp/gpuslice";
+// Where every container sees the node-wide turn tables of the compute limiter.
+inline constexpr const char* kContainerNodeDir = "/tmp/gpuslice-node";
 inline constexpr const char* kContainerConfigDir = "/etc/gpuslice";
 inline constexpr const char* kContainerLimitsFile = "/etc/gpuslice/limits";
 inline constexpr const char* kContainerLibraryDir = "/usr/local/lib/gpuslice";
