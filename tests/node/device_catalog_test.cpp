@@ -155,7 +155,12 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   EXPECT_EQ(cores->envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid1);
   EXPECT_EQ(cores->envs.count("GPUSLICE_SHARED_DIR"), 0u);
   EXPECT_TRUE(cores->container_id.empty());
-  ASSERT_EQ(cores->mounts.size(), 1u);  // the library only
+  // The library, and the node-wide directory where compute-limited containers take turns.
+  ASSERT_EQ(cores->mounts.size(), 2u);
+  EXPECT_EQ(cores->envs.at("GPUSLICE_NODE_DIR"), "/tmp/gpuslice-node");
+  EXPECT_EQ(cores->mounts[1].container_path, "/tmp/gpuslice-node");
+  EXPECT_EQ(cores->mounts[1].host_path, layout.root() + "/turns");
+  EXPECT_TRUE(std::filesystem::is_directory(layout.root() + "/turns"));
   EXPECT_FALSE(std::filesystem::exists(layout.containers_dir()));
 
   auto replica = plan_allocation(ResourceKind::Gpu, {"11111111-r1"}, c, layout);
