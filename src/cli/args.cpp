@@ -100,6 +100,17 @@ void print_usage(const CommandSpec& spec, std::FILE* out) {
   }
 }
 
+std::optional<int> parse_command(const CommandSpec& spec, int argc, char** argv, ParsedArgs& out) {
+  auto parsed = parse_args(spec, argc, argv);
+  if (!parsed) return usage_error(spec, parsed.error());
+  out = std::move(parsed).value();
+  if (out.help) {
+    print_usage(spec, stdout);
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
 int usage_error(const CommandSpec& spec, const std::string& message) {
   std::fprintf(stderr, "gpuslice %.*s: %s\nTry 'gpuslice %.*s --help'.\n", static_cast<int>(spec.name.size()),
                spec.name.data(), message.c_str(), static_cast<int>(spec.name.size()), spec.name.data());

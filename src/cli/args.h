@@ -52,6 +52,10 @@ Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv);
 
 void print_usage(const CommandSpec& spec, std::FILE* out);
 
+// The start of every command: parses argv for `spec` into `out`. Returns the exit code when the
+// command is already done (a usage error was printed, or --help was answered), nothing otherwise.
+std::optional<int> parse_command(const CommandSpec& spec, int argc, char** argv, ParsedArgs& out);
+
 // Prints "gpuslice NAME: message" and a hint to --help on stderr; returns kExitUsage.
 int usage_error(const CommandSpec& spec, const std::string& message);
 // Prints "gpuslice NAME: message" on stderr; returns kExitRuntime.

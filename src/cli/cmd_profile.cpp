@@ -211,13 +211,8 @@ struct Row {
 
 int cmd_profile(int argc, char** argv) {
   const CommandSpec& spec = profile_spec();
-  auto parsed = parse_args(spec, argc, argv);
-  if (!parsed) return usage_error(spec, parsed.error());
-  const ParsedArgs& args = *parsed;
-  if (args.help) {
-    print_usage(spec, stdout);
-    return kExitOk;
-  }
+  ParsedArgs args;
+  if (auto done = parse_command(spec, argc, argv, args)) return *done;
   if (args.positionals.size() != 1) return usage_error(spec, "expected exactly one directory");
   std::string dir = args.positionals[0];
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();

@@ -113,13 +113,8 @@ std::string preload_value(const std::string& library) {
 
 int cmd_run(int argc, char** argv) {
   const CommandSpec& spec = run_spec();
-  auto parsed = parse_args(spec, argc, argv);
-  if (!parsed) return usage_error(spec, parsed.error());
-  const ParsedArgs& args = *parsed;
-  if (args.help) {
-    print_usage(spec, stdout);
-    return kExitOk;
-  }
+  ParsedArgs args;
+  if (auto done = parse_command(spec, argc, argv, args)) return *done;
   if (args.positionals.empty())
     return usage_error(spec, "no command given (gpuslice run [options] -- COMMAND ...)");
 

@@ -49,13 +49,8 @@ bool is_word(const std::string& text, const char* word) {
 
 int cmd_set(int argc, char** argv) {
   const CommandSpec& spec = set_spec();
-  auto parsed = parse_args(spec, argc, argv);
-  if (!parsed) return usage_error(spec, parsed.error());
-  const ParsedArgs& args = *parsed;
-  if (args.help) {
-    print_usage(spec, stdout);
-    return kExitOk;
-  }
+  ParsedArgs args;
+  if (auto done = parse_command(spec, argc, argv, args)) return *done;
   if (!args.positionals.empty())
     return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
   if (args.has("--file") && args.has("--shared-dir"))

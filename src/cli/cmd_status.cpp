@@ -167,13 +167,8 @@ void sleep_interruptibly(std::uint64_t ns) {
 }
 
 int status_main(const CommandSpec& spec, int argc, char** argv, bool always_watch) {
-  auto parsed = parse_args(spec, argc, argv);
-  if (!parsed) return usage_error(spec, parsed.error());
-  const ParsedArgs& args = *parsed;
-  if (args.help) {
-    print_usage(spec, stdout);
-    return kExitOk;
-  }
+  ParsedArgs args;
+  if (auto done = parse_command(spec, argc, argv, args)) return *done;
   if (!args.positionals.empty())
     return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
   if (args.has("--file") && args.has("--shared-dir"))

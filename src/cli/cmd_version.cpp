@@ -13,14 +13,10 @@ namespace gpuslice::cli {
 int cmd_version(int argc, char** argv) {
   static const CommandSpec spec{
       "version", "", "Print the gpuslice version and the shared-state layout version.", "", {}};
-  auto args = parse_args(spec, argc, argv);
-  if (!args) return usage_error(spec, args.error());
-  if (args->help) {
-    print_usage(spec, stdout);
-    return kExitOk;
-  }
-  if (!args->positionals.empty())
-    return usage_error(spec, "unexpected argument '" + args->positionals[0] + "'");
+  ParsedArgs args;
+  if (auto done = parse_command(spec, argc, argv, args)) return *done;
+  if (!args.positionals.empty())
+    return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
   std::printf("gpuslice %s (shared-state layout %u)\n", GPUSLICE_VERSION,
               static_cast<unsigned>(shm::layout::kLayoutVersion));
   return kExitOk;

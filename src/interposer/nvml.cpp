@@ -2,6 +2,7 @@
 // NVML-based tool show the slice, not the card.
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "interposer/hooks.h"
 #include "interposer/runtime.h"
@@ -63,10 +64,13 @@ GS_EXPORT nvmlReturn_t nvmlInit_v2(void) {
   return real == nullptr ? NVML_ERROR_DRIVER_NOT_LOADED : real();
 }
 
-GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  ProfileScope scope(HookId::nvmlDeviceGetMemoryInfo);
+namespace {
+
+// Both memory queries: the real answer, then the slice's view of it. The slice has no
+// driver-reserved part of its own (v2's `reserved` is 0): total = used + free.
+template <class Real, class Memory>
+nvmlReturn_t virtual_memory_info(Real real, nvmlDevice_t device, Memory* memory) {
   if (gs::ensure_initialized() != CUDA_SUCCESS) return NVML_ERROR_UNINITIALIZED;
-  auto real = REAL(nvmlDeviceGetMemoryInfo);
   if (real == nullptr) return NVML_ERROR_DRIVER_NOT_LOADED;
   nvmlReturn_t r = real(device, memory);
   std::uint64_t quota = 0;
@@ -74,25 +78,20 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t
   if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used))
     return r;
   if (quota < memory->total) memory->total = quota;
+  if constexpr (std::is_same_v<Memory, nvmlMemory_v2_t>) memory->reserved = 0;
   memory->used = used;
   memory->free = used < memory->total ? memory->total - used : 0;
   return r;
 }
 
+}  // namespace
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  ProfileScope scope(HookId::nvmlDeviceGetMemoryInfo);
+  return virtual_memory_info(REAL(nvmlDeviceGetMemoryInfo), device, memory);
+}
+
 GS_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   ProfileScope scope(HookId::nvmlDeviceGetMemoryInfo_v2);
-  if (gs::ensure_initialized() != CUDA_SUCCESS) return NVML_ERROR_UNINITIALIZED;
-  auto real = REAL(nvmlDeviceGetMemoryInfo_v2);
-  if (real == nullptr) return NVML_ERROR_DRIVER_NOT_LOADED;
-  nvmlReturn_t r = real(device, memory);
-  std::uint64_t quota = 0;
-  std::uint64_t used = 0;
-  if (r != NVML_SUCCESS || memory == nullptr || !virtual_memory(device, memory->total, &quota, &used))
-    return r;
-  // The slice has no driver-reserved part of its own: total = used + free.
-  if (quota < memory->total) memory->total = quota;
-  memory->reserved = 0;
-  memory->used = used;
-  memory->free = used < memory->total ? memory->total - used : 0;
-  return r;
+  return virtual_memory_info(REAL(nvmlDeviceGetMemoryInfo_v2), device, memory);
 }
