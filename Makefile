@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 # What `make run` needs: a compiler and CMake (the GPU machine has them; apt installs them elsewhere).
 RUN_PACKAGES := g++ cmake make
 # What the full test suite needs, as CI runs it.
-TEST_PACKAGES := $(RUN_PACKAGES) pkg-config libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
+TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \
   libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl
 
