@@ -93,7 +93,8 @@ void refresh_limits_file(Runtime& rt) {
   }
 }
 
-// Mirrors live compute-limit changes (gpuslice set, limits file) into the launch gate's flag.
+// A compute limit set live (gpuslice set, limits file) on a process started without one turns the
+// launch gate on; the limiters read the limit itself from the shared state at every decision.
 void refresh_compute_limits(Runtime& rt) {
   bool any = false;
   for (int i = 0; i < kMaxDevices; ++i) {
@@ -101,7 +102,6 @@ void refresh_compute_limits(Runtime& rt) {
     DeviceState& d = rt.devices[i];
     if (d.ledger_dev < 0) continue;
     unsigned pct = rt.ledger->compute_limit(d.ledger_dev);
-    d.compute_limit.store(pct, std::memory_order_relaxed);
     if (pct > 0 && pct < 100) any = true;
   }
   if (any || !rt.settings.compute.empty()) g_compute_active.store(true, std::memory_order_relaxed);
@@ -338,7 +338,6 @@ DeviceState* device_state(CUdevice dev) {
   }
   d.ledger_dev = ledger_dev;
   if (ledger_dev >= 0) {
-    d.compute_limit.store(rt.ledger->compute_limit(ledger_dev), std::memory_order_relaxed);
     GS_LOG(Info, "device %d (%s): quota %" PRIu64 " bytes, compute %u%%", dev, d.uuid,
            rt.ledger->quota(ledger_dev), rt.ledger->compute_limit(ledger_dev));
   }

@@ -28,7 +28,6 @@ struct DeviceState {
   std::atomic<std::uint64_t> context_charge{0};          // footprint charged beyond tracked allocations
   std::atomic<bool> has_context{false};
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies
-  std::atomic<unsigned> compute_limit{0};                  // mirror of the ledger's value, for the limiter
   std::atomic<std::uint64_t> busy_published{0};            // limiter busy time already in the ledger
   std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
   shm::NodeTurns* turns = nullptr;                         // watcher thread only
