@@ -111,6 +111,16 @@ CUresult allocate(DeviceState* d, std::uint64_t bytes, AllocKind kind, Alloc&& a
   return res;
 }
 
+// The linear-memory case of allocate(): the new device pointer is the table key.
+template <class Alloc>
+CUresult allocate_linear(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dptr, Alloc&& alloc) {
+  return allocate(d, bytes, AllocKind::Linear, [&](std::uint64_t* key) {
+    CUresult r = alloc();
+    if (r == CUDA_SUCCESS) *key = *dptr;
+    return r;
+  });
+}
+
 std::uint64_t format_bytes(CUarray_format f) {
   switch (f) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
@@ -148,11 +158,8 @@ namespace gs = gpuslice::interposer;
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   GS_ENTER(cuMemAlloc_v2);
   if (!gs::memory_active()) return real(dptr, bytesize);
-  return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) {
-    CUresult r = real(dptr, bytesize);
-    if (r == CUDA_SUCCESS) *key = *dptr;
-    return r;
-  });
+  return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,
+                             [&] { return real(dptr, bytesize); });
 }
 
 GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
@@ -163,22 +170,16 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t 
   // shows up in the driver's per-process figure, which the footprint reconciliation charges.
   std::uint64_t estimate = ((WidthInBytes + 511) / 512) * 512 * (Height == 0 ? 1 : Height);
   gs::DeviceState* d = gs::current_device_state();
-  return gs::allocate(d, estimate, AllocKind::Linear, [&](std::uint64_t* key) {
-    CUresult r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (r == CUDA_SUCCESS) *key = *dptr;
-    return r;
-  });
+  return gs::allocate_linear(d, estimate, dptr,
+                             [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); });
 }
 
 GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   GS_ENTER(cuMemAllocManaged);
   if (!gs::memory_active()) return real(dptr, bytesize, flags);
   // Managed memory may live on the device at any time: it counts in full against the current device.
-  return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) {
-    CUresult r = real(dptr, bytesize, flags);
-    if (r == CUDA_SUCCESS) *key = *dptr;
-    return r;
-  });
+  return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,
+                             [&] { return real(dptr, bytesize, flags); });
 }
 
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
@@ -186,28 +187,22 @@ GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr); });
 }
 
-#define GS_ALLOC_ASYNC(sym)                                                                                \
-  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {                           \
-    GS_ENTER(sym);                                                                                         \
-    if (!gs::memory_active()) return real(dptr, bytesize, hStream);                                        \
-    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) { \
-      CUresult r = real(dptr, bytesize, hStream);                                                          \
-      if (r == CUDA_SUCCESS) *key = *dptr;                                                                 \
-      return r;                                                                                            \
-    });                                                                                                    \
+#define GS_ALLOC_ASYNC(sym)                                                      \
+  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) { \
+    GS_ENTER(sym);                                                               \
+    if (!gs::memory_active()) return real(dptr, bytesize, hStream);              \
+    return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,       \
+                               [&] { return real(dptr, bytesize, hStream); });   \
   }
 GS_ALLOC_ASYNC(cuMemAllocAsync)
 GS_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 
-#define GS_ALLOC_FROM_POOL(sym)                                                                            \
-  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {        \
-    GS_ENTER(sym);                                                                                         \
-    if (!gs::memory_active()) return real(dptr, bytesize, pool, hStream);                                  \
-    return gs::allocate(gs::current_device_state(), bytesize, AllocKind::Linear, [&](std::uint64_t* key) { \
-      CUresult r = real(dptr, bytesize, pool, hStream);                                                    \
-      if (r == CUDA_SUCCESS) *key = *dptr;                                                                 \
-      return r;                                                                                            \
-    });                                                                                                    \
+#define GS_ALLOC_FROM_POOL(sym)                                                                     \
+  GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) { \
+    GS_ENTER(sym);                                                                                  \
+    if (!gs::memory_active()) return real(dptr, bytesize, pool, hStream);                           \
+    return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,                          \
+                               [&] { return real(dptr, bytesize, pool, hStream); });                \
   }
 GS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 GS_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
