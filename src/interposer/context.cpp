@@ -10,12 +10,30 @@ using gs::ProfileScope;
 
 namespace {
 
-void on_context_created(CUdevice dev) {
-  if (!gs::g_memory_active.load(std::memory_order_relaxed)) return;
-  gs::DeviceState* d = gs::device_state(dev);
-  if (d == nullptr || d->ledger_dev < 0) return;
-  if (!d->has_context.exchange(true)) gs::reconcile_context_footprint(*d);
-}
+// Created around each context-creating call: the first context of the process on a limited
+// device charges its footprint, and (NVML before/after) tells which pid NVML gives this process.
+class ContextCreation {
+ public:
+  explicit ContextCreation(CUdevice dev) {
+    if (!gs::g_memory_active.load(std::memory_order_relaxed)) return;
+    device_ = gs::device_state(dev);
+    if (device_ == nullptr || device_->ledger_dev < 0) {
+      device_ = nullptr;
+      return;
+    }
+    probe_.before_creation(*device_);
+  }
+
+  void succeeded() {
+    if (device_ == nullptr || device_->has_context.exchange(true)) return;
+    probe_.after_creation(*device_);
+    gs::reconcile_context_footprint(*device_);
+  }
+
+ private:
+  gs::DeviceState* device_ = nullptr;
+  gs::ContextProbe probe_;
+};
 
 }  // namespace
 
@@ -35,8 +53,9 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
   auto real = REAL(cuDevicePrimaryCtxRetain);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  ContextCreation creation(dev);
   CUresult r = real(pctx, dev);
-  if (r == CUDA_SUCCESS) on_context_created(dev);
+  if (r == CUDA_SUCCESS) creation.succeeded();
   return r;
 }
 
@@ -45,8 +64,9 @@ GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice 
   if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
   auto real = REAL(cuCtxCreate_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  ContextCreation creation(dev);
   CUresult r = real(pctx, flags, dev);
-  if (r == CUDA_SUCCESS) on_context_created(dev);
+  if (r == CUDA_SUCCESS) creation.succeeded();
   return r;
 }
 
@@ -56,7 +76,8 @@ GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, un
   if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
   auto real = REAL(cuCtxCreate_v4);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  ContextCreation creation(dev);
   CUresult r = real(pctx, params, flags, dev);
-  if (r == CUDA_SUCCESS) on_context_created(dev);
+  if (r == CUDA_SUCCESS) creation.succeeded();
   return r;
 }

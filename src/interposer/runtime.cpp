@@ -18,6 +18,7 @@
 #include "interposer/alloc_table.h"
 #include "interposer/hooks.h"
 #include "interposer/launch_gate.h"
+#include "shared_state/proc_identity.h"
 
 namespace gpuslice::interposer {
 
@@ -47,6 +48,9 @@ constexpr std::uint64_t kTurnPeriodNs = 100'000'000;
 std::atomic<int> g_phase{static_cast<int>(Phase::Uninitialised)};
 std::atomic<bool> g_forked_child{false};
 std::atomic<bool> g_watcher_running{false};
+// The pid NVML reports for this process; 0 until known. Outside a PID namespace that is getpid();
+// inside one NVML shows host pids, so it is learnt when this process's first context appears.
+std::atomic<unsigned> g_nvml_pid{0};
 Runtime* g_rt = nullptr;
 thread_local bool t_initialising = false;
 
@@ -254,6 +258,7 @@ void rebuild_after_fork() {
     d.limiter.store(nullptr);  // its measuring window belonged to the parent
     d.busy_published.store(0);
   }
+  g_nvml_pid.store(0, std::memory_order_relaxed);  // the child's host pid is not its parent's
   start_watcher();
 }
 
@@ -364,36 +369,111 @@ std::uint64_t effective_quota(const DeviceState& d) {
   return q < cap ? q : cap;
 }
 
-void reconcile_context_footprint(DeviceState& d) {
-  // NVML's per-process figure covers everything the driver holds for us: the context, module
-  // images, pool caches and allocation rounding. Whatever exceeds our tracked allocations is charged.
+namespace {
+
+struct NvmlProcessList {
+  static constexpr unsigned kCapacity = 256;
+  nvmlProcessInfo_t infos[kCapacity];
+  unsigned count = 0;
+  bool contains(unsigned pid) const {
+    for (unsigned i = 0; i < count; ++i)
+      if (infos[i].pid == pid) return true;
+    return false;
+  }
+};
+
+// The driver's list of processes with a context on the device (real NVML, not our virtual view).
+bool list_device_processes(const DeviceState& d, NvmlProcessList& out) {
   static auto nvml_init = REAL(nvmlInit_v2);
   static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
   static auto processes = REAL_UNHOOKED(Nvml, nvmlDeviceGetComputeRunningProcesses_v3);
   static bool nvml_ok =
       nvml_init != nullptr && by_uuid != nullptr && processes != nullptr && nvml_init() == NVML_SUCCESS;
-  if (!nvml_ok) return;
-  shm::Ledger* l = g_rt->ledger;
+  if (!nvml_ok) return false;
   nvmlDevice_t handle = nullptr;
-  if (by_uuid(d.uuid, &handle) != NVML_SUCCESS) return;
-  nvmlProcessInfo_t infos[256];
-  unsigned count = 256;
+  if (by_uuid(d.uuid, &handle) != NVML_SUCCESS) return false;
+  out.count = NvmlProcessList::kCapacity;
+  if (processes(handle, &out.count, out.infos) != NVML_SUCCESS) return false;
+  if (out.count > NvmlProcessList::kCapacity) out.count = NvmlProcessList::kCapacity;
+  return true;
+}
+
+unsigned nvml_pid_or_own() {
+  unsigned pid = g_nvml_pid.load(std::memory_order_relaxed);
+  return pid != 0 ? pid : static_cast<unsigned>(getpid());
+}
+
+}  // namespace
+
+void ContextProbe::before_creation(DeviceState& d) {
+  armed_ = false;
+  if (!g_memory_active.load(std::memory_order_relaxed) || d.ledger_dev < 0 ||
+      d.has_context.load(std::memory_order_relaxed) || g_nvml_pid.load(std::memory_order_relaxed) != 0)
+    return;
+  count_ = 0;
+  NvmlProcessList list;
+  if (!list_device_processes(d, list)) return;
+  for (unsigned i = 0; i < list.count && count_ < kCapacity; ++i) pids_[count_++] = list.infos[i].pid;
+  armed_ = true;
+}
+
+void ContextProbe::after_creation(DeviceState& d) {
+  if (!armed_ || g_nvml_pid.load(std::memory_order_relaxed) != 0) return;
+  NvmlProcessList list;
+  if (!list_device_processes(d, list)) return;
+  auto own = static_cast<unsigned>(getpid());
+  auto from_proc = static_cast<unsigned>(shm::detect_host_pid());
+  unsigned found = 0;
+  if (list.contains(own)) {
+    found = own;
+  } else if (from_proc != 0 && list.contains(from_proc)) {
+    found = from_proc;
+  } else {
+    // The one pid that appeared with our context. Another process starting at the same moment
+    // makes it ambiguous; then the footprint is not charged (allocations still are).
+    unsigned appeared = 0, candidates = 0;
+    for (unsigned i = 0; i < list.count; ++i) {
+      bool before = false;
+      for (unsigned j = 0; j < count_ && !before; ++j) before = pids_[j] == list.infos[i].pid;
+      if (!before) {
+        appeared = list.infos[i].pid;
+        ++candidates;
+      }
+    }
+    if (candidates == 1)
+      found = appeared;
+    else
+      GS_LOG(Debug, "%u processes appeared in NVML with our context: host pid unknown", candidates);
+  }
+  if (found == 0) return;
+  g_nvml_pid.store(found, std::memory_order_relaxed);
+  if (found != own) {
+    GS_LOG(Debug, "NVML knows this process (pid %u here) as pid %u", own, found);
+    if (g_rt->ledger != nullptr) g_rt->ledger->set_host_pid(static_cast<int>(found));
+  }
+}
+
+void reconcile_context_footprint(DeviceState& d) {
+  // NVML's per-process figure covers everything the driver holds for us: the context, module
+  // images, pool caches and allocation rounding. Whatever exceeds our tracked allocations is charged.
+  shm::Ledger* l = g_rt->ledger;
+  NvmlProcessList list;
   // The driver's figure and our books must describe the same moment: skip the round if any
   // allocation or free was in progress or completed while NVML was asked.
   std::uint64_t done_before = g_allocs_done.load(std::memory_order_acquire);
   if (g_allocs_in_flight.load(std::memory_order_acquire) != 0) return;
   std::uint64_t self_before = l->used_by_self(d.ledger_dev);
-  if (processes(handle, &count, infos) != NVML_SUCCESS) return;
+  if (!list_device_processes(d, list)) return;
   std::uint64_t self_after = l->used_by_self(d.ledger_dev);
   if (self_before != self_after || g_allocs_in_flight.load(std::memory_order_acquire) != 0 ||
       g_allocs_done.load(std::memory_order_acquire) != done_before)
     return;
-  auto pid = static_cast<unsigned>(getpid());
-  for (unsigned i = 0; i < count && i < 256; ++i) {
-    if (infos[i].pid != pid) continue;
+  unsigned pid = nvml_pid_or_own();
+  for (unsigned i = 0; i < list.count; ++i) {
+    if (list.infos[i].pid != pid) continue;
     std::uint64_t charge = d.context_charge.load(std::memory_order_relaxed);
     std::uint64_t tracked = self_after - charge;
-    std::uint64_t reported = infos[i].usedGpuMemory;
+    std::uint64_t reported = list.infos[i].usedGpuMemory;
     std::uint64_t target = reported > tracked ? reported - tracked : 0;
     constexpr std::uint64_t kSlack = 2ULL << 20;  // below allocation granularity: not worth a change
     if (target > charge + kSlack) {

@@ -77,4 +77,19 @@ std::uint64_t effective_quota(const DeviceState& d);
 // Charges the context footprint the driver reports for this process (NVML) right away.
 void reconcile_context_footprint(DeviceState& d);
 
+// Learns the pid NVML reports for this process (the host pid when it runs in a PID namespace):
+// NVML's process list of the device just before this process's first context on it and just
+// after; the pid that appeared is ours. Only armed for the first context while it is unknown.
+class ContextProbe {
+ public:
+  void before_creation(DeviceState& d);
+  void after_creation(DeviceState& d);
+
+ private:
+  static constexpr unsigned kCapacity = 256;
+  unsigned pids_[kCapacity];
+  unsigned count_ = 0;
+  bool armed_ = false;
+};
+
 }  // namespace gpuslice::interposer

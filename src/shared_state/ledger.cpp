@@ -7,6 +7,7 @@
 // exactly its slot's counters, which a reaper returns once the slot's OFD lock is gone.
 #include "shared_state/ledger.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -153,6 +155,31 @@ Result<bool> create_state_file(const std::string& path) {
   return true;
 }
 
+// A creator that died between creating its temporary file and publishing it leaves the file
+// behind. Publishing takes microseconds, so one older than this was abandoned.
+constexpr std::int64_t kAbandonedTempSeconds = 60;
+
+// Removes abandoned `<state file>.tmp.*` files next to `path`. Best effort: errors are ignored.
+void remove_abandoned_temp_files(const std::string& path) {
+  std::size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) return;
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  while (dirent* entry = readdir(listing)) {
+    if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    struct stat st {};
+    if (fstatat(dirfd(listing), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (now.tv_sec - st.st_mtim.tv_sec < kAbandonedTempSeconds) continue;
+    if (unlinkat(dirfd(listing), entry->d_name, 0) == 0)
+      GS_LOG(Debug, "removed %s/%s, abandoned by a creator that died", dir.c_str(), entry->d_name);
+  }
+  closedir(listing);
+}
+
 class MappedLedger final : public Ledger {
  public:
   MappedLedger(std::string path, Mode mode, int fd, bool writable, void* base)
@@ -271,8 +298,11 @@ class MappedLedger final : public Ledger {
     Slot* self = own_slot(false);
     if (self == nullptr) return;
     SlotDeviceCounters& mine = self->devices[dev];
-    // Only this process moves its own counters, so their difference is what it holds.
-    std::uint64_t held = mine.granted.load() - mine.returned.load();
+    // An upper bound of what this process holds, for the over-release guard: `returned` first,
+    // then `granted`. In the other order another thread's reserve+release landing between the two
+    // reads makes the bound too small, and a legitimate release would be clamped (bytes leaked).
+    std::uint64_t returned_before = mine.returned.load();
+    std::uint64_t held = mine.granted.load() - returned_before;
     if (bytes > held) {
       GS_LOG(Debug, "release of %llu bytes on device %d exceeds the %llu this process holds",
              static_cast<unsigned long long>(bytes), dev, static_cast<unsigned long long>(held));
@@ -308,7 +338,9 @@ class MappedLedger final : public Ledger {
     if (slot < 0 || owner_pid_.load() != current_pid()) return 0;
     const SlotDeviceCounters& mine = slots_[slot].devices[dev];
     std::uint64_t granted = mine.granted.load();
-    return granted - mine.returned.load();
+    std::uint64_t held = granted - mine.returned.load();
+    // Wrapped below zero: another thread's reserve+free landed between the reads.
+    return held > (kUnlimited >> 1) ? 0 : held;
   }
 
   void set_quota(int dev, std::uint64_t bytes) override {
@@ -761,6 +793,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path, Mode mode)
     close(fd);
     return make_error("cannot map state file " + path + ": " + errno_text(err));
   }
+  if (mode == Mode::Process) remove_abandoned_temp_files(path);
   return std::unique_ptr<Ledger>(new MappedLedger(path, mode, fd, writable, base));
 }
 

@@ -171,6 +171,28 @@ TEST_F(E2E, TwoProcessesShareOneQuota) {
   EXPECT_LE(o.num("allocated"), kGiB - 2 * kContextBytes);
 }
 
+// In a PID namespace NVML lists host pids, not ours: the library recognises its own entry as the
+// pid that appeared with its first context, so the context footprint is still charged and
+// `gpuslice status` shows the host pid.
+TEST_F(E2E, InAPidNamespaceTheContextIsChargedThroughTheHostPid) {
+  constexpr long long kPidOffset = 1000000;
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  env["GPUSLICE_MOCK_NVML_PID_OFFSET"] = std::to_string(kPidOffset);
+  Background holder(
+      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
+      dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.num("free"), 2 * kGiB - kGiB - 2 * kContextBytes) << "both contexts charged";
+  Outcome status = run({GPUSLICE_CLI, "status", "--json", "--shared-dir", dir_ + "/shared"}, base_env(false));
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  std::string expected = "\"pid\":" + std::to_string(holder.pid()) +
+                         ",\"host_pid\":" + std::to_string(holder.pid() + kPidOffset);
+  EXPECT_NE(status.out.find(expected), std::string::npos) << status.out;
+}
+
 TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";

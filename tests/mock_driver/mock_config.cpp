@@ -164,6 +164,12 @@ bool load_config(MockConfig* config) {
     return false;
   }
   if (!read_u64("GPUSLICE_MOCK_FAKE_CLOCK", &config->fake_clock_start_ns)) return false;
+  if (!read_u64("GPUSLICE_MOCK_NVML_PID_OFFSET", &config->nvml_pid_offset)) return false;
+  if (config->nvml_pid_offset > (1u << 30)) {
+    MOCK_LOG("GPUSLICE_MOCK_NVML_PID_OFFSET=%llu: at most 2^30",
+             static_cast<unsigned long long>(config->nvml_pid_offset));
+    return false;
+  }
   std::uint64_t driver_version = static_cast<std::uint64_t>(config->driver_version);
   if (!read_u64("GPUSLICE_MOCK_DRIVER_VERSION", &driver_version)) return false;
   if (driver_version < 2000 || driver_version > 99990) {

@@ -25,6 +25,8 @@ struct MockConfig {
   std::uint64_t queue_depth = kDefaultQueueDepth;  // kernels in flight per device before a launch blocks
   int driver_version = kDefaultDriverVersion;
   std::uint64_t fake_clock_start_ns = 0;  // 0: the real CLOCK_MONOTONIC
+  // Added to every pid NVML reports: a process in a PID namespace whose NVML shows host pids.
+  std::uint64_t nvml_pid_offset = 0;
   char state_dir[1024] = {};
 };
 

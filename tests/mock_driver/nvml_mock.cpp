@@ -87,6 +87,11 @@ unsigned percent(std::uint64_t busy, std::uint64_t window) {
   return static_cast<unsigned>(std::min<std::uint64_t>(100, (busy * 100 + window / 2) / window));
 }
 
+// The pid NVML shows for a process: its own, or shifted as if NVML saw host pids from a container.
+unsigned reported_pid(const Nvml& state, std::int32_t pid) {
+  return static_cast<unsigned>(pid) + static_cast<unsigned>(state.config.nvml_pid_offset);
+}
+
 nvmlReturn_t init() {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
@@ -269,7 +274,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
   }
   if (count > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   for (unsigned i = 0; i < count; ++i) {
-    infos[i] = nvmlProcessInfo_t{static_cast<unsigned>(usage[i].pid), usage[i].used_bytes, kNotAvailable,
+    infos[i] = nvmlProcessInfo_t{reported_pid(state, usage[i].pid), usage[i].used_bytes, kNotAvailable,
                                  kNotAvailable};
   }
   *infoCount = count;
@@ -313,10 +318,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     std::uint64_t busy = state.shared.process_busy(slots[i].slot, index, from, now);
     if (busy == 0) continue;  // NVML lists only processes that used the SMs lately
     unsigned j = 0;
-    while (j < count && samples[j].pid != static_cast<unsigned>(slots[i].pid)) ++j;
-    if (j == count)
-      samples[count++] =
-          nvmlProcessUtilizationSample_t{static_cast<unsigned>(slots[i].pid), stamp, 0, 0, 0, 0};
+    unsigned pid = reported_pid(state, slots[i].pid);
+    while (j < count && samples[j].pid != pid) ++j;
+    if (j == count) samples[count++] = nvmlProcessUtilizationSample_t{pid, stamp, 0, 0, 0, 0};
     samples[j].smUtil = std::min(100u, samples[j].smUtil + percent(busy, now - from));
   }
   if (count == 0) return NVML_ERROR_NOT_FOUND;

@@ -2,6 +2,7 @@
 // several instances in one test stand for several processes of a container.
 #include "shared_state/ledger.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -221,6 +222,26 @@ TEST_F(LedgerTest, ProcessModeRegistersOnFirstReservation) {
   EXPECT_EQ(b->used_by_self(dev_), 5u);
 }
 
+TEST_F(LedgerTest, TemporaryFilesOfDeadCreatorsAreRemovedAndFreshOnesKept) {
+  std::string abandoned = path_ + ".tmp.4242.0";
+  std::string fresh = path_ + ".tmp.4243.0";
+  std::string unrelated = dir_.file("other.tmp.1.0");
+  for (const std::string& f : {abandoned, fresh, unrelated}) {
+    int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0) << f;
+    close(fd);
+  }
+  timespec old_times[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, abandoned.c_str(), old_times, 0), 0);
+  ASSERT_EQ(utimensat(AT_FDCWD, unrelated.c_str(), old_times, 0), 0);
+  auto process = open_process(path_);
+  ASSERT_NE(process, nullptr);
+  struct stat st {};
+  EXPECT_NE(stat(abandoned.c_str(), &st), 0) << "an abandoned temporary file stays";
+  EXPECT_EQ(stat(fresh.c_str(), &st), 0) << "a creator may still be publishing this one";
+  EXPECT_EQ(stat(unrelated.c_str(), &st), 0) << "not ours";
+}
+
 TEST_F(LedgerTest, ReadOnlyFileCanStillBeObserved) {
   ASSERT_TRUE(a_->try_reserve(dev_, 10));
   ASSERT_EQ(chmod(path_.c_str(), 0444), 0);
@@ -356,6 +377,30 @@ TEST(LedgerConcurrency, ThreadsOfSeveralProcessesNeverExceedTheQuota) {
   for (std::uint64_t v : live) expected += v;
   EXPECT_LE(worst.load(), kQuota);
   EXPECT_EQ(observer->used(dev), expected);
+}
+
+// Threads of one process that each hold one small allocation at a time: a release must return
+// exactly what it names even while other threads' reserve+release pairs land between its reads of
+// the process's counters (an over-release guard that read them in the wrong order once clamped
+// such releases and left bytes charged to a process that held nothing).
+TEST(LedgerConcurrency, ReleasesUnderChurnReturnExactlyWhatWasReserved) {
+  TempDir dir;
+  std::string path = dir.file("state");
+  auto process = open_process(path);
+  int dev = process->attach_device(kUuid, 0, kTotal, kUnlimited, 0).value();
+  constexpr int kThreads = 4, kOps = 200000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        std::uint64_t size = 1 + static_cast<std::uint64_t>((i * 7 + t) % 5);
+        if (process->try_reserve(dev, size)) process->release(dev, size);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(process->used_by_self(dev), 0u);
+  EXPECT_EQ(process->used(dev), 0u);
 }
 
 }  // namespace
