@@ -2,16 +2,32 @@
 """Accuracy of the compute limiter on a real GPU (SPEC §4), hooked vs un-hooked in one run.
 
   python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out DIR
-      [--seconds 10] [--limits 20,50,80] [--workloads matmul,tiny,train] [--cli build/bin/gpuslice]
-      [--no-settle]
+      [--seconds 10] [--schedule 100,20,100,50,100,80,20,100] [--workloads matmul,tiny,train]
+      [--cli build/bin/gpuslice] [--cpus 4-7]
 
-For each workload it runs, each in a fresh process, in this order:
-  base, limit 20, base, limit 50, base, limit 80, base
-A limited run has LD_PRELOAD=<lib>, GPUSLICE_COMPUTE_LIMIT=<L> and a fresh GPUSLICE_SHARED_DIR. Its
-throughput (iterations per second of GPU time, over --seconds after a warm-up) is divided by the mean
-of the un-hooked runs just before and after it; the run passes when that ratio is within ±5 points
-of L. Throughput is taken from CUDA events recorded every k iterations, so the measurement adds no
-host synchronisation and reads the GPU's own timeline.
+Per workload:
+  1. an un-hooked process (no LD_PRELOAD) measures its throughput for --seconds;
+  2. ONE process under the library runs through the schedule of limits, each phase lasting
+     1 s + --seconds: the script changes the limit live with `gpuslice set --compute` at each phase
+     start, and measures the phase's last --seconds (the first second is the change settling);
+     limit 100 means unlimited;
+  3. a second un-hooked process.
+Each limited phase's throughput is divided by the mean of the nearest unlimited phases before and
+after it in the same process (same process, same memory layout, same CPU: the ±10-20% that
+separate Python processes differ by does not enter), and passes within ±5 points of the limit.
+The unlimited phases are compared with the un-hooked processes too (the hook at limit 100 must cost
+nothing), and every ratio is also given against the un-hooked processes.
+
+Throughput is iterations per second of GPU time from CUDA events recorded every k iterations (no
+added host synchronisation). NVML is sampled by this (un-hooked) parent every 100 ms: per phase the
+mean device utilization (NVML's "a kernel was running" fraction) and SM clock. Occupancy ratio =
+utilization of the phase ÷ utilization of the neighbouring unlimited phases: SPEC §4's definition
+for device-bound work; for launch-bound work the device is never fully busy, so throughput is the
+measure there.
+
+Settling: for every change into a limited phase (in the default schedule 100→20, 100→50, 100→80
+and 80→20), the time after the `gpuslice set` until every 1 s window stays within ±5 points of the
+new limit (leading windows [t, t+1 s]; a trailing 1 s moving average needs ~1 s more by construction).
 
 Workloads:
   matmul  4096^3 bf16 torch.matmul into a preallocated output (device-bound, ~0.2 ms per kernel)
@@ -19,21 +35,14 @@ Workloads:
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
-Settle test: a matmul run starts at limit 80; 5 s into the measurement the script runs
-`gpuslice set --compute 20 --shared-dir <dir>` and reports how long after the change the
-throughput ratio settled within ±5 points of 20, with 1 s windows:
-  settle_leading   first t after the change from which every window [t, t+1 s] stays in band
-                   (the controller's own lag)
-  settle_trailing  first T after the change from which every window [T-1 s, T] stays in band
-                   (what a 1 s moving average shows; at least ~0.9 s by construction)
+Every measured process is pinned to the same CPUs (--cpus), so base and hooked share the cores.
+Default total: about 2 minutes per workload.
 
-Total runtime with the defaults is about 6-7 minutes (22 process starts of ~4 s each, 1.5 s
-warm-up, 10 s measurement). --seconds 5 halves the measuring part (and is reported as such).
-
-Outputs in --out: compute_accuracy.csv (one row per limited run), compute_accuracy.json (every run
-with its timeline), compute_settle.json, logs/<run>.log (stdout+stderr of each process).
+Outputs in --out: compute_accuracy.csv (one row per limited phase), compute_accuracy.json (every
+run, phase and NVML sample), logs/<run>.log (stdout+stderr of each process).
 """
 import argparse
+import bisect
 import csv
 import json
 import os
@@ -95,7 +104,22 @@ def build_workload(name):
     raise SystemExit(f"unknown workload {name!r}")
 
 
+def parse_cpus(text):
+    cpus = set()
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus
+
+
 def worker(args):
+    if args.cpus:
+        usable = parse_cpus(args.cpus) & os.sched_getaffinity(0)
+        if usable:
+            os.sched_setaffinity(0, usable)
     import torch
 
     torch.cuda.init()
@@ -184,7 +208,8 @@ class Runner:
             env["GPUSLICE_LOG_LEVEL"] = "warn"
         report = os.path.join(self.logs, tag + ".json")
         argv = [sys.executable, os.path.abspath(__file__), "--worker", workload,
-                "--seconds", str(seconds), "--warmup", str(self.args.warmup), "--report", report]
+                "--seconds", str(seconds), "--warmup", str(self.args.warmup), "--report", report,
+                "--cpus", self.args.cpus]
         if ready_file:
             argv += ["--ready-file", ready_file]
         log = open(os.path.join(self.logs, tag + ".log"), "w")
@@ -218,28 +243,28 @@ class Runner:
         return data
 
 
-def iterations_at(timeline, t):
-    """Iterations completed by GPU time t, interpolated between event marks."""
-    prev_t, prev_it = 0.0, 0
-    for mark_t, mark_it in timeline:
-        if mark_t >= t:
-            if mark_t == prev_t:
-                return mark_it
-            return prev_it + (mark_it - prev_it) * (t - prev_t) / (mark_t - prev_t)
-        prev_t, prev_it = mark_t, mark_it
-    return prev_it
+class Timeline:
+    """(GPU seconds, iterations done) marks of one run, with interpolation between them."""
 
+    def __init__(self, marks):
+        self.times = [0.0] + [m[0] for m in marks]
+        self.iters = [0] + [m[1] for m in marks]
 
-def window_ratios(timeline, baseline, width=1.0, step=0.1):
-    """(start, throughput ratio) of every window [t, t+width] inside the timeline."""
-    end = timeline[-1][0]
-    out = []
-    t = 0.0
-    while t + width <= end + 1e-9:
-        done = iterations_at(timeline, t + width) - iterations_at(timeline, t)
-        out.append((round(t, 3), done / width / baseline))
-        t += step
-    return out
+    @property
+    def end(self):
+        return self.times[-1]
+
+    def iterations_at(self, t):
+        i = bisect.bisect_left(self.times, t)
+        if i >= len(self.times):
+            return self.iters[-1]
+        if i == 0 or self.times[i] == self.times[i - 1]:
+            return self.iters[i]
+        t0, t1 = self.times[i - 1], self.times[i]
+        return self.iters[i - 1] + (self.iters[i] - self.iters[i - 1]) * (t - t0) / (t1 - t0)
+
+    def throughput(self, a, b):
+        return (self.iterations_at(b) - self.iterations_at(a)) / (b - a)
 
 
 def first_stable(times, in_band):
@@ -252,62 +277,90 @@ def first_stable(times, in_band):
     return stable
 
 
-def accuracy(args, runner):
-    rows, runs = [], []
-    for workload in args.workloads:
-        print(f"{workload}:", flush=True)
-        before = runner.run(workload, None)
-        runs.append(before)
-        for limit in args.limits:
-            hooked = runner.run(workload, limit)
-            after = runner.run(workload, None)
-            runs += [hooked, after]
-            baseline = (before["throughput"] + after["throughput"]) / 2
-            ratio = hooked["throughput"] / baseline
-            error = ratio * 100 - limit
-            per_second = [r for _, r in window_ratios(hooked["timeline"], baseline)]
-            rows.append({
-                "workload": workload,
-                "limit": limit,
-                "baseline_it_s": round(baseline, 2),
-                "baseline_drift_pct": round(100 * (after["throughput"] / before["throughput"] - 1), 2),
-                "hooked_it_s": round(hooked["throughput"], 2),
-                "ratio": round(ratio, 4),
-                "error_points": round(error, 2),
-                "min_1s_ratio": round(min(per_second), 4) if per_second else None,
-                "max_1s_ratio": round(max(per_second), 4) if per_second else None,
-                "seconds": args.seconds,
-                "pass": abs(error) <= TOLERANCE_POINTS,
-            })
-            before = after
-    return rows, runs
+class NvmlSampler:
+    """Device utilization, SM clock and power every 100 ms, read through NVML by this parent process
+    (which has no LD_PRELOAD, so it sees the real device)."""
+
+    def __init__(self, index=0, period=0.1):
+        import ctypes
+        import threading
+        self.samples = []  # (monotonic, util %, sm MHz, watts)
+        self.ok = False
+        try:
+            self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            if self.nvml.nvmlInit_v2() != 0:
+                return
+            self.handle = ctypes.c_void_p()
+            if self.nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)) != 0:
+                return
+        except OSError:
+            return
+        self.ok = True
+        self.period = period
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import ctypes
+
+        class Utilization(ctypes.Structure):
+            _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+        util = Utilization()
+        clock = ctypes.c_uint()
+        milliwatts = ctypes.c_uint()
+        while not self.stop.wait(self.period):
+            if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(util)) != 0:
+                continue
+            self.nvml.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(clock))  # NVML_CLOCK_SM
+            self.nvml.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(milliwatts))
+            self.samples.append((time.monotonic(), util.gpu, clock.value, milliwatts.value / 1000.0))
+
+    def close(self):
+        if self.ok:
+            self.stop.set()
+            self.thread.join()
+
+    def mean(self, t_from, t_to):
+        """(mean util %, mean SM MHz, mean W) of the samples in [t_from, t_to], or Nones."""
+        inside = [x for x in self.samples if t_from <= x[0] <= t_to]
+        if not inside:
+            return None, None, None
+        n = len(inside)
+        return (sum(x[1] for x in inside) / n, sum(x[2] for x in inside) / n, sum(x[3] for x in inside) / n)
 
 
-def settle(args, runner, baseline):
-    """Limit 80 -> 20 while a matmul loop runs; returns the settle record."""
-    seconds = max(args.seconds, 10.0) + 2.0
-    change_after = 5.0
+def set_limit(args, shared, limit):
+    value = "none" if limit >= 100 else str(limit)
+    cp = subprocess.run([args.cli, "set", "--compute", value, "--shared-dir", shared], env=clean_env(),
+                        capture_output=True, text=True, timeout=30)
+    if cp.returncode != 0:
+        raise RuntimeError(f"gpuslice set --compute {value} failed (rc={cp.returncode}): {cp.stdout}{cp.stderr}")
+
+
+def phased_run(args, runner, workload):
+    """One hooked process through args.schedule; returns (data, [(limit, change monotonic)])."""
+    phase = 1.0 + args.seconds
+    total = phase * len(args.schedule)
     ready = os.path.join(tempfile.mkdtemp(prefix="gs-ready-"), "ready")
-    proc, report, shared, log, tag = runner.start("matmul", 80, seconds, ready_file=ready)
-    record = {"from": 80, "to": 20, "change_after_s": change_after}
+    proc, report, shared, log, tag = runner.start(workload, args.schedule[0], total, ready_file=ready)
+    changes = []
     try:
         deadline = time.monotonic() + 120
         while not os.path.exists(ready):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"settle run {tag} never started measuring")
+                raise RuntimeError(f"run {tag} never started measuring")
             time.sleep(0.05)
         with open(ready) as f:
             t0 = float(f.read())
-        time.sleep(max(0.0, t0 + change_after - time.monotonic()))
-        env = clean_env()
-        cli = [args.cli, "set", "--compute", "20", "--shared-dir", shared]
-        changed_at = time.monotonic()
-        cp = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=30)
-        record["cli"] = " ".join(cli)
-        record["cli_rc"] = cp.returncode
-        record["cli_output"] = (cp.stdout + cp.stderr)[-500:]
-        if cp.returncode != 0:
-            print(f"  gpuslice set failed (rc={cp.returncode}): {record['cli_output']}", flush=True)
+        changes.append((args.schedule[0], t0))
+        for i, limit in enumerate(args.schedule[1:], start=1):
+            time.sleep(max(0.0, t0 + i * phase - time.monotonic()))
+            at = time.monotonic()
+            set_limit(args, shared, limit)
+            changes.append((limit, at))
+            print(f"    t={at - t0:6.1f} s: limit {limit}", flush=True)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -316,25 +369,88 @@ def settle(args, runner, baseline):
         raise
     finally:
         shutil.rmtree(os.path.dirname(ready), ignore_errors=True)
-    # finish() removes the shared dir only after the process is done with it.
-    data = runner.finish(proc, report, shared, log, tag, timeout=seconds + args.warmup + 120)
-    change = changed_at - data["t0_monotonic"]
-    windows = window_ratios(data["timeline"], baseline)
-    in_band = [abs(r - 0.20) * 100 <= TOLERANCE_POINTS for _, r in windows]
-    leading = first_stable([t for t, _ in windows], in_band)
-    trailing = first_stable([t + 1.0 for t, _ in windows], in_band)
-    before = [r for t, r in windows if t + 1.0 <= change]
-    record.update({
-        "change_at_gpu_s": round(change, 3),
-        "ratio_before_change": round(sum(before) / len(before), 4) if before else None,
-        "settle_leading_s": None if leading is None else round(max(0.0, leading - change), 3),
-        "settle_trailing_s": None if trailing is None else round(max(0.0, trailing - change), 3),
-        "windows": windows,
-        "baseline_it_s": baseline,
-    })
-    record["pass"] = (record["cli_rc"] == 0 and record["settle_leading_s"] is not None
-                      and record["settle_leading_s"] <= 1.0)
-    return record, data
+    data = runner.finish(proc, report, shared, log, tag, timeout=total + args.warmup + 120)
+    return data, changes
+
+
+def accuracy(args, runner, sampler):
+    rows, runs, transitions = [], [], []
+    for workload in args.workloads:
+        print(f"{workload}:", flush=True)
+        unhooked = [runner.run(workload, None)]
+        data, changes = phased_run(args, runner, workload)
+        unhooked.append(runner.run(workload, None))
+        runs += unhooked + [data]
+        t0 = data["t0_monotonic"]
+        timeline = Timeline(data["timeline"])
+        unhooked_it_s = sum(r["throughput"] for r in unhooked) / len(unhooked)
+        phases = []
+        for i, (limit, changed_at) in enumerate(changes):
+            start = (changed_at - t0) if i > 0 else 0.0
+            end = (changes[i + 1][1] - t0) if i + 1 < len(changes) else timeline.end
+            measured_from = start + 1.0 if i > 0 else start
+            util, clock, watts = sampler.mean(t0 + measured_from, t0 + end) if sampler.ok else (None,) * 3
+            phases.append({"limit": limit, "start": start, "end": end, "from": measured_from,
+                           "it_s": timeline.throughput(measured_from, end),
+                           "util": util, "sm_mhz": clock, "watts": watts})
+        data["phases"] = phases
+        free = [p for p in phases if p["limit"] >= 100]
+        free_it_s = sum(p["it_s"] for p in free) / len(free)
+        print(f"  unlimited phases {free_it_s:.1f} it/s vs un-hooked processes {unhooked_it_s:.1f} it/s "
+              f"(ratio {free_it_s / unhooked_it_s:.3f})", flush=True)
+        for i, p in enumerate(phases):
+            if p["limit"] >= 100:
+                continue
+            before = next((q for q in reversed(phases[:i]) if q["limit"] >= 100), None)
+            after = next((q for q in phases[i + 1:] if q["limit"] >= 100), None)
+            neighbours = [q for q in (before, after) if q]
+            base = sum(q["it_s"] for q in neighbours) / len(neighbours)
+            ratio = p["it_s"] / base
+            error = ratio * 100 - p["limit"]
+            windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])]
+            base_util = [q["util"] for q in neighbours if q["util"] is not None]
+            occupancy = (p["util"] / (sum(base_util) / len(base_util))
+                         if p["util"] is not None and base_util and sum(base_util) > 0 else None)
+            rows.append({
+                "workload": workload,
+                "limit": p["limit"],
+                "after_limit": phases[i - 1]["limit"],
+                "unlimited_it_s": round(base, 2),
+                "unlimited_drift_pct": round(100 * (after["it_s"] / before["it_s"] - 1), 2)
+                if before and after else None,
+                "limited_it_s": round(p["it_s"], 2),
+                "ratio": round(ratio, 4),
+                "error_points": round(error, 2),
+                "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4),
+                "min_1s_ratio": round(min(windows), 4) if windows else None,
+                "max_1s_ratio": round(max(windows), 4) if windows else None,
+                "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
+                "occupancy_ratio": None if occupancy is None else round(occupancy, 4),
+                "sm_mhz": None if p["sm_mhz"] is None else round(p["sm_mhz"]),
+                "unlimited_sm_mhz": round(sum(q["sm_mhz"] for q in neighbours) / len(neighbours))
+                if all(q["sm_mhz"] is not None for q in neighbours) else None,
+                "seconds": round(p["end"] - p["from"], 2),
+                "pass": abs(error) <= TOLERANCE_POINTS,
+            })
+            # Settling after this phase's change (the first second is inside the phase).
+            ws = window_ratios_between(timeline, base, p["start"], p["end"])
+            in_band = [abs(r * 100 - p["limit"]) <= TOLERANCE_POINTS for _, r in ws]
+            leading = first_stable([t for t, _ in ws], in_band)
+            transitions.append({
+                "workload": workload, "from": phases[i - 1]["limit"], "to": p["limit"],
+                "settle_leading_s": None if leading is None else round(max(0.0, leading - p["start"]), 2),
+            })
+    return rows, runs, transitions
+
+
+def window_ratios_between(timeline, baseline, a, b, width=1.0, step=0.1):
+    """(start, ratio) of every 1 s window inside [a, b]."""
+    out = []
+    t = a
+    while t + width <= b + 1e-9:
+        out.append((round(t, 3), timeline.throughput(t, t + width) / baseline))
+        t += step
+    return out
 
 
 def main():
@@ -342,11 +458,12 @@ def main():
     ap.add_argument("--lib", default="build/lib/libgpuslice.so")
     ap.add_argument("--out", default="gpu-out")
     ap.add_argument("--cli", default=None, help="gpuslice CLI (default: <lib dir>/../bin/gpuslice)")
-    ap.add_argument("--seconds", type=float, default=10.0, help="measurement window per run")
+    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per phase")
     ap.add_argument("--warmup", type=float, default=1.5)
-    ap.add_argument("--limits", default="20,50,80")
+    ap.add_argument("--schedule", default="100,20,100,50,100,80,20,100",
+                    help="limits of the phases of the hooked process (100 = unlimited)")
     ap.add_argument("--workloads", default="matmul,tiny,train")
-    ap.add_argument("--no-settle", action="store_true")
+    ap.add_argument("--cpus", default="4-7", help="CPUs every measured process is pinned to ('' = none)")
     # Worker mode (internal).
     ap.add_argument("--worker", default=None)
     ap.add_argument("--report", default=None)
@@ -357,33 +474,29 @@ def main():
         worker(args)
         return 0
 
-    args.limits = [int(x) for x in args.limits.split(",") if x]
+    args.schedule = [int(x) for x in args.schedule.split(",") if x]
+    if not args.schedule or args.schedule[0] < 100 or args.schedule[-1] < 100:
+        print("--schedule must start and end with an unlimited (100) phase", file=sys.stderr)
+        return 2
     args.workloads = [w for w in args.workloads.split(",") if w]
     args.cli = os.path.abspath(args.cli or os.path.join(os.path.dirname(os.path.abspath(args.lib)), "..", "bin",
                                                         "gpuslice"))
     os.makedirs(args.out, exist_ok=True)
-    if not os.path.exists(args.lib):
-        print(f"no such library: {args.lib}", file=sys.stderr)
-        return 2
+    for needed in (args.lib, args.cli):
+        if not os.path.exists(needed):
+            print(f"no such file: {needed}", file=sys.stderr)
+            return 2
     began = time.monotonic()
     runner = Runner(args)
-    print(f"compute limiter accuracy: {args.seconds:g} s windows, limits {args.limits}, "
-          f"tolerance ±{TOLERANCE_POINTS:g} points", flush=True)
-    rows, runs = accuracy(args, runner)
-
-    settle_record = None
-    if not args.no_settle:
-        if not os.path.exists(args.cli):
-            print(f"settle test skipped: no CLI at {args.cli}", flush=True)
-        else:
-            print("settle (matmul, limit 80 -> 20 after 5 s):", flush=True)
-            base = [r for r in runs if r["workload"] == "matmul" and not r["limit"]]
-            if not base:
-                base = [runner.run("matmul", None)]
-                runs += base
-            baseline = sum(r["throughput"] for r in base) / len(base)
-            settle_record, settle_run = settle(args, runner, baseline)
-            runs.append(settle_run)
+    sampler = NvmlSampler()
+    if not sampler.ok:
+        print("NVML not available to the parent: no utilization/clock columns", flush=True)
+    print(f"compute limiter accuracy: phases of 1 s + {args.seconds:g} s, schedule {args.schedule}, "
+          f"tolerance ±{TOLERANCE_POINTS:g} points, CPUs {args.cpus or 'any'}", flush=True)
+    try:
+        rows, runs, transitions = accuracy(args, runner, sampler)
+    finally:
+        sampler.close()
 
     if rows:
         with open(os.path.join(args.out, "compute_accuracy.csv"), "w", newline="") as f:
@@ -391,27 +504,28 @@ def main():
             writer.writeheader()
             writer.writerows(rows)
     with open(os.path.join(args.out, "compute_accuracy.json"), "w") as f:
-        json.dump({"rows": rows, "runs": runs, "seconds": args.seconds}, f)
-    if settle_record:
-        with open(os.path.join(args.out, "compute_settle.json"), "w") as f:
-            json.dump(settle_record, f, indent=1)
+        json.dump({"rows": rows, "runs": runs, "transitions": transitions, "seconds": args.seconds,
+                   "nvml": sampler.samples}, f)
+
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec)
 
     print()
-    print("| workload | limit % | un-hooked it/s | hooked it/s | ratio | error (points) | 1 s min..max | pass |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | limit % | after | unlimited it/s | limited it/s | throughput ratio | error (points) "
+          "| vs un-hooked processes | 1 s min..max | NVML util % | occupancy ratio | SM MHz (unlimited) | pass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['limit']} | {r['baseline_it_s']:.1f} | {r['hooked_it_s']:.1f} | "
-              f"{r['ratio']:.3f} | {r['error_points']:+.1f} | {r['min_1s_ratio']:.2f}..{r['max_1s_ratio']:.2f} | "
+        print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
+              f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r['error_points']:+.1f} | {r['ratio_vs_unhooked']:.3f} | "
+              f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
+              f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
               f"{'PASS' if r['pass'] else 'FAIL'} |")
-    if settle_record:
-        s = settle_record
-        print(f"\nsettle 80 -> 20: ratio before {s['ratio_before_change']}, change at GPU t={s['change_at_gpu_s']} s; "
-              f"settled (leading 1 s windows) after {s['settle_leading_s']} s, "
-              f"(trailing 1 s windows) after {s['settle_trailing_s']} s; cli rc={s['cli_rc']}: "
-              f"{'PASS' if s['pass'] else 'FAIL'}")
-    failed = sum(not r["pass"] for r in rows) + (0 if settle_record is None or settle_record["pass"] else 1)
-    print(f"\n{len(rows) - sum(not r['pass'] for r in rows)}/{len(rows)} accuracy runs within ±{TOLERANCE_POINTS:g} "
-          f"points; total {time.monotonic() - began:.0f} s")
+    print("\nsettling after `gpuslice set --compute` (leading 1 s windows within ±5 points):")
+    for t in transitions:
+        print(f"  {t['workload']} {t['from']} -> {t['to']}: {t['settle_leading_s']} s")
+    failed = sum(not r["pass"] for r in rows)
+    print(f"\n{len(rows) - failed}/{len(rows)} limited phases within ±{TOLERANCE_POINTS:g} points; "
+          f"total {time.monotonic() - began:.0f} s")
     return 1 if failed else 0
 
 

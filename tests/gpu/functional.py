@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -177,6 +178,36 @@ def main():
                f"while held: second got {g1 / GiB:.2f} GiB; after SIGKILL: {g2 / GiB:.2f} GiB")
         log.write("status while shared:\n" + status.stdout + status.stderr)
         print(status.stdout)
+
+    if "pidns" not in skip:
+        # 5. In a PID namespace NVML lists host pids: the context footprint is still found and charged
+        # (the pid that appeared with the first context), and the slot shows the host pid.
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            record("PID namespace: context charged through the host pid", False, "needs root and unshare(1)")
+        else:
+            shared = tempfile.mkdtemp(prefix="gs-pidns-")
+            env = r.env(GPUSLICE_MEMORY_LIMIT="8Gi", GPUSLICE_SHARED_DIR=shared)
+            holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                                       os.path.join(HERE, "workloads.py"), "torch_hold", "1", "60"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = holder.stdout.readline()
+            time.sleep(1.0)  # a watcher round (500 ms) after the allocation
+            status = r.run([os.path.join(r.build, "bin", "gpuslice"), "status", "--json", "--shared-dir", shared],
+                           r.env(hooked=False))
+            apps = r.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         r.env(hooked=False))
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            try:
+                proc = json.loads(status.stdout)["processes"][0]
+                used, pid, host = proc["devices"][0]["used_bytes"], proc["pid"], proc["host_pid"]
+            except (ValueError, KeyError, IndexError):
+                used, pid, host = -1, None, None
+            nvml_pids = {int(x.split(",")[0]) for x in apps.stdout.split(chr(10)) if x.strip()}
+            record("PID namespace: context charged through the host pid",
+                   line.startswith("holding=") and used >= GiB + 256 * MiB and host in nvml_pids and pid != host,
+                   f"pid in namespace={pid} host_pid={host} nvidia-smi pids={sorted(nvml_pids)} "
+                   f"charged={used / MiB:.0f} MiB for a 1024 MiB tensor")
 
     if "profile" not in skip:
         prof = tempfile.mkdtemp(prefix="gs-prof-")
