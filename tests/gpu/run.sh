@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool call: build gpuslice and the CUDA test programs on the GPU machine, then run the
 # functional scenarios and the overhead benchmark. Logs go to $OUT (or ./gpu-out).
-#   tests/gpu/run.sh [functional] [overhead] [accuracy] [multi]
+#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two]
+# (GPU_SKIP: functional groups to skip; TWO_ARGS: extra two_containers.py arguments)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-out}
@@ -44,7 +45,7 @@ for w in $what; do
     overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" ${OVERHEAD_SKIP:+--skip "$OVERHEAD_SKIP"} | tee "$out/overhead.txt" ;;
     accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
     multi) python3 tests/gpu/multi_gpu.py --build build --out "$out" || rc=1 ;;
-    two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/two_containers.txt" ;;
+    two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" ${TWO_ARGS:-} | tee "$out/two_containers.txt" ;;
   esac
 done
 exit $rc
