@@ -3,7 +3,7 @@
 
   python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out DIR
       [--seconds 10] [--schedule 100,20,100,50,100,80,20,100] [--workloads matmul,tiny,train]
-      [--cli build/bin/gpuslice] [--cpus 4-7]
+      [--cli build/bin/gpuslice] [--cpus auto]
 
 Per workload:
   1. an un-hooked process (no LD_PRELOAD) measures its throughput for --seconds;
@@ -35,7 +35,13 @@ Workloads:
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
-Every measured process is pinned to the same CPUs (--cpus), so base and hooked share the cores.
+Every measured process of a workload is pinned to the same CPUs (--cpus; default "auto": one CPU
+for matmul and tiny, two for train, whose autograd thread launches too). Why: on a virtual machine
+(the device machines are KVM guests) a launch-bound thread that sleeps through a throttled phase
+often wakes on another vCPU and then launches ~25% slower for the rest of its window, an effect of
+the host's scheduling that no sleep-based limiter can avoid; pinning takes it out of base and
+limited runs alike. Measured on the H100 guest, tiny kernels at 80%: 0.792 pinned to one vCPU,
+0.703 unpinned, 0.747 on four vCPUs (bench/results/h100-2026-11-23-b/pinning.txt).
 Default total: about 2 minutes per workload.
 
 Outputs in --out: compute_accuracy.csv (one row per limited phase), compute_accuracy.json (every
@@ -57,6 +63,7 @@ CONTROLLED_PREFIXES = ("GPUSLICE_", "CUDA_DEVICE_MEMORY_", "TENSOR_FUSION_", "HC
 CONTROLLED_NAMES = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "PFLOG", "LIBCUDA_LOG_LEVEL")
 
 TOLERANCE_POINTS = 5.0
+AUTO_CPUS = {"matmul": "4", "tiny": "4", "train": "4,5"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 
 
@@ -116,6 +123,8 @@ def parse_cpus(text):
 
 
 def worker(args):
+    if args.cpus == "auto":
+        args.cpus = AUTO_CPUS.get(args.workload, "")
     if args.cpus:
         usable = parse_cpus(args.cpus) & os.sched_getaffinity(0)
         if usable:
@@ -463,7 +472,9 @@ def main():
     ap.add_argument("--schedule", default="100,20,100,50,100,80,20,100",
                     help="limits of the phases of the hooked process (100 = unlimited)")
     ap.add_argument("--workloads", default="matmul,tiny,train")
-    ap.add_argument("--cpus", default="4-7", help="CPUs every measured process is pinned to ('' = none)")
+    ap.add_argument("--cpus", default="auto",
+                    help="CPUs every measured process is pinned to: a list like 4,5 or 4-7, '' = none, "
+                         "auto = per workload (see above)")
     # Worker mode (internal).
     ap.add_argument("--worker", default=None)
     ap.add_argument("--report", default=None)

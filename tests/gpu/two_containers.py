@@ -26,7 +26,7 @@ def start(tag, out, seconds, env_extra):
     report = os.path.join(out, f"two-{tag}.json")
     log = open(os.path.join(out, f"two-{tag}.log"), "w")
     p = subprocess.Popen([sys.executable, WORKER, "--worker", "matmul", "--seconds", str(seconds), "--warmup", "1.5",
-                          "--report", report], env=env, stdout=log, stderr=subprocess.STDOUT)
+                          "--report", report, "--cpus", ""], env=env, stdout=log, stderr=subprocess.STDOUT)
     return p, report
 
 
