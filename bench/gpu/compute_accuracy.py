@@ -276,16 +276,6 @@ class Timeline:
         return (self.iterations_at(b) - self.iterations_at(a)) / (b - a)
 
 
-def first_stable(times, in_band):
-    """Earliest time from which every later window is in band; None if the last one is not."""
-    stable = None
-    for t, ok in reversed(list(zip(times, in_band))):
-        if not ok:
-            break
-        stable = t
-    return stable
-
-
 class NvmlSampler:
     """Device utilization, SM clock and power every 100 ms, read through NVML by this parent process
     (which has no LD_PRELOAD, so it sees the real device)."""
@@ -403,53 +393,69 @@ def accuracy(args, runner, sampler):
                            "it_s": timeline.throughput(measured_from, end),
                            "util": util, "sm_mhz": clock, "watts": watts})
         data["phases"] = phases
-        free = [p for p in phases if p["limit"] >= 100]
-        free_it_s = sum(p["it_s"] for p in free) / len(free)
-        print(f"  unlimited phases {free_it_s:.1f} it/s vs un-hooked processes {unhooked_it_s:.1f} it/s "
-              f"(ratio {free_it_s / unhooked_it_s:.3f})", flush=True)
-        for i, p in enumerate(phases):
-            if p["limit"] >= 100:
-                continue
-            before = next((q for q in reversed(phases[:i]) if q["limit"] >= 100), None)
-            after = next((q for q in phases[i + 1:] if q["limit"] >= 100), None)
-            neighbours = [q for q in (before, after) if q]
-            base = sum(q["it_s"] for q in neighbours) / len(neighbours)
-            ratio = p["it_s"] / base
-            error = ratio * 100 - p["limit"]
-            windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])]
-            base_util = [q["util"] for q in neighbours if q["util"] is not None]
-            occupancy = (p["util"] / (sum(base_util) / len(base_util))
-                         if p["util"] is not None and base_util and sum(base_util) > 0 else None)
-            rows.append({
-                "workload": workload,
-                "limit": p["limit"],
-                "after_limit": phases[i - 1]["limit"],
-                "unlimited_it_s": round(base, 2),
-                "unlimited_drift_pct": round(100 * (after["it_s"] / before["it_s"] - 1), 2)
-                if before and after else None,
-                "limited_it_s": round(p["it_s"], 2),
-                "ratio": round(ratio, 4),
-                "error_points": round(error, 2),
-                "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4),
-                "min_1s_ratio": round(min(windows), 4) if windows else None,
-                "max_1s_ratio": round(max(windows), 4) if windows else None,
-                "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
-                "occupancy_ratio": None if occupancy is None else round(occupancy, 4),
-                "sm_mhz": None if p["sm_mhz"] is None else round(p["sm_mhz"]),
-                "unlimited_sm_mhz": round(sum(q["sm_mhz"] for q in neighbours) / len(neighbours))
-                if all(q["sm_mhz"] is not None for q in neighbours) else None,
-                "seconds": round(p["end"] - p["from"], 2),
-                "pass": abs(error) <= TOLERANCE_POINTS,
-            })
-            # Settling after this phase's change (the first second is inside the phase).
-            ws = window_ratios_between(timeline, base, p["start"], p["end"])
-            in_band = [abs(r * 100 - p["limit"]) <= TOLERANCE_POINTS for _, r in ws]
-            leading = first_stable([t for t, _ in ws], in_band)
-            transitions.append({
-                "workload": workload, "from": phases[i - 1]["limit"], "to": p["limit"],
-                "settle_leading_s": None if leading is None else round(max(0.0, leading - p["start"]), 2),
-            })
+        data["unhooked_it_s"] = unhooked_it_s
+        workload_rows, workload_transitions = analyse(workload, data)
+        rows += workload_rows
+        transitions += workload_transitions
     return rows, runs, transitions
+
+
+def analyse(workload, data):
+    """Rows (one per limited phase) and settling records of one phased run (data["phases"])."""
+    rows, transitions = [], []
+    phases = data["phases"]
+    timeline = Timeline(data["timeline"])
+    unhooked_it_s = data["unhooked_it_s"]
+    free = [p for p in phases if p["limit"] >= 100]
+    free_it_s = sum(p["it_s"] for p in free) / len(free)
+    print(f"  unlimited phases {free_it_s:.1f} it/s vs un-hooked processes {unhooked_it_s:.1f} it/s "
+          f"(ratio {free_it_s / unhooked_it_s:.3f})", flush=True)
+    for i, p in enumerate(phases):
+        if p["limit"] >= 100:
+            continue
+        before = next((q for q in reversed(phases[:i]) if q["limit"] >= 100), None)
+        after = next((q for q in phases[i + 1:] if q["limit"] >= 100), None)
+        neighbours = [q for q in (before, after) if q]
+        base = sum(q["it_s"] for q in neighbours) / len(neighbours)
+        ratio = p["it_s"] / base
+        error = ratio * 100 - p["limit"]
+        windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])]
+        base_util = [q["util"] for q in neighbours if q["util"] is not None]
+        occupancy = (p["util"] / (sum(base_util) / len(base_util))
+                     if p["util"] is not None and base_util and sum(base_util) > 0 else None)
+        rows.append({
+            "workload": workload,
+            "limit": p["limit"],
+            "after_limit": phases[i - 1]["limit"],
+            "unlimited_it_s": round(base, 2),
+            "unlimited_drift_pct": round(100 * (after["it_s"] / before["it_s"] - 1), 2)
+            if before and after else None,
+            "limited_it_s": round(p["it_s"], 2),
+            "ratio": round(ratio, 4),
+            "error_points": round(error, 2),
+            "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4),
+            "min_1s_ratio": round(min(windows), 4) if windows else None,
+            "max_1s_ratio": round(max(windows), 4) if windows else None,
+            "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
+            "occupancy_ratio": None if occupancy is None else round(occupancy, 4),
+            "sm_mhz": None if p["sm_mhz"] is None else round(p["sm_mhz"]),
+            "unlimited_sm_mhz": round(sum(q["sm_mhz"] for q in neighbours) / len(neighbours))
+            if all(q["sm_mhz"] is not None for q in neighbours) else None,
+            "seconds": round(p["end"] - p["from"], 2),
+            "pass": abs(error) <= TOLERANCE_POINTS,
+        })
+        # Settling after this phase's change (the first second is inside the phase): when the
+        # first 1 s window starting after the change is in band, and how many later ones are.
+        ws = window_ratios_between(timeline, base, p["start"], p["end"])
+        in_band = [abs(r * 100 - p["limit"]) <= TOLERANCE_POINTS for _, r in ws]
+        first = next((t for (t, _), ok in zip(ws, in_band) if ok), None)
+        after_first = [ok for (t, _), ok in zip(ws, in_band) if first is not None and t >= first]
+        transitions.append({
+            "workload": workload, "from": phases[i - 1]["limit"], "to": p["limit"],
+            "first_in_band_s": None if first is None else round(max(0.0, first - p["start"]), 2),
+            "in_band_after_pct": round(100 * sum(after_first) / len(after_first)) if after_first else None,
+        })
+    return rows, transitions
 
 
 def window_ratios_between(timeline, baseline, a, b, width=1.0, step=0.1):
@@ -460,6 +466,28 @@ def window_ratios_between(timeline, baseline, a, b, width=1.0, step=0.1):
         out.append((round(t, 3), timeline.throughput(t, t + width) / baseline))
         t += step
     return out
+
+
+def report(rows, transitions):
+    """Prints the table and the settling lines."""
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    print()
+    print("| workload | limit % | after | unlimited it/s | limited it/s | throughput ratio | error (points) "
+          "| vs un-hooked processes | 1 s min..max | NVML util % | occupancy ratio | SM MHz (unlimited) | pass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
+              f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r['error_points']:+.1f} | {r['ratio_vs_unhooked']:.3f} | "
+              f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
+              f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
+              f"{'PASS' if r['pass'] else 'FAIL'} |")
+    print("\nsettling after `gpuslice set --compute`: first 1 s window [t, t+1 s] within ±5 points after "
+          "the change, and the share of later windows of the phase within ±5:")
+    for t in transitions:
+        print(f"  {t['workload']} {t['from']} -> {t['to']}: {t['first_in_band_s']} s, "
+              f"then {t['in_band_after_pct']}% of windows in band")
 
 
 def main():
@@ -475,6 +503,8 @@ def main():
     ap.add_argument("--cpus", default="auto",
                     help="CPUs every measured process is pinned to: a list like 4,5 or 4-7, '' = none, "
                          "auto = per workload (see above)")
+    ap.add_argument("--reanalyse", default=None, metavar="JSON",
+                    help="print the table again from a compute_accuracy.json of an earlier run")
     # Worker mode (internal).
     ap.add_argument("--worker", default=None)
     ap.add_argument("--report", default=None)
@@ -483,6 +513,23 @@ def main():
     if args.worker:
         args.workload = args.worker
         worker(args)
+        return 0
+
+    if args.reanalyse:
+        with open(args.reanalyse) as f:
+            saved = json.load(f)
+        rows, transitions = [], []
+        for run in saved["runs"]:
+            if "phases" in run:
+                print(f"{run['workload']}:")
+                if "unhooked_it_s" not in run:  # files written before it was stored
+                    plain = [x["throughput"] for x in saved["runs"]
+                             if x["workload"] == run["workload"] and not x.get("preloaded")]
+                    run["unhooked_it_s"] = sum(plain) / len(plain)
+                r, t = analyse(run["workload"], run)
+                rows += r
+                transitions += t
+        report(rows, transitions)
         return 0
 
     args.schedule = [int(x) for x in args.schedule.split(",") if x]
@@ -518,22 +565,7 @@ def main():
         json.dump({"rows": rows, "runs": runs, "transitions": transitions, "seconds": args.seconds,
                    "nvml": sampler.samples}, f)
 
-    def fmt(value, spec):
-        return "-" if value is None else format(value, spec)
-
-    print()
-    print("| workload | limit % | after | unlimited it/s | limited it/s | throughput ratio | error (points) "
-          "| vs un-hooked processes | 1 s min..max | NVML util % | occupancy ratio | SM MHz (unlimited) | pass |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
-              f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r['error_points']:+.1f} | {r['ratio_vs_unhooked']:.3f} | "
-              f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
-              f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
-              f"{'PASS' if r['pass'] else 'FAIL'} |")
-    print("\nsettling after `gpuslice set --compute` (leading 1 s windows within ±5 points):")
-    for t in transitions:
-        print(f"  {t['workload']} {t['from']} -> {t['to']}: {t['settle_leading_s']} s")
+    report(rows, transitions)
     failed = sum(not r["pass"] for r in rows)
     print(f"\n{len(rows) - failed}/{len(rows)} limited phases within ±{TOLERANCE_POINTS:g} points; "
           f"total {time.monotonic() - began:.0f} s")

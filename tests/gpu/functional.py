@@ -180,10 +180,12 @@ def main():
         print(status.stdout)
 
     if "pidns" not in skip:
-        # 5. In a PID namespace NVML lists host pids: the context footprint is still found and charged
-        # (the pid that appeared with the first context), and the slot shows the host pid.
+        # 5. In a PID namespace the context footprint is still found and charged. (Driver 580 answers
+        # NVML calls made inside the namespace with the namespace's pids, so the process finds itself
+        # directly; where host pids are reported, the pid that appeared with the first context is
+        # taken, which the mock end-to-end test covers.) The host pid is shown as information.
         if os.geteuid() != 0 or not shutil.which("unshare"):
-            record("PID namespace: context charged through the host pid", False, "needs root and unshare(1)")
+            record("PID namespace: context footprint charged", False, "needs root and unshare(1)")
         else:
             shared = tempfile.mkdtemp(prefix="gs-pidns-")
             env = r.env(GPUSLICE_MEMORY_LIMIT="8Gi", GPUSLICE_SHARED_DIR=shared)
@@ -204,8 +206,8 @@ def main():
             except (ValueError, KeyError, IndexError):
                 used, pid, host = -1, None, None
             nvml_pids = {int(x.split(",")[0]) for x in apps.stdout.split(chr(10)) if x.strip()}
-            record("PID namespace: context charged through the host pid",
-                   line.startswith("holding=") and used >= GiB + 256 * MiB and host in nvml_pids and pid != host,
+            record("PID namespace: context footprint charged",
+                   line.startswith("holding=") and used >= GiB + 256 * MiB,
                    f"pid in namespace={pid} host_pid={host} nvidia-smi pids={sorted(nvml_pids)} "
                    f"charged={used / MiB:.0f} MiB for a 1024 MiB tensor")
 
