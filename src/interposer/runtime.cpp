@@ -48,8 +48,9 @@ constexpr std::uint64_t kTurnPeriodNs = 100'000'000;
 std::atomic<int> g_phase{static_cast<int>(Phase::Uninitialised)};
 std::atomic<bool> g_forked_child{false};
 std::atomic<bool> g_watcher_running{false};
-// The pid NVML reports for this process; 0 until known. Outside a PID namespace that is getpid();
-// inside one NVML shows host pids, so it is learnt when this process's first context appears.
+// The pid NVML reports for this process; 0 until known. Usually getpid() (driver 580 answers with
+// the caller's namespace pids); where NVML shows host pids instead, it is learnt when this
+// process's first context appears (ContextProbe).
 std::atomic<unsigned> g_nvml_pid{0};
 Runtime* g_rt = nullptr;
 thread_local bool t_initialising = false;
