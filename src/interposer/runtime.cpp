@@ -408,8 +408,7 @@ unsigned nvml_pid_or_own() {
 
 void ContextProbe::before_creation(DeviceState& d) {
   armed_ = false;
-  if (!g_memory_active.load(std::memory_order_relaxed) || d.ledger_dev < 0 ||
-      d.has_context.load(std::memory_order_relaxed) || g_nvml_pid.load(std::memory_order_relaxed) != 0)
+  if (d.has_context.load(std::memory_order_relaxed) || g_nvml_pid.load(std::memory_order_relaxed) != 0)
     return;
   count_ = 0;
   NvmlProcessList list;

@@ -80,6 +80,7 @@ void reconcile_context_footprint(DeviceState& d);
 // Learns the pid NVML reports for this process (the host pid when it runs in a PID namespace):
 // NVML's process list of the device just before this process's first context on it and just
 // after; the pid that appeared is ours. Only armed for the first context while it is unknown.
+// Callers use it only for devices with a memory quota (the footprint is charged there alone).
 class ContextProbe {
  public:
   void before_creation(DeviceState& d);
