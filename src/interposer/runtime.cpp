@@ -18,6 +18,7 @@
 #include "interposer/alloc_table.h"
 #include "interposer/hooks.h"
 #include "interposer/launch_gate.h"
+#include "limiter/compute_limiter.h"
 #include "shared_state/proc_identity.h"
 
 namespace gpuslice::interposer {
@@ -42,8 +43,8 @@ struct Runtime {
   off_t limits_size = -1;
 };
 
-// The limiter's cycle (Tuning::period_ns): turns are offsets within it.
-constexpr std::uint64_t kTurnPeriodNs = 100'000'000;
+// The limiter's cycle: turns are offsets within it.
+constexpr std::uint64_t kTurnPeriodNs = limiter::Tuning{}.period_ns;
 
 std::atomic<int> g_phase{static_cast<int>(Phase::Uninitialised)};
 std::atomic<bool> g_forked_child{false};

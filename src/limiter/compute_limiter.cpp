@@ -58,10 +58,10 @@ std::uint64_t ComputeLimiter::window_budget_ns(unsigned limit) const {
   return std::max(tuning_.min_window_ns, tuning_.period_ns / 100 * limit);
 }
 
-// Idle time may bank at most what lets one extra window run back to back with the next one, so a
-// container waking from idle cannot start with a long burst (at most (1-L)·window extra).
+// Idle time banks at most (1-L) of max_bank_ns, so a container waking from idle cannot start with
+// a long burst. The bank only absorbs the jitter of sleeps and of windows that end early.
 std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
-  return static_cast<std::int64_t>(window_budget_ns(limit) / 100 * (100 - limit));
+  return static_cast<std::int64_t>(std::min(window_budget_ns(limit), tuning_.max_bank_ns) / 100 * (100 - limit));
 }
 
 void ComputeLimiter::gate(CUstream stream) {
@@ -72,6 +72,7 @@ void ComputeLimiter::gate(CUstream stream) {
     return;
   }
   std::uint64_t now = clock_.now_ns();
+  bool on_cycle = false;
   for (;;) {
     if (closing_.load(kAcquire)) {
       wait_for_closer();
@@ -95,6 +96,8 @@ void ComputeLimiter::gate(CUstream stream) {
         continue;
       }
       close_window(stream, gap ? CloseReason::Gap : CloseReason::Budget);
+      // A container that stays busy keeps to its cycle; one that paused starts again at once.
+      on_cycle = !gap;
     } else {
       if (!try_become_closer()) continue;
       if (window_start_ns_.load(kAcquire) != 0) {
@@ -102,7 +105,7 @@ void ComputeLimiter::gate(CUstream stream) {
         continue;
       }
     }
-    const std::uint64_t budget = wait_for_turn();
+    const std::uint64_t budget = wait_for_turn(on_cycle);
     now = clock_.now_ns();
     const unsigned limit = limit_percent();
     if (!unlimited(limit)) open_window(now, limit, budget);
@@ -146,7 +149,9 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   const std::uint64_t per_launch = ns_per_launch_.load(kRelaxed);
   std::uint64_t cap = tuning_.initial_launch_cap;
   if (per_launch != 0) {
-    cap = std::clamp<std::uint64_t>(budget / per_launch, 1, std::numeric_limits<std::uint32_t>::max() / 2);
+    // Rounded to the nearest launch, so that windows of long kernels end on average on time.
+    cap = std::clamp<std::uint64_t>((budget + per_launch / 2) / per_launch, 1,
+                                    std::numeric_limits<std::uint32_t>::max() / 2);
   }
   window_budget_ns_.store(budget, kRelaxed);
   window_limit_.store(limit, kRelaxed);
@@ -154,7 +159,7 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   window_launches_.store(0, kRelaxed);
   last_launch_ns_.store(now, kRelaxed);
   resume_at_ns_.store(0, kRelaxed);
-  window_start_ns_.store(now, kRelease);
+  window_start_ns_.store(std::max<std::uint64_t>(now, 1), kRelease);  // 0 means "no window"
 }
 
 void ComputeLimiter::abandon_window() {
@@ -220,11 +225,22 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
 
   if (reason == CloseReason::Budget && launches > 0) {
     // Wall time per launch of a window that was never idle: the device's cost when the queue was
-    // the bottleneck, the CPU's launch interval otherwise. Halving the weight each window adapts
-    // within a few windows to a new workload.
-    const std::uint64_t sample = std::max<std::uint64_t>(1, elapsed(start, end) / launches);
+    // the bottleneck, the CPU's launch interval otherwise. An estimate too low lets the next
+    // window queue more than it can run in time (an overrun, repaid later); one too high only ends
+    // a window early (it reopens at once). So a higher sample is taken at once and a lower one
+    // moves the estimate a quarter of the way, and only from a window that lasted at least half
+    // its length: short windows of cheap launches say little about the next full one. The first
+    // window's few launches make a rough sample, so the second replaces it.
+    const std::uint64_t lasted = elapsed(start, end);
+    const std::uint64_t sample = std::max<std::uint64_t>(1, lasted / launches);
     const std::uint64_t previous = ns_per_launch_.load(kRelaxed);
-    ns_per_launch_.store(previous == 0 ? sample : (previous + sample) / 2, kRelaxed);
+    std::uint64_t estimate = previous;
+    if (cost_samples_.fetch_add(1, kRelaxed) < 2 || sample >= previous) {
+      estimate = sample;
+    } else if (lasted >= window_budget_ns_.load(kRelaxed) / 2) {
+      estimate = previous - (previous - sample) / 4;
+    }
+    ns_per_launch_.store(estimate, kRelaxed);
   }
   window_start_ns_.store(0, kRelease);
 }
@@ -277,21 +293,47 @@ std::uint64_t ComputeLimiter::phase_offset() const {
   return source != nullptr ? source->load(kRelaxed) : kNoPhase;
 }
 
-// Waits until the container may open a window: its budget is not in debt and, with a phase, the
-// current cycle's turn has at least a minimum window left. Returns the window's length.
-std::uint64_t ComputeLimiter::wait_for_turn() {
+// The container's own cycle: chosen by whichever of its processes opens the first window, so all
+// of them open windows in the same part of every cycle.
+std::uint64_t ComputeLimiter::container_cycle_phase(std::uint64_t now) {
+  std::uint64_t anchor = shared_->cycle_anchor_ns.load(kAcquire);
+  if (anchor == 0) {
+    const std::uint64_t mine = now % tuning_.period_ns + 1;
+    anchor = shared_->cycle_anchor_ns.compare_exchange_strong(anchor, mine, kAcqRel) ? mine : anchor;
+  }
+  return anchor - 1;
+}
+
+// Waits until the container may open a window. Returns the window's length.
+// Off its cycle (first window, or after a pause) it opens as soon as the budget is out of debt.
+// On its cycle (node-wide turns, or while it stays busy: `on_cycle`) it opens only in the on part
+// of each cycle, so every on part starts one period after the last and a 1 s window holds whole
+// cycles however the windows' lengths vary (kernel lengths, processes closing at different times).
+// Inside the on part, the debt the part itself ran up does not hold it back (a window cut short
+// by its launch cap reopens at once); older debt does.
+std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
   for (;;) {
-    wait_for_tokens();
+    std::uint64_t phase = phase_offset();
+    if (phase == kNoPhase && !on_cycle) {
+      wait_for_tokens();
+      container_cycle_phase(clock_.now_ns());  // the first window anchors the container's cycle
+      return window_budget_ns(limit_percent());
+    }
     const unsigned limit = limit_percent();
     const std::uint64_t budget = window_budget_ns(limit);
-    const std::uint64_t phase = phase_offset();
-    if (unlimited(limit) || phase == kNoPhase) return budget;
-    const std::uint64_t period = tuning_.period_ns;
+    if (unlimited(limit)) return budget;
     const std::uint64_t now = clock_.now_ns();
-    // Position of `now` in the cycle, counted from the start of this container's turn.
+    refill(now, limit);
+    if (phase == kNoPhase) phase = container_cycle_phase(now);
+    const std::uint64_t period = tuning_.period_ns;
+    // Position of `now` in the cycle, counted from the start of this container's on part.
     const std::uint64_t into_turn = (now % period + period - phase % period) % period;
-    if (into_turn < budget && budget - into_turn >= tuning_.min_window_ns) return budget - into_turn;
-    const std::uint64_t nap = std::min(period - into_turn, tuning_.max_sleep_ns);
+    const std::int64_t deficit = -shared_->tokens_ns.load(kAcquire) - static_cast<std::int64_t>(into_turn);
+    const bool in_turn = into_turn < budget && budget - into_turn >= tuning_.min_window_ns;
+    if (in_turn && deficit <= 0) return budget - into_turn;
+    // In the on part but in debt: the allowance grows by 1 + limit% per ns. Otherwise: next cycle.
+    std::uint64_t nap = in_turn ? static_cast<std::uint64_t>(deficit) * 100 / (100 + limit) + 1 : period - into_turn;
+    nap = std::min(std::max(nap, kMinNapNs), tuning_.max_sleep_ns);
     resume_at_ns_.store(now + nap, kRelaxed);
     clock_.sleep_ns(nap);
     throttled_ns_.fetch_add(nap, kRelaxed);

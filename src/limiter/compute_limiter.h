@@ -28,8 +28,11 @@ struct DriverOps {
 // Controller constants. The defaults are what the library uses; tests may shorten them.
 struct Tuning {
   // Length of one on+off cycle when the container is continuously busy: the on phase (a
-  // "window") lasts limit% of it. Short enough that every 1 s window sees ~10 cycles.
-  std::uint64_t period_ns = 100'000'000;
+  // "window") lasts limit% of it. A 1 s window holds exactly two cycles. Not shorter: a GPU whose
+  // power cap holds its clock down at full load boosts during idle gaps the power controller
+  // averages over, and then does more than limit% of its full-load work per second (H100, bf16
+  // matmul at 50%: +12% work per busy second at a 100 ms cycle, +6% at 500 ms, 0% at 2 s).
+  std::uint64_t period_ns = 500'000'000;
   // Shortest window, so very low limits do not drain after every few launches.
   std::uint64_t min_window_ns = 2'000'000;
   // No launch (and no host sync) for this long ends the window: the device may have gone idle.
@@ -38,6 +41,8 @@ struct Tuning {
   std::uint64_t busy_drain_ns = 20'000;
   // Throttled threads re-read the limit and the shared tokens at least this often.
   std::uint64_t max_sleep_ns = 10'000'000;
+  // Device time that idle periods may bank, at most (scaled by 1 - limit): see burst_cap_ns().
+  std::uint64_t max_bank_ns = 20'000'000;
   // Launches allowed in the first window, before the cost of a launch has been measured.
   std::uint32_t initial_launch_cap = 2;
 };
@@ -95,7 +100,8 @@ class ComputeLimiter {
   void close_window(CUstream stream, CloseReason reason);
   void abandon_window();
   void wait_for_tokens();
-  std::uint64_t wait_for_turn();
+  std::uint64_t wait_for_turn(bool on_cycle);
+  std::uint64_t container_cycle_phase(std::uint64_t now);
   std::uint64_t phase_offset() const;
   void refill(std::uint64_t now, unsigned limit);
   std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end);
@@ -121,6 +127,7 @@ class ComputeLimiter {
   // Measured wall time per launch in dense windows (0 = not measured yet); sizes launch_cap_ so
   // that a deep queue of heavy kernels is drained before it can overrun the window.
   std::atomic<std::uint64_t> ns_per_launch_{0};
+  std::atomic<std::uint32_t> cost_samples_{0};
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> resume_at_ns_{0};

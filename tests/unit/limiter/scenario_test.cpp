@@ -209,9 +209,9 @@ TwoContainerResult two_containers(unsigned limit_a, unsigned limit_b, bool phase
   Container& b = s.add_container(limit_b);
   Process& pa = s.add_process(a);
   Process& pb = s.add_process(b);
-  // What a node-wide coordinator would hand out: consecutive turns in the 100 ms cycle.
+  // What a node-wide coordinator would hand out: consecutive turns in the cycle.
   std::atomic<std::uint64_t> phase_a{0};
-  std::atomic<std::uint64_t> phase_b{limit_a * kMs};
+  std::atomic<std::uint64_t> phase_b{limit_a * (Tuning{}.period_ns / 100)};
   if (phased) {
     pa.limiter->set_phase_source(&phase_a);
     pb.limiter->set_phase_source(&phase_b);
