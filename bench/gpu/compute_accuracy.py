@@ -214,7 +214,7 @@ class Runner:
             env["LD_PRELOAD"] = self.lib
             env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
             env["GPUSLICE_SHARED_DIR"] = shared
-            env["GPUSLICE_LOG_LEVEL"] = "warn"
+            env["GPUSLICE_LOG_LEVEL"] = "info"  # the limiter's statistics at exit
         report = os.path.join(self.logs, tag + ".json")
         argv = [sys.executable, os.path.abspath(__file__), "--worker", workload,
                 "--seconds", str(seconds), "--warmup", str(self.args.warmup), "--report", report,
@@ -241,6 +241,8 @@ class Runner:
         with open(report) as f:
             data = json.load(f)
         data["tag"] = tag
+        with open(os.path.join(self.logs, tag + ".log")) as f:
+            data["limiter_stats"] = [line.strip() for line in f if "compute limiter, device" in line]
         return data
 
     def run(self, workload, limit):
@@ -378,6 +380,8 @@ def accuracy(args, runner, sampler):
         print(f"{workload}:", flush=True)
         unhooked = [runner.run(workload, None)]
         data, changes = phased_run(args, runner, workload)
+        for line in data.get("limiter_stats", []):
+            print(f"  {line}", flush=True)
         unhooked.append(runner.run(workload, None))
         runs += unhooked + [data]
         t0 = data["t0_monotonic"]

@@ -1,8 +1,10 @@
 #include "interposer/launch_gate.h"
 
+#include <cinttypes>
 #include <new>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "interposer/hooks.h"
 #include "interposer/runtime.h"
 #include "limiter/compute_limiter.h"
@@ -74,7 +76,14 @@ void settle_limiters() {
   for (CUdevice dev = 0; dev < kMaxDevices; ++dev) {
     DeviceState* d = device_state_if_attached(dev);
     if (d == nullptr) continue;
-    if (limiter::ComputeLimiter* lim = d->limiter.load(std::memory_order_acquire)) lim->settle();
+    limiter::ComputeLimiter* lim = d->limiter.load(std::memory_order_acquire);
+    if (lim == nullptr) continue;
+    lim->settle();
+    const limiter::Stats s = lim->stats();
+    GS_LOG(Info, "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
+           " drains, %.3f s busy, %.3f s held back",
+           static_cast<int>(dev), s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
+           static_cast<double>(s.throttled_ns) / 1e9);
   }
   publish_compute_usage();
 }

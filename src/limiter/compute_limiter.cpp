@@ -50,6 +50,7 @@ Stats ComputeLimiter::stats() const {
   s.busy_ns = busy_ns_.load(kRelaxed);
   s.throttled_ns = throttled_ns_.load(kRelaxed);
   s.windows = windows_.load(kRelaxed);
+  s.paused_windows = paused_windows_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
   return s;
 }
@@ -96,7 +97,6 @@ void ComputeLimiter::gate(CUstream stream) {
         continue;
       }
       close_window(stream, gap ? CloseReason::Gap : CloseReason::Budget);
-      // A container that stays busy keeps to its cycle; one that paused starts again at once.
       on_cycle = !gap;
     } else {
       if (!try_become_closer()) continue;
@@ -222,6 +222,7 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end);
   busy_ns_.fetch_add(charged, kRelaxed);
   windows_.fetch_add(1, kRelaxed);
+  if (paused) paused_windows_.fetch_add(1, kRelaxed);
 
   if (reason == CloseReason::Budget && launches > 0) {
     // Wall time per launch of a window that was never idle: the device's cost when the queue was
@@ -305,53 +306,37 @@ std::uint64_t ComputeLimiter::container_cycle_phase(std::uint64_t now) {
 }
 
 // Waits until the container may open a window. Returns the window's length.
-// Off its cycle (first window, or after a pause) it opens as soon as the budget is out of debt.
-// On its cycle (node-wide turns, or while it stays busy: `on_cycle`) it opens only in the on part
-// of each cycle, so every on part starts one period after the last and a 1 s window holds whole
-// cycles however the windows' lengths vary (kernel lengths, processes closing at different times).
-// Inside the on part, the debt the part itself ran up does not hold it back (a window cut short
-// by its launch cap reopens at once); older debt does.
+// Each container has a cycle of period_ns whose first limit% is its on part (node-wide turns set
+// where; otherwise the container's first window does). A container that used up its last window
+// (`on_cycle`), or that takes turns, opens windows only in its on part: every on part then starts
+// one period after the last, and a 1 s window holds whole cycles however the windows' lengths vary
+// (kernel lengths, processes closing at different times). After a pause it may also open at once
+// when its budget is out of debt, so work that stays below the limit is never delayed. Inside the
+// on part, the debt the part itself ran up does not hold it back (a window cut short by its launch
+// cap or a short pause reopens at once); older debt does.
 std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
   for (;;) {
-    std::uint64_t phase = phase_offset();
-    if (phase == kNoPhase && !on_cycle) {
-      wait_for_tokens();
-      container_cycle_phase(clock_.now_ns());  // the first window anchors the container's cycle
-      return window_budget_ns(limit_percent());
-    }
     const unsigned limit = limit_percent();
     const std::uint64_t budget = window_budget_ns(limit);
     if (unlimited(limit)) return budget;
     const std::uint64_t now = clock_.now_ns();
     refill(now, limit);
+    const std::int64_t tokens = shared_->tokens_ns.load(kAcquire);
+    std::uint64_t phase = phase_offset();
+    const bool strict = on_cycle || phase != kNoPhase;
     if (phase == kNoPhase) phase = container_cycle_phase(now);
+    if (!strict && tokens >= 0) return budget;
     const std::uint64_t period = tuning_.period_ns;
     // Position of `now` in the cycle, counted from the start of this container's on part.
     const std::uint64_t into_turn = (now % period + period - phase % period) % period;
-    const std::int64_t deficit = -shared_->tokens_ns.load(kAcquire) - static_cast<std::int64_t>(into_turn);
+    const std::int64_t deficit = -tokens - static_cast<std::int64_t>(into_turn);
     const bool in_turn = into_turn < budget && budget - into_turn >= tuning_.min_window_ns;
     if (in_turn && deficit <= 0) return budget - into_turn;
-    // In the on part but in debt: the allowance grows by 1 + limit% per ns. Otherwise: next cycle.
+    // In the on part, the allowance grows by 1 + limit% per ns; off it, the next on part comes
+    // (and, unless strict, the end of the debt, at limit% per ns).
     std::uint64_t nap = in_turn ? static_cast<std::uint64_t>(deficit) * 100 / (100 + limit) + 1 : period - into_turn;
+    if (!strict) nap = std::min(nap, static_cast<std::uint64_t>(-tokens) * 100 / limit + 1);
     nap = std::min(std::max(nap, kMinNapNs), tuning_.max_sleep_ns);
-    resume_at_ns_.store(now + nap, kRelaxed);
-    clock_.sleep_ns(nap);
-    throttled_ns_.fetch_add(nap, kRelaxed);
-  }
-}
-
-void ComputeLimiter::wait_for_tokens() {
-  for (;;) {
-    const unsigned limit = limit_percent();
-    if (unlimited(limit)) return;
-    const std::uint64_t now = clock_.now_ns();
-    refill(now, limit);
-    const std::int64_t tokens = shared_->tokens_ns.load(kAcquire);
-    if (tokens >= 0) return;
-    // Debt is repaid at limit% of wall time. Sleep in bounded steps so a new limit, or charges
-    // from the container's other processes, are seen promptly.
-    const std::uint64_t wait = static_cast<std::uint64_t>(-tokens) * 100 / limit + 1;
-    const std::uint64_t nap = std::min(std::max(wait, kMinNapNs), tuning_.max_sleep_ns);
     resume_at_ns_.store(now + nap, kRelaxed);
     clock_.sleep_ns(nap);
     throttled_ns_.fetch_add(nap, kRelaxed);

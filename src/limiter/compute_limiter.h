@@ -51,6 +51,7 @@ struct Stats {
   std::uint64_t busy_ns = 0;       // device time this process charged to the container
   std::uint64_t throttled_ns = 0;  // time launching threads of this process were held back
   std::uint64_t windows = 0;       // measuring windows closed
+  std::uint64_t paused_windows = 0;  // of which ended by a pause in the launches
   std::uint64_t drains = 0;        // queue drains performed (ctx synchronize)
 };
 
@@ -99,7 +100,6 @@ class ComputeLimiter {
   void open_window(std::uint64_t now, unsigned limit, std::uint64_t budget);
   void close_window(CUstream stream, CloseReason reason);
   void abandon_window();
-  void wait_for_tokens();
   std::uint64_t wait_for_turn(bool on_cycle);
   std::uint64_t container_cycle_phase(std::uint64_t now);
   std::uint64_t phase_offset() const;
@@ -135,6 +135,7 @@ class ComputeLimiter {
   std::atomic<std::uint64_t> busy_ns_{0};
   std::atomic<std::uint64_t> throttled_ns_{0};
   std::atomic<std::uint64_t> windows_{0};
+  std::atomic<std::uint64_t> paused_windows_{0};
   std::atomic<std::uint64_t> drains_{0};
 };
 

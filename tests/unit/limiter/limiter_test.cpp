@@ -104,9 +104,12 @@ TEST_F(LimiterMechanics, PauseWithoutHostSyncIsChargedUpToOneWindow) {
   EXPECT_EQ(shared.busy_total_ns.load(), 30 * kMs);
   EXPECT_EQ(limiter.stats().busy_ns, 30 * kMs);
   EXPECT_EQ(limiter.stats().windows, 1u);
+  // The launch after the pause opened the next window at once, for the rest of the on part
+  // (window - 30 ms): the debt of this on part does not hold it back.
+  EXPECT_EQ(limiter.stats().throttled_ns, 0u);
   clock.now += window + 400 * kMs;
-  limiter.gate(nullptr);  // but never more than one window's budget after the last launch
-  EXPECT_EQ(shared.busy_total_ns.load(), 30 * kMs + window);
+  limiter.gate(nullptr);  // but a pause is never charged beyond its window's budget
+  EXPECT_EQ(shared.busy_total_ns.load(), window);
 }
 
 TEST_F(LimiterMechanics, HostSyncTellsWhenTheDeviceWentIdle) {
@@ -211,22 +214,39 @@ TEST_F(LimiterMechanics, IdleTimeBanksAtMostOneShortBurst) {
   EXPECT_EQ(cap, static_cast<std::int64_t>(Tuning{}.max_bank_ns / 2));
 }
 
-TEST_F(LimiterMechanics, DebtIsRepaidAtTheLimitRate) {
+// A container that used up its window waits for its next on part, one period after the last,
+// and old debt holds it back until repaid.
+TEST_F(LimiterMechanics, UsedUpWindowWaitsForTheNextOnPartAndOldDebt) {
   limit.store(25);
+  const std::uint64_t period = Tuning{}.period_ns;
+  const std::uint64_t window = period / 4;
+  ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
+  const std::uint64_t start = clock.now;
+  limiter.gate(nullptr);  // opens the window and starts the container's cycle
+  shared.tokens_ns.store(-10 * static_cast<std::int64_t>(kMs));
+  clock.now += window;  // window spent
+  limiter.gate(nullptr);
+  // At the next on part the debt is 10 ms + window - 25% of (window + off part) = 10 ms, and
+  // the on part's allowance grows at 125%: 8 ms more.
+  EXPECT_NEAR(static_cast<double>(clock.now - start), static_cast<double>(period + 8 * kMs), 1e3);
+  EXPECT_NEAR(static_cast<double>(limiter.stats().throttled_ns), static_cast<double>(period - window + 8 * kMs), 1e3);
+  EXPECT_EQ(limiter.stats().windows, 1u);
+}
+
+// Without a used-up window, a container out of debt opens at once, even off its on part: work
+// below the limit is not delayed.
+TEST_F(LimiterMechanics, AfterAPauseAContainerOutOfDebtOpensAtOnce) {
+  limit.store(25);
+  const std::uint64_t period = Tuning{}.period_ns;
   ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
   limiter.gate(nullptr);
-  shared.tokens_ns.store(-10 * static_cast<std::int64_t>(kMs));
-  Stubs::drain_ns = 0;
-  clock.now += 25 * kMs;  // window budget (25 ms) spent
-  const std::uint64_t before = clock.now;
-  limiter.gate(nullptr);
-  // Debt of 10 ms + 25 ms charged - 25% of elapsed time refilled, repaid at 25%: sleeps ~ (35 ms
-  // minus small refills) / 0.25. The exact value depends on chunking; it must be in range.
-  const std::uint64_t slept = clock.now - before;
-  EXPECT_GT(slept, 100 * kMs);
-  EXPECT_LT(slept, 145 * kMs);
-  EXPECT_GE(shared.tokens_ns.load(), 0);
-  EXPECT_EQ(limiter.stats().throttled_ns, slept);
+  clock.now += 1 * kMs;
+  limiter.note_host_sync();     // 1 ms of work, then
+  clock.now += period / 2;      // a pause into the off part
+  limiter.gate(nullptr);        // charged 1 ms, repaid long ago
+  EXPECT_EQ(limiter.stats().throttled_ns, 0u);
+  EXPECT_EQ(shared.busy_total_ns.load(), 1 * kMs);
+  EXPECT_EQ(limiter.stats().windows, 1u);
 }
 
 TEST_F(LimiterMechanics, LoweredLimitClosesTheWindowAtTheNextLaunch) {

@@ -83,6 +83,47 @@ INSTANTIATE_TEST_SUITE_P(Workloads, LimiterAccuracy,
                                   std::to_string(std::get<1>(param_info.param));
                          });
 
+class LimiterShortPauses : public ::testing::TestWithParam<unsigned> {};
+
+// (a') Busy work with short host pauses and no host sync, like a training step's Python work:
+// 20 kernels of 100 us launched at once, then 2 ms on the CPU. Each pause ends a window; the next
+// one must reopen within the on part, not wait for the whole budget to be repaid.
+TEST_P(LimiterShortPauses, BusyWorkWithShortHostPausesGetsItsShare) {
+  const unsigned limit = GetParam();
+  constexpr std::uint64_t kRun = 4 * kSec;
+  auto steps = [](Process& p, World& world) {
+    while (world.now() < kRun) {
+      for (int i = 0; i < 20; ++i) {
+        p.limiter->gate(nullptr);
+        world.launch(100 * kUs);
+        world.sleep(5 * kUs);
+      }
+      world.sleep(2 * kMs);
+    }
+  };
+  double baseline = 0;
+  {
+    Scenario s;
+    Container& box = s.add_container(0);
+    Process& p = s.add_process(box);
+    s.add_thread(p, [&] { steps(p, s.world); });
+    s.run();
+    baseline = s.world.work_done(p.ctx, 0, kRun) / static_cast<double>(kRun);
+  }
+  Scenario s;
+  Container& box = s.add_container(limit);
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] { steps(p, s.world); });
+  s.run();
+  const WindowRange range = s.sliding_throughput(p, baseline, 0, kRun);
+  const double target = limit / 100.0;
+  EXPECT_GE(range.min, target - kTolerance) << describe(range);
+  EXPECT_LE(range.max, target + kTolerance) << describe(range);
+  EXPECT_NEAR(range.mean, target, 0.02) << describe(range);
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, LimiterShortPauses, ::testing::Values(20u, 50u, 80u));
+
 class LimiterLongKernel : public ::testing::TestWithParam<unsigned> {};
 
 // (c) A 300 ms kernel among 1 ms ones. A launched kernel cannot be preempted, so the second that
