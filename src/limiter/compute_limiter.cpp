@@ -225,23 +225,19 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   if (paused) paused_windows_.fetch_add(1, kRelaxed);
 
   if (reason == CloseReason::Budget && launches > 0) {
-    // Wall time per launch of a window that was never idle: the device's cost when the queue was
-    // the bottleneck, the CPU's launch interval otherwise. An estimate too low lets the next
-    // window queue more than it can run in time (an overrun, repaid later); one too high only ends
-    // a window early (it reopens at once). So a higher sample is taken at once and a lower one
-    // moves the estimate a quarter of the way, and only from a window that lasted at least half
-    // its length: short windows of cheap launches say little about the next full one. The first
-    // window's few launches make a rough sample, so the second replaces it.
-    const std::uint64_t lasted = elapsed(start, end);
-    const std::uint64_t sample = std::max<std::uint64_t>(1, lasted / launches);
-    const std::uint64_t previous = ns_per_launch_.load(kRelaxed);
-    std::uint64_t estimate = previous;
-    if (cost_samples_.fetch_add(1, kRelaxed) < 2 || sample >= previous) {
-      estimate = sample;
-    } else if (lasted >= window_budget_ns_.load(kRelaxed) / 2) {
-      estimate = previous - (previous - sample) / 4;
-    }
-    ns_per_launch_.store(estimate, kRelaxed);
+    // Wall time per launch of windows that were never idle: the device's cost when the queue was
+    // the bottleneck, the CPU's launch interval otherwise. Sums of time and launches, halved every
+    // window, so each window counts by its launches: a window of a few launches slowed by a CPU
+    // hiccup, or a short one of another thread's cheap launches, barely moves an estimate made of
+    // thousands, while a new workload takes over within a few windows. The first window's two
+    // launches make a rough sample, so the second window replaces it.
+    const std::uint64_t lasted = std::max<std::uint64_t>(elapsed(start, end), launches);
+    const bool replace = cost_samples_.fetch_add(1, kRelaxed) < 2;
+    const std::uint64_t sum_ns = (replace ? 0 : cost_sum_ns_.load(kRelaxed) / 2) + lasted;
+    const std::uint64_t sum_launches = (replace ? 0 : cost_sum_launches_.load(kRelaxed) / 2) + launches;
+    cost_sum_ns_.store(sum_ns, kRelaxed);
+    cost_sum_launches_.store(sum_launches, kRelaxed);
+    ns_per_launch_.store(std::max<std::uint64_t>(1, sum_ns / sum_launches), kRelaxed);
   }
   window_start_ns_.store(0, kRelease);
 }

@@ -128,6 +128,8 @@ class ComputeLimiter {
   // that a deep queue of heavy kernels is drained before it can overrun the window.
   std::atomic<std::uint64_t> ns_per_launch_{0};
   std::atomic<std::uint32_t> cost_samples_{0};
+  std::atomic<std::uint64_t> cost_sum_ns_{0};        // decayed sums behind ns_per_launch_
+  std::atomic<std::uint64_t> cost_sum_launches_{0};
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> resume_at_ns_{0};
