@@ -31,7 +31,10 @@ new limit (leading windows [t, t+1 s]; a trailing 1 s moving average needs ~1 s 
 
 Workloads:
   matmul  4096^3 bf16 torch.matmul into a preallocated output (device-bound, ~0.2 ms per kernel)
-  tiny    x.add_(1) on a 1024-element tensor in a tight Python loop (a stream of tiny kernels)
+  tiny    x.add_(1) on a 1024-element tensor in a tight Python loop (a stream of tiny kernels,
+          launch-bound: its throughput is the CPU's launch rate)
+  burst   torch.cuda._sleep kernels of ~20 us in a tight loop (small kernels launched faster than
+          they run: the queue fills; not in the default set)
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
@@ -63,7 +66,7 @@ CONTROLLED_PREFIXES = ("GPUSLICE_", "CUDA_DEVICE_MEMORY_", "TENSOR_FUSION_", "HC
 CONTROLLED_NAMES = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "PFLOG", "LIBCUDA_LOG_LEVEL")
 
 TOLERANCE_POINTS = 5.0
-AUTO_CPUS = {"matmul": "4", "tiny": "4", "train": "4,5"}  # --cpus auto (see the docstring)
+AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 
 
@@ -88,6 +91,15 @@ def build_workload(name):
 
         def step():
             x.add_(1.0)
+
+        return step, None
+    if name == "burst":
+        # ~20 us spin kernels launched faster than they run: the queue fills, and only the
+        # limiter's launch cap keeps a window from queueing far more than it can run in time.
+        cycles = 40_000  # SM clock cycles: ~20 us at the H100's 1980 MHz
+
+        def step():
+            torch.cuda._sleep(cycles)
 
         return step, None
     if name == "train":
