@@ -80,7 +80,8 @@ void settle_limiters() {
     if (lim == nullptr) continue;
     lim->settle();
     const limiter::Stats s = lim->stats();
-    GS_LOG(Info, "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
+    GS_LOG(Info,
+           "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
            " drains, %.3f s busy, %.3f s held back",
            static_cast<int>(dev), s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
            static_cast<double>(s.throttled_ns) / 1e9);

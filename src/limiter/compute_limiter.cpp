@@ -62,7 +62,8 @@ std::uint64_t ComputeLimiter::window_budget_ns(unsigned limit) const {
 // Idle time banks at most (1-L) of max_bank_ns, so a container waking from idle cannot start with
 // a long burst. The bank only absorbs the jitter of sleeps and of windows that end early.
 std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
-  return static_cast<std::int64_t>(std::min(window_budget_ns(limit), tuning_.max_bank_ns) / 100 * (100 - limit));
+  return static_cast<std::int64_t>(std::min(window_budget_ns(limit), tuning_.max_bank_ns) / 100 *
+                                   (100 - limit));
 }
 
 void ComputeLimiter::gate(CUstream stream) {
@@ -330,7 +331,8 @@ std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
     if (in_turn && deficit <= 0) return budget - into_turn;
     // In the on part, the allowance grows by 1 + limit% per ns; off it, the next on part comes
     // (and, unless strict, the end of the debt, at limit% per ns).
-    std::uint64_t nap = in_turn ? static_cast<std::uint64_t>(deficit) * 100 / (100 + limit) + 1 : period - into_turn;
+    std::uint64_t nap =
+        in_turn ? static_cast<std::uint64_t>(deficit) * 100 / (100 + limit) + 1 : period - into_turn;
     if (!strict) nap = std::min(nap, static_cast<std::uint64_t>(-tokens) * 100 / limit + 1);
     nap = std::min(std::max(nap, kMinNapNs), tuning_.max_sleep_ns);
     resume_at_ns_.store(now + nap, kRelaxed);

@@ -48,11 +48,11 @@ struct Tuning {
 };
 
 struct Stats {
-  std::uint64_t busy_ns = 0;       // device time this process charged to the container
-  std::uint64_t throttled_ns = 0;  // time launching threads of this process were held back
-  std::uint64_t windows = 0;       // measuring windows closed
+  std::uint64_t busy_ns = 0;         // device time this process charged to the container
+  std::uint64_t throttled_ns = 0;    // time launching threads of this process were held back
+  std::uint64_t windows = 0;         // measuring windows closed
   std::uint64_t paused_windows = 0;  // of which ended by a pause in the launches
-  std::uint64_t drains = 0;        // queue drains performed (ctx synchronize)
+  std::uint64_t drains = 0;          // queue drains performed (ctx synchronize)
 };
 
 class ComputeLimiter {
@@ -128,7 +128,7 @@ class ComputeLimiter {
   // that a deep queue of heavy kernels is drained before it can overrun the window.
   std::atomic<std::uint64_t> ns_per_launch_{0};
   std::atomic<std::uint32_t> cost_samples_{0};
-  std::atomic<std::uint64_t> cost_sum_ns_{0};        // decayed sums behind ns_per_launch_
+  std::atomic<std::uint64_t> cost_sum_ns_{0};  // decayed sums behind ns_per_launch_
   std::atomic<std::uint64_t> cost_sum_launches_{0};
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};

@@ -229,7 +229,8 @@ TEST_F(LimiterMechanics, UsedUpWindowWaitsForTheNextOnPartAndOldDebt) {
   // At the next on part the debt is 10 ms + window - 25% of (window + off part) = 10 ms, and
   // the on part's allowance grows at 125%: 8 ms more.
   EXPECT_NEAR(static_cast<double>(clock.now - start), static_cast<double>(period + 8 * kMs), 1e3);
-  EXPECT_NEAR(static_cast<double>(limiter.stats().throttled_ns), static_cast<double>(period - window + 8 * kMs), 1e3);
+  EXPECT_NEAR(static_cast<double>(limiter.stats().throttled_ns),
+              static_cast<double>(period - window + 8 * kMs), 1e3);
   EXPECT_EQ(limiter.stats().windows, 1u);
 }
 
@@ -241,9 +242,9 @@ TEST_F(LimiterMechanics, AfterAPauseAContainerOutOfDebtOpensAtOnce) {
   ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
   limiter.gate(nullptr);
   clock.now += 1 * kMs;
-  limiter.note_host_sync();     // 1 ms of work, then
-  clock.now += period / 2;      // a pause into the off part
-  limiter.gate(nullptr);        // charged 1 ms, repaid long ago
+  limiter.note_host_sync();  // 1 ms of work, then
+  clock.now += period / 2;   // a pause into the off part
+  limiter.gate(nullptr);     // charged 1 ms, repaid long ago
   EXPECT_EQ(limiter.stats().throttled_ns, 0u);
   EXPECT_EQ(shared.busy_total_ns.load(), 1 * kMs);
   EXPECT_EQ(limiter.stats().windows, 1u);
