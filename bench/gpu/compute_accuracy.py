@@ -29,6 +29,10 @@ Settling: for every change into a limited phase (in the default schedule 100→2
 and 80→20), the time after the `gpuslice set` until every 1 s window stays within ±5 points of the
 new limit (leading windows [t, t+1 s]; a trailing 1 s moving average needs ~1 s more by construction).
 
+A schedule that repeats a limit (e.g. --seconds 2 --schedule 100,80,100,80,...,100) also gets the
+ratio pooled over that limit's phases: short phases interleaved with unlimited ones cancel slow
+drifts of the host's speed, which decide single 10 s phases of the launch-bound loops on a VM.
+
 Workloads:
   matmul  4096^3 bf16 torch.matmul into a preallocated output (device-bound, ~0.2 ms per kernel)
   tiny    x.add_(1) on a 1024-element tensor in a tight Python loop (a stream of tiny kernels,
