@@ -147,9 +147,11 @@ void ComputeLimiter::wait_for_closer() {
 }
 
 void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_t budget) {
-  const std::uint64_t per_launch = ns_per_launch_.load(kRelaxed);
+  // Only the closer thread writes the sums and opens windows, so the two loads agree.
+  const std::uint64_t launches = cost_sum_launches_.load(kRelaxed);
   std::uint64_t cap = tuning_.initial_launch_cap;
-  if (per_launch != 0) {
+  if (launches != 0) {
+    const std::uint64_t per_launch = std::max<std::uint64_t>(1, cost_sum_ns_.load(kRelaxed) / launches);
     // Rounded to the nearest launch, so that windows of long kernels end on average on time.
     cap = std::clamp<std::uint64_t>((budget + per_launch / 2) / per_launch, 1,
                                     std::numeric_limits<std::uint32_t>::max() / 2);
@@ -238,7 +240,6 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
     const std::uint64_t sum_launches = (replace ? 0 : cost_sum_launches_.load(kRelaxed) / 2) + launches;
     cost_sum_ns_.store(sum_ns, kRelaxed);
     cost_sum_launches_.store(sum_launches, kRelaxed);
-    ns_per_launch_.store(std::max<std::uint64_t>(1, sum_ns / sum_launches), kRelaxed);
   }
   window_start_ns_.store(0, kRelease);
 }

@@ -124,11 +124,11 @@ class ComputeLimiter {
   std::atomic<std::uint32_t> launch_cap_{0};
   std::atomic<std::uint64_t> last_launch_ns_{0};
   std::atomic<std::uint64_t> last_sync_ns_{0};
-  // Measured wall time per launch in dense windows (0 = not measured yet); sizes launch_cap_ so
-  // that a deep queue of heavy kernels is drained before it can overrun the window.
-  std::atomic<std::uint64_t> ns_per_launch_{0};
+  // Wall time and launches of dense windows, both halved at every window (0 launches = not
+  // measured yet): their ratio, the cost of a launch, sizes launch_cap_ so that a deep queue of
+  // heavy kernels is drained before it can overrun the window.
   std::atomic<std::uint32_t> cost_samples_{0};
-  std::atomic<std::uint64_t> cost_sum_ns_{0};  // decayed sums behind ns_per_launch_
+  std::atomic<std::uint64_t> cost_sum_ns_{0};
   std::atomic<std::uint64_t> cost_sum_launches_{0};
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};
