@@ -53,6 +53,11 @@ class E2E : public ::testing::Test {
     return run(argv, env);
   }
 
+  // A probe that allocates `bytes`, reports the container's live numbers every 100 ms and stays 20 s.
+  static std::vector<std::string> holder_argv(long long bytes) {
+    return {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(bytes), "--seconds", "20"};
+  }
+
   std::string dir_;
 };
 
@@ -143,9 +148,7 @@ TEST_F(E2E, NvmlReportsTheQuotaAndTheContainersUse) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "0=3Gi";
   std::string holder_out = dir_ + "/holder.out";
-  Background holder(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
-      holder_out);
+  Background holder(holder_argv(kGiB), env, holder_out);
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome o = probe({"--scenario", "nvml"}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -160,9 +163,7 @@ TEST_F(E2E, NvmlReportsTheQuotaAndTheContainersUse) {
 TEST_F(E2E, TwoProcessesShareOneQuota) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
-  Background holder(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
-      dir_ + "/holder.out");
+  Background holder(holder_argv(kGiB), env, dir_ + "/holder.out");
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -179,9 +180,7 @@ TEST_F(E2E, InAPidNamespaceTheContextIsChargedThroughTheHostPid) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
   env["GPUSLICE_MOCK_NVML_PID_OFFSET"] = std::to_string(kPidOffset);
-  Background holder(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
-      dir_ + "/holder.out");
+  Background holder(holder_argv(kGiB), env, dir_ + "/holder.out");
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
@@ -197,13 +196,9 @@ TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
   // The survivor watches the ledger while the victim dies.
-  Background survivor(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(256 * kMiB), "--seconds", "20"},
-      env, dir_ + "/survivor.out");
+  Background survivor(holder_argv(256 * kMiB), env, dir_ + "/survivor.out");
   ASSERT_TRUE(survivor.wait_for_output("hold_code=0", 10000));
-  Background victim(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(kGiB), "--seconds", "20"}, env,
-      dir_ + "/victim.out");
+  Background victim(holder_argv(kGiB), env, dir_ + "/victim.out");
   ASSERT_TRUE(victim.wait_for_output("hold_code=0", 10000)) << victim.output();
   long long expected_after = 2 * kGiB - 256 * kMiB - kContextBytes;
   std::string needle = "live_free=" + std::to_string(expected_after - kGiB - kContextBytes);
@@ -223,9 +218,7 @@ TEST_F(E2E, AKilledProcessGivesItsMemoryBackWithinOneSecond) {
 TEST_F(E2E, LiveSetChangesTheQuotaOfRunningProcesses) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
-  Background app(
-      {GPUSLICE_PROBE_APP, "--scenario", "hold", "--bytes", std::to_string(128 * kMiB), "--seconds", "20"},
-      env, dir_ + "/app.out");
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
   ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000));
   Outcome set =
       run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "1Gi"}, base_env(false));
