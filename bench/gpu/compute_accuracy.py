@@ -302,7 +302,7 @@ class NvmlSampler:
     def __init__(self, index=0, period=0.1):
         import ctypes
         import threading
-        self.samples = []  # (monotonic, util %, sm MHz, watts)
+        self.samples = []  # (monotonic, util %, sm MHz, watts, clock event reasons bit mask)
         self.ok = False
         try:
             self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -328,12 +328,15 @@ class NvmlSampler:
         util = Utilization()
         clock = ctypes.c_uint()
         milliwatts = ctypes.c_uint()
+        reasons = ctypes.c_ulonglong()
         while not self.stop.wait(self.period):
             if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(util)) != 0:
                 continue
             self.nvml.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(clock))  # NVML_CLOCK_SM
             self.nvml.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(milliwatts))
-            self.samples.append((time.monotonic(), util.gpu, clock.value, milliwatts.value / 1000.0))
+            self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle, ctypes.byref(reasons))
+            self.samples.append((time.monotonic(), util.gpu, clock.value, milliwatts.value / 1000.0,
+                                 reasons.value))
 
     def close(self):
         if self.ok:

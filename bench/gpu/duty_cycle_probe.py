@@ -15,47 +15,25 @@ tiny: a Python loop of tiny kernels (x.add_(1) on 1024 floats), pinned to one CP
 Writes duty_cycle_probe.json and prints a table.
 """
 import argparse
-import ctypes
 import json
 import os
-import threading
 import time
 
-NVML_CLOCK_SM = 1
+from compute_accuracy import NvmlSampler  # same folder
+
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
 
 
-class Sampler:
-    def __init__(self, period=0.002):
-        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        self.nvml.nvmlInit_v2()
-        self.handle = ctypes.c_void_p()
-        self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle))
-        self.period = period
-        self.samples = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        clock = ctypes.c_uint()
-        mw = ctypes.c_uint()
-        reasons = ctypes.c_ulonglong()
-        while not self.stop.wait(self.period):
-            self.nvml.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(clock))
-            self.nvml.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw))
-            self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle, ctypes.byref(reasons))
-            self.samples.append((time.monotonic(), clock.value, mw.value / 1000.0, reasons.value))
-
-    def summary(self, t0, t1):
-        s = [x for x in self.samples if t0 <= x[0] <= t1]
-        if not s:
-            return {}
-        n = len(s)
-        return {"sm_mhz": sum(x[1] for x in s) / n, "watts": sum(x[2] for x in s) / n,
-                "power_cap_frac": sum(1 for x in s if x[3] & SW_POWER_CAP) / n,
-                "hw_slowdown_frac": sum(1 for x in s if x[3] & HW_SLOWDOWN) / n, "samples": n}
+def nvml_summary(sampler, t0, t1):
+    """Mean SM clock and power, and the share of samples with power-cap or hardware slowdown."""
+    s = [x for x in sampler.samples if t0 <= x[0] <= t1]
+    if not s:
+        return {}
+    n = len(s)
+    return {"sm_mhz": sum(x[2] for x in s) / n, "watts": sum(x[3] for x in s) / n,
+            "power_cap_frac": sum(1 for x in s if x[4] & SW_POWER_CAP) / n,
+            "hw_slowdown_frac": sum(1 for x in s if x[4] & HW_SLOWDOWN) / n, "samples": n}
 
 
 def matmul_part(seconds):
@@ -66,7 +44,7 @@ def matmul_part(seconds):
     for _ in range(200):
         torch.matmul(a, b, out=out)
     torch.cuda.synchronize()
-    sampler = Sampler()
+    sampler = NvmlSampler(period=0.002)
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
 
     def burst(n):
@@ -108,7 +86,7 @@ def matmul_part(seconds):
                "busy_rate": kernels / busy, "occupancy": busy / (t1 - t0),
                "first_kernel_us": 1e6 * sorted(firsts)[len(firsts) // 2],
                "last_kernel_us": 1e6 * sorted(lasts)[len(lasts) // 2]}
-        row.update(sampler.summary(t0 + 0.5, t1))
+        row.update(nvml_summary(sampler, t0 + 0.5, t1))
         results.append(row)
         return row
 
@@ -129,7 +107,7 @@ def matmul_part(seconds):
               f"{r['busy_rate_vs_flat'] * r['occupancy']:.3f} | {r['occupancy']:.3f} | "
               f"{r.get('sm_mhz', 0):.0f} | {r.get('watts', 0):.0f} | {100 * r.get('power_cap_frac', 0):.0f} | "
               f"{r['first_kernel_us']:.0f} / {r['last_kernel_us']:.0f} |", flush=True)
-    sampler.stop.set()
+    sampler.close()
     return {"flat_rate": flat_rate, "rows": results, "samples": sampler.samples}
 
 
