@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -35,13 +36,19 @@ const Workload kWorkloads[] = {
     {"3us_kernels_cpu_bound", 3 * kUs, 6 * kUs, 2 * kSec},
 };
 
-double measure_unthrottled_rate(const Workload& w) {
+// Work per ns of `body` (one thread of one process) run without a limit until `run_ns`.
+double unthrottled_rate_of(const std::function<void(Process&, World&)>& body, std::uint64_t run_ns) {
   Scenario s;
   Container& box = s.add_container(0);
   Process& p = s.add_process(box);
-  s.add_thread(p, [&] { kernel_loop(p, s.world, w.kernel_ns, w.cpu_ns, w.run_ns); });
+  s.add_thread(p, [&] { body(p, s.world); });
   s.run();
-  return s.world.work_done(p.ctx, 0, w.run_ns) / static_cast<double>(w.run_ns);
+  return s.world.work_done(p.ctx, 0, run_ns) / static_cast<double>(run_ns);
+}
+
+double measure_unthrottled_rate(const Workload& w) {
+  return unthrottled_rate_of(
+      [&](Process& p, World& world) { kernel_loop(p, world, w.kernel_ns, w.cpu_ns, w.run_ns); }, w.run_ns);
 }
 
 // Deterministic, so each workload's baseline is simulated once.
@@ -101,15 +108,7 @@ TEST_P(LimiterShortPauses, BusyWorkWithShortHostPausesGetsItsShare) {
       world.sleep(2 * kMs);
     }
   };
-  double baseline = 0;
-  {
-    Scenario s;
-    Container& box = s.add_container(0);
-    Process& p = s.add_process(box);
-    s.add_thread(p, [&] { steps(p, s.world); });
-    s.run();
-    baseline = s.world.work_done(p.ctx, 0, kRun) / static_cast<double>(kRun);
-  }
+  const double baseline = unthrottled_rate_of(steps, kRun);
   Scenario s;
   Container& box = s.add_container(limit);
   Process& p = s.add_process(box);
