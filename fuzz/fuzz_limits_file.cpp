@@ -1,5 +1,5 @@
 // Fuzzes apply_limits_file: each input is written to a private temporary file and applied on top
-// of settings that already carry limits from the environment.
+// of settings that already carry limits from the environment, which it must never change.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -58,20 +58,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   gpuslice::config::apply_limits_file(settings, g_path);
 
   FUZZ_CHECK(settings.errors.size() <= 1);
-  if (!settings.ok()) {
-    // A malformed file applies nothing.
-    FUZZ_CHECK(settings.memory.lookup(0, "") == before.memory.lookup(0, ""));
-    FUZZ_CHECK(settings.compute.lookup(3, "") == before.compute.lookup(3, ""));
-    return 0;
-  }
-  // Caps can only lower a limit that exists, never raise or remove it.
+  // The environment's requests are never touched by the file: caps are kept apart.
   for (int index : {0, 1, 5}) {
     for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
-      const auto memory = settings.memory.lookup(index, uuid);
-      const auto env_memory = before.memory.lookup(index, uuid);
-      if (env_memory) FUZZ_CHECK(memory && *memory <= *env_memory && *memory > 0);
-      const auto compute = settings.compute.lookup(index, uuid);
-      FUZZ_CHECK(compute && *compute >= 1 && *compute <= 50);
+      FUZZ_CHECK(settings.memory.lookup(index, uuid) == before.memory.lookup(index, uuid));
+      FUZZ_CHECK(settings.compute.lookup(index, uuid) == before.compute.lookup(index, uuid));
+    }
+  }
+  if (!settings.ok()) {
+    // A malformed file applies nothing.
+    FUZZ_CHECK(settings.memory_cap.empty() && settings.compute_cap.empty());
+    return 0;
+  }
+  // Whatever the file says, a cap is a real limit: bytes > 0 and below 2^64-1, percent 1..100.
+  for (int index : {0, 1, 5}) {
+    for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
+      if (const auto cap = settings.memory_cap.lookup(index, uuid)) FUZZ_CHECK(*cap > 0 && *cap < ~0ULL);
+      if (const auto cap = settings.compute_cap.lookup(index, uuid)) FUZZ_CHECK(*cap >= 1 && *cap <= 100);
     }
   }
   return 0;

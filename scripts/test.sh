@@ -5,10 +5,15 @@
 #   3. TSan build, the concurrent components (ledger, limiter, profiler, interposer tables)
 #   4. libFuzzer (clang) on the parsers, briefly
 #   5. clang-format and clang-tidy
+#   6. the Helm chart, plain manifests, Grafana dashboard and alert rules (scripts/check-chart.sh)
+#   7. portability: the injected libraries' glibc floor, the e2e scenarios under glibc 2.31 and on
+#      aarch64 (qemu-user), install layout and Debian packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-stage() { printf '\n==== %s\n' "$*"; }
+# Each stage header shows the minutes spent so far, so CI logs tell which stage costs what.
+started=$SECONDS
+stage() { printf '\n==== [%d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
 
 stage "release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSLICE_BUILD_NODE=ON -DGPUSLICE_BUILD_TESTS=ON \
@@ -22,7 +27,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=address,un
   -DGPUSLICE_BUILD_TESTS=ON -DGPUSLICE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 stage "tests (ASan+UBSan)"
-GPUSLICE_STRESS_SECONDS=6 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# Programs under test preload our libraries ahead of the ASan runtime (verify_asan_link_order=0).
+GPUSLICE_STRESS_SECONDS=6 ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0 \
+  LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 stage "TSan build (concurrent components)"
@@ -47,5 +54,22 @@ scripts/check-format.sh
 
 stage "clang-tidy (the injected library's sources)"
 scripts/tidy.sh build
+
+stage "Helm chart, manifests, dashboard and alerts (helm, Kubernetes schemas, promtool, a test run of the daemon)"
+scripts/check-chart.sh build
+
+# --- portability (scripts/check-portable.sh, test-old-glibc.sh, test-aarch64.sh, test-install.sh)
+stage "portable injected libraries (glibc floor, no C++ runtime)"
+scripts/check-portable.sh build/lib/libgpuslice.so build/lib/libgpuslice-addpath.so
+
+stage "older glibc: e2e scenarios under Debian 11's glibc 2.31"
+scripts/test-old-glibc.sh build-oldglibc
+
+stage "aarch64: cross build, e2e scenarios under qemu-user"
+scripts/test-aarch64.sh build-aarch64
+
+stage "install layout and Debian packages (gpuslice run from a scratch root)"
+scripts/test-install.sh build
+# --- end portability
 
 stage "all stages passed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy of the compute limiter on a real GPU (SPEC §4), hooked vs un-hooked in one run.
+"""Accuracy of the compute limiter on a real GPU (docs/compute-limiter.md), hooked vs un-hooked in one run.
 
   python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out DIR
       [--seconds 10] [--schedule 100,20,100,50,100,80,20,100] [--workloads matmul,tiny,train]
@@ -21,7 +21,7 @@ nothing), and every ratio is also given against the un-hooked processes.
 Throughput is iterations per second of GPU time from CUDA events recorded every k iterations (no
 added host synchronisation). NVML is sampled by this (un-hooked) parent every 100 ms: per phase the
 mean device utilization (NVML's "a kernel was running" fraction) and SM clock. Occupancy ratio =
-utilization of the phase ÷ utilization of the neighbouring unlimited phases: SPEC §4's definition
+utilization of the phase ÷ utilization of the neighbouring unlimited phases: the definition in docs/compute-limiter.md
 for device-bound work; for launch-bound work the device is never fully busy, so throughput is the
 measure there.
 
@@ -37,6 +37,7 @@ Workloads:
   matmul  4096^3 bf16 torch.matmul into a preallocated output (device-bound, ~0.2 ms per kernel)
   tiny    x.add_(1) on a 1024-element tensor in a tight Python loop (a stream of tiny kernels,
           launch-bound: its throughput is the CPU's launch rate)
+  long10, long40, long100   one spin kernel of 10 / 40 / 100 ms at a time, each waited for
   burst   torch.cuda._sleep kernels of ~20 us in a tight loop (small kernels launched faster than
           they run: the queue fills; not in the default set)
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
@@ -71,7 +72,7 @@ CONTROLLED_PREFIXES = ("GPUSLICE_", "CUDA_DEVICE_MEMORY_", "TENSOR_FUSION_", "HC
 CONTROLLED_NAMES = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "PFLOG", "LIBCUDA_LOG_LEVEL")
 
 TOLERANCE_POINTS = 5.0
-AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5"}  # --cpus auto (see the docstring)
+AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5", "long10": "4", "long40": "4", "long100": "4"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 
 
@@ -105,6 +106,16 @@ def build_workload(name):
 
         def step():
             torch.cuda._sleep(cycles)
+
+        return step, None
+    if name.startswith("long"):
+        # One long spin kernel at a time (long10, long40, long100: milliseconds at the H100's
+        # 1980 MHz boost clock), each waited for: a window admits whole kernels only.
+        cycles = int(name[4:]) * 1_980_000
+
+        def step():
+            torch.cuda._sleep(cycles)
+            torch.cuda.synchronize()
 
         return step, None
     if name == "train":

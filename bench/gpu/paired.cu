@@ -10,6 +10,7 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -125,6 +126,20 @@ int main(int argc, char** argv) {
       (hooked ? ah : ad).push_back(ans);
     }
   }
+  // Each round's hooked and direct blocks ran back to back: their difference is one paired
+  // sample; the mean of the samples with a 95 % interval (t distribution) says what the hook adds.
+  auto paired = [](const std::vector<double>& hooked, const std::vector<double>& direct, const char* name) {
+    const size_t n = std::min(hooked.size(), direct.size());
+    double mean = 0, sq = 0;
+    for (size_t i = 0; i < n; ++i) mean += (hooked[i] - direct[i]) / n;
+    for (size_t i = 0; i < n; ++i) sq += (hooked[i] - direct[i] - mean) * (hooked[i] - direct[i] - mean);
+    const double sd = n > 1 ? std::sqrt(sq / (n - 1)) : 0;
+    const double t = n >= 60 ? 2.0 : n >= 30 ? 2.045 : n >= 20 ? 2.093 : 2.262;
+    std::printf("%s_added_mean_ns=%.1f %s_added_ci95_ns=%.1f %s_rounds=%zu\n", name, mean, name,
+                t * sd / std::sqrt(static_cast<double>(n)), name, n);
+  };
+  paired(lh, ld, "launch");
+  paired(ah, ad, "alloc_free");
   double mlh = median(lh), mld = median(ld), mah = median(ah), mad = median(ad);
   std::printf("launch_direct_ns=%.1f launch_hooked_ns=%.1f launch_added_ns=%.1f launch_ratio=%.4f\n", mld, mlh,
               mlh - mld, mlh / mld);

@@ -1,4 +1,4 @@
-// libgpuslice-addpath.so (SPEC §6, the vgpu.rs add-path helper). Loaded with LD_PRELOAD, it edits
+// libgpuslice-addpath.so (the vgpu.rs add-path helper, docs/addpath.md). Loaded with LD_PRELOAD, it edits
 // PATH, LD_PRELOAD and LD_LIBRARY_PATH before the program's main runs:
 //   TF_<X>=value          appends the entries of value to X
 //   TF_PREPEND_<X>=value  prepends them

@@ -63,6 +63,11 @@ Result<ParsedArgs> parse_args(const CommandSpec& spec, int argc, char** argv) {
       continue;
     }
     std::string value;
+    if (option->value_optional && !inline_value) {
+      if (i + 1 < argc && argv[i + 1][0] != '-' && argv[i + 1][0] != '\0') value = argv[++i];
+      parsed.values_.emplace_back(std::string(option->name), std::move(value));
+      continue;
+    }
     if (inline_value) {
       value = std::string(*inline_value);
     } else if (i + 1 < argc) {
@@ -85,7 +90,9 @@ void print_usage(const CommandSpec& spec, std::FILE* out) {
   std::size_t width = std::strlen("-h, --help");
   auto label = [](const OptionSpec& o) {
     std::string text(o.name);
-    if (!o.value_name.empty()) text += " " + std::string(o.value_name);
+    if (!o.value_name.empty()) {
+      text += o.value_optional ? " [" + std::string(o.value_name) + "]" : " " + std::string(o.value_name);
+    }
     return text;
   };
   for (const OptionSpec& o : spec.options) width = std::max(width, label(o).size());
@@ -186,11 +193,6 @@ Result<std::string> resolve_state_file(const ParsedArgs& args) {
   });
   if (!settings.ok()) return make_error(settings.errors.front());
   return settings.shared_file;
-}
-
-std::string resolve_limits_file() {
-  const char* path = std::getenv("GPUSLICE_LIMITS_FILE");
-  return path != nullptr && *path != '\0' ? std::string(path) : std::string("/etc/gpuslice/limits");
 }
 
 }  // namespace gpuslice::cli

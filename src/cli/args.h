@@ -22,6 +22,9 @@ struct OptionSpec {
   std::string_view name;        // "--memory"
   std::string_view value_name;  // "SIZE"; empty for a flag
   std::string_view help;
+  // The value may be left out ("--node", "--node ROOT", "--node=ROOT"): the next argument is taken
+  // only when it does not start with '-'. value() is then "" when it was left out.
+  bool value_optional = false;
 };
 
 struct CommandSpec {
@@ -68,10 +71,8 @@ std::optional<std::uint64_t> parse_interval_seconds(std::string_view text);
 
 // The state file for status/set/top: --file, else --shared-dir DIR (DIR/state), else what the
 // environment names (GPUSLICE_SHARED_DIR, then CUDA_DEVICE_MEMORY_SHARED_CACHE, as the
-// interposer resolves them), else /tmp/gpuslice/state.
+// interposer resolves them), else /tmp/gpuslice-<uid>/state.
 Result<std::string> resolve_state_file(const ParsedArgs& args);
-// The limits file the interposer would read (GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits).
-std::string resolve_limits_file();
 
 // Makes a relative path absolute against the current directory (no symlink resolution).
 std::string absolute_path(const std::string& path);

@@ -12,7 +12,10 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/library_check.h"
 #include "config/settings.h"
+#include "shared_state/ledger.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -26,15 +29,18 @@ const CommandSpec& run_spec() {
       "--device-limits gives each device its own memory quota, keyed by CUDA index or GPU UUID:\n"
       "  gpuslice run --device-limits 0=8Gi,1=4Gi -- python train.py\n"
       "--compute accepts one percentage or the same per-device form (0=30,1=50).\n"
-      "Processes started with the same --shared-dir share one quota per device.\n"
-      "The library is looked up in: --library, $GPUSLICE_LIBRARY, ../lib/libgpuslice.so next to this\n"
-      "executable, /usr/local/lib/gpuslice/libgpuslice.so.\n"
+      "Processes started with the same --shared-dir share one quota per device: when processes of\n"
+      "that container are running with another memory quota, run refuses (exit 1) and names the\n"
+      "quota in force; change it with 'gpuslice set --memory SIZE' or use another --shared-dir.\n"
+      "The library is looked up in: --library, $GPUSLICE_LIBRARY, ../lib/gpuslice/libgpuslice.so and\n"
+      "../lib/libgpuslice.so next to this executable, /usr/local/lib/gpuslice/libgpuslice.so.\n"
       "Exit status: COMMAND's; 127 if it is not found, 126 if it cannot be executed, 1 or 2 for\n"
       "gpuslice's own runtime or usage errors.",
       {
           {"--memory", "SIZE", "VRAM quota for every device (GPUSLICE_MEMORY_LIMIT)"},
           {"--device-limits", "LIST", "per-device VRAM quotas, e.g. 0=8Gi,1=4Gi"},
           {"--compute", "PCT", "share of the GPU's compute time, percent (GPUSLICE_COMPUTE_LIMIT)"},
+          {"--priority", "LEVEL", "high, normal or low among containers sharing a GPU (GPUSLICE_PRIORITY)"},
           {"--shared-dir", "DIR", "container-wide state directory (GPUSLICE_SHARED_DIR)"},
           {"--library", "PATH", "libgpuslice.so to preload"},
           {"--log-level", "LEVEL", "error, warn, info, debug or trace (GPUSLICE_LOG_LEVEL)"},
@@ -77,7 +83,10 @@ Result<std::string> find_library(const ParsedArgs& args) {
   }
   std::vector<std::string> candidates;
   std::string dir = executable_dir();
-  if (!dir.empty()) candidates.push_back(dir + "/../lib/libgpuslice.so");
+  if (!dir.empty()) {
+    candidates.push_back(dir + "/../lib/gpuslice/libgpuslice.so");  // installed (cmake --install, packages)
+    candidates.push_back(dir + "/../lib/libgpuslice.so");           // build tree
+  }
   candidates.emplace_back("/usr/local/lib/gpuslice/libgpuslice.so");
   for (const std::string& candidate : candidates) {
     if (readable_file(candidate)) return canonical(candidate);
@@ -109,6 +118,46 @@ std::string preload_value(const std::string& library) {
   return result;
 }
 
+// Processes of one state file share one quota per device, and a process never loosens the
+// request of a record that exists. So a run whose --memory differs from the container's would
+// silently get the container's quota (or tighten it for the others): refuse, saying what is in
+// force and how to change it. A state file with no live process is nobody's: its request is
+// replaced by this run's, so the command gets what it asked for.
+Result<bool> check_container_quota(const std::string& state_file, const config::DeviceValues& wanted,
+                                   const std::string& shown_flag) {
+  if (access(state_file.c_str(), F_OK) != 0) return true;  // a fresh container
+  auto opened = shm::Ledger::open(state_file, shm::Ledger::Mode::Observer);
+  if (!opened) return make_error(opened.error());
+  shm::Ledger& ledger = *opened.value();
+  if (ledger.writable()) ledger.reap_dead();
+  shm::Snapshot snap = ledger.snapshot();
+  if (!snap.error.empty()) return make_error(snap.error);
+  for (const shm::DeviceRow& row : snap.devices) {
+    // A device this run sets no quota for does not join the container's record for memory.
+    const auto wanted_here = wanted.lookup(row.index, row.uuid);
+    if (!wanted_here || *wanted_here == row.requested.quota) continue;
+    const std::uint64_t asked = *wanted_here;
+    if (snap.processes.empty()) {
+      if (ledger.writable()) ledger.set_quota(row.record, asked);
+      continue;
+    }
+    std::string message =
+        "the container of " + state_file + " already runs " + std::to_string(snap.processes.size()) +
+        " process(es) with a memory quota of " + format_bytes(row.quota) + " on device " +
+        std::to_string(row.record) + " (" + row.uuid + "); " + shown_flag + " asks for " +
+        format_bytes(asked) +
+        (asked > row.requested.quota ? ", which a process of the same container cannot get"
+                                     : ", which would lower the quota of the processes already running") +
+        ". Change the container's quota with 'gpuslice set --memory SIZE --shared-dir " +
+        snap.path.substr(0, snap.path.rfind('/')) +
+        "', or run with another --shared-dir for a quota of its own";
+    if (row.cap.quota != shm::kUnlimited && asked > row.cap.quota)
+      message += " (the container's read-only cap is " + format_bytes(row.cap.quota) + ")";
+    return make_error(message);
+  }
+  return true;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -134,11 +183,22 @@ int cmd_run(int argc, char** argv) {
         config::parse_device_values(*device_limits, config::ValueKind::Size, config::SizeDialect::Native);
     if (!values) return usage_error(spec, "--device-limits '" + *device_limits + "': " + values.error());
   }
+  std::optional<config::DeviceValues> wanted_memory;
+  if (memory || device_limits) {
+    auto values = config::parse_device_values(memory ? *memory : *device_limits, config::ValueKind::Size,
+                                              config::SizeDialect::Native);
+    if (values) wanted_memory = std::move(values).value();
+  }
   auto compute = args.value("--compute");
   if (compute) {
     auto values =
         config::parse_device_values(*compute, config::ValueKind::Percent, config::SizeDialect::Native);
     if (!values) return usage_error(spec, "--compute '" + *compute + "': " + values.error());
+  }
+  auto priority = args.value("--priority");
+  if (priority) {
+    auto level = config::parse_priority(*priority);
+    if (!level) return usage_error(spec, "--priority '" + *priority + "': " + level.error());
   }
   auto log_level = args.value("--log-level");
   if (log_level) {
@@ -148,12 +208,23 @@ int cmd_run(int argc, char** argv) {
 
   auto library = find_library(args);
   if (!library) return runtime_error(spec.name, library.error());
+  if (auto loadable = check_preloadable_library(*library); !loadable) {
+    return runtime_error(spec.name, loadable.error());
+  }
+
+  if (wanted_memory) {
+    auto state_file = resolve_state_file(args);
+    if (!state_file) return runtime_error(spec.name, state_file.error());
+    auto fits = check_container_quota(*state_file, *wanted_memory, memory ? "--memory" : "--device-limits");
+    if (!fits) return runtime_error(spec.name, fits.error());
+  }
 
   std::string preload = preload_value(*library);
   bool ok = setenv("LD_PRELOAD", preload.c_str(), 1) == 0;
   if (memory) ok = ok && setenv("GPUSLICE_MEMORY_LIMIT", memory->c_str(), 1) == 0;
   if (device_limits) ok = ok && setenv("GPUSLICE_MEMORY_LIMIT", device_limits->c_str(), 1) == 0;
   if (compute) ok = ok && setenv("GPUSLICE_COMPUTE_LIMIT", compute->c_str(), 1) == 0;
+  if (priority) ok = ok && setenv("GPUSLICE_PRIORITY", priority->c_str(), 1) == 0;
   if (auto dir = args.value("--shared-dir")) {
     ok = ok && setenv("GPUSLICE_SHARED_DIR", absolute_path(*dir).c_str(), 1) == 0;
   }

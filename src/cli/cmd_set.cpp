@@ -1,5 +1,7 @@
-// gpuslice set: change a running container's limits in its state file. Processes read the quota
-// on every reservation and the compute limit at every limiter decision, so the change is live.
+// gpuslice set: change a running container's requested limits in its state file. Processes read
+// the quota on every reservation and the compute limit at every limiter decision, so the change is
+// live. The read-only limits file still caps the request: the state file keeps both and applies
+// the smaller (shm::effective_quota), so nothing here can raise a cap or be undone by it.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "config/priority.h"
 #include "config/settings.h"
 #include "shared_state/ledger.h"
 
@@ -16,20 +19,26 @@ namespace {
 const CommandSpec& set_spec() {
   static const CommandSpec spec{
       "set",
-      "[--memory SIZE] [--compute PCT] [--device DEV] [options]",
-      "Change the memory quota and/or compute limit of a running container.",
+      "[--memory SIZE] [--compute PCT] [--priority LEVEL] [--device DEV] [options]",
+      "Change the memory quota, compute limit and/or priority of a running container.",
       "DEV is the DEV column of 'gpuslice status' (a device record) or a GPU UUID; without\n"
       "--device every device of the container is changed.\n"
       "--memory takes a size (8Gi, 512Mi, ...) or 'unlimited'; --compute a percentage 1-100 or\n"
       "'none'. Lowering the quota below current use frees nothing: new allocations are refused\n"
-      "until usage drops. A limit from the read-only limits file ($GPUSLICE_LIMITS_FILE, default\n"
-      "/etc/gpuslice/limits) cannot be raised from here.\n"
+      "until usage drops. A cap from the container's read-only limits file still applies: the limit\n"
+      "in force is the smaller of the two, and set prints it (and the cap) when the cap wins. The\n"
+      "cap is the one the container's processes read, recorded in the state file, so the answer is\n"
+      "the same from the host as from inside the container.\n"
+      "--priority (high, normal or low) is the container's level among containers sharing a GPU,\n"
+      "for all its devices; its processes apply it within 100 ms.\n"
       "HAMi: 'shrreg-tool --set-sm-limit DEV PCT' is 'gpuslice set --device DEV --compute PCT'.",
       {
           {"--memory", "SIZE", "new VRAM quota, or 'unlimited'"},
           {"--compute", "PCT", "new compute limit in percent, or 'none'"},
+          {"--priority", "LEVEL", "new priority: high, normal or low"},
           {"--device", "DEV", "device record index or GPU UUID (default: all devices)"},
-          {"--shared-dir", "DIR", "state directory (default: $GPUSLICE_SHARED_DIR, else /tmp/gpuslice)"},
+          {"--shared-dir", "DIR",
+           "state directory (default: $GPUSLICE_SHARED_DIR, else /tmp/gpuslice-<uid>)"},
           {"--file", "PATH", "state file itself"},
       }};
   return spec;
@@ -45,6 +54,11 @@ bool is_word(const std::string& text, const char* word) {
   return true;
 }
 
+// The ledger's level (-1 when never set).
+const char* priority_name(int level) {
+  return level >= 0 && level <= 2 ? config::priority_name(static_cast<config::Priority>(level)) : "not set";
+}
+
 }  // namespace
 
 int cmd_set(int argc, char** argv) {
@@ -57,8 +71,15 @@ int cmd_set(int argc, char** argv) {
     return usage_error(spec, "give --file or --shared-dir, not both");
   auto memory_text = args.value("--memory");
   auto compute_text = args.value("--compute");
-  if (!memory_text && !compute_text)
-    return usage_error(spec, "nothing to set: give --memory and/or --compute");
+  auto priority_text = args.value("--priority");
+  if (!memory_text && !compute_text && !priority_text)
+    return usage_error(spec, "nothing to set: give --memory, --compute and/or --priority");
+  std::optional<unsigned> priority;
+  if (priority_text) {
+    auto level = config::parse_priority(*priority_text);
+    if (!level) return usage_error(spec, "--priority '" + *priority_text + "': " + level.error());
+    priority = static_cast<unsigned>(*level);
+  }
 
   std::optional<std::uint64_t> memory;
   if (memory_text) {
@@ -88,12 +109,21 @@ int cmd_set(int argc, char** argv) {
   shm::Ledger& ledger = *opened.value();
   shm::Snapshot snap = ledger.snapshot();
 
+  if (priority) {
+    if (!ledger.writable())
+      return runtime_error(spec.name, "cannot change " + *path + ": it is read-only for this user");
+    ledger.set_priority(*priority);
+    std::printf("priority %s -> %s\n", priority_name(snap.priority), priority_name(ledger.priority()));
+    if (!memory && !compute) return kExitOk;
+  }
+
   std::vector<const shm::DeviceRow*> targets;
   if (auto device = args.value("--device")) {
     auto index = parse_uint(*device);
-    int record = index ? (*index < 64 ? static_cast<int>(*index) : -1) : ledger.find_device(*device);
     for (const auto& row : snap.devices) {
-      if (row.record == record) targets.push_back(&row);
+      bool named = index ? static_cast<std::uint64_t>(row.record) == *index
+                         : row.record == ledger.find_device(*device);
+      if (named) targets.push_back(&row);
     }
     if (targets.empty()) {
       return runtime_error(spec.name, "no device '" + *device + "' in " + *path + " (see gpuslice status)");
@@ -105,54 +135,45 @@ int cmd_set(int argc, char** argv) {
     }
   }
 
-  // Caps the administrator wrote: this command must not be a way around them.
-  config::Settings caps;
-  std::string limits_file = resolve_limits_file();
-  config::apply_limits_file(caps, limits_file);
-  if (!caps.ok()) return runtime_error(spec.name, caps.errors.front() + "; refusing to change limits");
-  for (const shm::DeviceRow* row : targets) {
-    if (memory) {
-      auto cap = caps.memory.lookup(row->index, row->uuid);
-      if (cap && *memory > *cap) {
-        return runtime_error(spec.name, "refused: " + limits_file + " caps the memory of device " +
-                                            std::to_string(row->record) + " (" + row->uuid + ") at " +
-                                            format_bytes(*cap) + "; asked for " + format_bytes(*memory));
-      }
-    }
-    if (compute) {
-      auto cap = caps.compute.lookup(row->index, row->uuid);
-      unsigned wanted = *compute == shm::kNoComputeLimit ? 100 : *compute;
-      if (cap && wanted > *cap) {
-        return runtime_error(
-            spec.name,
-            "refused: " + limits_file + " caps the compute of device " + std::to_string(row->record) + " (" +
-                row->uuid + ") at " + std::to_string(*cap) + "%; asked for " +
-                (*compute == shm::kNoComputeLimit ? std::string("none") : std::to_string(*compute) + "%"));
-      }
-    }
-  }
   if (!ledger.writable()) {
     return runtime_error(spec.name, "cannot change " + *path + ": it is read-only for this user");
   }
 
+  auto shown_percent = [](unsigned pct) {
+    return pct == shm::kNoComputeLimit ? std::string("none") : std::to_string(pct) + "%";
+  };
   for (const shm::DeviceRow* row : targets) {
+    const int record = row->record;
     if (memory) {
-      ledger.set_quota(row->record, *memory);
-      std::printf("device %d (%s): memory quota %s -> %s\n", row->record, row->uuid.c_str(),
-                  format_bytes(row->quota).c_str(), format_bytes(*memory).c_str());
-      std::uint64_t used = ledger.used(row->record);
-      if (*memory != shm::kUnlimited && used > *memory) {
+      ledger.set_quota(record, *memory);
+      // What is enforced is min(request, cap); the cap is the container's read-only limits file as
+      // its processes read it (the ledger carries it), so this is right from the host as well.
+      const std::uint64_t now = ledger.quota(record);
+      const std::uint64_t cap = ledger.caps(record).quota;
+      std::printf("device %d (%s): memory quota %s -> %s", record, row->uuid.c_str(),
+                  format_bytes(row->quota).c_str(), format_bytes(now).c_str());
+      if (now != *memory) {
+        std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",
+                    format_bytes(*memory).c_str(), format_bytes(cap).c_str(), format_bytes(now).c_str());
+      }
+      std::printf("\n");
+      std::uint64_t used = ledger.used(record);
+      if (now != shm::kUnlimited && used > now) {
         std::printf("  note: %s in use is above the new quota; new allocations are refused until it drops\n",
                     format_bytes(used).c_str());
       }
     }
     if (compute) {
-      ledger.set_compute_limit(row->record, *compute);
-      auto shown = [](unsigned pct) {
-        return pct == shm::kNoComputeLimit ? std::string("none") : std::to_string(pct) + "%";
-      };
-      std::printf("device %d (%s): compute limit %s -> %s\n", row->record, row->uuid.c_str(),
-                  shown(row->compute_limit).c_str(), shown(*compute).c_str());
+      ledger.set_compute_limit(record, *compute);
+      const unsigned now = ledger.compute_limit(record);
+      std::printf("device %d (%s): compute limit %s -> %s", record, row->uuid.c_str(),
+                  shown_percent(row->compute_limit).c_str(), shown_percent(now).c_str());
+      if (now != *compute) {
+        std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",
+                    shown_percent(*compute).c_str(), shown_percent(ledger.caps(record).compute).c_str(),
+                    shown_percent(now).c_str());
+      }
+      std::printf("\n");
     }
   }
   return kExitOk;

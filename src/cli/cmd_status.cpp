@@ -1,20 +1,25 @@
-// gpuslice status / top: what a container's state file says, after returning the bytes of
-// processes that died. `top` (or `status --watch`) refreshes until interrupted.
+// gpuslice status / top: what a container's state file says (after returning the bytes of
+// processes that died), or every container of the node (--node: a node root, or the daemon's API).
+// `top` on a terminal is a full-screen view (top_view.h); otherwise it refreshes the plain output.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/format.h"
-#include "shared_state/layout.h"
-#include "shared_state/ledger.h"
+#include "cli/status_source.h"
+#include "cli/status_text.h"
+#include "cli/top_view.h"
+#include "status/status_json.h"
 
 namespace gpuslice::cli {
 namespace {
+
+constexpr const char* kDefaultNodeRoot = "/var/lib/gpuslice";
 
 volatile sig_atomic_t g_interrupted = 0;
 
@@ -22,9 +27,15 @@ void on_interrupt(int) { g_interrupted = 1; }
 
 std::vector<OptionSpec> status_options(bool watch_flag) {
   std::vector<OptionSpec> options = {
-      {"--shared-dir", "DIR", "state directory (default: $GPUSLICE_SHARED_DIR, else /tmp/gpuslice)"},
+      {"--shared-dir", "DIR", "state directory (default: $GPUSLICE_SHARED_DIR, else /tmp/gpuslice-<uid>)"},
       {"--file", "PATH", "state file itself (default: DIR/state, or $CUDA_DEVICE_MEMORY_SHARED_CACHE)"},
-      {"--json", "", "machine-readable output (one JSON document per refresh)"},
+      {"--node", "ROOT",
+       "every container of the node: ROOT/containers/*/state/state (default ROOT: "
+       "$GPUSLICE_NODE_ROOT, else /var/lib/gpuslice)",
+       true},
+      {"--api", "URL", "every container of the node from the daemon's API, e.g. http://127.0.0.1:9410"},
+      {"--token-file", "FILE", "bearer token for --api (default: $GPUSLICE_NODE_TOKEN_FILE)"},
+      {"--json", "", "machine-readable output (one JSON document per refresh; schema in docs/api.md)"},
   };
   if (watch_flag) options.push_back({"--watch", "", "refresh until interrupted (same as gpuslice top)"});
   options.push_back({"--interval", "SECONDS", "refresh interval when watching (default 1, minimum 0.01)"});
@@ -38,123 +49,61 @@ const CommandSpec& status_spec() {
       "Processes that died are reaped (their memory returned) before the state is shown.\n"
       "Columns: DEV is the device record (what 'gpuslice set --device' takes), CUDA the index in\n"
       "the process that first used it; SHARE is the process's part of the device time the\n"
-      "container consumed.\n"
-      "Exit status: 0, 1 if the state file is missing or damaged, 2 for usage errors.",
+      "container consumed. When watching, NOW is the device's compute rate over the last interval\n"
+      "and REFUSED/INT the allocations refused in it.\n"
+      "Exit status: 0, 1 if the state file (or node root, or API) cannot be read, 2 for usage errors.",
       status_options(true)};
   return spec;
 }
 
 const CommandSpec& top_spec() {
-  static const CommandSpec spec{"top", "[options]", "Live view of 'gpuslice status'; Ctrl-C to quit.", "",
-                                status_options(false)};
+  static const CommandSpec spec{
+      "top", "[options]",
+      "Live view of 'gpuslice status': full-screen on a terminal (q quits, s sorts, d switches device).",
+      "On a terminal: header with time, GPUs, driver and CUDA version; per device a memory bar\n"
+      "(used/quota, and the card's total), the compute rate of the last interval against the\n"
+      "limit ('sm 23%/30%') and the allocations refused in it; process rows (pid, host pid,\n"
+      "memory, current share of the device). Not a terminal, or --json: the plain output of\n"
+      "'gpuslice status' once per interval.\n"
+      "Without --file, --shared-dir or --api, top shows every container of the node when the node\n"
+      "root ($GPUSLICE_NODE_ROOT, else /var/lib/gpuslice) is readable, else the container's own state.",
+      status_options(false)};
   return spec;
 }
 
-std::string percent_text(std::uint64_t part, std::uint64_t whole) {
-  if (whole == 0 || whole == shm::kUnlimited) return "-";
-  char text[16];
-  std::snprintf(text, sizeof text, "%.0f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
-  return text;
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-std::uint64_t device_busy_total(const shm::Snapshot& snap, std::size_t d) {
-  std::uint64_t total = 0;
-  for (const auto& p : snap.processes) total += d < p.busy_ns_by_device.size() ? p.busy_ns_by_device[d] : 0;
-  return total;
-}
-
-void print_table(const shm::Snapshot& snap, std::FILE* out) {
-  std::fprintf(out, "State file: %s\n\n", snap.path.c_str());
-  if (snap.devices.empty()) {
-    std::fprintf(out, "No device is attached yet (no limited process has used a GPU).\n");
-  } else {
-    Table devices({"DEV", "CUDA", "UUID", "QUOTA", "USED", "USE%", "COMPUTE", "REFUSED"},
-                  {true, true, false, true, true, true, true, true});
-    for (const auto& d : snap.devices) {
-      devices.add_row(
-          {std::to_string(d.record), std::to_string(d.index), d.uuid, format_bytes(d.quota),
-           format_bytes(d.used), percent_text(d.used, d.quota),
-           d.compute_limit == shm::kNoComputeLimit ? "none" : std::to_string(d.compute_limit) + "%",
-           std::to_string(d.refused_allocations)});
-    }
-    devices.print(out);
+// One refresh. Returns false (after printing why) when the source is unusable.
+bool show_once(const StatusSource& source, bool node, bool json, bool clear_screen,
+               status::RateTracker* rates, std::string_view command) {
+  StatusView view = read_status(source);
+  if (rates != nullptr) {
+    std::uint64_t now = monotonic_ns();
+    for (auto& c : view.containers) rates->update(c, now);
   }
-  std::fprintf(out, "\n");
-  if (snap.processes.empty()) {
-    std::fprintf(out, "No live process.\n");
-    return;
-  }
-  Table processes({"PID", "HOST PID", "DEV", "USED", "SHARE", "COMMAND"},
-                  {true, true, true, true, true, false});
-  for (const auto& p : snap.processes) {
-    std::string host = p.host_pid > 0 ? std::to_string(p.host_pid) : "-";
-    if (snap.devices.empty()) processes.add_row({std::to_string(p.pid), host, "-", "-", "-", p.command});
-    for (std::size_t d = 0; d < snap.devices.size(); ++d) {
-      std::uint64_t busy = p.busy_ns_by_device[d];
-      processes.add_row({std::to_string(p.pid), host, std::to_string(snap.devices[d].record),
-                         format_bytes(p.used_by_device[d]), percent_text(busy, device_busy_total(snap, d)),
-                         p.command});
-    }
-  }
-  processes.print(out);
-}
-
-std::string nullable(std::uint64_t value, std::uint64_t null_value) {
-  return value == null_value ? std::string("null") : std::to_string(value);
-}
-
-std::string to_json(const shm::Snapshot& snap) {
-  std::string out = "{\"path\":" + json_string(snap.path) +
-                    ",\"layout_version\":" + std::to_string(shm::layout::kLayoutVersion) + ",\"devices\":[";
-  for (std::size_t d = 0; d < snap.devices.size(); ++d) {
-    const auto& dev = snap.devices[d];
-    if (d > 0) out += ",";
-    out += "{\"record\":" + std::to_string(dev.record) + ",\"cuda_index\":" + std::to_string(dev.index) +
-           ",\"uuid\":" + json_string(dev.uuid) + ",\"total_bytes\":" + std::to_string(dev.total_bytes) +
-           ",\"quota_bytes\":" + nullable(dev.quota, shm::kUnlimited) +
-           ",\"used_bytes\":" + std::to_string(dev.used) +
-           ",\"compute_limit_percent\":" + nullable(dev.compute_limit, shm::kNoComputeLimit) +
-           ",\"refused_allocations\":" + std::to_string(dev.refused_allocations) + "}";
-  }
-  out += "],\"processes\":[";
-  for (std::size_t i = 0; i < snap.processes.size(); ++i) {
-    const auto& p = snap.processes[i];
-    if (i > 0) out += ",";
-    out += "{\"pid\":" + std::to_string(p.pid) +
-           ",\"host_pid\":" + (p.host_pid > 0 ? std::to_string(p.host_pid) : "null") +
-           ",\"command\":" + json_string(p.command) + ",\"devices\":[";
-    for (std::size_t d = 0; d < snap.devices.size(); ++d) {
-      std::uint64_t total = device_busy_total(snap, d);
-      char share[32] = "null";
-      if (total > 0) {
-        std::snprintf(share, sizeof share, "%.4f",
-                      static_cast<double>(p.busy_ns_by_device[d]) / static_cast<double>(total));
-      }
-      if (d > 0) out += ",";
-      out += "{\"record\":" + std::to_string(snap.devices[d].record) +
-             ",\"used_bytes\":" + std::to_string(p.used_by_device[d]) +
-             ",\"busy_ns\":" + std::to_string(p.busy_ns_by_device[d]) + ",\"compute_share\":" + share + "}";
-    }
-    out += "]}";
-  }
-  out += "]}";
-  return out;
-}
-
-// One refresh: open, reap, print. Returns false (after printing why) when the file is unusable.
-bool show_once(const std::string& path, bool json, bool clear_screen, std::string_view command) {
-  auto opened = shm::Ledger::open(path, shm::Ledger::Mode::Observer);
   if (clear_screen) std::fputs("\033[H\033[2J", stdout);
-  if (!opened) {
-    runtime_error(command, opened.error());
+  if (!view.error.empty() && (!node || view.containers.empty())) {
+    runtime_error(command, view.error);
     return false;
   }
-  opened.value()->reap_dead();
-  shm::Snapshot snap = opened.value()->snapshot();
+  if (!view.error.empty()) runtime_error(command, view.error);
   if (json) {
-    std::printf("%s\n", to_json(snap).c_str());
+    if (node) {
+      nlohmann::json containers = nlohmann::json::array();
+      for (const auto& c : view.containers) containers.push_back(status::to_json(c));
+      nlohmann::json doc = {{"schema_version", status::kSchemaVersion},
+                            {"source", source.kind == StatusSource::Kind::Api ? source.api.url : source.path},
+                            {"containers", std::move(containers)}};
+      std::printf("%s\n", status::dump(doc).c_str());
+    } else {
+      std::printf("%s\n", status::dump(status::to_json(view.containers.front())).c_str());
+    }
   } else {
-    print_table(snap, stdout);
+    print_view_text(view, node, stdout);
   }
   std::fflush(stdout);
   return true;
@@ -166,14 +115,27 @@ void sleep_interruptibly(std::uint64_t ns) {
   }
 }
 
-int status_main(const CommandSpec& spec, int argc, char** argv, bool always_watch) {
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+
+// On a node (the daemon's root is readable), top shows every container unless told otherwise.
+bool node_root_readable() {
+  std::string containers = env_or("GPUSLICE_NODE_ROOT", kDefaultNodeRoot) + "/containers";
+  return access(containers.c_str(), R_OK | X_OK) == 0;
+}
+
+int status_main(const CommandSpec& spec, int argc, char** argv, bool is_top) {
   ParsedArgs args;
   if (auto done = parse_command(spec, argc, argv, args)) return *done;
   if (!args.positionals.empty())
     return usage_error(spec, "unexpected argument '" + args.positionals[0] + "'");
-  if (args.has("--file") && args.has("--shared-dir"))
-    return usage_error(spec, "give --file or --shared-dir, not both");
-  bool watch = always_watch || args.has("--watch");
+  int sources = (args.has("--file") ? 1 : 0) + (args.has("--shared-dir") ? 1 : 0) +
+                (args.has("--node") ? 1 : 0) + (args.has("--api") ? 1 : 0);
+  if (sources > 1) return usage_error(spec, "give only one of --file, --shared-dir, --node and --api");
+  if (args.has("--token-file") && !args.has("--api")) return usage_error(spec, "--token-file needs --api");
+  bool watch = is_top || args.has("--watch");
   std::uint64_t interval_ns = 1000000000ULL;
   if (auto text = args.value("--interval")) {
     auto parsed_interval = parse_interval_seconds(*text);
@@ -191,11 +153,37 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool always_watc
   if (!watch && (args.has("--interval") || args.has("--iterations"))) {
     return usage_error(spec, "--interval and --iterations need --watch (or gpuslice top)");
   }
-  auto path = resolve_state_file(args);
-  if (!path) return runtime_error(spec.name, path.error());
+
+  StatusSource source;
+  bool node = false;
+  if (auto url = args.value("--api")) {
+    node = true;
+    source.kind = StatusSource::Kind::Api;
+    source.api.url = *url;
+    source.api.token_file = args.value("--token-file").value_or(env_or("GPUSLICE_NODE_TOKEN_FILE", ""));
+    if (source.api.token_file.empty()) {
+      return usage_error(spec, "--api needs --token-file FILE (or $GPUSLICE_NODE_TOKEN_FILE)");
+    }
+  } else if (args.has("--node") || (is_top && sources == 0 && node_root_readable())) {
+    node = true;
+    source.kind = StatusSource::Kind::NodeRoot;
+    std::string root = args.value("--node").value_or("");
+    source.path = absolute_path(root.empty() ? env_or("GPUSLICE_NODE_ROOT", kDefaultNodeRoot) : root);
+  } else {
+    auto path = resolve_state_file(args);
+    if (!path) return runtime_error(spec.name, path.error());
+    source.path = *path;
+  }
   bool json = args.has("--json");
 
-  if (!watch) return show_once(*path, json, false, spec.name) ? kExitOk : kExitRuntime;
+  if (!watch) return show_once(source, node, json, false, nullptr, spec.name) ? kExitOk : kExitRuntime;
+
+  if (is_top && !json && isatty(STDOUT_FILENO) == 1 && top_view_available()) {
+    // A source that cannot be read at the start is an error, as for the plain output.
+    StatusView first = read_status(source);
+    if (!first.error.empty() && first.containers.empty()) return runtime_error(spec.name, first.error);
+    return run_top_view({source, node, interval_ns, iterations});
+  }
 
   struct sigaction action {};
   action.sa_handler = on_interrupt;
@@ -203,12 +191,13 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool always_watc
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   bool clear = !json && isatty(STDOUT_FILENO) == 1;
+  status::RateTracker rates;
   // A missing file at the start is an error; later it may come and go with the container.
-  if (!show_once(*path, json, clear, spec.name)) return kExitRuntime;
+  if (!show_once(source, node, json, clear, &rates, spec.name)) return kExitRuntime;
   for (std::uint64_t done = 1; !g_interrupted && (iterations == 0 || done < iterations); ++done) {
     sleep_interruptibly(interval_ns);
     if (g_interrupted) break;
-    show_once(*path, json, clear, spec.name);
+    show_once(source, node, json, clear, &rates, spec.name);
   }
   return kExitOk;
 }

@@ -1,15 +1,19 @@
-// Reads every variable of SPEC §2 and resolves precedence between gpuslice and the systems it
+// Reads every variable of docs/configuration.md and resolves precedence between gpuslice and the systems it
 // replaces. Each malformed variable adds exactly one message; nothing here decides what to do
 // about them (the interposer fails closed on any).
 #include "config/settings.h"
 
+#include <unistd.h>  // environ
+
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "config/default_paths.h"
 #include "config/parse_internal.h"
 #include "config/text_util.h"
 
@@ -18,16 +22,41 @@ namespace gpuslice::config {
 namespace {
 
 // HAMi-core's per-device variables (CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i>) are
-// probed by name, since an EnvLookup cannot list the environment; HAMi-core itself stops at 16.
-constexpr int kProbedHamiDevices = 64;
+// probed by name for every ordinal, since an EnvLookup cannot list the environment; the names the
+// caller could list are checked for suffixes that are no ordinal.
+constexpr const char* kHamiPerDevice[] = {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"};
 
-constexpr std::string_view kDefaultSharedDir = "/tmp/gpuslice";
-constexpr std::string_view kStateFileName = "state";
-constexpr std::string_view kDefaultLimitsFile = "/etc/gpuslice/limits";
+// True for "0".."63": the canonical decimal form of an ordinal below kMaxCudaDevices.
+bool is_device_ordinal(std::string_view text) {
+  if (text.empty() || text.size() > 2 || (text.size() > 1 && text.front() == '0')) return false;
+  int value = 0;
+  for (char c : text) {
+    if (!detail::is_digit(c)) return false;
+    value = value * 10 + (c - '0');
+  }
+  return value < kMaxCudaDevices;
+}
 
 class Loader {
  public:
   Loader(const EnvLookup& getenv_fn, Settings& settings) : getenv_(getenv_fn), settings_(settings) {}
+
+  // NAME_<suffix> variables of HAMi-core whose suffix names no device ordinal would otherwise be
+  // ignored, leaving that device unlimited: each is an error naming the variable.
+  void check_per_device_names(const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      for (const char* base : kHamiPerDevice) {
+        const std::size_t length = std::strlen(base);
+        if (name.size() <= length || name.compare(0, length, base) != 0 || name[length] != '_') continue;
+        const std::string_view suffix = std::string_view(name).substr(length + 1);
+        auto value = get(name.c_str());
+        if (!value || is_device_ordinal(suffix)) continue;  // an empty variable counts as unset
+        fail(name, *value,
+             "'" + detail::printable(suffix, 32) + "' is not a device index (0-" +
+                 std::to_string(kMaxCudaDevices - 1) + ", no leading zeros)");
+      }
+    }
+  }
 
   // The variable's value; an empty value counts as unset.
   std::optional<std::string_view> get(const char* name) const {
@@ -99,7 +128,7 @@ class Loader {
       }
     };
     char variable[96];
-    for (int i = 0; i < kProbedHamiDevices; ++i) {
+    for (int i = 0; i < kMaxCudaDevices; ++i) {
       std::snprintf(variable, sizeof variable, "%s_%d", name, i);
       std::optional<std::uint64_t> value;
       parse(variable, value);
@@ -167,8 +196,16 @@ class Loader {
     return text;
   }
 
+  void load_priority() {
+    auto text = get("GPUSLICE_PRIORITY");
+    if (!text) return;
+    auto parsed = parse_priority(*text);
+    if (!parsed) return fail("GPUSLICE_PRIORITY", *text, parsed.error());
+    settings_.priority = *parsed;
+  }
+
   void load_paths() {
-    settings_.shared_dir = kDefaultSharedDir;
+    settings_.shared_dir = default_shared_dir();
     auto shared_dir = path("GPUSLICE_SHARED_DIR", /*absolute=*/true);
     auto hami_cache = path("CUDA_DEVICE_MEMORY_SHARED_CACHE", /*absolute=*/true);
     if (hami_cache && hami_cache->back() == '/') {
@@ -200,6 +237,9 @@ class Loader {
 
     auto limits_file = path("GPUSLICE_LIMITS_FILE", /*absolute=*/false);
     settings_.limits_file = limits_file ? *limits_file : kDefaultLimitsFile;
+    auto node_dir = path("GPUSLICE_NODE_DIR", /*absolute=*/false);
+    settings_.node_dir = node_dir ? *node_dir : kDefaultNodeDir;
+    if (auto visible = get("CUDA_VISIBLE_DEVICES")) settings_.visible_devices = *visible;
   }
 
  private:
@@ -209,17 +249,28 @@ class Loader {
 
 }  // namespace
 
-Settings load_settings(const EnvLookup& getenv_fn) {
+Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string>& names) {
   Settings settings;
   Loader loader(getenv_fn, settings);
+  loader.check_per_device_names(names);
   loader.load_limits();
   loader.load_log_level();
   loader.load_paths();
+  loader.load_priority();
   return settings;
 }
 
 Settings load_settings_from_environment() {
-  return load_settings([](const char* name) -> const char* { return std::getenv(name); });
+  std::vector<std::string> names;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* equals = std::strchr(*entry, '=');
+    if (equals == nullptr) continue;
+    for (const char* base : kHamiPerDevice) {
+      if (std::strncmp(*entry, base, std::strlen(base)) == 0)
+        names.emplace_back(*entry, static_cast<std::size_t>(equals - *entry));
+    }
+  }
+  return load_settings([](const char* name) -> const char* { return std::getenv(name); }, names);
 }
 
 }  // namespace gpuslice::config

@@ -1,7 +1,7 @@
-// Configuration of gpuslice: the native GPUSLICE_* variables and every compatibility dialect of
-// SPEC §2, parsed into one Settings value. Parsing never throws and never allocates after init;
-// every malformed variable yields one message naming the variable and its value, and callers
-// fail closed on any error (see docs/configuration.md for precedence and grammars).
+// Configuration of gpuslice: the native GPUSLICE_* variables and every compatibility dialect
+// (docs/configuration.md), parsed into one Settings value. Parsing never throws and never allocates after
+// init; every malformed variable yields one message naming the variable and its value, and callers fail
+// closed on any error (see docs/configuration.md for precedence and grammars).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/result.h"
+#include "config/priority.h"
 
 namespace gpuslice::config {
 
@@ -40,9 +41,9 @@ struct DeviceValues {
   std::optional<std::uint64_t> all;
   std::vector<std::pair<int, std::uint64_t>> by_index;
   std::vector<std::pair<std::string, std::uint64_t>> by_uuid;  // lower-case, as given ("gpu-…")
-  // Added: filled only by merge_by_precedence / merge_min when sources key devices differently
-  // (one by index, another by UUID) so that no single table answers every device exactly;
-  // lookup() consults them. Read limits through lookup(), not by walking the tables.
+  // Filled only by merge_by_precedence / merge_min when sources key devices differently (one by
+  // index, another by UUID) so that no single table answers every device exactly; lookup()
+  // consults them. Read limits through lookup(), not by walking the tables.
   std::vector<DeviceValues> fallbacks = {};  // lower-precedence sources, for devices without a value above
   std::vector<DeviceValues> caps = {};       // each caps the value per device (the smaller wins)
 
@@ -65,32 +66,51 @@ DeviceValues merge_min(DeviceValues a, DeviceValues b);
 
 // Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4 (error..trace).
 Result<log::Level> parse_log_level(std::string_view text);
-// Added: LIBCUDA_LOG_LEVEL numbers as HAMi-core means them: 0 errors, 1 warnings, 2-3 info, 4 debug.
+// LIBCUDA_LOG_LEVEL numbers as HAMi-core means them: 0 errors, 1 warnings, 2-3 info, 4 debug.
 Result<log::Level> parse_libcuda_log_level(std::string_view text);
 
+// CUDA ordinals a process can address: the interposer's device table and the per-device variables
+// (CUDA_DEVICE_MEMORY_LIMIT_<i>) both stop here. The container ledger holds fewer device *records*
+// (shm::layout::kMaxDevices): a process needs one only per limited device.
+inline constexpr int kMaxCudaDevices = 64;
+
 struct Settings {
+  // What the process asks for (environment); `gpuslice set` changes the same value live.
   DeviceValues memory;   // bytes
   DeviceValues compute;  // percent 1..100
+  // Caps from the read-only limits file. They never merge into the requests above: the limit
+  // that applies is min(request, cap), computed where both are kept (shm::effective_quota).
+  DeviceValues memory_cap;
+  DeviceValues compute_cap;
   log::Level log_level = log::Level::Warn;
-  std::string shared_dir;   // directory of container-wide state (GPUSLICE_SHARED_DIR, default /tmp/gpuslice)
+  std::string shared_dir;   // container-wide state (GPUSLICE_SHARED_DIR, default default_shared_dir())
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
   std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
-  std::string limits_file;  // GPUSLICE_LIMITS_FILE, default /etc/gpuslice/limits; read-only caps
-  std::vector<std::string> errors;  // one line per malformed variable: "VAR='value': why"
+  std::string limits_file;  // GPUSLICE_LIMITS_FILE, default kDefaultLimitsFile; read-only caps
+  std::string node_dir;     // GPUSLICE_NODE_DIR, default kDefaultNodeDir: shared by every container
+  std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
+  std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
+  std::vector<std::string> errors;   // one line per malformed variable: "VAR='value': why"
 
   bool ok() const { return errors.empty(); }
+  bool has_limits() const {
+    return !memory.empty() || !compute.empty() || !memory_cap.empty() || !compute_cap.empty();
+  }
 };
 
 using EnvLookup = std::function<const char*(const char*)>;
 
-// Reads every variable of SPEC §2 through `getenv_fn` (tests pass a map-backed lookup).
+// Reads every variable through `getenv_fn` (tests pass a map-backed lookup). `names` lists the
+// variables present where the caller can enumerate them: per-device variables whose suffix is not
+// a device index (CUDA_DEVICE_MEMORY_LIMIT_00, _64) are then errors instead of being unseen.
 // Neither loader reads the limits file: call apply_limits_file(s, s.limits_file) next.
-Settings load_settings(const EnvLookup& getenv_fn);
+Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string>& names = {});
+// The process environment; the only place the library reads it.
 Settings load_settings_from_environment();
 
-// Applies a read-only limits file (KEY=VALUE lines with the native variable names,
-// '#' comments). Values in it cap what the environment asked for: the smaller wins per device.
-// A missing file is not an error; an unreadable or malformed one is (appended to errors).
+// Reads the read-only limits file (config/limits_file.h) into memory_cap / compute_cap, replacing
+// what they held. A missing file is not an error (no caps); an unreadable or malformed one is
+// (appended to errors, caps unchanged).
 void apply_limits_file(Settings& settings, const std::string& path);
 
 }  // namespace gpuslice::config

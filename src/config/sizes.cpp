@@ -144,6 +144,12 @@ Result<std::uint64_t> parse_size_value(std::string_view text, SizeDialect dialec
     total += scaled / denominator;
   }
   if (total > kMaxBytes) return make_error(overflow_message());
+  // The ledger stores "no quota" as 2^64-1: accepting it as a size would silently mean unlimited.
+  if (total == kMaxBytes) {
+    return make_error(
+        "18446744073709551615 bytes (2^64-1) means 'no limit' inside gpuslice; leave the "
+        "variable unset for no limit");
+  }
   if (total == 0 && !allow_zero) return make_error("must be greater than 0");
   return static_cast<std::uint64_t>(total);
 }

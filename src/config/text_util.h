@@ -4,19 +4,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.h"
+
 namespace gpuslice::config::detail {
 
-inline bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
+using text::is_space;
+using text::trim;
 inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 inline char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-inline std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 inline bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

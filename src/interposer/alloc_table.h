@@ -9,7 +9,9 @@
 namespace gpuslice::interposer {
 
 // Separate key spaces: a VMM handle and a device pointer may hold the same number.
-enum class AllocKind : std::uint8_t { Linear, Array, MipmappedArray, VmmHandle, Count };
+// IpcImport: another process's memory opened here, with what the driver's per-process figure grew
+// by (memory_books.h, open_imported).
+enum class AllocKind : std::uint8_t { Linear, Array, MipmappedArray, VmmHandle, IpcImport, Count };
 
 struct AllocEntry {
   std::uint64_t bytes = 0;

@@ -1,21 +1,23 @@
 // Initialisation and context hooks: cuInit brings gpuslice up (failing closed on bad configuration);
 // creating a context charges its footprint, as the driver reports it, to the container.
 #include "common/log.h"
-#include "interposer/hooks.h"
-#include "interposer/runtime.h"
+#include "interposer/devices.h"
+#include "interposer/hook_prologue.h"
+#include "interposer/memory_books.h"
 
 namespace gs = gpuslice::interposer;
-using gs::HookId;
-using gs::ProfileScope;
 
 namespace {
 
-// Created around each context-creating call: the first context of the process on a limited
-// device charges its footprint, and (NVML before/after) tells which pid NVML gives this process.
+// Created around each context-creating call: the first context of the process on a device with a
+// ledger record charges its footprint, and (NVML before/after) tells which pid NVML gives this
+// process. A device with a record but no memory quota (a compute limit only) is not tracked per
+// allocation (its hooks stay a branch and a forward); the watcher's reconciliation then books the
+// driver's whole per-process figure, so status and metrics show its real use, not 0.
 class ContextCreation {
  public:
   explicit ContextCreation(CUdevice dev) {
-    if (!gs::g_memory_active.load(std::memory_order_relaxed)) return;
+    if (gs::ledger() == nullptr) return;
     device_ = gs::device_state(dev);
     if (device_ == nullptr || device_->ledger_dev < 0) {
       device_ = nullptr;
@@ -27,7 +29,14 @@ class ContextCreation {
   void succeeded() {
     if (device_ == nullptr || device_->has_context.exchange(true)) return;
     probe_.after_creation(*device_);
-    gs::reconcile_context_footprint(*device_);
+    if (gs::reconcile_context_footprint(*device_) == gs::FootprintResult::NotListed && !gs::memory_active()) {
+      // The driver's figure for this process is unknown (no NVML, or it cannot tell our pid): count
+      // allocations one by one instead, so the books hold them rather than a false 0 (the
+      // context's own footprint is then not in them).
+      GS_LOG(Info, "device %d: NVML does not list this process; counting its allocations one by one",
+             device_->index);
+      gs::g_memory_active.store(true, std::memory_order_release);
+    }
   }
 
  private:
@@ -38,21 +47,12 @@ class ContextCreation {
 }  // namespace
 
 GS_EXPORT CUresult cuInit(unsigned int Flags) {
-  ProfileScope scope(HookId::cuInit);
-  if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
-  auto real = REAL(cuInit);
-  if (real == nullptr) {
-    GS_LOG(Error, "libcuda.so.1 could not be loaded: no driver");
-    return CUDA_ERROR_NOT_INITIALIZED;
-  }
+  GS_CUDA_HOOK_PROLOGUE(cuInit);
   return real(Flags);
 }
 
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  ProfileScope scope(HookId::cuDevicePrimaryCtxRetain);
-  if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
-  auto real = REAL(cuDevicePrimaryCtxRetain);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  GS_CUDA_HOOK_PROLOGUE(cuDevicePrimaryCtxRetain);
   ContextCreation creation(dev);
   CUresult r = real(pctx, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();
@@ -60,10 +60,7 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 }
 
 GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  ProfileScope scope(HookId::cuCtxCreate_v2);
-  if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
-  auto real = REAL(cuCtxCreate_v2);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v2);
   ContextCreation creation(dev);
   CUresult r = real(pctx, flags, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();
@@ -72,10 +69,7 @@ GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice 
 
 GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
                                   CUdevice dev) {
-  ProfileScope scope(HookId::cuCtxCreate_v4);
-  if (CUresult err = gs::ensure_initialized(); err != CUDA_SUCCESS) return err;
-  auto real = REAL(cuCtxCreate_v4);
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v4);
   ContextCreation creation(dev);
   CUresult r = real(pctx, params, flags, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();

@@ -32,6 +32,9 @@
   X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, Ptsz, "cuMemFreeAsync")             \
   X(cuMemCreate, cuMemCreate, 10020, Plain, "cuMemCreate")                          \
   X(cuMemRelease, cuMemRelease, 10020, Plain, "cuMemRelease")                       \
+  X(cuIpcOpenMemHandle, cuIpcOpenMemHandle, 4010, Plain, "cuIpcOpenMemHandle")      \
+  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, Plain, "cuIpcOpenMemHandle")  \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, Plain, "cuIpcCloseMemHandle")   \
   X(cuArrayCreate_v2, cuArrayCreate, 3020, Plain, "cuArrayCreate")                  \
   X(cuArray3DCreate_v2, cuArray3DCreate, 3020, Plain, "cuArray3DCreate")            \
   X(cuArrayDestroy, cuArrayDestroy, 2000, Plain, "cuArrayDestroy")                  \
@@ -70,6 +73,26 @@
 #define GPUSLICE_NVML_HOOKS(X)                                                      \
   X(nvmlInit_v2, nvmlInit_v2, 0, Plain, "nvmlInit")                                 \
   X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, 0, Plain, "nvmlDeviceGetMemoryInfo") \
-  X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, Plain, "nvmlDeviceGetMemoryInfo")
+  X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, 0, Plain, "nvmlDeviceGetMemoryInfo") \
+  X(nvmlDeviceGetBAR1MemoryInfo, nvmlDeviceGetBAR1MemoryInfo, 0, Plain, "nvmlDeviceGetBAR1MemoryInfo") \
+  /* the tenant's view: own processes and own utilisation (nvml_processes.cpp, nvml_utilization.cpp) */ \
+  X(nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRunningProcesses, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlDeviceGetComputeRunningProcesses_v2, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_v3, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetGraphicsRunningProcesses, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlDeviceGetGraphicsRunningProcesses_v2, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v3, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetMPSComputeRunningProcesses, nvmlDeviceGetMPSComputeRunningProcesses, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlDeviceGetMPSComputeRunningProcesses_v2, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlDeviceGetMPSComputeRunningProcesses_v3, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetRunningProcessDetailList, nvmlDeviceGetRunningProcessDetailList, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessUtilization, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetProcessesUtilizationInfo, nvmlDeviceGetProcessesUtilizationInfo, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetUtilizationRates, nvmlDeviceGetUtilizationRates, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetEncoderUtilization, nvmlDeviceGetEncoderUtilization, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetDecoderUtilization, nvmlDeviceGetDecoderUtilization, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetSamples, nvmlDeviceGetSamples, 0, Plain, "nvmlDeviceGetUtilization") \
+  X(nvmlDeviceGetAccountingPids, nvmlDeviceGetAccountingPids, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  X(nvmlSystemGetProcessName, nvmlSystemGetProcessName, 0, Plain, "nvmlDeviceGetRunningProcesses")
 // clang-format on
 // NOLINTEND(cppcoreguidelines-macro-usage)

@@ -52,6 +52,11 @@ Fn real_function() {
   return reinterpret_cast<Fn>(real_address(id));
 }
 
+// The answer of a hook whose real function is missing: the library could not be loaded at all
+// (CUDA_ERROR_NOT_INITIALIZED, logged once) or this driver lacks the symbol (CUDA_ERROR_NOT_FOUND).
+CUresult missing_cuda_function();
+nvmlReturn_t missing_nvml_function();
+
 // The profile id of a hook (hooks sharing a profile name share an id).
 std::uint16_t profile_id(HookId id);
 

@@ -1,17 +1,16 @@
-// Work-submission hooks: kernels, cooperative kernels and graphs pass the compute limiter's gate
-// (when a limit is set) before reaching the driver. Host synchronisation hooks tell the limiter
-// when the application itself drained the queue.
-#include "interposer/hooks.h"
-#include "interposer/launch_gate.h"
-#include "interposer/runtime.h"
+// Work-submission hooks: kernels, cooperative kernels and graphs pass the compute gate (when a
+// limit is set) before reaching the driver; host synchronisations tell the gate when the
+// application itself drained the queue.
+#include "interposer/compute_gate.h"
+#include "interposer/hook_prologue.h"
+#include "interposer/sync_hook.h"
 
-using gpuslice::interposer::HookId;
-using gpuslice::interposer::ProfileScope;
+namespace gs = gpuslice::interposer;
 
 namespace {
 inline void gate(CUstream stream) {
-  if (gpuslice::interposer::g_compute_active.load(std::memory_order_relaxed)) [[unlikely]]
-    gpuslice::interposer::gate_launch(stream);
+  if (gs::compute_active()) [[unlikely]]
+    gs::gate_launch(stream);
 }
 }  // namespace
 
@@ -19,9 +18,7 @@ inline void gate(CUstream stream) {
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams, void** extra) {                                              \
-    ProfileScope scope(HookId::sym);                                                                       \
-    auto real = REAL(sym);                                                                                 \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
     gate(hStream);                                                                                         \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
   }
@@ -30,9 +27,7 @@ GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
 
 #define GS_LAUNCH_KERNEL_EX(sym)                                                                          \
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
-    ProfileScope scope(HookId::sym);                                                                      \
-    auto real = REAL(sym);                                                                                \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                               \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
     gate(config != nullptr ? config->hStream : nullptr);                                                  \
     return real(config, f, kernelParams, extra);                                                          \
   }
@@ -43,9 +38,7 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams) {                                                            \
-    ProfileScope scope(HookId::sym);                                                                       \
-    auto real = REAL(sym);                                                                                 \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
     gate(hStream);                                                                                         \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
   }
@@ -54,16 +47,14 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 
 #define GS_GRAPH_LAUNCH(sym)                                         \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
-    ProfileScope scope(HookId::sym);                                 \
-    auto real = REAL(sym);                                           \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;          \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                      \
     gate(hStream);                                                   \
     return real(hGraphExec, hStream);                                \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch)
 GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
-GS_HOOK_NOTIFYING_SYNC(cuCtxSynchronize, (void), ())
-GS_HOOK_NOTIFYING_SYNC(cuStreamSynchronize, (CUstream hStream), (hStream))
-GS_HOOK_NOTIFYING_SYNC(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
-GS_HOOK_NOTIFYING_SYNC(cuEventSynchronize, (CUevent hEvent), (hEvent))
+GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
+GS_SYNC_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream))
+GS_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
+GS_SYNC_HOOK(cuEventSynchronize, (CUevent hEvent), (hEvent))

@@ -1,5 +1,5 @@
 // Path 3 of 3 to the driver: cuGetProcAddress / cuGetProcAddress_v2. The CUDA 12/13 runtime
-// obtains every driver entry point this way (SPEC §7), whatever cudaVersion and flags it passes.
+// obtains every driver entry point this way, whatever cudaVersion and flags it passes.
 // The real driver resolves the name; we hand back our hook when the result is the real address of
 // a hooked symbol (pointer identity covers every version and _ptsz/_ptds variant). Should a driver
 // ever return an address that is not its exported symbol, the name/version rule of the hook table
@@ -9,8 +9,9 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "interposer/ab_switch.h"
+#include "interposer/hook_prologue.h"
 #include "interposer/real_symbols.h"
-#include "interposer/runtime.h"
 
 namespace gpuslice::interposer {
 
@@ -46,19 +47,29 @@ void* route(const char* symbol, void* real_pfn, int cuda_version, cuuint64_t fla
     if (kHooks[i].library == Library::Cuda && is_real_address(static_cast<HookId>(i), real_pfn)) {
       GS_LOG(Trace, "cuGetProcAddress(%s, %d, %llu) -> hook %s", symbol, cuda_version,
              static_cast<unsigned long long>(flags), kHooks[i].symbol);
-      return kHooks[i].hook;
+      return handed_out(i, real_pfn);
     }
   }
-  // An exported symbol we do not hook (cuCtxCreate_v3, say) is passed through untouched; only an
-  // address with no symbol of its own is matched by name, since then we cannot tell its version.
+  // An exported function is known by its own name. A hooked name is hooked even when the address
+  // is not the one we forward to: a profiler's injection library (Nsight Compute preloads one under
+  // the driver's soname, exporting every entry point) becomes "the driver" for our lookups, while
+  // the driver's cuGetProcAddress keeps handing out its own functions. An exported symbol we do
+  // not hook (cuCtxCreate_v3, say) is passed through untouched. Only an address with no symbol of
+  // its own is matched by the requested name, since then we cannot tell its version.
   Dl_info info{};
-  if (dladdr(real_pfn, &info) != 0 && info.dli_saddr == real_pfn && info.dli_sname != nullptr)
-    return real_pfn;
+  if (dladdr(real_pfn, &info) != 0 && info.dli_saddr == real_pfn && info.dli_sname != nullptr) {
+    int idx = find_hook(info.dli_sname);
+    if (idx < 0 || kHooks[idx].library != Library::Cuda || real_address(static_cast<HookId>(idx)) == nullptr)
+      return real_pfn;
+    GS_LOG(Debug, "cuGetProcAddress(%s): the driver's own %s, not the one we forward to; hooked", symbol,
+           info.dli_sname);
+    return handed_out(static_cast<std::size_t>(idx), real_pfn);
+  }
   int idx = hook_by_rule(symbol, cuda_version, flags);
   if (idx >= 0 && real_address(static_cast<HookId>(idx)) != nullptr) {
     GS_LOG(Debug, "cuGetProcAddress(%s, %d): driver returned an unexported address; routed by name to %s",
            symbol, cuda_version, kHooks[idx].symbol);
-    return kHooks[idx].hook;
+    return handed_out(static_cast<std::size_t>(idx), real_pfn);
   }
   return real_pfn;
 }
@@ -67,16 +78,9 @@ void* route(const char* symbol, void* real_pfn, int cuda_version, cuuint64_t fla
 
 }  // namespace gpuslice::interposer
 
-using gpuslice::interposer::HookId;
-
 GS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult* symbolStatus) {
-  gpuslice::interposer::ProfileScope scope(HookId::cuGetProcAddress_v2);
-  // Lookups keep working under a broken configuration: the program then reaches our cuInit, which
-  // fails closed with the message, instead of a confusing "symbol not found".
-  gpuslice::interposer::ensure_initialized();
-  auto real = REAL(cuGetProcAddress_v2);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  GS_LOOKUP_HOOK_PROLOGUE(cuGetProcAddress_v2);
   CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (r == CUDA_SUCCESS && pfn != nullptr)
     *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);
@@ -84,10 +88,7 @@ GS_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaV
 }
 
 GS_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  gpuslice::interposer::ProfileScope scope(HookId::cuGetProcAddress);
-  gpuslice::interposer::ensure_initialized();
-  auto real = REAL(cuGetProcAddress);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  GS_LOOKUP_HOOK_PROLOGUE(cuGetProcAddress);
   CUresult r = real(symbol, pfn, cudaVersion, flags);
   if (r == CUDA_SUCCESS && pfn != nullptr)
     *pfn = gpuslice::interposer::route(symbol, *pfn, cudaVersion, flags);

@@ -174,3 +174,19 @@ constexpr std::array<std::uint16_t, kHookCount> kProfileIds = [] {
 std::uint16_t profile_id(HookId id) { return kProfileIds[static_cast<std::size_t>(id)]; }
 
 }  // namespace gpuslice::interposer
+
+namespace gpuslice::interposer {
+
+CUresult missing_cuda_function() {
+  if (library_handle(Library::Cuda) != nullptr) return CUDA_ERROR_NOT_FOUND;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) GS_LOG(Error, "libcuda.so.1 could not be loaded: no driver");
+  return CUDA_ERROR_NOT_INITIALIZED;
+}
+
+nvmlReturn_t missing_nvml_function() {
+  return library_handle(Library::Nvml) != nullptr ? NVML_ERROR_FUNCTION_NOT_FOUND
+                                                  : NVML_ERROR_DRIVER_NOT_LOADED;
+}
+
+}  // namespace gpuslice::interposer

@@ -1,4 +1,4 @@
-// Compute (SM time) limiter, SPEC §4. See docs/compute-limiter.md for the algorithm.
+// Compute (SM time) limiter. See docs/compute-limiter.md for the definition and the algorithm.
 // The launch hooks call gate() before submitting work, and only when a limit is configured for the
 // device: with no limit nothing here runs (no thread, no per-launch work beyond one branch).
 //

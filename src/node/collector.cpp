@@ -1,24 +1,145 @@
 #include "node/collector.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
 #include "common/log.h"
+#include "node/allocation_record.h"
 
 namespace gpuslice::node {
 namespace {
 
-std::uint64_t inode_of(const std::string& path) {
+// Depth of a container directory tree garbage collection descends (the state directory is the
+// container's to fill; a deeper tree is left for the operator and reported).
+constexpr int kMaxRemoveDepth = 32;
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads <dir>/<name> (a regular file, never through a symlink or from a FIFO) up to `max_bytes`.
+Result<std::string> read_small_regular_file(const std::string& dir, const char* name, std::size_t max_bytes) {
+  Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dirfd.get() < 0) return make_error(dir + ": " + std::strerror(errno));
+  Fd fd(::openat(dirfd.get(), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return make_error(dir + "/" + name + ": " + std::strerror(errno));
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  return static_cast<std::uint64_t>(st.st_ino);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return make_error(dir + "/" + name + ": not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return make_error(dir + "/" + name + ": too large");
+  std::string text(max_bytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(dir + "/" + name + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > max_bytes) return make_error(dir + "/" + name + ": too large");
+  text.resize(got);
+  return text;
+}
+
+// True while some process holds a lock on the ledger `path` (every live process of the container
+// holds one on its slot). Unknown counts as held: a directory is never removed on a guess.
+bool ledger_held(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return errno != ENOENT && errno != ELOOP && errno != ENOTDIR;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return true;
+  if (!S_ISREG(st.st_mode)) return false;  // not a ledger: no library process uses it
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;  // the whole file
+  if (::fcntl(fd.get(), F_OFD_GETLK, &fl) != 0) return true;
+  return fl.l_type != F_UNLCK;
+}
+
+// Removes `name` in `dirfd` with everything below it, never following a symlink: entries are reached
+// through directory descriptors opened with O_NOFOLLOW, so a link planted in the tree is removed, not
+// followed.
+bool remove_tree_at(int dirfd, const std::string& name, int depth, std::string& error) {
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return true;
+  if (errno != EISDIR && errno != EPERM) {
+    error = name + ": " + std::strerror(errno);
+    return false;
+  }
+  if (depth <= 0) {
+    error = name + ": directory tree too deep";
+    return false;
+  }
+  int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    error = name + ": " + std::strerror(errno);
+    return false;
+  }
+  DIR* dir = ::fdopendir(fd);
+  if (!dir) {
+    ::close(fd);
+    error = name + ": " + std::strerror(errno);
+    return false;
+  }
+  std::vector<std::string> children;
+  while (dirent* entry = ::readdir(dir)) {
+    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
+      children.emplace_back(entry->d_name);
+  }
+  bool ok = true;
+  for (const auto& child : children) ok = remove_tree_at(::dirfd(dir), child, depth - 1, error) && ok;
+  ::closedir(dir);
+  if (!ok) return false;
+  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    error = name + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool same_uuid(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string describe(const PodContainer& owner) {
+  return owner.namespace_name + "/" + owner.pod + " container " + owner.container;
 }
 
 }  // namespace
+
+const char* container_state_name(ContainerState state) {
+  switch (state) {
+    case ContainerState::Ok:
+      return "ok";
+    case ContainerState::Error:
+      return "error";
+    case ContainerState::Released:
+      return "released";
+  }
+  return "unknown";
+}
 
 Collector::Collector(HostLayout layout, GpuSource* gpus, Clock& clock, LedgerOpener opener)
     : layout_(std::move(layout)),
@@ -39,7 +160,7 @@ std::shared_ptr<const NodeView> Collector::view() const {
 std::vector<Collector::Source> Collector::sources() const {
   std::vector<Source> out;
   for (const std::string& id : layout_.list_containers()) {
-    out.push_back({id, layout_.state_file(id), layout_.limits_file(id)});
+    out.push_back({id, layout_.state_file(id), layout_.limits_file(id), true});
   }
   if (kubelet_pods_dir_.empty()) return out;
   std::error_code ec;
@@ -53,33 +174,10 @@ std::vector<Collector::Source> Collector::sources() const {
       if (name.compare(0, prefix.size(), prefix) != 0) continue;
       std::string id = "pod-" + uid + "-" + name.substr(prefix.size());
       if (!valid_container_id(id)) continue;
-      out.push_back({id, (vol.path() / kStateFileName).string(), ""});
+      out.push_back({id, (vol.path() / kStateFileName).string(), "", false});
     }
   }
   return out;
-}
-
-shm::Ledger* Collector::ledger_for(const Source& source, std::string& error) {
-  const std::string& id = source.id;
-  const std::string& path = source.state_file;
-  std::uint64_t inode = inode_of(path);
-  if (inode == 0) {
-    ledgers_.erase(id);
-    return nullptr;
-  }
-  auto it = ledgers_.find(id);
-  // A new inode means the file was recreated: the old mapping shows a dead ledger.
-  if (it != ledgers_.end() && it->second.inode == inode) return it->second.ledger.get();
-  auto opened = opener_(path);
-  if (!opened) {
-    ledgers_.erase(id);
-    error = opened.error();
-    return nullptr;
-  }
-  OpenLedger& slot = ledgers_[id];
-  slot.ledger = std::move(opened).value();
-  slot.inode = inode;
-  return slot.ledger.get();
 }
 
 ContainerView Collector::read_container(const Source& source, std::uint64_t now_ns,
@@ -96,15 +194,23 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
     }
   }
 
-  std::string ledger_error;
-  shm::Ledger* ledger = ledger_for(source, ledger_error);
-  if (!ledger) {
-    if (!ledger_error.empty()) view.error = ledger_error;
+  // Opened for this scan only: nothing of a container stays open between scans.
+  struct stat st {};
+  if (::lstat(source.state_file.c_str(), &st) != 0) return view;  // no process has used CUDA yet
+  auto opened = opener_(source.state_file);
+  if (!opened) {
+    view.error = opened.error();
     return view;
   }
+  std::unique_ptr<shm::Ledger> ledger = std::move(opened).value();
   view.has_state = true;
   ledger->reap_dead();
   shm::Snapshot snap = ledger->snapshot();
+  // Truncated or replaced since it was opened: this container's error, never the daemon's crash.
+  if (!snap.error.empty()) view.error = snap.error;
+  ledger.reset();
+  view.priority = snap.priority;
+  view.held_back_ns = snap.held_back_ns;
 
   for (std::size_t d = 0; d < snap.devices.size(); ++d) {
     const shm::DeviceRow& row = snap.devices[d];
@@ -113,16 +219,13 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
     dev.cuda_index = row.index;
     dev.total_bytes = row.total_bytes;
     if (row.quota != shm::kUnlimited) dev.quota_bytes = row.quota;
+    if (row.requested.quota != shm::kUnlimited) dev.requested_quota_bytes = row.requested.quota;
+    if (row.cap.quota != shm::kUnlimited) dev.quota_cap_bytes = row.cap.quota;
     dev.compute_limit = row.compute_limit;
     dev.used_bytes = row.used;
     dev.refused_allocations = row.refused_allocations;
     for (const GpuInfo& gpu : gpus) {
-      if (gpu.uuid.size() == row.uuid.size() &&
-          std::equal(gpu.uuid.begin(), gpu.uuid.end(), row.uuid.begin(), [](char a, char b) {
-            return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-          })) {
-        dev.gpu = gpu.index;
-      }
+      if (same_uuid(gpu.uuid, row.uuid)) dev.gpu = gpu.index;
     }
     for (const shm::ProcessRow& proc : snap.processes) {
       if (d < proc.busy_ns_by_device.size()) dev.busy_ns += proc.busy_ns_by_device[d];
@@ -151,10 +254,118 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
   return view;
 }
 
+ContainerView Collector::read_container_safely(const Source& source, std::uint64_t now_ns,
+                                               const std::vector<GpuInfo>& gpus) {
+  std::string failure;
+  try {
+    ContainerView view = read_container(source, now_ns, gpus);
+    if (!view.error.empty()) view.state = ContainerState::Error;
+    return view;
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown failure";
+  }
+  ContainerView view;
+  view.id = source.id;
+  view.state = ContainerState::Error;
+  view.error = "cannot read container: " + failure;
+  return view;
+}
+
+void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>& sources) {
+  if (!lister_) return;
+  auto listed = lister_->list();
+  view.podresources = listed ? AttributionState::Up : AttributionState::Down;
+  if (!listed) {
+    view.podresources_error = listed.error();
+    if (view_->podresources != AttributionState::Down)
+      GS_LOG(Warn, "pod attribution: %s (keeping the last known pods; removing nothing)",
+             listed.error().c_str());
+  } else if (view_->podresources == AttributionState::Down) {
+    GS_LOG(Info, "pod attribution: the kubelet's PodResources API answers again");
+  }
+
+  // What each directory's allocation record says, and which directory is the newest for each set of
+  // devices: device ids are handed out again once a pod is gone, so an old directory can record the
+  // same ids as a live one.
+  struct Recorded {
+    std::string key;  // resource '\n' digest
+    std::uint64_t at_ns = 0;
+  };
+  std::map<std::string, Recorded> recorded;   // by container id
+  std::map<std::string, std::string> newest;  // key -> container id
+  for (const Source& source : sources) {
+    if (!source.from_device_plugin) continue;
+    auto text = read_small_regular_file(layout_.container_dir(source.id), kAllocationFileName,
+                                        kMaxAllocationFileBytes);
+    if (!text) continue;  // made before allocation records existed, or by hand: never attributed
+    auto record = parse_allocation_record(*text);
+    if (!record) continue;
+    Recorded r{record->resource + '\n' + record->devices_sha256, record->allocated_at_ns};
+    auto it = newest.find(r.key);
+    if (it == newest.end() || recorded[it->second].at_ns < r.at_ns ||
+        (recorded[it->second].at_ns == r.at_ns && it->second < source.id)) {
+      newest[r.key] = source.id;
+    }
+    recorded[source.id] = std::move(r);
+  }
+
+  std::map<std::string, PodContainer> owner_by_key;
+  if (listed) {
+    for (const ListedDevices& devices : *listed) {
+      owner_by_key[devices.resource + '\n' + devices_digest(devices.device_ids)] = devices.owner;
+    }
+  }
+
+  const std::uint64_t now = view.taken_at_ns;
+  std::set<std::string> removed;
+  for (ContainerView& c : view.containers) {
+    auto rec = recorded.find(c.id);
+    if (rec == recorded.end()) continue;
+    if (!listed) {
+      if (auto last = last_owner_.find(c.id); last != last_owner_.end()) c.owner = last->second;
+      continue;
+    }
+    auto owner = owner_by_key.find(rec->second.key);
+    if (owner != owner_by_key.end() && newest[rec->second.key] == c.id) {
+      c.owner = owner->second;
+      last_owner_[c.id] = owner->second;
+      released_at_.erase(c.id);
+      continue;
+    }
+    // The kubelet does not list it (any more).
+    auto [since, first] = released_at_.emplace(c.id, now);
+    if (first) {
+      auto last = last_owner_.find(c.id);
+      GS_LOG(Info, "container %s: its allocation%s is no longer listed by the kubelet", c.id.c_str(),
+             last == last_owner_.end() ? "" : (" (" + describe(last->second) + ")").c_str());
+    }
+    c.state = ContainerState::Released;
+    if (gc_grace_ns_ == 0 || now - since->second < gc_grace_ns_) continue;
+    if (ledger_held(layout_.state_file(c.id))) continue;
+    Fd root(::open(layout_.containers_dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    std::string error;
+    if (root.get() >= 0 && remove_tree_at(root.get(), c.id, kMaxRemoveDepth, error)) {
+      GS_LOG(Info, "removed container directory %s: not listed by the kubelet and unused", c.id.c_str());
+      ++containers_removed_;
+      removed.insert(c.id);
+    } else {
+      c.error = "cannot remove released container directory: " +
+                (root.get() < 0 ? layout_.containers_dir() + ": " + std::strerror(errno) : error);
+    }
+  }
+  if (removed.empty()) return;
+  view.containers.erase(std::remove_if(view.containers.begin(), view.containers.end(),
+                                       [&](const ContainerView& c) { return removed.count(c.id) > 0; }),
+                        view.containers.end());
+}
+
 std::shared_ptr<const NodeView> Collector::refresh() {
   std::lock_guard lock(refresh_mutex_);
   auto view = std::make_shared<NodeView>();
   view->taken_at_ns = clock_.now_ns();
+  view->node = node_;
   if (gpus_) {
     auto probed = gpus_->probe();
     if (probed) {
@@ -163,17 +374,32 @@ std::shared_ptr<const NodeView> Collector::refresh() {
       view->gpu_error = probed.error();
     }
   }
+  const std::vector<Source> all = sources();
+  for (const Source& source : all) {
+    ContainerView c = read_container_safely(source, view->taken_at_ns, view->gpus);
+    if (c.state == ContainerState::Error && !c.error.empty()) {
+      GS_LOG(Debug, "container %s skipped: %s", c.id.c_str(), c.error.c_str());
+    }
+    view->containers.push_back(std::move(c));
+  }
+  attribute_and_collect(*view, all);
+  view->containers_removed = containers_removed_;
+  if (registration_source_) {
+    view->device_plugin = true;
+    view->plugins = registration_source_();
+  }
+
+  // Forget what belonged to containers that are gone.
   std::set<std::string> seen;
-  for (const Source& source : sources()) {
-    seen.insert(source.id);
-    view->containers.push_back(read_container(source, view->taken_at_ns, view->gpus));
-  }
-  // Forget containers whose directory is gone, so their mappings are released.
-  for (auto it = ledgers_.begin(); it != ledgers_.end();) {
-    it = seen.count(it->first) ? std::next(it) : ledgers_.erase(it);
-  }
+  for (const auto& c : view->containers) seen.insert(c.id);
   for (auto it = busy_.begin(); it != busy_.end();) {
     it = seen.count(it->first.substr(0, it->first.find('\n'))) ? std::next(it) : busy_.erase(it);
+  }
+  for (auto it = last_owner_.begin(); it != last_owner_.end();) {
+    it = seen.count(it->first) ? std::next(it) : last_owner_.erase(it);
+  }
+  for (auto it = released_at_.begin(); it != released_at_.end();) {
+    it = seen.count(it->first) ? std::next(it) : released_at_.erase(it);
   }
   {
     std::lock_guard view_lock(view_mutex_);

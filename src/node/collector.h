@@ -1,5 +1,9 @@
-// The node-wide view: GPUs from NVML plus every container's shared state under the host root.
-// Refreshed periodically by one thread; readers (HTTP handlers) take the latest immutable view.
+// The node-wide view: GPUs from NVML plus every container's shared state under the host root, each
+// container attributed to its pod through the kubelet's PodResources API. Refreshed periodically by
+// one thread; readers (HTTP handlers) take the latest immutable view. A container that cannot be read
+// is reported (state Error) and skipped, never fatal; nothing of a container is kept open between
+// scans, so descriptors and mappings stay bounded; directories of allocations the kubelet no longer
+// lists are removed once no process holds them (docs/metrics.md, "Garbage collection").
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,8 @@
 #include "node/gpu_source.h"
 #include "node/host_layout.h"
 #include "node/limits_file.h"
+#include "node/plugin_registration.h"
+#include "node/podresources.h"
 #include "shared_state/ledger.h"
 
 namespace gpuslice::node {
@@ -25,8 +31,10 @@ struct ContainerDevice {
   std::optional<unsigned> gpu;  // host GPU index, when the UUID is one of this node's GPUs
   int cuda_index = -1;          // index inside the container
   std::uint64_t total_bytes = 0;
-  std::optional<std::uint64_t> quota_bytes;  // absent = unlimited
-  unsigned compute_limit = 0;                // percent, 0 = not limited
+  std::optional<std::uint64_t> quota_bytes;            // absent = unlimited
+  std::optional<std::uint64_t> requested_quota_bytes;  // environment / `gpuslice set`; absent = none
+  std::optional<std::uint64_t> quota_cap_bytes;        // the read-only limits file; absent = no cap
+  unsigned compute_limit = 0;                          // percent, 0 = not limited
   std::uint64_t used_bytes = 0;
   std::uint64_t refused_allocations = 0;
   std::uint64_t busy_ns = 0;                // sum over live processes
@@ -40,17 +48,38 @@ struct ContainerProcess {
   std::vector<std::uint64_t> used_bytes;  // per entry of ContainerView::devices
 };
 
+enum class ContainerState {
+  Ok,
+  Error,     // something could not be read (see `error`); the container is skipped, the rest reported
+  Released,  // the kubelet no longer lists its allocation; removed after the grace period
+};
+const char* container_state_name(ContainerState state);  // "ok", "error", "released"
+inline constexpr ContainerState kContainerStates[] = {ContainerState::Ok, ContainerState::Error,
+                                                      ContainerState::Released};
+
 struct ContainerView {
   std::string id;
-  bool has_state = false;  // a state file exists (some process has used CUDA)
-  std::string error;       // why the state or limits could not be read, empty if fine
-  Limits limits;           // the read-only caps file
+  PodContainer owner;  // empty while unknown
+  ContainerState state = ContainerState::Ok;
+  bool has_state = false;          // a state file exists (some process has used CUDA)
+  std::string error;               // why the state or limits could not be read, empty if fine
+  Limits limits;                   // the read-only caps file
+  int priority = -1;               // priority sharing: -1 not set, else 0 low, 1 normal, 2 high (ledger)
+  std::uint64_t held_back_ns = 0;  // time its launches were held back by higher priorities (ledger)
   std::vector<ContainerDevice> devices;
   std::vector<ContainerProcess> processes;
 };
 
+enum class AttributionState { Off, Up, Down };
+
 struct NodeView {
   std::uint64_t taken_at_ns = 0;
+  std::string node;  // Kubernetes node name
+  AttributionState podresources = AttributionState::Off;
+  std::string podresources_error;        // why the last List failed (Down)
+  std::uint64_t containers_removed = 0;  // by garbage collection, since start
+  bool device_plugin = false;            // `plugins` is meaningful
+  std::vector<PluginRegistration> plugins;
   std::vector<GpuInfo> gpus;
   std::string gpu_error;  // NVML failure of the whole probe
   std::vector<ContainerView> containers;
@@ -67,6 +96,18 @@ class Collector {
   // <kubelet_pods_dir>/<pod uid>/volumes/kubernetes.io~empty-dir/gpuslice-state-*/state, reported as
   // container "pod-<uid>-<c0|i0...>". Empty (the default) = do not look. Call before the first refresh.
   void set_kubelet_pods_dir(std::string dir) { kubelet_pods_dir_ = std::move(dir); }
+  // The node name every series and response carries.
+  void set_node_name(std::string node) { node_ = std::move(node); }
+  // Attribute containers to pods with `lister` (not owned; must outlive the collector) and remove the
+  // directories of allocations it has not listed for `gc_grace_ns` (0: never remove).
+  void set_attribution(AllocationLister* lister, std::uint64_t gc_grace_ns) {
+    lister_ = lister;
+    gc_grace_ns_ = gc_grace_ns;
+  }
+  // Where the device plugin's registration state comes from (called once per refresh).
+  void set_registration_source(std::function<std::vector<PluginRegistration>()> source) {
+    registration_source_ = std::move(source);
+  }
 
   // Scans everything, reaps dead processes of every ledger, publishes and returns the new view.
   std::shared_ptr<const NodeView> refresh();
@@ -77,16 +118,17 @@ class Collector {
   struct Source {
     std::string id;
     std::string state_file;
-    std::string limits_file;  // empty: the container has none
+    std::string limits_file;          // empty: the container has none
+    bool from_device_plugin = false;  // under <root>/containers: may carry an allocation record
   };
   std::vector<Source> sources() const;
   ContainerView read_container(const Source& source, std::uint64_t now_ns, const std::vector<GpuInfo>& gpus);
-  shm::Ledger* ledger_for(const Source& source, std::string& error);
+  // read_container that turns anything thrown into a container in state Error.
+  ContainerView read_container_safely(const Source& source, std::uint64_t now_ns,
+                                      const std::vector<GpuInfo>& gpus);
+  // Pod attribution and garbage collection of one refresh; drops removed containers from `view`.
+  void attribute_and_collect(NodeView& view, const std::vector<Source>& sources);
 
-  struct OpenLedger {
-    std::unique_ptr<shm::Ledger> ledger;
-    std::uint64_t inode = 0;
-  };
   struct BusySample {
     std::uint64_t busy_ns = 0;
     std::uint64_t at_ns = 0;
@@ -97,9 +139,15 @@ class Collector {
   Clock& clock_;
   LedgerOpener opener_;
   std::string kubelet_pods_dir_;
-  std::mutex refresh_mutex_;  // one refresh at a time; guards the maps below
-  std::map<std::string, OpenLedger> ledgers_;
-  std::map<std::string, BusySample> busy_;  // key: container id + '\n' + device uuid
+  std::string node_;
+  AllocationLister* lister_ = nullptr;
+  std::uint64_t gc_grace_ns_ = 0;
+  std::function<std::vector<PluginRegistration>()> registration_source_;
+  std::mutex refresh_mutex_;                          // one refresh at a time; guards the members below
+  std::map<std::string, BusySample> busy_;            // key: container id + '\n' + device uuid
+  std::map<std::string, PodContainer> last_owner_;    // kept while the kubelet cannot be asked
+  std::map<std::string, std::uint64_t> released_at_;  // when the kubelet was first seen not listing it
+  std::uint64_t containers_removed_ = 0;
   mutable std::mutex view_mutex_;
   std::shared_ptr<const NodeView> view_;
 };

@@ -6,11 +6,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
+#include "node/allocation_record.h"
 #include "node/limits_file.h"
 
 namespace gpuslice::node {
@@ -46,6 +48,12 @@ Result<bool> make_dir(const std::string& path, mode_t mode) {
   // chmod after mkdir: the process umask must not narrow what containers may write.
   if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + std::strerror(errno));
   return true;
+}
+
+std::uint64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -233,7 +241,8 @@ std::string new_container_id() {
 }
 
 Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std::string>& ids,
-                                       const DeviceCatalog& catalog, const HostLayout& layout) {
+                                       const DeviceCatalog& catalog, const HostLayout& layout,
+                                       std::string_view resource_name) {
   if (ids.empty()) return make_error(std::string("no ") + resource_suffix(kind) + " devices in the request");
   std::map<std::size_t, unsigned> units_per_gpu;  // ordered by GPU position
   std::set<std::string> unique;
@@ -245,12 +254,15 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
   }
 
   AllocationPlan plan;
+  const bool cdi = catalog.options().cdi;
   std::string visible;
   for (const auto& [gpu, count] : units_per_gpu) {
     if (!visible.empty()) visible += ',';
     visible += catalog.gpus()[gpu].uuid;
+    if (cdi) plan.cdi_devices.push_back(catalog.options().cdi_kind + "=" + catalog.gpus()[gpu].uuid);
   }
-  plan.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
+  // With CDI the runtime injects the GPUs, their device nodes and NVIDIA_VISIBLE_DEVICES from the spec.
+  if (!cdi) plan.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
   plan.envs["LD_PRELOAD"] = kContainerLibrary;
   plan.mounts.push_back({kContainerLibrary, layout.library_path(), true});
 
@@ -277,6 +289,15 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     if (auto r = write_file_atomically(layout.limits_file(id), render_limits(limits)); !r) {
       return make_error(r.error());
     }
+    AllocationRecord record;
+    record.resource = resource_name.empty() ? resource_suffix(kind) : std::string(resource_name);
+    record.devices = ids.size();
+    record.devices_sha256 = devices_digest(ids);
+    record.allocated_at_ns = realtime_ns();
+    if (auto r = write_file_atomically(layout.allocation_file(id), render_allocation_record(record), 0644);
+        !r) {
+      return make_error(r.error());
+    }
     plan.envs[kMemoryLimitKey] = memory;
     plan.envs["GPUSLICE_SHARED_DIR"] = kContainerSharedDir;
     plan.envs["GPUSLICE_LIMITS_FILE"] = kContainerLimitsFile;
@@ -285,14 +306,20 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     plan.mounts.push_back({kContainerConfigDir, layout.config_dir(id), true});
   } else if (kind == ResourceKind::Cores) {
     plan.envs[kComputeLimitKey] = per_gpu_value([](unsigned count) { return count; });
-    // Compute-limited containers on one GPU take turns through a table every one of them maps
-    // (docs/compute-limiter.md); without the shared directory each would limit blindly.
-    const std::string turns = layout.root() + "/turns";
-    if (auto r = make_dir(turns, 01777); !r) return make_error(r.error());
+    // Compute-limited containers on one GPU take turns through the node channel (docs/compute-limiter.md):
+    // every container reads all records (read-only mount) and writes only in its own writer directory
+    // (sticky: any uid of the container may add its record, none can replace another's).
+    const std::string writer = new_container_id();
+    if (auto r = make_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
+    if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
     plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
-    plan.mounts.push_back({kContainerNodeDir, turns, false});
+    plan.envs["GPUSLICE_NODE_WRITER"] = writer;
+    plan.mounts.push_back({kContainerNodeDir, layout.channel_dir(), true});
+    plan.mounts.push_back(
+        {std::string(kContainerNodeDir) + "/" + writer, layout.channel_writer_dir(writer), false});
   }
 
+  if (cdi) return plan;
   // Device nodes that exist on this host; the runtime refuses specs for missing ones.
   std::vector<std::string> nodes = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
   for (const auto& [gpu, count] : units_per_gpu)

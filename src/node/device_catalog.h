@@ -30,6 +30,11 @@ struct CatalogOptions {
   std::uint64_t vram_unit = 1ULL << 20;  // bytes per gpuslice.io/vram device
   Placement placement = Placement::Binpack;
   std::string dev_root = "/dev";  // where the NVIDIA device nodes are looked up on the host
+  // Hand GPUs to the runtime as CDI device names (<cdi_kind>=<GPU UUID>, as `nvidia-ctk cdi generate`
+  // names them) instead of NVIDIA_VISIBLE_DEVICES and device nodes: for runtimes without the NVIDIA
+  // default runtime but with CDI enabled (containerd >= 1.7, CRI-O).
+  bool cdi = false;
+  std::string cdi_kind = "nvidia.com/gpu";
 };
 
 class DeviceCatalog {
@@ -70,13 +75,16 @@ struct AllocationPlan {
   std::map<std::string, std::string> envs;
   std::vector<Mount> mounts;
   std::vector<Device> devices;
-  std::string container_id;  // the per-container directory created (vram only)
+  std::vector<std::string> cdi_devices;  // fully qualified CDI names (CatalogOptions::cdi)
+  std::string container_id;              // the per-container directory created (vram only)
 };
 
 // What one container gets for `ids` of `kind`. For vram this creates <root>/containers/<id>/ with its
-// state directory and the limits file (GPUSLICE_MEMORY_LIMIT in bytes). Errors name the bad id.
+// state directory, the limits file (GPUSLICE_MEMORY_LIMIT in bytes) and the allocation record naming
+// `resource_name` and the ids (empty name: "<suffix>"). Errors name the bad id.
 Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std::string>& ids,
-                                       const DeviceCatalog& catalog, const HostLayout& layout);
+                                       const DeviceCatalog& catalog, const HostLayout& layout,
+                                       std::string_view resource_name = {});
 
 // A fresh random container id ("alloc-" + 16 hex digits).
 std::string new_container_id();

@@ -54,9 +54,13 @@ class HealthBoard {
 
 class PluginService final : public api::DevicePlugin::Service {
  public:
-  PluginService(ResourceKind kind, const DeviceCatalog& catalog, const HostLayout& layout,
-                HealthBoard& health)
-      : kind_(kind), catalog_(catalog), layout_(layout), health_(health) {}
+  PluginService(ResourceKind kind, std::string resource_name, const DeviceCatalog& catalog,
+                const HostLayout& layout, HealthBoard& health)
+      : kind_(kind),
+        resource_name_(std::move(resource_name)),
+        catalog_(catalog),
+        layout_(layout),
+        health_(health) {}
 
   void stop() {
     stopping_ = true;
@@ -106,7 +110,7 @@ class PluginService final : public api::DevicePlugin::Service {
                         api::AllocateResponse* out) override {
     for (const auto& req : request->container_requests()) {
       std::vector<std::string> ids(req.devices_ids().begin(), req.devices_ids().end());
-      auto plan = plan_allocation(kind_, ids, catalog_, layout_);
+      auto plan = plan_allocation(kind_, ids, catalog_, layout_, resource_name_);
       if (!plan) {
         GS_LOG(Error, "Allocate %s: %s", resource_suffix(kind_), plan.error().c_str());
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, plan.error());
@@ -125,6 +129,7 @@ class PluginService final : public api::DevicePlugin::Service {
         dev->set_host_path(d.host_path);
         dev->set_permissions(d.permissions);
       }
+      for (const auto& name : plan->cdi_devices) resp->add_cdi_devices()->set_name(name);
       GS_LOG(Info, "Allocate %s: %zu device(s)%s%s", resource_suffix(kind_), ids.size(),
              plan->container_id.empty() ? "" : ", container directory ", plan->container_id.c_str());
     }
@@ -152,6 +157,7 @@ class PluginService final : public api::DevicePlugin::Service {
 
  private:
   ResourceKind kind_;
+  std::string resource_name_;
   const DeviceCatalog& catalog_;
   const HostLayout& layout_;
   HealthBoard& health_;
@@ -167,6 +173,9 @@ struct Endpoint {
   std::uint64_t socket_inode = 0;
   bool registered = false;
   unsigned failed_registrations = 0;
+  unsigned registrations = 0;
+  RegistrationState state = RegistrationState::WaitingForKubelet;
+  bool state_published = false;  // the watcher has looked at least once
 };
 
 std::uint64_t inode_of(const std::string& path) {
@@ -183,6 +192,8 @@ struct DevicePluginManager::Impl {
   HealthBoard health;
   std::vector<Endpoint> endpoints;
   std::atomic<unsigned> registrations{0};
+  mutable std::mutex status_mutex;
+  std::vector<PluginRegistration> published;
 
   std::mutex watch_mutex;
   std::condition_variable watch_cv;
@@ -203,7 +214,7 @@ struct DevicePluginManager::Impl {
 
   Result<bool> serve(Endpoint& ep) {
     ::unlink(ep.socket_path.c_str());  // a stale socket from an earlier run blocks bind(2)
-    ep.service = std::make_unique<PluginService>(ep.kind, catalog, layout, health);
+    ep.service = std::make_unique<PluginService>(ep.kind, ep.resource_name, catalog, layout, health);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix://" + ep.socket_path, grpc::InsecureServerCredentials());
     builder.RegisterService(ep.service.get());
@@ -251,16 +262,37 @@ struct DevicePluginManager::Impl {
     }
     ep.failed_registrations = 0;
     ++registrations;
-    GS_LOG(Info, "registered %s with the kubelet (endpoint %s)", ep.resource_name.c_str(),
-           request.endpoint().c_str());
+    if (ep.registrations++ == 0) {
+      GS_LOG(Info, "registered %s with the kubelet (endpoint %s)", ep.resource_name.c_str(),
+             request.endpoint().c_str());
+    } else {
+      GS_LOG(Info, "re-registered %s with the kubelet after it restarted (endpoint %s, registration %u)",
+             ep.resource_name.c_str(), request.endpoint().c_str(), ep.registrations);
+    }
     return true;
+  }
+
+  // Logs a change of `ep`'s state and publishes every endpoint's state.
+  void publish_state(Endpoint& ep, RegistrationState state) {
+    if ((state != ep.state || !ep.state_published) && state == RegistrationState::WaitingForKubelet) {
+      GS_LOG(Warn, "%s: waiting for the kubelet (%s does not exist)", ep.resource_name.c_str(),
+             kubelet_socket().c_str());
+    }
+    ep.state = state;
+    ep.state_published = true;
+    std::lock_guard lock(status_mutex);
+    published.clear();
+    for (const auto& e : endpoints) published.push_back({e.resource_name, e.state, e.registrations});
   }
 
   // One pass of the watcher: serve again what the kubelet deleted, register what is unregistered.
   void reconcile(std::uint64_t& kubelet_inode) {
     std::uint64_t inode = inode_of(kubelet_socket());
     if (inode == 0) {
-      for (auto& ep : endpoints) ep.registered = false;
+      for (auto& ep : endpoints) {
+        ep.registered = false;
+        publish_state(ep, RegistrationState::WaitingForKubelet);
+      }
       kubelet_inode = 0;
       return;
     }
@@ -271,11 +303,13 @@ struct DevicePluginManager::Impl {
         shut(ep);
         if (auto r = serve(ep); !r) {
           GS_LOG(Error, "%s", r.error().c_str());
+          publish_state(ep, RegistrationState::Registering);
           continue;
         }
       }
       if (kubelet_restarted) ep.registered = false;
       if (!ep.registered) ep.registered = register_with_kubelet(ep);
+      publish_state(ep, ep.registered ? RegistrationState::Registered : RegistrationState::Registering);
     }
     kubelet_inode = inode;
   }
@@ -308,7 +342,7 @@ Result<bool> DevicePluginManager::start() {
         m.options.device_plugin_dir + "/" + m.options.socket_prefix + "-" + resource_suffix(kind) + ".sock";
     if (kind == ResourceKind::Vram) {
       // The kubelet reads the whole list in one message; a too fine unit would make every update fail.
-      PluginService probe(kind, m.catalog, m.layout, m.health);
+      PluginService probe(kind, ep.resource_name, m.catalog, m.layout, m.health);
       std::uint64_t generation = 0;
       std::size_t bytes = probe.device_list(m.health.get(generation)).ByteSizeLong();
       if (bytes > kKubeletMaxMessageBytes - 64 * 1024) {
@@ -326,6 +360,11 @@ Result<bool> DevicePluginManager::start() {
       return r;
     }
     m.endpoints.push_back(std::move(ep));
+  }
+  {
+    std::lock_guard lock(m.status_mutex);
+    m.published.clear();
+    for (const auto& e : m.endpoints) m.published.push_back({e.resource_name, e.state, e.registrations});
   }
   m.stopping = false;
   m.watcher = std::thread([&m] { m.watch(); });
@@ -371,5 +410,10 @@ std::vector<std::string> DevicePluginManager::resource_names() const {
 }
 
 unsigned DevicePluginManager::registrations() const { return impl_->registrations.load(); }
+
+std::vector<PluginRegistration> DevicePluginManager::registration() const {
+  std::lock_guard lock(impl_->status_mutex);
+  return impl_->published;
+}
 
 }  // namespace gpuslice::node

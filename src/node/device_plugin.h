@@ -14,6 +14,7 @@
 #include "node/device_catalog.h"
 #include "node/gpu_source.h"
 #include "node/host_layout.h"
+#include "node/plugin_registration.h"
 
 namespace gpuslice::node {
 
@@ -53,6 +54,8 @@ class DevicePluginManager {
   std::vector<std::string> resource_names() const;
   // Successful Register calls since start (a kubelet restart adds one per resource).
   unsigned registrations() const;
+  // Registration state of every served resource, as of the watcher's last pass.
+  std::vector<PluginRegistration> registration() const;
 
  private:
   struct Impl;

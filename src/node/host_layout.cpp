@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "node/allocation_record.h"
+
 namespace gpuslice::node {
 
 HostLayout::HostLayout(std::string root) : root_(std::move(root)) {
@@ -17,6 +19,9 @@ std::string HostLayout::state_dir(std::string_view id) const { return container_
 std::string HostLayout::state_file(std::string_view id) const { return state_dir(id) + "/" + kStateFileName; }
 std::string HostLayout::config_dir(std::string_view id) const { return container_dir(id) + "/config"; }
 std::string HostLayout::limits_file(std::string_view id) const { return config_dir(id) + "/limits"; }
+std::string HostLayout::allocation_file(std::string_view id) const {
+  return container_dir(id) + "/" + kAllocationFileName;
+}
 
 std::vector<std::string> HostLayout::list_containers() const {
   std::vector<std::string> ids;

@@ -2,6 +2,7 @@
 // One directory per container under <root>/containers/<id>/:
 //   state/          the container-wide shared directory (GPUSLICE_SHARED_DIR), holds the ledger "state"
 //   config/limits   read-only caps (KEY=VALUE), the config/ directory is mounted read-only
+//   allocation      which devices the kubelet allocated (node/allocation_record.h); not mounted
 // The directory rather than the file is mounted so an atomic rename of the limits file is visible
 // inside the container (a bind-mounted file keeps pointing at the replaced inode).
 #pragma once
@@ -10,18 +11,23 @@
 #include <string_view>
 #include <vector>
 
+#include "config/default_paths.h"
+
 namespace gpuslice::node {
 
-inline constexpr const char* kDefaultRoot = "/var/lib/gpuslice";
-inline constexpr const char* kContainerSharedDir = "/tmp/gpuslice";
-// Where every container sees the node-wide turn tables of the compute limiter.
-inline constexpr const char* kContainerNodeDir = "/tmp/gpuslice-node";
-inline constexpr const char* kContainerConfigDir = "/etc/gpuslice";
-inline constexpr const char* kContainerLimitsFile = "/etc/gpuslice/limits";
-inline constexpr const char* kContainerLibraryDir = "/usr/local/lib/gpuslice";
-inline constexpr const char* kContainerLibrary = "/usr/local/lib/gpuslice/libgpuslice.so";
-inline constexpr const char* kLibraryFileName = "libgpuslice.so";
-inline constexpr const char* kStateFileName = "state";
+// The paths themselves live with every other default path (config/default_paths.h).
+using config::kContainerConfigDir;
+using config::kContainerLibrary;
+using config::kContainerLibraryDir;
+using config::kContainerLimitsFile;
+// Where every container sees the node channel (<root>/channel, read-only); its own writer directory
+// <root>/channel/<writer> is mounted read-write over <kContainerNodeDir>/<writer>, so a container can
+// change its own records only (src/shared_state/node_channel.h).
+using config::kContainerNodeDir;
+using config::kContainerSharedDir;
+using config::kLibraryFileName;
+using config::kStateFileName;
+inline constexpr const char* kDefaultRoot = config::kDefaultNodeRoot;
 
 class HostLayout {
  public:
@@ -34,7 +40,13 @@ class HostLayout {
   std::string state_file(std::string_view id) const;
   std::string config_dir(std::string_view id) const;
   std::string limits_file(std::string_view id) const;
+  // What the device plugin recorded about the allocation (not mounted into the container).
+  std::string allocation_file(std::string_view id) const;
   std::string library_dir() const { return root_ + "/lib"; }
+  std::string channel_dir() const { return root_ + "/channel"; }
+  std::string channel_writer_dir(std::string_view writer) const {
+    return channel_dir() + "/" + std::string(writer);
+  }
   std::string library_path() const { return library_dir() + "/" + kLibraryFileName; }
 
   // Ids of the container directories present now, sorted; skips names that are not valid ids.

@@ -4,17 +4,19 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
-#include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
+#include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <optional>
 
 #include "common/log.h"
+#include "config/text_util.h"
+#include "node/api_body.h"
+#include "node/api_token.h"
 #include "node/limits_api.h"
 #include "node/metrics.h"
+#include "node/untrusted_json.h"
+#include "status/status_json.h"
 
 namespace gpuslice::node {
 namespace {
@@ -23,7 +25,7 @@ using nlohmann::json;
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
-  res.set_content(json{{"error", message}, {"status", status}}.dump(), "application/json");
+  res.set_content(json_text(json{{"error", message}, {"status", status}}), "application/json");
 }
 
 json limits_json(const Limits& limits) {
@@ -33,32 +35,61 @@ json limits_json(const Limits& limits) {
   return out;
 }
 
-json container_json(const ContainerView& c) {
-  json devices = json::array();
+json owner_value(const std::string& value) { return value.empty() ? json(nullptr) : json(value); }
+
+std::optional<std::string> known(const std::string& value) {
+  return value.empty() ? std::nullopt : std::optional<std::string>(value);
+}
+
+constexpr const char* kPriorityNames[] = {"low", "normal", "high"};  // shm::Priority's values
+
+// The container objects have the one status shape shared with `gpuslice status --json` (docs/api.md),
+// plus what only the node knows: its name and the container's collection state.
+json container_json(const ContainerView& c, const std::string& node) {
+  status::ContainerStatus out;
+  out.id = c.id;
+  out.pod_namespace = known(c.owner.namespace_name);
+  out.pod_name = known(c.owner.pod);
+  out.container_name = known(c.owner.container);
+  out.has_state = c.has_state;
+  if (!c.error.empty()) out.error = c.error;
+  out.memory_limit = c.limits.memory;
+  out.compute_limit = c.limits.compute;
+  if (c.priority >= 0 && c.priority < static_cast<int>(std::size(kPriorityNames)))
+    out.priority = kPriorityNames[c.priority];
+  out.held_back_ns = c.held_back_ns;
   for (const auto& d : c.devices) {
-    devices.push_back({
-        {"uuid", d.uuid},
-        {"gpu", d.gpu ? json(*d.gpu) : json(nullptr)},
-        {"cuda_index", d.cuda_index},
-        {"memory_total_bytes", d.total_bytes},
-        {"memory_quota_bytes", d.quota_bytes ? json(*d.quota_bytes) : json(nullptr)},
-        {"memory_used_bytes", d.used_bytes},
-        {"compute_limit_percent", d.compute_limit},
-        {"compute_utilization_ratio", d.utilization_ratio ? json(*d.utilization_ratio) : json(nullptr)},
-        {"refused_allocations", d.refused_allocations},
-    });
+    status::DeviceStatus dev;
+    dev.uuid = d.uuid;
+    dev.gpu = d.gpu;
+    dev.cuda_index = d.cuda_index;
+    dev.total_bytes = d.total_bytes;
+    dev.quota_bytes = d.quota_bytes;
+    dev.requested_quota_bytes = d.requested_quota_bytes;
+    dev.quota_cap_bytes = d.quota_cap_bytes;
+    dev.used_bytes = d.used_bytes;
+    if (d.compute_limit != 0) dev.compute_limit_percent = d.compute_limit;
+    dev.refused_allocations = d.refused_allocations;
+    dev.busy_ns = d.busy_ns;
+    dev.compute_utilization_ratio = d.utilization_ratio;
+    out.devices.push_back(std::move(dev));
   }
-  json processes = json::array();
   for (const auto& p : c.processes) {
-    processes.push_back(
-        {{"pid", p.pid}, {"host_pid", p.host_pid}, {"command", p.command}, {"used_bytes", p.used_bytes}});
+    status::ProcessStatus proc;
+    proc.pid = p.pid;
+    if (p.host_pid > 0) proc.host_pid = p.host_pid;
+    proc.command = p.command;
+    for (std::size_t i = 0; i < p.used_bytes.size(); ++i) {
+      status::ProcessDeviceStatus pd;
+      pd.used_bytes = p.used_bytes[i];
+      proc.devices.push_back(pd);
+    }
+    out.processes.push_back(std::move(proc));
   }
-  return {{"id", c.id},
-          {"has_state", c.has_state},
-          {"error", c.error.empty() ? json(nullptr) : json(c.error)},
-          {"limits", limits_json(c.limits)},
-          {"devices", std::move(devices)},
-          {"processes", std::move(processes)}};
+  json doc = status::to_json(out);
+  doc["node"] = owner_value(node);
+  doc["state"] = container_state_name(c.state);
+  return doc;
 }
 
 }  // namespace
@@ -86,13 +117,29 @@ std::string status_json(const NodeView& view, std::string_view version) {
          {"health_error", g.health_error.empty() ? json(nullptr) : json(g.health_error)}});
   }
   json containers = json::array();
-  for (const auto& c : view.containers) containers.push_back(container_json(c));
+  for (const auto& c : view.containers) containers.push_back(container_json(c, view.node));
+  json plugins = json::array();
+  for (const auto& p : view.plugins) {
+    plugins.push_back({{"resource", p.resource},
+                       {"state", registration_state_name(p.state)},
+                       {"registrations", p.registrations}});
+  }
+  const char* podresources = view.podresources == AttributionState::Off  ? "off"
+                             : view.podresources == AttributionState::Up ? "up"
+                                                                         : "down";
   json doc = {{"version", std::string(version)},
+              {"node", owner_value(view.node)},
               {"taken_at_ns", view.taken_at_ns},
+              {"device_plugin", view.device_plugin ? json(std::move(plugins)) : json(nullptr)},
+              {"podresources",
+               {{"state", podresources},
+                {"error", view.podresources_error.empty() ? json(nullptr) : json(view.podresources_error)}}},
+              {"containers_removed", view.containers_removed},
               {"nvml_error", view.gpu_error.empty() ? json(nullptr) : json(view.gpu_error)},
               {"gpus", std::move(gpus)},
               {"containers", std::move(containers)}};
-  return doc.dump();
+  // Command lines and error texts come from files tenants write: never let their bytes throw.
+  return json_text(doc);
 }
 
 struct ApiServer::Impl {
@@ -100,9 +147,8 @@ struct ApiServer::Impl {
   HostLayout layout;
   Collector& collector;
   LedgerOpener opener;
-  httplib::Server server;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
+  ApiToken token;
+  BoundedServer server;
 
   // /metrics is rendered once per collector refresh, not once per scrape.
   std::mutex metrics_mutex;
@@ -110,10 +156,16 @@ struct ApiServer::Impl {
   std::string metrics_text;
 
   Impl(ApiOptions o, HostLayout l, Collector& c, LedgerOpener op)
-      : options(std::move(o)), layout(std::move(l)), collector(c), opener(std::move(op)) {}
+      : options(std::move(o)),
+        layout(std::move(l)),
+        collector(c),
+        opener(std::move(op)),
+        token(options.token, options.token_file),
+        server(options.limits) {}
 
-  bool authorized(const httplib::Request& req, httplib::Response& res) const {
-    if (options.token.empty()) {
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    const std::string expected = token.current();
+    if (expected.empty()) {
       send_error(res, 401, "the API is disabled: no token configured (--token-file or GPUSLICE_NODE_TOKEN)");
       return false;
     }
@@ -124,7 +176,7 @@ struct ApiServer::Impl {
       send_error(res, 401, "missing bearer token (Authorization: Bearer <token>)");
       return false;
     }
-    if (!constant_time_equals(std::string_view(header).substr(prefix.size()), options.token)) {
+    if (!constant_time_equals(std::string_view(header).substr(prefix.size()), expected)) {
       res.set_header("WWW-Authenticate", "Bearer error=\"invalid_token\"");
       send_error(res, 401, "invalid bearer token");
       return false;
@@ -147,7 +199,7 @@ struct ApiServer::Impl {
     const std::string id = req.matches[1];
     if (!valid_container_id(id)) return send_error(res, 400, "invalid container id '" + id + "'");
     LimitsUpdate update;
-    if (auto err = parse_limits_request(req.body, update)) return send_error(res, err->status, err->message);
+    if (auto err = read_limits_body(req.body, update)) return send_error(res, err->status, err->message);
     LimitsApplied applied;
     if (auto err = apply_limits(layout, id, update, opener, applied)) {
       return send_error(res, err->status, err->message);
@@ -159,7 +211,7 @@ struct ApiServer::Impl {
                  {"limits", limits_json(applied.limits)},
                  {"live_devices_updated", applied.devices_updated},
                  {"ledger_error", applied.ledger_error.empty() ? json(nullptr) : json(applied.ledger_error)}};
-    res.set_content(body.dump(), "application/json");
+    res.set_content(json_text(body), "application/json");
   }
 
   void routes() {
@@ -179,7 +231,7 @@ struct ApiServer::Impl {
       const std::string id = req.matches[1];
       auto view = collector.view();
       for (const auto& c : view->containers) {
-        if (c.id == id) return res.set_content(container_json(c).dump(), "application/json");
+        if (c.id == id) return res.set_content(json_text(container_json(c, view->node)), "application/json");
       }
       send_error(res, 404, "no container '" + id + "' on this node");
     });
@@ -194,7 +246,10 @@ struct ApiServer::Impl {
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       send_error(res, res.status,
-                 res.status == 404 ? "no route for " + req.method + " " + req.path : "request failed");
+                 res.status == 404 ? "no route for " + req.method + " " + req.path
+                 : res.status == 413
+                     ? "request body is larger than " + std::to_string(kMaxApiBodyBytes) + " bytes"
+                     : "request failed");
     });
     server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
@@ -204,15 +259,9 @@ struct ApiServer::Impl {
         what = e.what();
       } catch (...) {
       }
-      GS_LOG(Error, "HTTP handler failed: %s", what.c_str());
+      GS_LOG(Error, "HTTP handler failed: %s", config::detail::printable(what, 256).c_str());
       send_error(res, 500, what);
     });
-    server.set_payload_max_length(64 * 1024);
-    server.set_keep_alive_max_count(1000);
-    // Small responses on kept-alive connections: without this, Nagle and delayed ACKs cost ~40 ms each.
-    server.set_tcp_nodelay(true);
-    unsigned threads = options.threads ? options.threads : 1;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   }
 };
 
@@ -224,31 +273,16 @@ ApiServer::ApiServer(ApiOptions options, HostLayout layout, Collector& collector
 ApiServer::~ApiServer() { stop(); }
 
 Result<int> ApiServer::start() {
-  int port = impl_->options.port;
-  if (port == 0) {
-    port = impl_->server.bind_to_any_port(impl_->options.host);
-    if (port < 0) return make_error("cannot bind " + impl_->options.host + ":0");
-  } else if (!impl_->server.bind_to_port(impl_->options.host, port)) {
-    return make_error("cannot bind " + impl_->options.host + ":" + std::to_string(port) + ": " +
-                      std::strerror(errno));
-  }
-  impl_->listen_returned = false;
-  impl_->thread = std::thread([this] {
-    impl_->server.listen_after_bind();
-    impl_->listen_returned = true;
-  });
-  // stop() is a no-op until the accept loop runs, so do not hand back a server that cannot be stopped.
-  while (!impl_->server.is_running() && !impl_->listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  GS_LOG(Info, "HTTP API and /metrics on %s:%d", impl_->options.host.c_str(), port);
+  auto port = impl_->server.bind_port(impl_->options.host, impl_->options.port);
+  if (!port) return port;
+  impl_->server.start_serving();
+  GS_LOG(Info, "HTTP API and /metrics on %s:%d", impl_->options.host.c_str(), *port);
+  if (!impl_->options.token_file.empty()) impl_->token.current();  // says now whether a token is there
   return port;
 }
 
 void ApiServer::stop() {
-  if (!impl_ || !impl_->thread.joinable()) return;
-  impl_->server.stop();
-  impl_->thread.join();
+  if (impl_) impl_->server.stop_serving();
 }
 
 }  // namespace gpuslice::node

@@ -2,7 +2,8 @@
 //   GET  /api/v1/status                      every GPU and container (JSON)
 //   GET  /api/v1/containers/<id>             one container
 //   PUT  /api/v1/containers/<id>/limits      {"memory":"8Gi","compute":30}  (POST accepted too)
-// Errors are JSON {"error": "...", "status": N} with 400/401/404/405/500.
+// Errors are JSON {"error": "...", "status": N} with 400/401/404/405/413/500/503.
+// It runs on a BoundedServer: slow or numerous clients cannot starve /healthz, bodies are bounded.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "node/bounded_server.h"
 #include "node/collector.h"
 #include "node/host_layout.h"
 
@@ -18,10 +20,12 @@ namespace gpuslice::node {
 struct ApiOptions {
   std::string host = "0.0.0.0";
   int port = 9410;  // 0 = any free port (tests)
-  // Bearer token for /api/v1/*; empty disables the API (every call answers 401).
+  // Bearer token for /api/v1/*: token_file when set (read again whenever it changes), else token.
+  // No token disables the API (every call answers 401).
   std::string token;
+  std::string token_file;
   bool metrics_require_token = false;
-  unsigned threads = 16;
+  ServerLimits limits;
   std::string version = "dev";
 };
 

@@ -4,16 +4,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/settings.h"
+#include "config/limits_file.h"
 
 namespace gpuslice::node {
 namespace {
 
 using nlohmann::json;
 
-// Turns one JSON value into the text form of SPEC §2 and checks it with the shared grammar.
-std::optional<ApiError> value_text(const json& value, const char* field, config::ValueKind kind,
-                                   std::string& out) {
+// Turns one JSON value into the text a limits file holds and checks it with the library's parser.
+std::optional<ApiError> value_text(const json& value, const char* field, const char* key, std::string& out) {
   if (value.is_string()) {
     out = value.get<std::string>();
   } else if (value.is_number_unsigned()) {
@@ -24,9 +23,8 @@ std::optional<ApiError> value_text(const json& value, const char* field, config:
     return ApiError{400,
                     std::string("'") + field + "' must be a string, a non-negative integer or an object"};
   }
-  auto parsed = config::parse_device_values(out, kind, config::SizeDialect::Native);
+  auto parsed = config::parse_limit_value(key, out);
   if (!parsed) return ApiError{400, std::string("'") + field + "': " + parsed.error()};
-  if (parsed->empty()) return ApiError{400, std::string("'") + field + "' has no value"};
   return std::nullopt;
 }
 
@@ -43,12 +41,12 @@ std::optional<ApiError> parse_limits_request(std::string_view body, LimitsUpdate
   }
   if (doc.contains("memory")) {
     std::string text;
-    if (auto err = value_text(doc["memory"], "memory", config::ValueKind::Size, text)) return err;
+    if (auto err = value_text(doc["memory"], "memory", config::kMemoryLimitKey, text)) return err;
     out.memory = std::move(text);
   }
   if (doc.contains("compute")) {
     std::string text;
-    if (auto err = value_text(doc["compute"], "compute", config::ValueKind::Percent, text)) return err;
+    if (auto err = value_text(doc["compute"], "compute", config::kComputeLimitKey, text)) return err;
     out.compute = std::move(text);
   }
   if (!out.memory && !out.compute) return ApiError{400, "nothing to set: give 'memory' and/or 'compute'"};
@@ -63,14 +61,12 @@ std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string
   if (::stat(layout.container_dir(id).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return ApiError{404, "no container '" + id + "' on this node"};
   }
-  auto current = read_limits_file(layout.limits_file(id));
-  if (!current) return ApiError{500, current.error()};
-  Limits limits = std::move(current).value();
-  if (update.memory) limits.memory = update.memory;
-  if (update.compute) limits.compute = update.compute;
-  auto written = write_file_atomically(layout.limits_file(id), render_limits(limits));
+  auto written = update_limits_file(layout.limits_file(id), [&update](Limits& limits) {
+    if (update.memory) limits.memory = update.memory;
+    if (update.compute) limits.compute = update.compute;
+  });
   if (!written) return ApiError{500, written.error()};
-  out.limits = limits;
+  out.limits = std::move(written).value();
 
   std::string state = layout.state_file(id);
   if (::stat(state.c_str(), &st) != 0) return std::nullopt;  // nothing running yet: the file is enough
@@ -79,16 +75,13 @@ std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string
     out.ledger_error = ledger.error();
     return std::nullopt;
   }
-  std::optional<config::DeviceValues> memory, compute;
-  if (update.memory) {
-    memory = config::parse_device_values(*update.memory, config::ValueKind::Size, config::SizeDialect::Native)
-                 .value();
-  }
-  if (update.compute) {
-    compute =
-        config::parse_device_values(*update.compute, config::ValueKind::Percent, config::SizeDialect::Native)
-            .value();
-  }
+  // The file's caps, as every process of the container applies them when it notices the change;
+  // the container's own requests stay, and the smaller of the two applies.
+  config::DeviceValues memory, compute;
+  if (out.limits.memory)
+    memory = config::parse_limit_value(config::kMemoryLimitKey, *out.limits.memory)->values;
+  if (out.limits.compute)
+    compute = config::parse_limit_value(config::kComputeLimitKey, *out.limits.compute)->values;
   shm::Snapshot snap = (*ledger)->snapshot();
   for (const shm::DeviceRow& row : snap.devices) {
     const int record = row.record >= 0 ? row.record : (*ledger)->find_device(row.uuid);
@@ -96,20 +89,11 @@ std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string
       out.ledger_error = "device " + row.uuid + " vanished from " + state;
       continue;
     }
-    bool touched = false;
-    if (memory) {
-      if (auto bytes = memory->lookup(row.index, row.uuid)) {
-        (*ledger)->set_quota(record, *bytes);
-        touched = true;
-      }
-    }
-    if (compute) {
-      if (auto percent = compute->lookup(row.index, row.uuid)) {
-        (*ledger)->set_compute_limit(record, static_cast<unsigned>(*percent));
-        touched = true;
-      }
-    }
-    if (touched) ++out.devices_updated;
+    shm::DeviceLimits caps;
+    if (auto bytes = memory.lookup(row.index, row.uuid)) caps.quota = *bytes;
+    if (auto percent = compute.lookup(row.index, row.uuid)) caps.compute = static_cast<unsigned>(*percent);
+    (*ledger)->set_caps(record, caps);
+    ++out.devices_updated;
   }
   return std::nullopt;
 }

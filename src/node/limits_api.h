@@ -1,5 +1,6 @@
-// Setting a container's limits from the HTTP API: validation of the request body, the atomic rewrite
-// of the read-only limits file and the live update of the container's ledger.
+// Setting a container's limits from the HTTP API: validation of the request body (with the
+// library's own parser), the locked, atomic rewrite of the read-only limits file and the live
+// update of the caps in the container's ledger.
 #pragma once
 
 #include <optional>
@@ -18,12 +19,12 @@ struct ApiError {
 };
 
 struct LimitsUpdate {
-  std::optional<std::string> memory;  // validated, in a form config::parse_device_values accepts
+  std::optional<std::string> memory;  // validated: config::parse_limit_value accepts it
   std::optional<std::string> compute;
 };
 
 // Body: {"memory": "8Gi" | 8589934592 | "0=8Gi,1=4Gi" | {"GPU-…": "8Gi"}, "compute": 30 | "30" | …};
-// at least one of the two, no other keys. Values are checked with the grammar of SPEC §2.
+// at least one of the two, no other keys. Values are checked as the limits file's are.
 std::optional<ApiError> parse_limits_request(std::string_view body, LimitsUpdate& out);
 
 struct LimitsApplied {
@@ -33,7 +34,7 @@ struct LimitsApplied {
 };
 
 // Writes <root>/containers/<id>/config/limits (keeping the value not being changed) and, where the
-// container has a state file, applies the values to each of its devices through the ledger.
+// container has a state file, sets the file's caps on each of its devices through the ledger.
 // 404 when the container directory does not exist.
 std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string& id,
                                      const LimitsUpdate& update, const LedgerOpener& opener,

@@ -1,24 +1,23 @@
 #include "node/limits_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <random>
+
+#include "common/errno_text.h"
 
 namespace gpuslice::node {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
+using fs::errno_text;
 
-std::string errno_text(int err) { return std::strerror(err); }
+constexpr const char* kHeader =
+    "Written by gpuslice-node: read-only caps for every process of this container.";
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -32,70 +31,61 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-}  // namespace
-
-Result<Limits> parse_limits(std::string_view text) {
+Limits text_of(const config::LimitsFile& file) {
   Limits limits;
-  int line_no = 0;
-  while (!text.empty()) {
-    std::size_t eol = text.find('\n');
-    std::string_view line = trim(text.substr(0, eol));
-    text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
-    ++line_no;
-    if (line.empty() || line.front() == '#') continue;
-    std::size_t eq = line.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
-      return make_error("line " + std::to_string(line_no) + ": expected KEY=VALUE, got '" +
-                        std::string(line) + "'");
-    }
-    std::string key(trim(line.substr(0, eq)));
-    std::string value(trim(line.substr(eq + 1)));
-    if (key == kMemoryLimitKey) {
-      limits.memory = std::move(value);
-    } else if (key == kComputeLimitKey) {
-      limits.compute = std::move(value);
-    } else {
-      limits.other.emplace_back(std::move(key), std::move(value));
-    }
-  }
+  if (file.memory) limits.memory = file.memory->text;
+  if (file.compute) limits.compute = file.compute->text;
   return limits;
 }
 
+// Holds an exclusive flock on a directory for its lifetime.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) {
+      error_ = dir + ": " + errno_text(errno);
+      return;
+    }
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      error_ = "cannot lock " + dir + ": " + errno_text(errno);
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  std::string error_;
+};
+
+}  // namespace
+
+Result<Limits> parse_limits(std::string_view text) {
+  auto parsed = config::parse_limits_file(text);
+  if (!parsed) return make_error(parsed.error());
+  return text_of(*parsed);
+}
+
 std::string render_limits(const Limits& limits) {
-  std::string out = "# Written by gpuslice-node: read-only caps for every process of this container.\n";
-  if (limits.memory) out += std::string(kMemoryLimitKey) + "=" + *limits.memory + "\n";
-  if (limits.compute) out += std::string(kComputeLimitKey) + "=" + *limits.compute + "\n";
-  for (const auto& [key, value] : limits.other) out += key + "=" + value + "\n";
-  return out;
+  config::LimitsFile file;
+  if (limits.memory) file.memory = config::LimitValue{*limits.memory, {}};
+  if (limits.compute) file.compute = config::LimitValue{*limits.compute, {}};
+  return config::render_limits_file(file, kHeader);
 }
 
 Result<Limits> read_limits_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Limits{};
-    return make_error(path + ": " + errno_text(errno));
-  }
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      ::close(fd);
-      return make_error(path + ": " + errno_text(saved));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > (1u << 20)) {
-      ::close(fd);
-      return make_error(path + ": larger than 1 MiB");
-    }
-  }
-  ::close(fd);
-  auto parsed = parse_limits(text);
-  if (!parsed) return make_error(path + ": " + parsed.error());
-  return parsed;
+  auto parsed = config::read_limits_file(path);
+  if (!parsed) return make_error(parsed.error());
+  return text_of(*parsed);
 }
 
 Result<bool> write_file_atomically(const std::string& path, std::string_view content, unsigned mode) {
@@ -124,6 +114,25 @@ Result<bool> write_file_atomically(const std::string& path, std::string_view con
     ::close(dir_fd);
   }
   return true;
+}
+
+Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error(dir + ": " + ec.message());
+  DirectoryLock lock(dir);
+  if (!lock.error().empty()) return make_error(lock.error());
+  auto current = read_limits_file(path);
+  if (!current) return current;
+  Limits limits = std::move(current).value();
+  change(limits);
+  // Never write a file the library would refuse: every process of the container would fail closed.
+  const std::string text = render_limits(limits);
+  if (auto checked = config::parse_limits_file(text); !checked) return make_error(checked.error());
+  auto written = write_file_atomically(path, text);
+  if (!written) return make_error(written.error());
+  return limits;
 }
 
 }  // namespace gpuslice::node

@@ -1,37 +1,45 @@
-// The read-only limits file of a container (format of config::apply_limits_file: KEY=VALUE lines with
-// the native variable names, '#' comments). The daemon writes it; libgpuslice reads it as caps.
+// The read-only limits file of a container, as the daemon writes it. Parsing and rendering are
+// config/limits_file.h's (the library's own reader), so the daemon accepts exactly the files the
+// library accepts; this adds the daemon's side: text values, atomic replacement and a writer lock.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 #include "common/result.h"
+#include "config/limits_file.h"
 
 namespace gpuslice::node {
 
-inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
-inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
+using config::kComputeLimitKey;
+using config::kMemoryLimitKey;
 
 struct Limits {
   std::optional<std::string> memory;   // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
   std::optional<std::string> compute;  // "30", "0=30,1=50", JSON
-  std::vector<std::pair<std::string, std::string>> other;  // keys we do not own, kept on rewrite
 
-  bool empty() const { return !memory && !compute && other.empty(); }
+  bool empty() const { return !memory && !compute; }
 };
 
-// Parses the text of a limits file. Lines without '=' (other than comments/blank) are an error.
+// Parses the text of a limits file with the library's parser (unknown keys, bad values and
+// repeated keys are errors naming the line).
 Result<Limits> parse_limits(std::string_view text);
+// Renders `limits` as the library's renderer does (values are written as given: check them with
+// config::parse_limit_value first, as update_limits_file does).
 std::string render_limits(const Limits& limits);
 
-// A missing file reads as empty limits; an unreadable or malformed one is an error.
+// A missing file reads as empty limits; an unreadable, non-regular or malformed one is an error.
 Result<Limits> read_limits_file(const std::string& path);
 
 // Writes through a temporary file in the same directory and rename(2), so a reader sees either the
 // old or the new content, never a partial one. Creates the directory if needed.
 Result<bool> write_file_atomically(const std::string& path, std::string_view content, unsigned mode = 0644);
+
+// Read-modify-write of the limits file at `path` under an exclusive flock on its directory, so
+// concurrent writers (two PUT /limits) serialise and none loses an acknowledged update. `change`
+// edits the current limits; the result is what was written.
+Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change);
 
 }  // namespace gpuslice::node

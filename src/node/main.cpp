@@ -2,6 +2,7 @@
 // (admission webhook). Invoked as gpuslice-webhook it runs the webhook.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,8 @@
 #include "node/device_plugin.h"
 #include "node/http_api.h"
 #include "node/options.h"
-#include "node/webhook.h"
+#include "node/podresources.h"
+#include "node/webhook_server.h"
 
 #ifndef GPUSLICE_VERSION
 #define GPUSLICE_VERSION "dev"
@@ -76,6 +78,14 @@ gpuslice::Result<std::unique_ptr<gs::GpuSource>> fake_gpus(const std::string& sp
   return std::unique_ptr<gs::GpuSource>(new gs::StaticGpuSource(gpus));
 }
 
+// The node name of metrics and API answers: the flag / NODE_NAME, else the host name.
+std::string node_name(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return {};
+  return host;
+}
+
 int serve(const std::vector<std::string>& args) {
   gs::ServeOptions options;
   auto outcome = gs::parse_serve_options(args, lookup_env, options);
@@ -107,9 +117,19 @@ int serve(const std::vector<std::string>& args) {
   gs::HostLayout layout(options.root);
   gs::Collector collector(layout, gpus.get(), clock);
   collector.set_kubelet_pods_dir(options.kubelet_pods_dir);
+  collector.set_node_name(node_name(options.node_name));
+  std::unique_ptr<gs::PodResourcesClient> podresources;
+  if (!options.podresources_socket.empty()) {
+    gs::PodResourcesOptions pr;
+    pr.socket = options.podresources_socket;
+    pr.resource_prefix = options.plugin.resource_domain + "/";
+    podresources = std::make_unique<gs::PodResourcesClient>(pr);
+    collector.set_attribution(podresources.get(),
+                              static_cast<std::uint64_t>(options.gc_grace_period.count()) * 1'000'000ULL);
+  }
   auto first = collector.refresh();
   if (!first->gpu_error.empty()) GS_LOG(Warn, "NVML: %s", first->gpu_error.c_str());
-  if (options.api.token.empty())
+  if (options.api.token.empty() && options.api.token_file.empty())
     GS_LOG(Warn, "no API token configured: /api/v1 answers 401 (see --token-file)");
 
   gs::ApiServer api(options.api, layout, collector);
@@ -125,6 +145,7 @@ int serve(const std::vector<std::string>& args) {
       GS_LOG(Error, "%s", started.error().c_str());
       return 1;
     }
+    collector.set_registration_source([&plugins] { return plugins->registration(); });
   }
 
   while (!wait_for_stop(stop_signals, options.scan_interval)) {
@@ -132,8 +153,9 @@ int serve(const std::vector<std::string>& args) {
     if (plugins) plugins->update_health(view->gpus);  // a failed probe lists none: all unhealthy
   }
   GS_LOG(Info, "stopping");
-  if (plugins) plugins->stop();
   api.stop();
+  collector.set_registration_source({});
+  if (plugins) plugins->stop();
   return 0;
 }
 

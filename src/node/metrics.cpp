@@ -63,12 +63,30 @@ class Family {
   const char* name_;
 };
 
-std::vector<Label> gpu_labels(const GpuInfo& gpu) {
-  return {{"gpu", std::to_string(gpu.index)}, {"UUID", gpu.uuid}, {"modelName", gpu.name}};
+std::vector<Label> gpu_labels(const NodeView& view, const GpuInfo& gpu) {
+  return {
+      {"node", view.node}, {"gpu", std::to_string(gpu.index)}, {"uuid", gpu.uuid}, {"model_name", gpu.name}};
 }
 
-std::vector<Label> container_device_labels(const ContainerView& c, const ContainerDevice& d) {
-  return {{"container", c.id}, {"gpu", d.gpu ? std::to_string(*d.gpu) : std::string()}, {"UUID", d.uuid}};
+std::vector<Label> container_labels(const NodeView& view, const ContainerView& c) {
+  return {{"node", view.node},
+          {"gpuslice_allocation", c.id},
+          {"namespace", c.owner.namespace_name},
+          {"pod", c.owner.pod},
+          {"container", c.owner.container}};
+}
+
+std::vector<Label> container_device_labels(const NodeView& view, const ContainerView& c,
+                                           const ContainerDevice& d) {
+  std::vector<Label> labels = container_labels(view, c);
+  labels.push_back({"gpu", d.gpu ? std::to_string(*d.gpu) : std::string()});
+  labels.push_back({"uuid", d.uuid});
+  return labels;
+}
+
+std::vector<Label> with(std::vector<Label> labels, const char* name, std::string value) {
+  labels.push_back({name, std::move(value)});
+  return labels;
 }
 
 }  // namespace
@@ -92,43 +110,83 @@ std::string escape_label_value(std::string_view value) {
 
 std::string render_metrics(const NodeView& view, std::string_view version) {
   std::string out;
-  out.reserve(1024 + 512 * view.gpus.size() + 1024 * view.containers.size());
+  out.reserve(2048 + 512 * view.gpus.size() + 2048 * view.containers.size());
+  const std::vector<Label> node = {{"node", view.node}};
 
   Family(out, "gpuslice_build_info", "gauge", "gpuslice-node build information.")
-      .sample({{"version", std::string(version)}}, 1);
+      .sample(with(node, "version", std::string(version)), 1);
   Family(out, "gpuslice_nvml_up", "gauge", "1 if the last NVML probe succeeded.")
-      .sample({}, view.gpu_error.empty() ? 1 : 0);
+      .sample(node, view.gpu_error.empty() ? 1 : 0);
+  if (view.podresources != AttributionState::Off) {
+    Family(out, "gpuslice_podresources_up", "gauge",
+           "1 if the last List of the kubelet's PodResources API succeeded.")
+        .sample(node, view.podresources == AttributionState::Up ? 1 : 0);
+  }
+  Family(out, "gpuslice_containers_removed_total", "counter",
+         "Container directories removed by garbage collection since the daemon started.")
+      .sample(node, static_cast<double>(view.containers_removed));
+
+  if (view.device_plugin) {
+    {
+      Family f(out, "gpuslice_device_plugin_state", "gauge",
+               "Registration state of the device plugin with the kubelet, one series per state.");
+      for (const auto& p : view.plugins) {
+        for (RegistrationState state : kRegistrationStates) {
+          f.sample(with(with(node, "resource", p.resource), "state", registration_state_name(state)),
+                   p.state == state ? 1 : 0);
+        }
+      }
+    }
+    {
+      Family f(out, "gpuslice_device_plugin_registered", "gauge",
+               "1 while the device plugin is registered with the kubelet.");
+      for (const auto& p : view.plugins) {
+        f.sample(with(node, "resource", p.resource), p.state == RegistrationState::Registered ? 1 : 0);
+      }
+    }
+    {
+      Family f(out, "gpuslice_device_plugin_registrations_total", "counter",
+               "Successful registrations with the kubelet (one more after each kubelet restart).");
+      for (const auto& p : view.plugins) f.sample(with(node, "resource", p.resource), p.registrations);
+    }
+  }
 
   {
     Family f(out, "gpuslice_gpu_memory_total_bytes", "gauge", "Physical memory of the GPU (NVML).");
-    for (const auto& g : view.gpus) f.sample(gpu_labels(g), static_cast<double>(g.memory_total_bytes));
+    for (const auto& g : view.gpus) f.sample(gpu_labels(view, g), static_cast<double>(g.memory_total_bytes));
   }
   {
     Family f(out, "gpuslice_gpu_memory_used_bytes", "gauge",
              "Memory in use on the GPU, all processes (NVML).");
-    for (const auto& g : view.gpus) f.sample(gpu_labels(g), static_cast<double>(g.memory_used_bytes));
+    for (const auto& g : view.gpus) f.sample(gpu_labels(view, g), static_cast<double>(g.memory_used_bytes));
   }
   {
     Family f(out, "gpuslice_gpu_utilization_percent", "gauge", "GPU utilization over NVML's sample period.");
     for (const auto& g : view.gpus) {
-      if (g.utilization_percent) f.sample(gpu_labels(g), *g.utilization_percent);
+      if (g.utilization_percent) f.sample(gpu_labels(view, g), *g.utilization_percent);
     }
   }
   {
     Family f(out, "gpuslice_gpu_healthy", "gauge", "1 if every NVML query for the GPU succeeds, else 0.");
-    for (const auto& g : view.gpus) f.sample(gpu_labels(g), g.healthy ? 1 : 0);
+    for (const auto& g : view.gpus) f.sample(gpu_labels(view, g), g.healthy ? 1 : 0);
   }
 
   {
-    Family f(out, "gpuslice_container_state_ok", "gauge",
-             "1 if the container's shared state and limits file read cleanly, else 0.");
-    for (const auto& c : view.containers) f.sample({{"container", c.id}}, c.error.empty() ? 1 : 0);
+    Family f(out, "gpuslice_container_state", "gauge",
+             "State of the container directory, one series per state: ok, error (unreadable, skipped), "
+             "released (no longer allocated by the kubelet).");
+    for (const auto& c : view.containers) {
+      for (ContainerState state : kContainerStates) {
+        f.sample(with(container_labels(view, c), "state", container_state_name(state)),
+                 c.state == state ? 1 : 0);
+      }
+    }
   }
   {
     Family f(out, "gpuslice_container_processes", "gauge",
              "Live processes registered in the container's state.");
     for (const auto& c : view.containers) {
-      if (c.has_state) f.sample({{"container", c.id}}, static_cast<double>(c.processes.size()));
+      if (c.has_state) f.sample(container_labels(view, c), static_cast<double>(c.processes.size()));
     }
   }
   {
@@ -136,7 +194,7 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
              "VRAM quota of the container on the device (absent when unlimited).");
     for (const auto& c : view.containers) {
       for (const auto& d : c.devices) {
-        if (d.quota_bytes) f.sample(container_device_labels(c, d), static_cast<double>(*d.quota_bytes));
+        if (d.quota_bytes) f.sample(container_device_labels(view, c, d), static_cast<double>(*d.quota_bytes));
       }
     }
   }
@@ -144,14 +202,14 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
     Family f(out, "gpuslice_container_memory_used_bytes", "gauge", "VRAM the container's processes hold.");
     for (const auto& c : view.containers) {
       for (const auto& d : c.devices)
-        f.sample(container_device_labels(c, d), static_cast<double>(d.used_bytes));
+        f.sample(container_device_labels(view, c, d), static_cast<double>(d.used_bytes));
     }
   }
   {
     Family f(out, "gpuslice_container_compute_limit_percent", "gauge",
              "Compute (SM time) limit of the container on the device; 0 = not limited.");
     for (const auto& c : view.containers) {
-      for (const auto& d : c.devices) f.sample(container_device_labels(c, d), d.compute_limit);
+      for (const auto& d : c.devices) f.sample(container_device_labels(view, c, d), d.compute_limit);
     }
   }
   {
@@ -159,8 +217,24 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
              "Share of wall time the container's kernels kept the device busy since the previous scan.");
     for (const auto& c : view.containers) {
       for (const auto& d : c.devices) {
-        if (d.utilization_ratio) f.sample(container_device_labels(c, d), *d.utilization_ratio);
+        if (d.utilization_ratio) f.sample(container_device_labels(view, c, d), *d.utilization_ratio);
       }
+    }
+  }
+  {
+    Family f(out, "gpuslice_container_priority", "gauge",
+             "Priority of the container among those sharing a GPU: 0 low, 1 normal, 2 high (absent when "
+             "not set).");
+    for (const auto& c : view.containers) {
+      if (c.has_state && c.priority >= 0) f.sample(container_labels(view, c), c.priority);
+    }
+  }
+  {
+    Family f(out, "gpuslice_container_held_back_seconds_total", "counter",
+             "Time the container's kernel launches were held back by higher-priority containers.");
+    for (const auto& c : view.containers) {
+      if (c.has_state && c.priority >= 0)
+        f.sample(container_labels(view, c), static_cast<double>(c.held_back_ns) / 1e9);
     }
   }
   {
@@ -168,7 +242,7 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
              "Allocations refused because they would exceed the quota.");
     for (const auto& c : view.containers) {
       for (const auto& d : c.devices) {
-        f.sample(container_device_labels(c, d), static_cast<double>(d.refused_allocations));
+        f.sample(container_device_labels(view, c, d), static_cast<double>(d.refused_allocations));
       }
     }
   }

@@ -1,5 +1,5 @@
-// Prometheus text exposition (format 0.0.4) of a NodeView, with names in the style of dcgm-exporter
-// (gpu / UUID / modelName labels on GPU series).
+// Prometheus text exposition (format 0.0.4) of a NodeView. Names and labels are those of
+// docs/metrics.md (snake_case; Kubernetes namespace/pod/container/node labels).
 #pragma once
 
 #include <string>

@@ -1,8 +1,6 @@
 #include "node/options.h"
 
-#include <fstream>
 #include <functional>
-#include <map>
 #include <sstream>
 
 #include "config/settings.h"
@@ -10,22 +8,53 @@
 namespace gpuslice::node {
 namespace {
 
-// A flag table: each entry consumes a value (or none for switches) and may fail with a message.
+// Our own table rather than CLI11: the daemon keeps its exact precedence (default < environment
+// < flag, with the variable named in the error) and messages, a default is applied through the same
+// validator as a user's value (so the help text cannot drift from the code), and no new build
+// dependency is needed for it.
+using Apply = std::function<std::optional<std::string>(const std::string&)>;
+
 struct Flag {
-  bool takes_value = true;
-  const char* env = nullptr;  // environment fallback
-  std::function<std::optional<std::string>(const std::string&)> apply;
+  const char* name;      // without the leading "--"
+  const char* value;     // placeholder in the usage text; nullptr for a switch
+  const char* env;       // environment variable, or nullptr
+  const char* fallback;  // default, applied like a given value; nullptr for none
+  const char* help;
+  Apply apply;
 };
 
+std::string usage_of(const std::string& head, const std::vector<Flag>& flags) {
+  std::string out = head + "\n";
+  std::size_t width = 0;
+  for (const Flag& f : flags) {
+    width = std::max(width, std::string(f.name).size() + (f.value ? std::string(f.value).size() + 1 : 0));
+  }
+  for (const Flag& f : flags) {
+    std::string left = std::string("--") + f.name + (f.value ? std::string(" ") + f.value : "");
+    std::string notes;
+    if (f.env) notes = f.env;
+    if (f.fallback)
+      notes += std::string(notes.empty() ? "" : ", ") + "default " + (*f.fallback ? f.fallback : "empty");
+    out += "  " + left + std::string(width + 4 - left.size(), ' ') + f.help;
+    if (!notes.empty()) out += " (" + notes + ")";
+    out += "\n";
+  }
+  return out;
+}
+
 ParseOutcome run_flags(const std::vector<std::string>& args,
-                       const std::function<const char*(const char*)>& env, std::map<std::string, Flag>& flags,
+                       const std::function<const char*(const char*)>& env, const std::vector<Flag>& flags,
                        const std::string& usage) {
-  // Environment first, so flags given on the command line override it.
-  for (auto& [name, flag] : flags) {
-    if (!flag.env) continue;
-    const char* value = env(flag.env);
+  for (const Flag& f : flags) {
+    if (!f.fallback) continue;
+    if (auto err = f.apply(f.fallback)) return {false, std::string("default of --") + f.name + ": " + *err};
+  }
+  // Environment next, so flags given on the command line override it.
+  for (const Flag& f : flags) {
+    if (!f.env) continue;
+    const char* value = env(f.env);
     if (!value || !*value) continue;
-    if (auto err = flag.apply(value)) return {false, std::string(flag.env) + ": " + *err};
+    if (auto err = f.apply(value)) return {false, std::string(f.env) + ": " + *err};
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -37,53 +66,241 @@ ParseOutcome run_flags(const std::vector<std::string>& args,
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    auto it = flags.find(name);
-    if (it == flags.end()) return {false, "unknown flag --" + name + "\n\n" + usage};
-    if (it->second.takes_value && !value) {
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags) {
+      if (name == f.name) flag = &f;
+    }
+    if (!flag) return {false, "unknown flag --" + name + "\n\n" + usage};
+    if (flag->value && !value) {
       if (i + 1 >= args.size()) return {false, "--" + name + " needs a value"};
       value = args[++i];
     }
-    if (!it->second.takes_value && value) return {false, "--" + name + " takes no value"};
-    if (auto err = it->second.apply(value.value_or(""))) return {false, "--" + name + ": " + *err};
+    if (!flag->value && value) return {false, "--" + name + " takes no value"};
+    if (auto err = flag->apply(value.value_or(""))) return {false, "--" + name + ": " + *err};
   }
   return {};
 }
 
-std::optional<std::string> read_token_file(const std::string& path, std::string& token) {
-  std::ifstream in(path);
-  if (!in) return "cannot read token file " + path;
-  std::ostringstream text;
-  text << in.rdbuf();
-  token = text.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
-    token.pop_back();
-  if (token.empty()) return "token file " + path + " is empty";
-  return std::nullopt;
+Apply set_text(std::string& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    target = v;
+    return std::nullopt;
+  };
 }
 
-Flag text_flag(std::string& target, const char* env = nullptr) {
-  return {true, env, [&target](const std::string& v) -> std::optional<std::string> {
-            target = v;
-            return std::nullopt;
-          }};
+Apply set_switch(bool& target, bool value) {
+  return [&target, value](const std::string&) -> std::optional<std::string> {
+    target = value;
+    return std::nullopt;
+  };
 }
 
-Flag log_flag(std::string& target, const char* env) {
-  return {true, env, [&target](const std::string& v) -> std::optional<std::string> {
-            auto level = config::parse_log_level(v);
-            if (!level) return level.error();
-            target = v;
-            return std::nullopt;
-          }};
+// The one whole-number validator: decimal digits only, within [min, max].
+template <class T>
+Apply set_number(T& target, unsigned long min, unsigned long max) {
+  return [&target, min, max](const std::string& v) -> std::optional<std::string> {
+    const std::string range =
+        "expected a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) return range;
+    const unsigned long n = std::stoul(v);
+    if (n < min || n > max) return range;
+    target = static_cast<T>(n);
+    return std::nullopt;
+  };
 }
 
-Flag listen_flag(std::string& host, int& port, const char* env) {
-  return {true, env, [&host, &port](const std::string& v) -> std::optional<std::string> {
-            auto ok = parse_listen(v, host, port);
-            if (!ok) return ok.error();
-            return std::nullopt;
-          }};
+Apply set_duration(std::chrono::milliseconds& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto d = parse_duration(v);
+    if (!d) return d.error();
+    target = *d;
+    return std::nullopt;
+  };
 }
+
+Apply set_log_level(std::string& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto level = config::parse_log_level(v);
+    if (!level) return level.error();
+    target = v;
+    return std::nullopt;
+  };
+}
+
+Apply set_listen(std::string& host, int& port) {
+  return [&host, &port](const std::string& v) -> std::optional<std::string> {
+    auto ok = parse_listen(v, host, port);
+    if (!ok) return ok.error();
+    return std::nullopt;
+  };
+}
+
+Apply set_resources(std::vector<ResourceKind>& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    std::vector<ResourceKind> kinds;
+    std::stringstream list(v);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      auto kind = parse_resource_kind(item);
+      if (!kind) return "unknown resource '" + item + "' (expected gpu, vram, cores)";
+      kinds.push_back(*kind);
+    }
+    if (kinds.empty()) return "no resources given";
+    target = std::move(kinds);
+    return std::nullopt;
+  };
+}
+
+Apply set_size(std::uint64_t& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto size = config::parse_size(v, config::SizeDialect::Native);
+    if (!size) return size.error();
+    if (*size == 0) return "must be positive";
+    target = *size;
+    return std::nullopt;
+  };
+}
+
+Apply set_placement(Placement& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    if (v == "binpack") {
+      target = Placement::Binpack;
+    } else if (v == "spread") {
+      target = Placement::Spread;
+    } else {
+      return "expected binpack or spread";
+    }
+    return std::nullopt;
+  };
+}
+
+Apply set_device_list_strategy(bool& cdi) {
+  return [&cdi](const std::string& v) -> std::optional<std::string> {
+    if (v != "envvar" && v != "cdi") return "expected envvar or cdi";
+    cdi = v == "cdi";
+    return std::nullopt;
+  };
+}
+
+// vendor.com/class, as the CDI specification writes a kind.
+Apply set_cdi_kind(std::string& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    const std::size_t slash = v.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == v.size() ||
+        v.find('/', slash + 1) != std::string::npos ||
+        v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") !=
+            std::string::npos) {
+      return "expected a CDI kind like nvidia.com/gpu";
+    }
+    target = v;
+    return std::nullopt;
+  };
+}
+
+// A duration, or 0 for "never".
+Apply set_duration_or_zero(std::chrono::milliseconds& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    if (v == "0") {
+      target = std::chrono::milliseconds(0);
+      return std::nullopt;
+    }
+    auto d = parse_duration(v);
+    if (!d) return d.error();
+    target = *d;
+    return std::nullopt;
+  };
+}
+
+const char* const kLogLevels = "error, warn, info, debug, trace";
+
+std::vector<Flag> serve_flags(ServeOptions& out) {
+  return {
+      {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-container state",
+       set_text(out.root)},
+      {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", "0.0.0.0:9410", "/metrics and API address",
+       set_listen(out.api.host, out.api.port)},
+      {"token-file", "FILE", "GPUSLICE_NODE_TOKEN_FILE", nullptr,
+       "file holding the API's bearer token, read again when it changes (else the token itself "
+       "from GPUSLICE_NODE_TOKEN; with neither, the API answers 401)",
+       set_text(out.api.token_file)},
+      {"metrics-auth", nullptr, nullptr, nullptr, "require the token on /metrics too",
+       set_switch(out.api.metrics_require_token, true)},
+      {"http-threads", "N", nullptr, "128", "connections served at once, one thread each",
+       set_number(out.api.limits.max_connections, 1, 4096)},
+      {"http-connections-per-client", "N", nullptr, "32", "connections served at once per client address",
+       set_number(out.api.limits.max_connections_per_client, 1, 4096)},
+      {"http-request-timeout", "DURATION", nullptr, "10s", "time a client has to send a whole request",
+       set_duration(out.api.limits.request_timeout)},
+      {"nvml-library", "PATH", "GPUSLICE_NVML_LIBRARY", "libnvidia-ml.so.1", "NVML to dlopen",
+       set_text(out.nvml_library)},
+      {"fake-gpus", "NxSIZE", nullptr, nullptr,
+       "no NVML: N identical GPUs of SIZE memory, e.g. 2x16Gi (demos)", set_text(out.fake_gpus)},
+      {"allow-no-gpu", nullptr, nullptr, nullptr, "keep serving /metrics when NVML cannot be loaded",
+       set_switch(out.allow_no_gpu, true)},
+      {"scan-interval", "DURATION", nullptr, "1s", "how often state and GPUs are read",
+       set_duration(out.scan_interval)},
+      {"no-device-plugin", nullptr, nullptr, nullptr, "do not serve the kubelet device plugin",
+       set_switch(out.device_plugin, false)},
+      {"device-plugin-dir", "DIR", nullptr, "/var/lib/kubelet/device-plugins",
+       "kubelet device plugin directory", set_text(out.plugin.device_plugin_dir)},
+      {"resources", "LIST", nullptr, "gpu,vram,cores", "resources to advertise, of gpu,vram,cores",
+       set_resources(out.plugin.resources)},
+      {"resource-domain", "NAME", nullptr, "gpuslice.io", "resource name prefix",
+       set_text(out.plugin.resource_domain)},
+      {"replicas", "N", nullptr, "4", "gpuslice.io/gpu slots per GPU",
+       set_number(out.plugin.catalog.replicas, 1, 9999)},
+      {"vram-unit", "SIZE", nullptr, "1Mi", "memory per gpuslice.io/vram device",
+       set_size(out.plugin.catalog.vram_unit)},
+      {"placement", "binpack|spread", nullptr, "binpack", "how GetPreferredAllocation picks GPUs",
+       set_placement(out.plugin.catalog.placement)},
+      {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
+       set_text(out.plugin.catalog.dev_root)},
+      {"kubelet-pods-dir", "DIR", nullptr, "/var/lib/kubelet/pods",
+       "kubelet pods directory, for webhook-injected pods (empty to disable)",
+       set_text(out.kubelet_pods_dir)},
+      {"device-list-strategy", "envvar|cdi", nullptr, "envvar",
+       "how GPUs reach a container: NVIDIA_VISIBLE_DEVICES and device nodes (NVIDIA runtime), or CDI "
+       "device names <cdi-kind>=<GPU UUID> (CDI-enabled runtimes)",
+       set_device_list_strategy(out.plugin.catalog.cdi)},
+      {"cdi-kind", "KIND", nullptr, "nvidia.com/gpu", "CDI kind of the GPUs",
+       set_cdi_kind(out.plugin.catalog.cdi_kind)},
+      {"node-name", "NAME", "NODE_NAME", nullptr,
+       "node label of metrics and API answers (default the host name)", set_text(out.node_name)},
+      {"podresources-socket", "PATH", nullptr, kDefaultPodResourcesSocket,
+       "kubelet PodResources API, to label containers with their pod (empty to disable)",
+       set_text(out.podresources_socket)},
+      {"gc-grace-period", "DURATION", nullptr, "5m",
+       "remove a container directory once the kubelet has not listed its allocation for this long and no "
+       "process uses it (0: never)",
+       set_duration_or_zero(out.gc_grace_period)},
+      {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)},
+  };
+}
+
+std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
+  return {
+      {"listen", "HOST:PORT", "GPUSLICE_WEBHOOK_LISTEN", "0.0.0.0:8443", "HTTPS address",
+       set_listen(out.server.host, out.server.port)},
+      {"tls-cert", "FILE", "GPUSLICE_WEBHOOK_TLS_CERT", "/etc/gpuslice/tls/tls.crt", "PEM certificate chain",
+       set_text(out.server.tls_cert_file)},
+      {"tls-key", "FILE", "GPUSLICE_WEBHOOK_TLS_KEY", "/etc/gpuslice/tls/tls.key", "PEM private key",
+       set_text(out.server.tls_key_file)},
+      {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot,
+       "gpuslice root on the nodes; the library is DIR/lib", set_text(out.webhook.host_root)},
+      {"resource-domain", "NAME", nullptr, "gpuslice.io", "device plugin resource prefix",
+       set_text(out.webhook.resource_domain)},
+      {"threads", "N", nullptr, "64", "connections served at once, one thread each",
+       set_number(out.server.limits.max_connections, 1, 4096)},
+      {"connections-per-client", "N", nullptr, "32", "connections served at once per client address",
+       set_number(out.server.limits.max_connections_per_client, 1, 4096)},
+      {"request-timeout", "DURATION", nullptr, "10s", "time a client has to send a whole request",
+       set_duration(out.server.limits.request_timeout)},
+      {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)},
+  };
+}
+
+const char* const kServeHead = "usage: gpuslice-node serve [flags]\n";
+const char* const kWebhookHead = "usage: gpuslice-node webhook [flags]   (or: gpuslice-webhook [flags])\n";
 
 }  // namespace
 
@@ -139,158 +356,30 @@ std::string usage_main() {
 }
 
 std::string usage_serve() {
-  return "usage: gpuslice-node serve [flags]\n"
-         "\n"
-         "  --root DIR                 host directory of per-container state (GPUSLICE_NODE_ROOT, default "
-         "/var/lib/gpuslice)\n"
-         "  --listen HOST:PORT         /metrics and API address (GPUSLICE_NODE_LISTEN, default "
-         "0.0.0.0:9410)\n"
-         "  --token-file FILE          bearer token of the API (GPUSLICE_NODE_TOKEN_FILE; or the token "
-         "itself\n"
-         "                             in GPUSLICE_NODE_TOKEN). Without a token the API answers 401.\n"
-         "  --metrics-auth             require the token on /metrics too\n"
-         "  --http-threads N           HTTP worker threads (default 16)\n"
-         "  --nvml-library PATH        NVML to dlopen (GPUSLICE_NVML_LIBRARY, default libnvidia-ml.so.1)\n"
-         "  --fake-gpus NxSIZE         no NVML: N identical GPUs of SIZE memory, e.g. 2x16Gi (demos)\n"
-         "  --allow-no-gpu             keep serving /metrics when NVML cannot be loaded\n"
-         "  --scan-interval DURATION   how often state and GPUs are read (default 1s)\n"
-         "  --no-device-plugin         do not serve the kubelet device plugin\n"
-         "  --device-plugin-dir DIR    kubelet device plugin directory (default "
-         "/var/lib/kubelet/device-plugins)\n"
-         "  --resources LIST           resources to advertise, of gpu,vram,cores (default all)\n"
-         "  --resource-domain NAME     resource name prefix (default gpuslice.io)\n"
-         "  --replicas N               gpuslice.io/gpu slots per GPU (default 4)\n"
-         "  --vram-unit SIZE           memory per gpuslice.io/vram device (default 1Mi)\n"
-         "  --placement binpack|spread how GetPreferredAllocation picks GPUs (default binpack)\n"
-         "  --dev-root DIR             where /dev/nvidia* are found on the host (default /dev)\n"
-         "  --kubelet-pods-dir DIR     kubelet pods directory, for webhook-injected pods (default\n"
-         "                             /var/lib/kubelet/pods; empty to disable)\n"
-         "  --log-level LEVEL          error, warn, info, debug, trace (GPUSLICE_LOG_LEVEL, default info)\n";
+  ServeOptions scratch;
+  return usage_of(kServeHead, serve_flags(scratch));
 }
 
 std::string usage_webhook() {
-  return "usage: gpuslice-node webhook [flags]   (or: gpuslice-webhook [flags])\n"
-         "\n"
-         "  --listen HOST:PORT   HTTPS address (GPUSLICE_WEBHOOK_LISTEN, default 0.0.0.0:8443)\n"
-         "  --tls-cert FILE      PEM certificate chain (GPUSLICE_WEBHOOK_TLS_CERT, default "
-         "/etc/gpuslice/tls/tls.crt)\n"
-         "  --tls-key FILE       PEM private key (GPUSLICE_WEBHOOK_TLS_KEY, default "
-         "/etc/gpuslice/tls/tls.key)\n"
-         "  --root DIR           gpuslice root on the nodes; the library is DIR/lib (GPUSLICE_NODE_ROOT,\n"
-         "                       default /var/lib/gpuslice)\n"
-         "  --resource-domain N  device plugin resource prefix (default gpuslice.io)\n"
-         "  --threads N          worker threads (default 8)\n"
-         "  --log-level LEVEL    error, warn, info, debug, trace (GPUSLICE_LOG_LEVEL, default info)\n";
+  WebhookModeOptions scratch;
+  return usage_of(kWebhookHead, webhook_flags(scratch));
 }
 
 ParseOutcome parse_serve_options(const std::vector<std::string>& args,
                                  const std::function<const char*(const char*)>& env, ServeOptions& out) {
-  std::map<std::string, Flag> flags;
-  flags["root"] = text_flag(out.root, "GPUSLICE_NODE_ROOT");
-  flags["listen"] = listen_flag(out.api.host, out.api.port, "GPUSLICE_NODE_LISTEN");
-  flags["token-file"] = text_flag(out.token_file, "GPUSLICE_NODE_TOKEN_FILE");
-  flags["metrics-auth"] = {false, nullptr, [&out](const std::string&) -> std::optional<std::string> {
-                             out.api.metrics_require_token = true;
-                             return std::nullopt;
-                           }};
-  flags["http-threads"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                             if (v.empty() || v.size() > 3 ||
-                                 v.find_first_not_of("0123456789") != std::string::npos ||
-                                 std::stoi(v) == 0) {
-                               return "expected 1-999";
-                             }
-                             out.api.threads = static_cast<unsigned>(std::stoi(v));
-                             return std::nullopt;
-                           }};
-  flags["nvml-library"] = text_flag(out.nvml_library, "GPUSLICE_NVML_LIBRARY");
-  flags["fake-gpus"] = text_flag(out.fake_gpus);
-  flags["allow-no-gpu"] = {false, nullptr, [&out](const std::string&) -> std::optional<std::string> {
-                             out.allow_no_gpu = true;
-                             return std::nullopt;
-                           }};
-  flags["scan-interval"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                              auto d = parse_duration(v);
-                              if (!d) return d.error();
-                              out.scan_interval = *d;
-                              return std::nullopt;
-                            }};
-  flags["no-device-plugin"] = {false, nullptr, [&out](const std::string&) -> std::optional<std::string> {
-                                 out.device_plugin = false;
-                                 return std::nullopt;
-                               }};
-  flags["device-plugin-dir"] = text_flag(out.plugin.device_plugin_dir);
-  flags["resources"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                          out.plugin.resources.clear();
-                          std::stringstream list(v);
-                          std::string item;
-                          while (std::getline(list, item, ',')) {
-                            auto kind = parse_resource_kind(item);
-                            if (!kind) return "unknown resource '" + item + "' (expected gpu, vram, cores)";
-                            out.plugin.resources.push_back(*kind);
-                          }
-                          if (out.plugin.resources.empty()) return "no resources given";
-                          return std::nullopt;
-                        }};
-  flags["resource-domain"] = text_flag(out.plugin.resource_domain);
-  flags["replicas"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                         if (v.empty() || v.size() > 4 ||
-                             v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) == 0) {
-                           return "expected 1-9999";
-                         }
-                         out.plugin.catalog.replicas = static_cast<unsigned>(std::stoi(v));
-                         return std::nullopt;
-                       }};
-  flags["vram-unit"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                          auto size = config::parse_size(v, config::SizeDialect::Native);
-                          if (!size) return size.error();
-                          if (*size == 0) return "must be positive";
-                          out.plugin.catalog.vram_unit = *size;
-                          return std::nullopt;
-                        }};
-  flags["placement"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                          if (v == "binpack") {
-                            out.plugin.catalog.placement = Placement::Binpack;
-                          } else if (v == "spread") {
-                            out.plugin.catalog.placement = Placement::Spread;
-                          } else {
-                            return "expected binpack or spread";
-                          }
-                          return std::nullopt;
-                        }};
-  flags["dev-root"] = text_flag(out.plugin.catalog.dev_root);
-  flags["kubelet-pods-dir"] = text_flag(out.kubelet_pods_dir);
-  flags["log-level"] = log_flag(out.log_level, "GPUSLICE_LOG_LEVEL");
-  ParseOutcome outcome = run_flags(args, env, flags, usage_serve());
+  const auto flags = serve_flags(out);
+  ParseOutcome outcome = run_flags(args, env, flags, usage_of(kServeHead, flags));
   if (outcome.help || !outcome.message.empty()) return outcome;
   // The token itself never comes from a flag: command lines are readable by every local user.
   if (const char* token = env("GPUSLICE_NODE_TOKEN")) out.api.token = token;
-  if (!out.token_file.empty()) {
-    if (auto err = read_token_file(out.token_file, out.api.token)) return {false, *err};
-  }
   return {};
 }
 
 ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
                                    const std::function<const char*(const char*)>& env,
                                    WebhookModeOptions& out) {
-  out.server.tls_cert_file = "/etc/gpuslice/tls/tls.crt";
-  out.server.tls_key_file = "/etc/gpuslice/tls/tls.key";
-  std::map<std::string, Flag> flags;
-  flags["listen"] = listen_flag(out.server.host, out.server.port, "GPUSLICE_WEBHOOK_LISTEN");
-  flags["tls-cert"] = text_flag(out.server.tls_cert_file, "GPUSLICE_WEBHOOK_TLS_CERT");
-  flags["tls-key"] = text_flag(out.server.tls_key_file, "GPUSLICE_WEBHOOK_TLS_KEY");
-  flags["root"] = text_flag(out.webhook.host_root, "GPUSLICE_NODE_ROOT");
-  flags["resource-domain"] = text_flag(out.webhook.resource_domain);
-  flags["threads"] = {true, nullptr, [&out](const std::string& v) -> std::optional<std::string> {
-                        if (v.empty() || v.size() > 3 ||
-                            v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) == 0) {
-                          return "expected 1-999";
-                        }
-                        out.server.threads = static_cast<unsigned>(std::stoi(v));
-                        return std::nullopt;
-                      }};
-  flags["log-level"] = log_flag(out.log_level, "GPUSLICE_LOG_LEVEL");
-  return run_flags(args, env, flags, usage_webhook());
+  const auto flags = webhook_flags(out);
+  return run_flags(args, env, flags, usage_of(kWebhookHead, flags));
 }
 
 }  // namespace gpuslice::node

@@ -1,4 +1,6 @@
-// Command line and environment of gpuslice-node. Flags win over environment variables.
+// Command line and environment of gpuslice-node. Flags win over environment variables, which win
+// over the defaults. Each flag is declared once (options.cpp): name, value, environment variable,
+// default and help, from which parsing, validation and the usage text all come.
 #pragma once
 
 #include <chrono>
@@ -11,14 +13,14 @@
 #include "common/result.h"
 #include "node/device_plugin.h"
 #include "node/http_api.h"
-#include "node/webhook.h"
+#include "node/podresources.h"
+#include "node/webhook_server.h"
 
 namespace gpuslice::node {
 
 struct ServeOptions {
   std::string root = kDefaultRoot;
-  ApiOptions api;
-  std::string token_file;
+  ApiOptions api;  // api.token from GPUSLICE_NODE_TOKEN, api.token_file from --token-file
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string fake_gpus;  // "2x16Gi": no NVML, fixed GPUs (demos, tests)
   bool allow_no_gpu = false;
@@ -26,6 +28,9 @@ struct ServeOptions {
   bool device_plugin = true;
   PluginOptions plugin;
   std::string kubelet_pods_dir = "/var/lib/kubelet/pods";
+  std::string node_name;  // --node-name / NODE_NAME; empty: the host name
+  std::string podresources_socket = kDefaultPodResourcesSocket;  // empty: no pod attribution
+  std::chrono::milliseconds gc_grace_period{5 * 60 * 1000};      // 0: never remove directories
   std::string log_level;
 };
 

@@ -1,21 +1,15 @@
 #include "node/webhook.h"
 
-#include <httplib.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <sys/stat.h>
 
-#include <atomic>
-#include <chrono>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
+#include "config/priority.h"
+#include "config/text_util.h"
 #include "node/quantity.h"
+#include "node/untrusted_json.h"
 
 namespace gpuslice::node {
 namespace {
@@ -51,9 +45,11 @@ std::string pointer_token(std::string_view token) {
   return out;
 }
 
-WebhookReply structural_error(const std::string& message) {
-  GS_LOG(Warn, "webhook: rejected malformed AdmissionReview: %s", message.c_str());
-  return {400, json{{"error", "gpuslice-webhook: " + message}}.dump()};
+using config::detail::printable;
+
+WebhookReply structural_error(const std::string& message, int status = 400) {
+  GS_LOG(Warn, "webhook: rejected malformed AdmissionReview: %s", printable(message, 256).c_str());
+  return {status, json_text(json{{"error", "gpuslice-webhook: " + message}})};
 }
 
 json review_envelope(json response) {
@@ -62,19 +58,21 @@ json review_envelope(json response) {
 }
 
 WebhookReply allow(const std::string& uid) {
-  return {200, review_envelope({{"uid", uid}, {"allowed", true}}).dump()};
+  return {200, json_text(review_envelope({{"uid", uid}, {"allowed", true}}))};
 }
 
 WebhookReply deny(const std::string& uid, const std::string& message) {
-  GS_LOG(Warn, "webhook: denied %s: %s", uid.c_str(), message.c_str());
+  // Both come from the request: escaped, so that they cannot forge log lines.
+  GS_LOG(Warn, "webhook: denied %s: %s", printable(uid, 64).c_str(), printable(message, 256).c_str());
   json status = {
       {"code", 400}, {"reason", "BadRequest"}, {"status", "Failure"}, {"message", "gpuslice: " + message}};
-  return {200, review_envelope({{"uid", uid}, {"allowed", false}, {"status", std::move(status)}}).dump()};
+  return {200, json_text(review_envelope({{"uid", uid}, {"allowed", false}, {"status", std::move(status)}}))};
 }
 
 struct ContainerNeeds {
   std::optional<std::uint64_t> hcs_bytes;  // ai.compute/vram
   bool device_plugin = false;              // <domain>/vram or <domain>/cores
+  std::optional<std::string> priority;     // the pod's gpuslice.io/priority, validated
 };
 
 // Reads one resource of a container from limits, else requests (extended resources must agree).
@@ -159,6 +157,7 @@ std::optional<std::string> mutate_container(const json& container, const std::st
   wanted.push_back({{"name", "LD_PRELOAD"}, {"value", preload}});
   if (needs.hcs_bytes)
     wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
+  if (needs.priority) wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
 
   if (!env || env->is_null()) {
     patch.push_back({{"op", "add"}, {"path", path + "/env"}, {"value", wanted}});
@@ -214,15 +213,19 @@ std::optional<std::string> mutate_container(const json& container, const std::st
 }  // namespace
 
 WebhookReply review_admission(std::string_view body, const WebhookOptions& options) {
-  json review = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (review.is_discarded()) return structural_error("request body is not valid JSON");
+  if (body.size() > kMaxReviewBytes) {
+    return structural_error("request body is larger than " + std::to_string(kMaxReviewBytes) + " bytes", 413);
+  }
+  json review;
+  if (auto err = parse_untrusted_json(body, review)) return structural_error("request body: " + *err);
   if (!review.is_object()) return structural_error("request body is not a JSON object");
   const json* api_version = member(review, "apiVersion");
   const json* kind = member(review, "kind");
   if (!api_version || *api_version != "admission.k8s.io/v1" || !kind || *kind != "AdmissionReview") {
-    return structural_error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got " +
-                            (api_version ? api_version->dump() : std::string("no apiVersion")) + " / " +
-                            (kind ? kind->dump() : std::string("no kind")));
+    return structural_error(
+        "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got " +
+        (api_version ? printable(json_text(*api_version), 64) : std::string("no apiVersion")) + " / " +
+        (kind ? printable(json_text(*kind), 64) : std::string("no kind")));
   }
   const json* request = member(review, "request");
   if (!request || !request->is_object()) return structural_error("AdmissionReview has no request object");
@@ -248,6 +251,20 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
     const json* done = member(*annotations, kInjectedAnnotation);
     if (done && *done == "true") return allow(uid);  // reinvocation: already mutated
   }
+  // The annotation applies to every container gpuslice manages in the pod; a bad value denies the pod.
+  std::optional<std::string> priority;
+  if (const json* level = annotations ? member(*annotations, kPriorityAnnotation) : nullptr) {
+    if (!level->is_string()) {
+      return deny(
+          uid, std::string("annotation ") + kPriorityAnnotation + " must be a string: high, normal or low");
+    }
+    auto parsed = config::parse_priority(level->get<std::string>());
+    if (!parsed) {
+      return deny(uid, std::string("annotation ") + kPriorityAnnotation + " \"" +
+                           printable(level->get<std::string>(), 64) + "\": " + parsed.error());
+    }
+    priority = config::priority_name(*parsed);
+  }
   const json* spec = member(*pod, "spec");
   if (!spec || !spec->is_object()) return deny(uid, "pod has no spec");
 
@@ -267,6 +284,7 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
       const std::string where =
           "container \"" + (name && name->is_string() ? name->get<std::string>() : "?") + "\"";
       ContainerNeeds needs;
+      needs.priority = priority;
       if (auto err = container_needs(container, where, options, needs)) return deny(uid, *err);
       if (!needs.hcs_bytes && !needs.device_plugin) continue;
       const std::string volume =
@@ -320,173 +338,9 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
   }
 
   json response = {
-      {"uid", uid}, {"allowed", true}, {"patchType", "JSONPatch"}, {"patch", base64(patch.dump())}};
+      {"uid", uid}, {"allowed", true}, {"patchType", "JSONPatch"}, {"patch", base64(json_text(patch))}};
   if (!warnings.empty()) response["warnings"] = warnings;
-  return {200, review_envelope(std::move(response)).dump()};
-}
-
-// ---- TLS server ----------------------------------------------------------------------------------
-
-namespace {
-
-struct CertPair {
-  X509* cert = nullptr;
-  EVP_PKEY* key = nullptr;
-  STACK_OF(X509) * chain = nullptr;
-  CertPair() = default;
-  CertPair(const CertPair&) = delete;
-  CertPair& operator=(const CertPair&) = delete;
-  ~CertPair() {
-    X509_free(cert);
-    EVP_PKEY_free(key);
-    if (chain) sk_X509_pop_free(chain, X509_free);
-  }
-};
-
-Result<std::shared_ptr<CertPair>> load_pair(const std::string& cert_file, const std::string& key_file) {
-  auto pair = std::make_shared<CertPair>();
-  BIO* bio = BIO_new_file(cert_file.c_str(), "r");
-  if (!bio) return make_error("cannot read TLS certificate " + cert_file);
-  pair->cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  pair->chain = sk_X509_new_null();
-  while (X509* extra = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) sk_X509_push(pair->chain, extra);
-  BIO_free(bio);
-  if (!pair->cert) return make_error(cert_file + " holds no PEM certificate");
-  bio = BIO_new_file(key_file.c_str(), "r");
-  if (!bio) return make_error("cannot read TLS key " + key_file);
-  pair->key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  if (!pair->key) return make_error(key_file + " holds no PEM private key");
-  if (X509_check_private_key(pair->cert, pair->key) != 1) {
-    return make_error("TLS key " + key_file + " does not match certificate " + cert_file);
-  }
-  return pair;
-}
-
-std::int64_t mtime_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-// Serves the current certificate; reloads it when either file changes, checked at most every 2 s.
-class CertStore {
- public:
-  CertStore(std::string cert_file, std::string key_file)
-      : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)) {}
-
-  Result<bool> load() {
-    auto pair = load_pair(cert_file_, key_file_);
-    if (!pair) return make_error(pair.error());
-    std::lock_guard lock(mutex_);
-    current_ = std::move(pair).value();
-    stamp_ = mtime_of(cert_file_) ^ (mtime_of(key_file_) << 1);
-    checked_ = std::chrono::steady_clock::now();
-    return true;
-  }
-
-  std::shared_ptr<CertPair> current() {
-    std::lock_guard lock(mutex_);
-    auto now = std::chrono::steady_clock::now();
-    if (now - checked_ > std::chrono::seconds(2)) {
-      checked_ = now;
-      std::int64_t stamp = mtime_of(cert_file_) ^ (mtime_of(key_file_) << 1);
-      if (stamp != stamp_) {
-        auto pair = load_pair(cert_file_, key_file_);
-        if (pair) {
-          current_ = std::move(pair).value();
-          stamp_ = stamp;
-          GS_LOG(Info, "webhook: reloaded TLS certificate %s", cert_file_.c_str());
-        } else {
-          // Mid-rotation the two files may not match yet: keep serving the old pair, retry later.
-          GS_LOG(Warn, "webhook: keeping the previous certificate: %s", pair.error().c_str());
-        }
-      }
-    }
-    return current_;
-  }
-
- private:
-  std::string cert_file_, key_file_;
-  std::mutex mutex_;
-  std::shared_ptr<CertPair> current_;
-  std::int64_t stamp_ = 0;
-  std::chrono::steady_clock::time_point checked_;
-};
-
-int use_current_certificate(SSL* ssl, void* arg) {
-  auto pair = static_cast<CertStore*>(arg)->current();
-  if (!pair) return 0;
-  if (SSL_use_certificate(ssl, pair->cert) != 1 || SSL_use_PrivateKey(ssl, pair->key) != 1) return 0;
-  if (SSL_set1_chain(ssl, pair->chain) != 1) return 0;
-  return 1;
-}
-
-}  // namespace
-
-struct WebhookServer::Impl {
-  WebhookServerOptions server_options;
-  WebhookOptions options;
-  CertStore certs;
-  std::unique_ptr<httplib::SSLServer> server;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
-
-  Impl(WebhookServerOptions s, WebhookOptions o)
-      : server_options(std::move(s)),
-        options(std::move(o)),
-        certs(server_options.tls_cert_file, server_options.tls_key_file) {}
-};
-
-WebhookServer::WebhookServer(WebhookServerOptions server, WebhookOptions options)
-    : impl_(std::make_unique<Impl>(std::move(server), std::move(options))) {}
-
-WebhookServer::~WebhookServer() { stop(); }
-
-Result<int> WebhookServer::start() {
-  Impl& m = *impl_;
-  if (auto loaded = m.certs.load(); !loaded) return make_error(loaded.error());
-  m.server = std::make_unique<httplib::SSLServer>([&m](SSL_CTX& ctx) {
-    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-    SSL_CTX_set_cert_cb(&ctx, use_current_certificate, &m.certs);
-    return true;
-  });
-  if (!m.server->is_valid()) return make_error("cannot set up TLS");
-  m.server->Post("/mutate", [&m](const httplib::Request& req, httplib::Response& res) {
-    WebhookReply reply = review_admission(req.body, m.options);
-    res.status = reply.http_status;
-    res.set_content(reply.body, "application/json");
-  });
-  m.server->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  m.server->set_payload_max_length(8 * 1024 * 1024);
-  m.server->set_tcp_nodelay(true);
-  unsigned threads = m.server_options.threads ? m.server_options.threads : 1;
-  m.server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-
-  int port = m.server_options.port;
-  if (port == 0) {
-    port = m.server->bind_to_any_port(m.server_options.host);
-    if (port < 0) return make_error("cannot bind " + m.server_options.host + ":0");
-  } else if (!m.server->bind_to_port(m.server_options.host, port)) {
-    return make_error("cannot bind " + m.server_options.host + ":" + std::to_string(port));
-  }
-  m.listen_returned = false;
-  m.thread = std::thread([&m] {
-    m.server->listen_after_bind();
-    m.listen_returned = true;
-  });
-  while (!m.server->is_running() && !m.listen_returned)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  GS_LOG(Info, "webhook: serving HTTPS on %s:%d (POST /mutate)", m.server_options.host.c_str(), port);
-  return port;
-}
-
-void WebhookServer::stop() {
-  if (!impl_ || !impl_->thread.joinable()) return;
-  impl_->server->stop();
-  impl_->thread.join();
+  return {200, json_text(review_envelope(std::move(response)))};
 }
 
 }  // namespace gpuslice::node

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 
@@ -21,7 +20,9 @@ namespace gpuslice::node {
 inline constexpr const char* kHcsVramResource = "ai.compute/vram";
 inline constexpr const char* kInjectAnnotation = "gpuslice.io/inject";      // "false" opts a pod out
 inline constexpr const char* kInjectedAnnotation = "gpuslice.io/injected";  // set on mutated pods
-inline constexpr const char* kStateVolumePrefix = "gpuslice-state-";        // + c<i> / i<i>
+// high | normal | low: GPUSLICE_PRIORITY of the pod's gpuslice containers (docs/priority.md)
+inline constexpr const char* kPriorityAnnotation = "gpuslice.io/priority";
+inline constexpr const char* kStateVolumePrefix = "gpuslice-state-";  // + c<i> / i<i>
 inline constexpr const char* kLibraryVolume = "gpuslice-lib";
 
 struct WebhookOptions {
@@ -34,32 +35,11 @@ struct WebhookReply {
   std::string body;  // JSON
 };
 
-// Answers one AdmissionReview request body.
+// The API server sends a Pod as it will be stored (etcd refuses objects over 1.5 MiB by default).
+inline constexpr std::size_t kMaxReviewBytes = std::size_t{4} << 20;
+
+// Answers one AdmissionReview request body. Never throws and never recurses on the input's nesting:
+// malformed, too deep (kMaxJsonDepth), too large (413) or duplicate-key bodies are refused.
 WebhookReply review_admission(std::string_view body, const WebhookOptions& options);
-
-struct WebhookServerOptions {
-  std::string host = "0.0.0.0";
-  int port = 8443;  // 0 = any free port (tests)
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  unsigned threads = 8;
-};
-
-// HTTPS server: POST /mutate, GET /healthz. The certificate and key are read again when their files
-// change (cert-manager renews them in place), checked at most every few seconds.
-class WebhookServer {
- public:
-  WebhookServer(WebhookServerOptions server, WebhookOptions options);
-  ~WebhookServer();
-  WebhookServer(const WebhookServer&) = delete;
-  WebhookServer& operator=(const WebhookServer&) = delete;
-
-  Result<int> start();
-  void stop();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 }  // namespace gpuslice::node

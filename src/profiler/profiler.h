@@ -1,4 +1,4 @@
-// Per-API profiler (SPEC §5): Alnair-compatible metrics.log and timeline.log. Hooks call record()
+// Per-API profiler (docs/profiling.md): Alnair-compatible metrics.log and timeline.log. Hooks call record()
 // only when g_enabled is set; record() appends to a per-thread ring buffer with no lock and no
 // allocation after the thread's first event. A background flusher writes the files periodically,
 // at exit and on SIGTERM; a full ring drops events and counts the drops.

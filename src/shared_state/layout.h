@@ -20,7 +20,7 @@
 namespace gpuslice::shm::layout {
 
 inline constexpr char kMagic[8] = {'G', 'P', 'U', 'S', 'L', 'I', 'C', 'E'};
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 
 inline constexpr std::uint32_t kMaxDevices = 16;
 inline constexpr std::uint32_t kMaxSlots = 1024;
@@ -67,10 +67,16 @@ struct Header {
   std::uint64_t created_realtime_ns;
   std::uint64_t checksum;  // FNV-1a 64 over every byte before this field
 
-  // Mutable.
+  // Mutable. Fields added after the first release of this version live in what was zero-filled
+  // reserved space, with 0 meaning "not set": files created before them read as unset, and older
+  // readers ignore them, so no version change was needed.
   alignas(64) std::atomic<std::uint32_t> slot_high_water;  // 1 + highest slot index ever claimed
+  std::atomic<std::uint32_t> priority;      // 0 = not set, else 1 + shm::Priority (priority sharing)
+  std::atomic<std::uint64_t> held_back_ns;  // time the container's launches were held back by priority
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
+static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136,
+              "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {
   std::atomic<std::uint32_t> state;  // DeviceState
@@ -78,10 +84,18 @@ struct alignas(64) DeviceRecord {
   std::uint64_t total_bytes;         // idem
   char uuid[kUuidBytes];             // idem
 
-  // Read on every reservation / limiter decision; `gpuslice set` stores into them.
+  // The limits that apply, read on every reservation / limiter decision: always
+  // effective_quota(requested_quota, quota_cap) and effective_compute(...) of the fields below,
+  // recomputed by whoever changes a request or a cap (Ledger::set_quota, set_caps, ...).
   alignas(64) std::atomic<std::uint64_t> quota;  // bytes, ~0 = unlimited
   std::atomic<std::uint32_t> compute_limit;      // percent, 0 = unlimited
   std::atomic<std::uint64_t> refused_allocations;
+  // What the container asked for (environment, `gpuslice set`) and the read-only file's caps,
+  // kept apart so that neither can overwrite the other.
+  std::atomic<std::uint64_t> requested_quota;    // bytes, ~0 = unlimited
+  std::atomic<std::uint64_t> quota_cap;          // bytes, ~0 = no cap
+  std::atomic<std::uint32_t> requested_compute;  // percent, 0 = unlimited
+  std::atomic<std::uint32_t> compute_cap;        // percent, 0 = no cap
 
   ComputeShared compute;
 };

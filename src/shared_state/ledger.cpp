@@ -22,8 +22,12 @@
 #include <ctime>
 
 #include "common/clock.h"
+#include "common/errno_text.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "shared_state/layout.h"
+#include "shared_state/ledger_view.h"
+#include "shared_state/observed_ledger.h"
 #include "shared_state/proc_identity.h"
 
 namespace gpuslice::shm {
@@ -50,35 +54,12 @@ pid_t current_pid() {
 namespace {
 
 using namespace layout;
+using detail::monotonic_seconds;
+using fs::errno_text;
 
-// A claim not finished within this time belongs to a claimer that died before taking its lock.
-constexpr std::uint64_t kStaleClaimSeconds = 2;
-// A reap not finished within this time belongs to a reaper that died mid-way.
-constexpr std::uint64_t kStaleReapSeconds = 10;
-
-std::uint64_t monotonic_seconds() { return monotonic_ns() / 1000000000ULL; }
-
-std::uint64_t seconds_since(std::uint64_t then_30bit, std::uint64_t now) {
-  return (now - then_30bit) & 0x3FFFFFFFULL;
-}
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-bool uuid_equal(const char* stored, std::string_view uuid) {
-  std::size_t n = strnlen(stored, kUuidBytes);
-  if (n != uuid.size()) return false;
-  for (std::size_t i = 0; i < n; ++i) {
-    char a = stored[i], b = uuid[i];
-    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
-    if (b >= 'A' && b <= 'Z') b = static_cast<char>(b - 'A' + 'a');
-    if (a != b) return false;
-  }
-  return true;
-}
-
-// Creates directories along `dir` like mkdir -p.
+// Creates the missing directories along `dir` like mkdir -p, private to us (0700): a directory
+// meant to be shared is prepared by whoever shares it (see docs/shared-state.md).
 Result<bool> make_directories(const std::string& dir) {
-  if (dir.empty()) return true;
   std::string partial;
   std::size_t pos = 0;
   while (pos <= dir.size()) {
@@ -87,15 +68,54 @@ Result<bool> make_directories(const std::string& dir) {
     partial = dir.substr(0, next);
     pos = next + 1;
     if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST) {
+    if (mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
       return make_error("cannot create directory " + partial + ": " + errno_text(errno));
     }
   }
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return make_error("cannot use " + dir + " as the shared-state directory: not a directory");
+  return true;
+}
+
+// A directory processes may keep their state file in: owned by us or root, and writable by others
+// only where they cannot replace our file (sticky) or where the operator shares it with a group on
+// purpose (setgid and group-writable, not world-writable).
+Result<bool> check_state_dir(int dirfd, const std::string& dir, struct stat* st) {
+  if (fstat(dirfd, st) != 0) return make_error("cannot stat " + dir + ": " + errno_text(errno));
+  const uid_t self = geteuid();
+  if (st->st_uid != self && st->st_uid != 0) {
+    return make_error("shared-state directory " + dir + " is owned by uid " + std::to_string(st->st_uid) +
+                      ", neither us (uid " + std::to_string(self) + ") nor root; refusing a directory " +
+                      "another user controls");
+  }
+  const bool sticky = (st->st_mode & S_ISVTX) != 0;
+  const bool group_shared = (st->st_mode & S_ISGID) != 0;
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st->st_mode & 07777));
+  if ((st->st_mode & S_IWOTH) != 0 && !sticky) {
+    return make_error("shared-state directory " + dir + " (mode " + mode +
+                      ") is world-writable without the sticky bit: anyone could replace the state file");
+  }
+  if ((st->st_mode & S_IWGRP) != 0 && !sticky && !group_shared) {
+    return make_error("shared-state directory " + dir + " (mode " + mode +
+                      ") is group-writable without the setgid or sticky bit; use 0700, 02770 (shared "
+                      "by its group on purpose) or 01777");
   }
   return true;
+}
+
+// Only the owner may use a new state file, unless the directory is shared with a group on purpose
+// (setgid, group-writable): then processes of several uids of that group share it. Never others.
+mode_t state_file_mode(const struct stat& dir) {
+  return (dir.st_mode & S_ISGID) != 0 && (dir.st_mode & S_IWGRP) != 0 ? 0660 : 0600;
+}
+
+// A process only uses a state file that we, root or (in a group-shared directory) the group own.
+Result<bool> check_state_file_owner(int fd, const struct stat& dir, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return make_error("cannot stat state file " + path + ": " + errno_text(errno));
+  if (st.st_uid == geteuid() || st.st_uid == 0) return true;
+  if ((dir.st_mode & S_ISGID) != 0 && st.st_gid == dir.st_gid && (st.st_mode & S_IWOTH) == 0) return true;
+  return make_error("state file " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                    ": another user could read and change this container's limits; refusing it");
 }
 
 void fill_header(Header& h) {
@@ -116,20 +136,18 @@ void fill_header(Header& h) {
 
 // Builds a complete file under a temporary name and links it into place, so no process can ever
 // open a half-initialised state file. Losing the race to another creator is not an error.
-Result<bool> create_state_file(const std::string& path) {
-  std::size_t slash = path.rfind('/');
-  if (slash != std::string::npos) {
-    auto made = make_directories(path.substr(0, slash));
-    if (!made) return made;
-  }
+Result<bool> create_state_file(int dirfd, const struct stat& dir, const std::string& name,
+                               const std::string& path) {
   static std::atomic<unsigned> counter{0};
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, ".tmp.%d.%u", static_cast<int>(getpid()), counter.fetch_add(1));
-  std::string temp = path + suffix;
-  int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) return make_error("cannot create " + temp + ": " + errno_text(errno));
-  // Every process of the container shares the file whatever its uid (see docs/security.md).
-  (void)fchmod(fd, 0666);
+  std::string temp = name + suffix;
+  const mode_t mode = state_file_mode(dir);
+  auto opened = fs::open_in_dir(dirfd, temp.c_str(), O_RDWR | O_CREAT | O_EXCL, mode);
+  if (!opened) return make_error("cannot create a state file in " + path + ": " + opened.error());
+  int fd = *opened;
+  // The umask may have narrowed the mode; a group-shared file must really be group-writable.
+  (void)fchmod(fd, mode);
   Header h;
   fill_header(h);
   bool written = ftruncate(fd, static_cast<off_t>(kFileSize)) == 0 &&
@@ -138,20 +156,20 @@ Result<bool> create_state_file(const std::string& path) {
   int saved = errno;
   close(fd);
   if (!written) {
-    unlink(temp.c_str());
+    unlinkat(dirfd, temp.c_str(), 0);
     return make_error("cannot initialise " + temp + ": " + errno_text(saved));
   }
-  int rc = link(temp.c_str(), path.c_str());
+  int rc = linkat(dirfd, temp.c_str(), dirfd, name.c_str(), 0);
   if (rc != 0 && errno != EEXIST) {
     // Some filesystems refuse hard links; a no-replace rename publishes as atomically.
-    rc = renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+    rc = renameat2(dirfd, temp.c_str(), dirfd, name.c_str(), RENAME_NOREPLACE);
     if (rc != 0 && errno != EEXIST) {
       saved = errno;
-      unlink(temp.c_str());
+      unlinkat(dirfd, temp.c_str(), 0);
       return make_error("cannot publish state file " + path + ": " + errno_text(saved));
     }
   }
-  unlink(temp.c_str());
+  unlinkat(dirfd, temp.c_str(), 0);
   return true;
 }
 
@@ -159,23 +177,26 @@ Result<bool> create_state_file(const std::string& path) {
 // behind. Publishing takes microseconds, so one older than this was abandoned.
 constexpr std::int64_t kAbandonedTempSeconds = 60;
 
-// Removes abandoned `<state file>.tmp.*` files next to `path`. Best effort: errors are ignored.
-void remove_abandoned_temp_files(const std::string& path) {
-  std::size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
-  DIR* listing = opendir(dir.c_str());
-  if (listing == nullptr) return;
+// Removes abandoned `<state file>.tmp.*` files of ours next to the state file. Best effort.
+void remove_abandoned_temp_files(int dirfd, const std::string& name) {
+  int listing_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (listing_fd < 0) return;
+  DIR* listing = fdopendir(listing_fd);
+  if (listing == nullptr) {
+    close(listing_fd);
+    return;
+  }
+  std::string prefix = name + ".tmp.";
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
   while (dirent* entry = readdir(listing)) {
     if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) != 0) continue;
     struct stat st {};
-    if (fstatat(dirfd(listing), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-      continue;
+    if (fstatat(dirfd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_uid != geteuid()) continue;
     if (now.tv_sec - st.st_mtim.tv_sec < kAbandonedTempSeconds) continue;
-    if (unlinkat(dirfd(listing), entry->d_name, 0) == 0)
-      GS_LOG(Debug, "removed %s/%s, abandoned by a creator that died", dir.c_str(), entry->d_name);
+    if (unlinkat(dirfd, entry->d_name, 0) == 0)
+      GS_LOG(Debug, "removed %s, abandoned by a creator that died", entry->d_name);
   }
   closedir(listing);
 }
@@ -186,6 +207,7 @@ class MappedLedger final : public Ledger {
       : path_(std::move(path)), mode_(mode), writable_(writable), fd_(fd), owner_pid_(current_pid()) {
     auto* bytes = static_cast<unsigned char*>(base);
     base_ = base;
+    view_ = detail::LedgerView::over(base);
     header_ = reinterpret_cast<Header*>(bytes);
     devices_ = reinterpret_cast<DeviceRecord*>(bytes + kDevicesOffset);
     slots_ = reinterpret_cast<Slot*>(bytes + kSlotsOffset);
@@ -226,6 +248,10 @@ class MappedLedger final : public Ledger {
         r.total_bytes = total_bytes;
         std::memset(r.uuid, 0, sizeof r.uuid);
         std::memcpy(r.uuid, uuid.data(), uuid.size());
+        r.requested_quota.store(quota_bytes);
+        r.quota_cap.store(kUnlimited);
+        r.requested_compute.store(compute);
+        r.compute_cap.store(kNoComputeLimit);
         r.quota.store(quota_bytes);
         r.compute_limit.store(compute);
         r.refused_allocations.store(0);
@@ -319,18 +345,7 @@ class MappedLedger final : public Ledger {
     return device_ready(dev) ? devices_[dev].compute_limit.load() : kNoComputeLimit;
   }
 
-  std::uint64_t used(int dev) const override {
-    if (!device_ready(dev)) return 0;
-    std::uint32_t high = high_water();
-    // Every `granted` first, then every `returned`: the difference is at most what the container
-    // held at the moment between the two passes, so it never overstates usage.
-    std::uint64_t granted = 0, returned = 0;
-    for (std::uint32_t i = 0; i < high; ++i) granted += slots_[i].devices[dev].granted.load();
-    for (std::uint32_t i = 0; i < high; ++i) returned += slots_[i].devices[dev].returned.load();
-    std::uint64_t used_bytes = granted - returned;
-    // Wrapped below zero: frees landed between the passes; nothing is held that we can prove.
-    return used_bytes > (kUnlimited >> 1) ? 0 : used_bytes;
-  }
+  std::uint64_t used(int dev) const override { return view_.used(dev); }
 
   std::uint64_t used_by_self(int dev) const override {
     if (!device_ready(dev)) return 0;
@@ -345,12 +360,31 @@ class MappedLedger final : public Ledger {
 
   void set_quota(int dev, std::uint64_t bytes) override {
     if (!writable_ || !device_ready(dev)) return;
-    devices_[dev].quota.store(bytes);
+    devices_[dev].requested_quota.store(bytes);
+    detail::recompute_limits(devices_[dev]);
   }
 
   void set_compute_limit(int dev, unsigned percent) override {
     if (!writable_ || !device_ready(dev)) return;
-    devices_[dev].compute_limit.store(percent > 100 ? 100 : percent);
+    devices_[dev].requested_compute.store(percent > 100 ? 100 : percent);
+    detail::recompute_limits(devices_[dev]);
+  }
+
+  void set_caps(int dev, DeviceLimits caps) override {
+    if (!writable_ || !device_ready(dev)) return;
+    devices_[dev].quota_cap.store(caps.quota);
+    devices_[dev].compute_cap.store(caps.compute > 100 ? 100 : caps.compute);
+    detail::recompute_limits(devices_[dev]);
+  }
+
+  DeviceLimits requested(int dev) const override {
+    if (!device_ready(dev)) return {};
+    return {devices_[dev].requested_quota.load(), devices_[dev].requested_compute.load()};
+  }
+
+  DeviceLimits caps(int dev) const override {
+    if (!device_ready(dev)) return {};
+    return {devices_[dev].quota_cap.load(), devices_[dev].compute_cap.load()};
   }
 
   void count_refusal(int dev) override {
@@ -373,81 +407,10 @@ class MappedLedger final : public Ledger {
     if (!writable_) return 0;
     adopt_after_fork();
     int own = owner_pid_.load() == current_pid() ? slot_.load() : -1;
-    std::uint32_t high = high_water();
-    std::uint64_t now = monotonic_seconds();
-    int reaped = 0;
-    for (std::uint32_t i = 0; i < high; ++i) {
-      if (static_cast<int>(i) == own) continue;
-      Slot& s = slots_[i];
-      std::uint64_t word = s.state.load();
-      switch (slot_state(word)) {
-        case kSlotFree:
-          break;
-        case kSlotClaiming:
-          if (seconds_since(slot_claim_second(word), now) >= kStaleClaimSeconds && !lock_held(i)) {
-            s.state.compare_exchange_strong(word, slot_word(slot_generation(word), 0, kSlotFree));
-          }
-          break;
-        case kSlotActive:
-          if (!lock_held(i) &&
-              s.state.compare_exchange_strong(word, slot_word(slot_generation(word), now, kSlotReaping))) {
-            return_slot(i, slot_word(slot_generation(word), now, kSlotReaping));
-            ++reaped;
-          }
-          break;
-        case kSlotReaping:
-          if (seconds_since(slot_claim_second(word), now) >= kStaleReapSeconds &&
-              s.state.compare_exchange_strong(word, slot_word(slot_generation(word), now, kSlotReaping))) {
-            return_slot(i, slot_word(slot_generation(word), now, kSlotReaping));
-          }
-          break;
-      }
-    }
-    return reaped;
+    return view_.reap_dead(fd_.load(), own, path_);
   }
 
-  Snapshot snapshot() const override {
-    Snapshot snap;
-    snap.path = path_;
-    std::vector<int> records;
-    for (std::uint32_t r = 0; r < kMaxDevices; ++r) {
-      const DeviceRecord& d = devices_[r];
-      if (d.state.load(std::memory_order_acquire) != kDeviceReady) continue;
-      DeviceRow row;
-      row.uuid.assign(d.uuid, strnlen(d.uuid, kUuidBytes));
-      row.index = d.cuda_index;
-      row.total_bytes = d.total_bytes;
-      row.quota = d.quota.load();
-      row.compute_limit = d.compute_limit.load();
-      row.used = used(static_cast<int>(r));
-      row.refused_allocations = d.refused_allocations.load();
-      row.record = static_cast<int>(r);
-      snap.devices.push_back(std::move(row));
-      records.push_back(static_cast<int>(r));
-    }
-    std::uint32_t high = high_water();
-    for (std::uint32_t i = 0; i < high; ++i) {
-      const Slot& s = slots_[i];
-      std::uint64_t word = s.state.load();
-      if (slot_state(word) != kSlotActive) continue;
-      ProcessRow row;
-      row.pid = s.pid.load();
-      row.host_pid = s.host_pid.load();
-      row.command = read_command(s);
-      for (int r : records) {
-        const SlotDeviceCounters& c = s.devices[r];
-        std::uint64_t granted = c.granted.load();
-        std::uint64_t held = granted - c.returned.load();
-        row.used_by_device.push_back(held > (kUnlimited >> 1) ? 0 : held);
-        row.busy_ns_by_device.push_back(c.busy_ns.load());
-      }
-      // Reaped and reused while we read: the row would mix two processes.
-      if (s.state.load() != word) continue;
-      row.slot = static_cast<int>(i);
-      snap.processes.push_back(std::move(row));
-    }
-    return snap;
-  }
+  Snapshot snapshot() const override { return view_.snapshot(path_); }
 
   const std::string& path() const override { return path_; }
 
@@ -456,23 +419,9 @@ class MappedLedger final : public Ledger {
     if (self != nullptr) self->host_pid.store(host_pid);
   }
 
-  int find_device(std::string_view uuid) const override {
-    for (std::uint32_t i = 0; i < kMaxDevices; ++i) {
-      const DeviceRecord& r = devices_[i];
-      if (r.state.load(std::memory_order_acquire) == kDeviceReady && uuid_equal(r.uuid, uuid)) {
-        return static_cast<int>(i);
-      }
-    }
-    return -1;
-  }
+  int find_device(std::string_view uuid) const override { return view_.find_device(uuid); }
 
-  int device_count() const override {
-    int n = 0;
-    for (std::uint32_t i = 0; i < kMaxDevices; ++i) {
-      if (devices_[i].state.load(std::memory_order_acquire) == kDeviceReady) ++n;
-    }
-    return n;
-  }
+  int device_count() const override { return view_.device_count(); }
 
   const std::atomic<std::uint32_t>* compute_limit_source(int dev) const override {
     return device_ready(dev) ? &devices_[dev].compute_limit : nullptr;
@@ -488,7 +437,7 @@ class MappedLedger final : public Ledger {
     std::uint64_t now = monotonic_seconds();
     if (slot_state(word) == kSlotActive &&
         s.state.compare_exchange_strong(word, slot_word(slot_generation(word), now, kSlotReaping))) {
-      return_slot(index, slot_word(slot_generation(word), now, kSlotReaping));
+      view_.return_slot(index, slot_word(slot_generation(word), now, kSlotReaping));
     }
     unlock_slot(index);
   }
@@ -496,6 +445,21 @@ class MappedLedger final : public Ledger {
   int slot_index() const override { return owner_pid_.load() == current_pid() ? slot_.load() : -1; }
 
   bool writable() const override { return writable_; }
+
+  void set_priority(unsigned level) override {
+    if (writable_ && level <= 2) header_->priority.store(level + 1, std::memory_order_relaxed);
+  }
+  void init_priority(unsigned level) override {
+    std::uint32_t unset = 0;
+    if (writable_ && level <= 2) header_->priority.compare_exchange_strong(unset, level + 1);
+  }
+  int priority() const override {
+    const std::uint32_t stored = header_->priority.load(std::memory_order_relaxed);
+    return stored >= 1 && stored <= 3 ? static_cast<int>(stored) - 1 : -1;
+  }
+  void add_held_back_ns(std::uint64_t ns) override {
+    if (writable_ && ns != 0) header_->held_back_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
 
  private:
   // Serialises registration and post-fork adoption within a process. Holds the owner's pid, so a
@@ -519,15 +483,9 @@ class MappedLedger final : public Ledger {
     MappedLedger& ledger_;
   };
 
-  bool device_ready(int dev) const {
-    return dev >= 0 && dev < static_cast<int>(kMaxDevices) &&
-           devices_[dev].state.load(std::memory_order_acquire) == kDeviceReady;
-  }
+  bool device_ready(int dev) const { return view_.device_ready(dev); }
 
-  std::uint32_t high_water() const {
-    std::uint32_t high = header_->slot_high_water.load();
-    return high > kMaxSlots ? kMaxSlots : high;
-  }
+  std::uint32_t high_water() const { return view_.high_water(); }
 
   bool charged_exceeds(int dev, std::uint64_t limit) const {
     std::uint32_t high = high_water();
@@ -565,7 +523,7 @@ class MappedLedger final : public Ledger {
     ControlGuard guard(*this);
     if (owner_pid_.load() == me) return;
     int old_fd = fd_.load();
-    int fd = ::open(path_.c_str(), (writable_ ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    int fd = ::open(path_.c_str(), (writable_ ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     struct stat now_st {};
     struct stat old_st {};
     if (fd >= 0 && (fstat(fd, &now_st) != 0 || fstat(old_fd, &old_st) != 0 ||
@@ -617,22 +575,6 @@ class MappedLedger final : public Ledger {
     return true;
   }
 
-  // Returns every byte a slot holds and frees it. `word` is the Reaping word we installed.
-  void return_slot(std::uint32_t index, std::uint64_t word) {
-    Slot& s = slots_[index];
-    for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
-      SlotDeviceCounters& c = s.devices[d];
-      // Committed usage first (returned catches up with granted), then admission room.
-      c.returned.store(c.granted.load());
-      c.charged.store(0);
-      c.busy_ns.store(0, std::memory_order_relaxed);
-    }
-    s.pid.store(0);
-    s.host_pid.store(0);
-    for (auto& w : s.command) w.store(0, std::memory_order_relaxed);
-    s.state.compare_exchange_strong(word, slot_word(slot_generation(word), 0, kSlotFree));
-  }
-
   bool lock_op(std::uint32_t index, short type, int cmd) const {
     struct flock fl {};
     fl.l_type = type;
@@ -645,34 +587,6 @@ class MappedLedger final : public Ledger {
   bool lock_slot(std::uint32_t index) { return lock_op(index, F_WRLCK, F_OFD_SETLK); }
   void unlock_slot(std::uint32_t index) { lock_op(index, F_UNLCK, F_OFD_SETLK); }
 
-  // Whether some other open file description holds the slot's lock, i.e. its owner lives. On any
-  // doubt the answer is yes: reaping a live process would hand out memory it still holds.
-  bool lock_held(std::uint32_t index) const {
-    struct flock fl {};
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = static_cast<off_t>(slot_lock_offset(index));
-    fl.l_len = 1;
-    if (fcntl(fd_.load(), F_OFD_GETLK, &fl) != 0) {
-      static std::atomic<bool> logged{false};
-      if (!logged.exchange(true)) {
-        GS_LOG(Error, "cannot query slot locks of %s (%s): dead processes will not be reaped", path_.c_str(),
-               errno_text(errno).c_str());
-      }
-      return true;
-    }
-    return fl.l_type != F_UNLCK;
-  }
-
-  static std::string read_command(const Slot& s) {
-    char text[kCommandWords * 8 + 1] = {};
-    for (std::size_t w = 0; w < kCommandWords; ++w) {
-      std::uint64_t word = s.command[w].load(std::memory_order_relaxed);
-      std::memcpy(text + w * 8, &word, 8);
-    }
-    return std::string(text, strnlen(text, sizeof text - 1));
-  }
-
   std::string path_;
   Mode mode_;
   bool writable_;
@@ -681,6 +595,7 @@ class MappedLedger final : public Ledger {
   std::atomic<int> slot_{-1};
   std::atomic<pid_t> control_{0};
   void* base_ = nullptr;
+  detail::LedgerView view_;
   Header* header_ = nullptr;
   DeviceRecord* devices_ = nullptr;
   Slot* slots_ = nullptr;
@@ -740,61 +655,79 @@ Result<bool> validate_header_bytes(const void* data, std::size_t available, std:
 
 Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path, Mode mode) {
   if (path.empty()) return make_error("no shared-state file path given");
-  int fd = -1;
-  bool writable = true;
-  for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
-    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd >= 0) break;
-    int err = errno;
-    if (mode == Mode::Observer && (err == EACCES || err == EROFS || err == EPERM)) {
-      // Enough to show the state; setting limits and reaping need write access.
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      writable = false;
-      if (fd >= 0) break;
-      err = errno;
+  std::string dir, name;
+  if (!fs::split_path(path, &dir, &name)) return make_error("shared-state path " + path + " names no file");
+  if (mode == Mode::Process) {
+    auto made = make_directories(dir);
+    if (!made) return make_error(made.error());
+  }
+  // Observers (CLI, daemon) look at files a tenant can write: they trust no directory but open
+  // nothing in it except a regular file, without following a symlink or blocking on a FIFO.
+  auto opened_dir = fs::open_dir(dir, fs::DirTrust::Any);
+  if (!opened_dir) {
+    struct stat missing {};
+    if (mode == Mode::Observer && lstat(dir.c_str(), &missing) != 0 && errno == ENOENT) {
+      return make_error("no state file at " + path + " (its directory does not exist)");
     }
-    if (err != ENOENT) return make_error("cannot open state file " + path + ": " + errno_text(err));
+    return make_error("cannot use " + dir + " as the shared-state directory: " + opened_dir.error());
+  }
+  fs::UniqueFd dirfd(*opened_dir);
+  struct stat dir_st {};
+  if (mode == Mode::Process) {
+    auto trusted = check_state_dir(dirfd.get(), dir, &dir_st);
+    if (!trusted) return make_error(trusted.error());
+  }
+
+  fs::UniqueFd fd;
+  bool writable = true;
+  std::string last_error;
+  for (int attempt = 0; attempt < 3 && !fd.valid(); ++attempt) {
+    auto opened = fs::open_in_dir(dirfd.get(), name.c_str(), O_RDWR);
+    const int open_errno = opened ? 0 : errno;
+    if (!opened && mode == Mode::Observer && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+      // Enough to show the state; setting limits and reaping need write access.
+      opened = fs::open_in_dir(dirfd.get(), name.c_str(), O_RDONLY);
+      writable = !opened.ok();
+    }
+    if (opened) {
+      fd.reset(*opened);
+      break;
+    }
+    // A file that was missing when we opened may have been published by another creator since:
+    // that is still the creation race (go round again), not an error.
+    struct stat entry {};
+    bool missing = open_errno == ENOENT ||
+                   (fstatat(dirfd.get(), name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT);
+    if (!missing) return make_error("cannot open state file " + path + ": " + opened.error());
     if (mode == Mode::Observer) {
       return make_error("no state file at " + path +
                         " (no process has run under gpuslice with this shared directory yet)");
     }
-    auto created = create_state_file(path);
+    auto created = create_state_file(dirfd.get(), dir_st, name, path);
     if (!created) return make_error(created.error());
+    last_error = "created, then removed by someone else before it could be opened";
   }
-  if (fd < 0) return make_error("cannot open state file " + path + ": it keeps disappearing");
+  if (!fd.valid()) return make_error("cannot open state file " + path + ": " + last_error);
+  if (mode == Mode::Process) {
+    auto owned = check_state_file_owner(fd.get(), dir_st, path);
+    if (!owned) return make_error(owned.error());
+  }
 
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return make_error("cannot stat state file " + path + ": " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return make_error("state file " + path + " is not a regular file");
-  }
+  if (fstat(fd.get(), &st) != 0)
+    return make_error("cannot stat state file " + path + ": " + errno_text(errno));
   unsigned char head[sizeof(Header)] = {};
-  ssize_t got = pread(fd, head, sizeof head, 0);
-  if (got < 0) {
-    int err = errno;
-    close(fd);
-    return make_error("cannot read state file " + path + ": " + errno_text(err));
-  }
+  ssize_t got = pread(fd.get(), head, sizeof head, 0);
+  if (got < 0) return make_error("cannot read state file " + path + ": " + errno_text(errno));
   auto valid = validate_header_bytes(head, static_cast<std::size_t>(got),
                                      static_cast<std::uint64_t>(st.st_size), path);
-  if (!valid) {
-    close(fd);
-    return make_error(valid.error());
-  }
-  int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-  void* base = mmap(nullptr, kFileSize, prot, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    close(fd);
-    return make_error("cannot map state file " + path + ": " + errno_text(err));
-  }
-  if (mode == Mode::Process) remove_abandoned_temp_files(path);
-  return std::unique_ptr<Ledger>(new MappedLedger(path, mode, fd, writable, base));
+  if (!valid) return make_error(valid.error());
+  if (mode == Mode::Observer) return detail::make_observed_ledger(path, fd.release(), writable);
+
+  void* base = mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return make_error("cannot map state file " + path + ": " + errno_text(errno));
+  remove_abandoned_temp_files(dirfd.get(), name);
+  return std::unique_ptr<Ledger>(new MappedLedger(path, mode, fd.release(), writable, base));
 }
 
 }  // namespace gpuslice::shm

@@ -20,28 +20,50 @@ namespace gpuslice::shm {
 inline constexpr std::uint64_t kUnlimited = ~0ULL;
 inline constexpr unsigned kNoComputeLimit = 0;  // compute limit 0 = not limited
 
+// The one rule for limits: what applies is the request capped by the read-only limits file.
+// A cap never raises a request, and removing a cap restores the request.
+constexpr std::uint64_t effective_quota(std::uint64_t requested, std::uint64_t cap) {
+  return requested < cap ? requested : cap;
+}
+constexpr unsigned effective_compute(unsigned requested, unsigned cap) {
+  if (requested == kNoComputeLimit) return cap;
+  if (cap == kNoComputeLimit) return requested;
+  return requested < cap ? requested : cap;
+}
+
+// A device's limits from one source (a request or a cap); ~0 / kNoComputeLimit = none.
+struct DeviceLimits {
+  std::uint64_t quota = kUnlimited;
+  unsigned compute = kNoComputeLimit;
+};
+
 struct ProcessRow {
   std::int32_t pid = 0;                          // pid in the namespace of the process that registered
   std::int32_t host_pid = 0;                     // pid as NVML reports it, 0 if unknown
   std::string command;                           // comm / argv[0], truncated
   std::vector<std::uint64_t> used_by_device;     // indexed like Snapshot::devices
   std::vector<std::uint64_t> busy_ns_by_device;  // device time consumed (compute limiter)
-  int slot = -1;                                 // added: the process's slot in the state file
+  int slot = -1;                                 // the process's slot in the state file
 };
 
 struct DeviceRow {
   std::string uuid;
-  int index = -1;                 // CUDA index in the process that created the record
-  std::uint64_t total_bytes = 0;  // physical memory of the card
-  std::uint64_t quota = kUnlimited;
-  unsigned compute_limit = kNoComputeLimit;
-  std::uint64_t used = 0;  // sum over live processes
+  int index = -1;                            // CUDA index in the process that created the record
+  std::uint64_t total_bytes = 0;             // physical memory of the card
+  std::uint64_t quota = kUnlimited;          // effective: min(requested, cap)
+  unsigned compute_limit = kNoComputeLimit;  // effective
+  DeviceLimits requested;                    // environment / `gpuslice set`
+  DeviceLimits cap;                          // read-only limits file
+  std::uint64_t used = 0;                    // sum over live processes
   std::uint64_t refused_allocations = 0;
-  int record = -1;  // added: the device record index (what try_reserve/set_quota take as `dev`)
+  int record = -1;  // the device record index (what try_reserve/set_quota take as `dev`)
 };
 
 struct Snapshot {
   std::string path;
+  std::string error;  // non-empty: the file could not be read (truncated, replaced); nothing else is set
+  int priority = -1;  // priority sharing: -1 not set, else shm::Priority (0 low, 1 normal, 2 high)
+  std::uint64_t held_back_ns = 0;  // time the container's launches were held back by higher priorities
   std::vector<DeviceRow> devices;
   std::vector<ProcessRow> processes;
 };
@@ -56,12 +78,17 @@ class Ledger {
   // Opens or creates the state file (and its directory). Validates magic, version, size and the
   // header checksum; a truncated, foreign, corrupted or other-version file is an error naming the
   // file and what is wrong. Observer mode never creates a file.
+  // The file is opened without following a symlink and must be a regular file (a FIFO or device node
+  // is refused without blocking). A process refuses a directory another user controls and a file
+  // another user owns; it creates missing directories 0700 and the file 0600 (0660 in a setgid,
+  // group-writable directory). An observer never maps the file for reading (see observed_ledger.h).
   static Result<std::unique_ptr<Ledger>> open(const std::string& path, Mode mode);
 
   virtual ~Ledger() = default;
 
-  // Finds or creates the device record for `uuid`; on creation the quota and compute limit are
-  // initialised from the arguments. Returns the device slot (0..kMaxDevices-1) or an error.
+  // Finds or creates the device record for `uuid`; on creation the requested quota and compute
+  // limit are initialised from the arguments (no caps yet: the caller applies set_caps next).
+  // Returns the device slot (0..kMaxDevices-1) or an error.
   virtual Result<int> attach_device(std::string_view uuid, int cuda_index, std::uint64_t total_bytes,
                                     std::uint64_t quota, unsigned compute_limit) = 0;
 
@@ -73,13 +100,19 @@ class Ledger {
   virtual bool try_reserve(int dev, std::uint64_t bytes) = 0;
   virtual void release(int dev, std::uint64_t bytes) = 0;
 
+  // The limits that apply (effective_quota / effective_compute of request and cap).
   virtual std::uint64_t quota(int dev) const = 0;
   virtual unsigned compute_limit(int dev) const = 0;
   virtual std::uint64_t used(int dev) const = 0;          // container total on the device
   virtual std::uint64_t used_by_self(int dev) const = 0;  // this process only
 
+  // Change the request; the effective limit follows, still capped.
   virtual void set_quota(int dev, std::uint64_t bytes) = 0;
   virtual void set_compute_limit(int dev, unsigned percent) = 0;
+  // Replaces the caps of the read-only limits file; the effective limits follow.
+  virtual void set_caps(int dev, DeviceLimits caps) = 0;
+  virtual DeviceLimits requested(int dev) const = 0;
+  virtual DeviceLimits caps(int dev) const = 0;
   virtual void count_refusal(int dev) = 0;
 
   // Compute accounting for the limiter: device busy time this process consumed.
@@ -92,8 +125,6 @@ class Ledger {
 
   virtual Snapshot snapshot() const = 0;
   virtual const std::string& path() const = 0;
-
-  // --- Added declarations (not in the original contract) ---
 
   // try_reserve() does not count its refusals: the caller decides which refusals the user sees
   // (count_refusal) so a retried reservation is not counted twice.
@@ -115,6 +146,16 @@ class Ledger {
   virtual int slot_index() const = 0;
   // False for an observer that could only open the file read-only: it can show, not change.
   virtual bool writable() const = 0;
+
+  // Priority sharing (docs/priority.md): the container's level (0 low, 1 normal, 2 high; -1 when
+  // never set), which `gpuslice set --priority` changes live, and the time its launches were held
+  // back, which the library adds to.
+  virtual void set_priority(unsigned level) = 0;
+  // Sets the level only if none is set yet (the environment's initial value: a live change made
+  // with `gpuslice set` is not undone by a process that starts later).
+  virtual void init_priority(unsigned level) = 0;
+  virtual int priority() const = 0;
+  virtual void add_held_back_ns(std::uint64_t ns) = 0;
 };
 
 // Validates the first `available` bytes of a state file whose size is `file_size`; the error

@@ -30,21 +30,8 @@ class E2E : public ::testing::Test {
 
   // The environment of a process in one "container": the mock driver, its own state directories.
   Env base_env(bool preload = true) const {
-    Env env;
-    env["PATH"] = "/usr/bin:/bin";
-    env["LD_LIBRARY_PATH"] = GPUSLICE_MOCK_DIR;
-    if (preload) env["LD_PRELOAD"] = GPUSLICE_PRELOAD;
-    env["GPUSLICE_SHARED_DIR"] = dir_ + "/shared";
-    env["GPUSLICE_LIMITS_FILE"] = dir_ + "/limits";
-    env["GPUSLICE_NODE_DIR"] = dir_ + "/node";
-    env["GPUSLICE_MOCK_STATE_DIR"] = dir_ + "/mock";
-    env["GPUSLICE_MOCK_DEVICES"] = "2";
-    env["GPUSLICE_MOCK_MEMORY"] = std::to_string(16 * kGiB);
-    env["GPUSLICE_MOCK_CONTEXT_BYTES"] = std::to_string(kContextBytes);
-    // Sanitizer builds: the runtime is pulled in by libgpuslice.so itself, not first in line.
-    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
-    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
-    return env;
+    return mock_container_env(dir_, 2, kContextBytes, GPUSLICE_MOCK_DIR,
+                              preload ? GPUSLICE_PRELOAD : nullptr);
   }
 
   Outcome probe(const std::vector<std::string>& args, const Env& env) const {
@@ -187,8 +174,9 @@ TEST_F(E2E, InAPidNamespaceTheContextIsChargedThroughTheHostPid) {
   EXPECT_EQ(o.num("free"), 2 * kGiB - kGiB - 2 * kContextBytes) << "both contexts charged";
   Outcome status = run({GPUSLICE_CLI, "status", "--json", "--shared-dir", dir_ + "/shared"}, base_env(false));
   ASSERT_EQ(status.exit_code, 0) << status.err;
-  std::string expected = "\"pid\":" + std::to_string(holder.pid()) +
-                         ",\"host_pid\":" + std::to_string(holder.pid() + kPidOffset);
+  // One process object (keys in the schema's order) carries both pids.
+  std::string expected = "\"host_pid\":" + std::to_string(holder.pid() + kPidOffset) +
+                         ",\"pid\":" + std::to_string(holder.pid());
   EXPECT_NE(status.out.find(expected), std::string::npos) << status.out;
 }
 
@@ -238,6 +226,99 @@ TEST_F(E2E, ReadOnlyLimitsFileCapsTheEnvironment) {
   EXPECT_EQ(o.num("total"), 768 * kMiB);
 }
 
+// ---- the limits rule: min(request, read-only file cap), whichever changes, for every device ----
+
+// The last value of `key=` in a probe's output so far, or -1.
+long long last_value(const std::string& output, const std::string& key) {
+  const std::string needle = key + "=";
+  std::size_t at = output.rfind(needle);
+  if (at == std::string::npos) return -1;
+  return std::atoll(output.c_str() + at + needle.size());
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  // Through a rename, as the node daemon writes, so the watcher sees a new file in one step.
+  std::ofstream(path + ".tmp") << text;
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+// The watcher re-reads the limits file every 100 ms; waiting this long lets it act several times.
+void let_the_watcher_run() { std::this_thread::sleep_for(std::chrono::milliseconds(700)); }
+
+TEST_F(E2E, LimitsFileNeverRaisesAStricterEnvironmentQuota) {
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=4Gi\n");
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  let_the_watcher_run();
+  EXPECT_EQ(app.output().find("live_total=" + std::to_string(4 * kGiB)), std::string::npos) << app.output();
+  EXPECT_EQ(last_value(app.output(), "live_total"), kGiB) << app.output();
+  // A second process of the container cannot take more than the 1 GiB either.
+  Outcome fill = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(fill.exit_code, 0) << fill.err;
+  EXPECT_LE(fill.num("allocated"), kGiB - 128 * kMiB);
+}
+
+TEST_F(E2E, LimitsFileNeverRaisesAStricterEnvironmentComputeLimit) {
+  write_text(dir_ + "/limits", "GPUSLICE_COMPUTE_LIMIT=60\n");
+  Env env = base_env();
+  env["GPUSLICE_COMPUTE_LIMIT"] = "20";
+  // Launching for several seconds: the device is attached by the first launch.
+  Background app({GPUSLICE_PROBE_APP, "--scenario", "launch", "--iterations", "4000", "--kernel-us", "500"},
+                 env, dir_ + "/app.out");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  let_the_watcher_run();
+  Outcome status = run({GPUSLICE_CLI, "status", "--json", "--shared-dir", dir_ + "/shared"}, base_env(false));
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("\"compute_limit_percent\":20"), std::string::npos) << status.out;
+}
+
+TEST_F(E2E, AStricterLimitsFileLowersTheEnvironmentAndRemovingItRestoresIt) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  EXPECT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
+  std::filesystem::remove(dir_ + "/limits");
+  let_the_watcher_run();
+  EXPECT_EQ(last_value(app.output(), "live_total"), 2 * kGiB) << app.output();
+}
+
+TEST_F(E2E, SetMemoryIsNotUndoneWhenTheOperatorRewritesTheFile) {
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=4Gi\n");
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  Outcome set =
+      run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "1Gi"}, base_env(false));
+  ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+  ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
+  // The operator rewrites the file for another key; the memory cap it keeps is above the request.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a new mtime even on coarse clocks
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=4Gi\nGPUSLICE_COMPUTE_LIMIT=90\n");
+  let_the_watcher_run();
+  EXPECT_EQ(last_value(app.output(), "live_total"), kGiB) << app.output();
+}
+
+TEST_F(E2E, ADeviceAttachedLateStillGetsTheFileCap) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  std::vector<std::string> argv = holder_argv(128 * kMiB);
+  const std::string trigger = dir_ + "/attach-device-1";
+  argv.insert(argv.end(), {"--late-device", "1", "--late-trigger", trigger});
+  Background app(argv, env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
+  std::ofstream(trigger) << "now\n";
+  ASSERT_TRUE(app.wait_for_output("late_total=", 3000)) << app.output();
+  EXPECT_EQ(last_value(app.output(), "late_code"), 0);
+  EXPECT_EQ(last_value(app.output(), "late_total"), kGiB) << app.output();
+}
+
 struct DialectCase {
   const char* variable;
   const char* value;
@@ -278,6 +359,31 @@ TEST_F(E2E, MalformedConfigurationFailsClosedWithOneClearMessage) {
   EXPECT_NE(o.num("init"), 0);
   EXPECT_NE(o.err.find("GPUSLICE_MEMORY_LIMIT"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("8Gx"), std::string::npos) << o.err;
+}
+
+// HAMi-style per-device variables that name no device ordinal used to be ignored: no limit at all.
+TEST_F(E2E, APerDeviceVariableWithALeadingZeroFailsClosed) {
+  Env env = base_env();
+  env["CUDA_DEVICE_MEMORY_LIMIT_00"] = "1g";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << "cuInit must fail";
+  EXPECT_NE(o.err.find("CUDA_DEVICE_MEMORY_LIMIT_00"), std::string::npos) << o.err;
+}
+
+TEST_F(E2E, APerDeviceVariableBeyondTheLastOrdinalFailsClosed) {
+  Env env = base_env();
+  env["CUDA_DEVICE_SM_LIMIT_64"] = "20";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << "cuInit must fail";
+  EXPECT_NE(o.err.find("CUDA_DEVICE_SM_LIMIT_64"), std::string::npos) << o.err;
+}
+
+TEST_F(E2E, AnAllOnesQuotaFailsClosedInsteadOfMeaningUnlimited) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "18446744073709551615";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << "cuInit must fail";
+  EXPECT_NE(o.err.find("GPUSLICE_MEMORY_LIMIT"), std::string::npos) << o.err;
 }
 
 TEST_F(E2E, CorruptSharedStateFailsClosed) {
@@ -374,6 +480,48 @@ TEST_F(E2E, CliRunSetsTheLimitsAndPassesTheExitStatus) {
   EXPECT_EQ(o.num("total"), kGiB);
   EXPECT_EQ(o.num("refused_code"), 2);
 }
+
+// Nsight Compute preloads an injection library that carries the driver's soname and exports every
+// entry point (so dlopen("libcuda.so.1") returns it), while the driver's cuGetProcAddress hands out
+// the driver's own functions. The quota must hold on every path all the same.
+class QuotaUnderProfilerInjection : public E2E, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(QuotaUnderProfilerInjection, QuotaHoldsWhenAToolLibraryTakesTheDriversSoname) {
+  Env env = base_env();
+  env["LD_PRELOAD"] =
+      std::string(GPUSLICE_PRELOAD) + ":" + GPUSLICE_MOCK_DIR + "/tool/libgpuslice-tool-injection.so";
+  env["GPUSLICE_TOOL_REAL_DRIVER"] = std::string(GPUSLICE_MOCK_DIR) + "/libcuda.so.1";
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome o = probe({"--path", GetParam(), "--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("total"), kGiB);
+  EXPECT_EQ(o.num("device_total"), kGiB);
+  EXPECT_EQ(o.num("refused_code"), 2);
+  EXPECT_LE(o.num("allocated"), kGiB - kContextBytes);
+  EXPECT_EQ(o.num("retry_code"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, QuotaUnderProfilerInjection,
+                         ::testing::Values("procaddress", "dlsym", "linked"));
+
+#if defined(GPUSLICE_PRELOAD_AB)
+// The overhead benchmark's build: bypassed, every handed-out function is the driver's own; not
+// bypassed, the quota holds as with the production library.
+TEST_F(E2E, TheBenchmarksAbSwitchRoutesToTheHookOrStraightToTheDriver) {
+  Env env = base_env();
+  env["LD_PRELOAD"] = GPUSLICE_PRELOAD_AB;
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  Outcome hooked = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(hooked.exit_code, 0) << hooked.out << hooked.err;
+  EXPECT_EQ(hooked.num("total"), kGiB);
+  EXPECT_EQ(hooked.num("refused_code"), 2);
+  env["GPUSLICE_AB_BYPASS"] = "1";
+  Outcome bypassed = probe({"--scenario", "fill", "--chunk", std::to_string(kGiB)}, env);
+  ASSERT_EQ(bypassed.exit_code, 0) << bypassed.out << bypassed.err;
+  EXPECT_EQ(bypassed.num("total"), 16 * kGiB);
+  EXPECT_GT(bypassed.num("allocated"), 8 * kGiB);
+}
+#endif
 
 // The injected library must not drag its C++ runtime or internals into the host process.
 TEST(InjectedLibrary, ExportsOnlyHookedSymbolsAndNeedsOnlyLibc) {

@@ -3,6 +3,7 @@
 // runtime's way: dlsym cuGetProcAddress_v2 once, then everything through it). It prints key=value
 // lines that the tests parse, and exits non-zero only when the driver misbehaves unexpectedly.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -34,6 +36,12 @@ struct Options {
   int threads = 8;
   int iterations = 2000;
   int kernel_us = 20;
+  int late_device = -1;  // hold: attach this device once `late_trigger` exists
+  std::string late_trigger;
+  std::string release_trigger;  // ipc-export / vmm-export: free the exported memory once it exists
+  std::string ipc_handle;       // ipc-import: the exporter's handle, in hex
+  int share_pid = 0;            // vmm-import: the exporter's pid and file descriptor
+  int share_fd = -1;
 };
 
 struct Driver {
@@ -65,6 +73,16 @@ struct Driver {
   decltype(&cuCtxSynchronize) synchronize = nullptr;
   decltype(&cuMemcpyHtoD_v2) copy_h2d = nullptr;
   decltype(&cuMemcpyDtoH_v2) copy_d2h = nullptr;
+  decltype(&cuIpcGetMemHandle) ipc_get = nullptr;
+  decltype(&cuIpcOpenMemHandle_v2) ipc_open = nullptr;
+  decltype(&cuIpcCloseMemHandle) ipc_close = nullptr;
+  decltype(&cuMemExportToShareableHandle) export_shareable = nullptr;
+  decltype(&cuMemImportFromShareableHandle) import_shareable = nullptr;
+  decltype(&cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
 };
 
 Options g_opt;
@@ -134,6 +152,16 @@ void load_driver() {
   R(synchronize, cuCtxSynchronize, cuCtxSynchronize);
   R(copy_h2d, cuMemcpyHtoD, cuMemcpyHtoD_v2);
   R(copy_d2h, cuMemcpyDtoH, cuMemcpyDtoH_v2);
+  R(ipc_get, cuIpcGetMemHandle, cuIpcGetMemHandle);
+  R(ipc_open, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2);
+  R(ipc_close, cuIpcCloseMemHandle, cuIpcCloseMemHandle);
+  R(export_shareable, cuMemExportToShareableHandle, cuMemExportToShareableHandle);
+  R(import_shareable, cuMemImportFromShareableHandle, cuMemImportFromShareableHandle);
+  R(address_reserve, cuMemAddressReserve, cuMemAddressReserve);
+  R(address_free, cuMemAddressFree, cuMemAddressFree);
+  R(map, cuMemMap, cuMemMap);
+  R(unmap, cuMemUnmap, cuMemUnmap);
+  R(set_access, cuMemSetAccess, cuMemSetAccess);
 #undef R
   if (g_drv.init == nullptr || g_drv.alloc == nullptr) die("resolve", 0);
 }
@@ -186,7 +214,7 @@ int fill() {
   return 0;
 }
 
-// Every allocation API of SPEC §3, each under the quota: reports how much the virtual free
+// Every allocation API of docs/quota.md, each under the quota: reports how much the virtual free
 // memory dropped while the allocation was live, and whether an over-quota request was refused.
 int apis() {
   size_t free0 = 0, total = 0;
@@ -305,8 +333,16 @@ int hold() {
   std::printf("hold_code=%d\n", r);
   print_info("");
   std::fflush(stdout);
+  bool late_done = false;
   for (int i = 0; i < g_opt.seconds * 20; ++i) {
     usleep(50000);
+    if (!late_done && g_opt.late_device >= 0 && access(g_opt.late_trigger.c_str(), F_OK) == 0) {
+      // First use of another device, long after start: its quota is what applies now.
+      std::size_t total = 0;
+      CUresult lr = g_drv.total_mem(&total, g_opt.late_device);
+      std::printf("late_code=%d\nlate_total=%zu\n", lr, total);
+      late_done = true;
+    }
     if (i % 2 == 0) {
       print_info("live_");
       std::fflush(stdout);
@@ -435,6 +471,112 @@ int nvml() {
   return 0;
 }
 
+// Sharing memory between processes: an exporter holds memory and hands out a handle (printed);
+// an importer opens it and reports its own books before, while and after it holds it.
+void hold_until_released(const char* what, const std::function<CUresult()>& release) {
+  bool released = false;
+  for (int i = 0; i < g_opt.seconds * 20; ++i) {
+    usleep(50000);
+    if (!released && !g_opt.release_trigger.empty() && access(g_opt.release_trigger.c_str(), F_OK) == 0) {
+      std::printf("%s=%d\n", what, release());
+      released = true;
+    }
+    if (i % 2 == 0) print_info("live_");
+    std::fflush(stdout);
+  }
+}
+
+int ipc_export() {
+  CUdeviceptr p = 0;
+  check(g_drv.alloc(&p, g_opt.bytes), "cuMemAlloc");
+  CUipcMemHandle handle{};
+  check(g_drv.ipc_get(&handle, p), "cuIpcGetMemHandle");
+  std::string hex;
+  for (char c : handle.reserved) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", static_cast<unsigned char>(c));
+    hex += two;
+  }
+  std::printf("ipc_handle=%s\n", hex.c_str());
+  print_info("");
+  std::fflush(stdout);
+  hold_until_released("freed_code", [&] { return g_drv.free(p); });
+  return 0;
+}
+
+int ipc_import() {
+  CUipcMemHandle handle{};
+  if (g_opt.ipc_handle.size() != 2 * sizeof handle.reserved) die("ipc_handle_length", 0);
+  for (std::size_t i = 0; i < sizeof handle.reserved; ++i)
+    handle.reserved[i] = static_cast<char>(std::stoi(g_opt.ipc_handle.substr(2 * i, 2), nullptr, 16));
+  print_info("before_");
+  CUdeviceptr p = 0;
+  CUresult r = g_drv.ipc_open(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  std::printf("open_code=%d\n", r);
+  if (r != CUDA_SUCCESS) return 0;
+  const char text[] = "written by the importer";
+  char back[sizeof text] = {};
+  std::printf("write_code=%d\n", g_drv.copy_h2d(p, text, sizeof text));
+  std::printf("read_code=%d\n", g_drv.copy_d2h(back, p, sizeof back));
+  std::printf("read_back=%d\n", std::memcmp(text, back, sizeof text) == 0 ? 1 : 0);
+  usleep(700000);  // past a footprint reconciliation (every 500 ms), which must not charge it either
+  print_info("opened_");
+  std::printf("close_code=%d\n", g_drv.ipc_close(p));
+  print_info("closed_");
+  return 0;
+}
+
+CUmemAllocationProp device_prop() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = g_opt.device;
+  return prop;
+}
+
+int vmm_export() {
+  CUmemAllocationProp prop = device_prop();
+  CUmemGenericAllocationHandle handle = 0;
+  check(g_drv.mem_create(&handle, g_opt.bytes, &prop, 0), "cuMemCreate");
+  int fd = -1;
+  check(g_drv.export_shareable(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle");
+  std::printf("share_fd=%d\n", fd);
+  print_info("");
+  std::fflush(stdout);
+  hold_until_released("freed_code", [&] { return g_drv.mem_release(handle); });
+  return 0;
+}
+
+int vmm_import() {
+  std::string path = "/proc/" + std::to_string(g_opt.share_pid) + "/fd/" + std::to_string(g_opt.share_fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) die("open_shared_fd", errno);
+  print_info("before_");
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult r = g_drv.import_shareable(&handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  std::printf("import_code=%d\n", r);
+  close(fd);
+  if (r != CUDA_SUCCESS) return 0;
+  print_info("imported_");
+  CUdeviceptr va = 0;
+  check(g_drv.address_reserve(&va, g_opt.bytes, 0, 0, 0), "cuMemAddressReserve");
+  std::printf("map_code=%d\n", g_drv.map(va, g_opt.bytes, 0, handle, 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = g_opt.device;
+  access.flags = 3;  // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+  std::printf("access_code=%d\n", g_drv.set_access(va, g_opt.bytes, &access, 1));
+  print_info("mapped_");
+  std::printf("unmap_code=%d\n", g_drv.unmap(va, g_opt.bytes));
+  std::printf("release_code=%d\n", g_drv.mem_release(handle));
+  check(g_drv.address_free(va, g_opt.bytes), "cuMemAddressFree");
+  print_info("released_");
+  return 0;
+}
+
 std::size_t parse_bytes(const char* s) { return static_cast<std::size_t>(std::strtoull(s, nullptr, 10)); }
 
 }  // namespace
@@ -465,6 +607,18 @@ int main(int argc, char** argv) {
       g_opt.iterations = std::atoi(next());
     else if (a == "--kernel-us")
       g_opt.kernel_us = std::atoi(next());
+    else if (a == "--late-device")
+      g_opt.late_device = std::atoi(next());
+    else if (a == "--late-trigger")
+      g_opt.late_trigger = next();
+    else if (a == "--release-trigger")
+      g_opt.release_trigger = next();
+    else if (a == "--ipc-handle")
+      g_opt.ipc_handle = next();
+    else if (a == "--share-pid")
+      g_opt.share_pid = std::atoi(next());
+    else if (a == "--share-fd")
+      g_opt.share_fd = std::atoi(next());
     else {
       std::fprintf(stderr, "probe_app: unknown argument %s\n", a.c_str());
       return 2;
@@ -480,6 +634,10 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "threads") return threads();
   if (g_opt.scenario == "fork") return forked();
   if (g_opt.scenario == "launch") return launches();
+  if (g_opt.scenario == "ipc-export") return ipc_export();
+  if (g_opt.scenario == "ipc-import") return ipc_import();
+  if (g_opt.scenario == "vmm-export") return vmm_export();
+  if (g_opt.scenario == "vmm-import") return vmm_import();
   std::fprintf(stderr, "probe_app: unknown scenario %s\n", g_opt.scenario.c_str());
   return 2;
 }

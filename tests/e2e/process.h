@@ -52,4 +52,11 @@ std::map<std::string, std::string> parse_values(const std::string& text);
 std::string make_temp_dir(const char* prefix);
 void remove_tree(const std::string& path);
 
+// What a simulated "container" under `dir` needs: the simulated driver (`mock_dir`) with `devices`
+// GPUs of 16 GiB, each context charged `context_bytes`, its own shared, node, limits and mock state
+// paths, and the library `preload` when not null. Sanitizer builds: the ASan runtime comes with
+// libgpuslice.so, not first in line; the caller's UBSAN_OPTIONS are kept.
+Env mock_container_env(const std::string& dir, int devices, long long context_bytes, const char* mock_dir,
+                       const char* preload);
+
 }  // namespace gpuslice::test

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device-tool call: build gpuslice and the CUDA test programs on the GPU machine, then run the
 # functional scenarios and the overhead benchmark. Logs go to $OUT (or ./gpu-out).
-#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two]
-# (GPU_SKIP: functional groups to skip; TWO_ARGS: extra two_containers.py arguments)
+#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two] [tools] [ab] [priority] [nvml] [ipc]
+# (GPU_SKIP: functional groups to skip; TWO_ARGS: extra two_containers.py arguments;
+#  PRIORITY_ARGS: extra priority_bench.py arguments)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-out}
@@ -13,9 +14,13 @@ export PYTHONUNBUFFERED=1
   nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
 } 2>&1 | tee "$out/env.txt"
+# The GPU machine has no package manager: header-only build dependencies the CLI needs
+# (nlohmann-json) may be carried in .devdeps/ (a CMake prefix: include/ and share/cmake/).
+prefix=()
+[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-  -DGPUSLICE_BUILD_BENCH=OFF > "$out/build.log" 2>&1
-cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_cli gpuslice_mock_cuda >> "$out/build.log" 2>&1 ||
+  -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" > "$out/build.log" 2>&1
+cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_preload_ab gpuslice_cli gpuslice_mock_cuda >> "$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; exit 1; }
 mkdir -p build/gpu
 # The e2e probe, linked to libcuda.so.1 by soname: here that resolves to the real driver.
@@ -24,6 +29,9 @@ g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mo
 for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu bench/gpu/paired.cu; do
   nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" -ldl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done
+# Two processes sharing memory (ipc): the driver API too.
+nvcc -O2 -std=c++17 -arch=sm_90 -o build/gpu/ipc tests/gpu/ipc.cu -lcuda >> "$out/build.log" 2>&1 ||
+  { tail -20 "$out/build.log"; exit 1; }
 echo "build ok"
 # SM clock and power in the background: the compute-limit accuracy depends on them (a duty-cycled
 # GPU boosts higher than one running flat out).
@@ -40,12 +48,22 @@ for w in $what; do
       lib=$PWD/build/lib/libgpuslice.so
       { echo "## no limit"; LD_PRELOAD=$lib build/gpu/paired 30
         echo "## memory quota"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR=$(mktemp -d) build/gpu/paired 30
+        echo "## memory quota + compute limit 100"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_COMPUTE_LIMIT=100 \
+          GPUSLICE_SHARED_DIR=$(mktemp -d) build/gpu/paired 30
         echo "## memory quota + profiler"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR=$(mktemp -d) \
           GPUSLICE_PROFILE_DIR=$(mktemp -d) build/gpu/paired 30; } 2>&1 | tee "$out/paired.txt" ;;
+    ab) python3 bench/gpu/ab_overhead.py --lib build/lib/libgpuslice-ab.so --out "$out" | tee "$out/ab_overhead.txt" || rc=1 ;;
     overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" ${OVERHEAD_SKIP:+--skip "$OVERHEAD_SKIP"} | tee "$out/overhead.txt" ;;
     accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
     multi) python3 tests/gpu/multi_gpu.py --build build --out "$out" || rc=1 ;;
+    tools) bash tests/gpu/profiler_tools.sh || rc=1 ;;
+    nvml) bash tests/gpu/nvml_view.sh || rc=1 ;;  # nvidia-smi in two containers (about 30 s)
+    ipc) python3 tests/gpu/ipc.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice --out "$out" | tee "$out/ipc.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" ${TWO_ARGS:-} | tee "$out/two_containers.txt" ;;
+    # A latency-critical server beside a best-effort trainer: alone, un-managed, 50/50 limits,
+    # priorities (about 7 minutes).
+    priority) python3 bench/gpu/priority_bench.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice \
+      --out "$out" ${PRIORITY_ARGS:-} | tee "$out/priority.txt" ;;
   esac
 done
 exit $rc

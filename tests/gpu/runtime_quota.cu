@@ -1,4 +1,4 @@
-// SPEC §3 on a real GPU through the CUDA runtime (which reaches the driver only via
+// The quota (docs/quota.md) on a real GPU through the CUDA runtime (which reaches the driver only via
 // cuGetProcAddress_v2): the reported total is the quota, allocations fit under it, the next one
 // fails with cudaErrorMemoryAllocation, and after a free it succeeds again.
 // Usage: runtime_quota DEVICE EXPECTED_QUOTA_BYTES

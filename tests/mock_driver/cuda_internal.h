@@ -131,6 +131,7 @@ struct PhysicalAllocation {
   unsigned device = 0;
   unsigned mappings = 0;
   bool released = false;  // freed once released and unmapped everywhere
+  bool imported = false;  // another process's allocation (a shareable handle): charged there
 };
 
 struct VmmMapping {
@@ -160,6 +161,7 @@ struct Driver {
   std::map<std::uintptr_t, std::size_t> reservations;  // VMM address ranges
   std::map<std::uintptr_t, VmmMapping> mappings;
   std::unordered_map<CUmemGenericAllocationHandle, PhysicalAllocation> physical;
+  std::map<std::uintptr_t, std::size_t> ipc_imports;  // another process's allocations opened here
   CUmemGenericAllocationHandle next_physical_handle = 0x6d6f636b0001ULL;
 
   HandlePool<CUctx_st> contexts;

@@ -125,7 +125,7 @@ void destroy_physical_locked(Driver& state, CUmemGenericAllocationHandle handle)
   auto found = state.physical.find(handle);
   if (found == state.physical.end()) return;
   if (found->second.fd >= 0) close(found->second.fd);
-  state.shared.uncharge(found->second.device, found->second.size, false);
+  if (!found->second.imported) state.shared.uncharge(found->second.device, found->second.size, false);
   state.physical.erase(found);
 }
 
@@ -139,6 +139,12 @@ bool is_device_range_locked(Driver& state, std::uintptr_t address, std::size_t b
     std::uintptr_t offset = address - linear->first;
     if (address >= linear->first && offset < linear->second.bytes)
       return bytes <= linear->second.bytes - offset;
+  }
+  auto opened = state.ipc_imports.upper_bound(address);
+  if (opened != state.ipc_imports.begin()) {
+    --opened;
+    std::uintptr_t offset = address - opened->first;
+    if (offset < opened->second) return bytes <= opened->second - offset;
   }
   // VMM: the range may span several adjacent mappings (PyTorch's expandable segments do).
   auto mapping = state.mappings.upper_bound(address);

@@ -24,6 +24,7 @@ namespace {
 constexpr const char* kDriverVersion = "580.00.00-mock";
 constexpr std::uint64_t kUtilizationWindowNs = 1'000'000'000;
 constexpr unsigned kNotAvailable = 0xFFFFFFFFu;  // NVML_VALUE_NOT_AVAILABLE: no MIG instance
+constexpr std::uint64_t kBar1BytesPerProcess = 2ULL << 20;
 
 struct Nvml {
   std::mutex mutex;
@@ -92,6 +93,39 @@ unsigned reported_pid(const Nvml& state, std::int32_t pid) {
   return static_cast<unsigned>(pid) + static_cast<unsigned>(state.config.nvml_pid_offset);
 }
 
+// The three running-process lists of every version: the simulated device shows each process with
+// a context in all of them (a "C+G" process that is also an MPS client), so that tests can check
+// every list. `Info` is one of the entry layouts; each starts with pid and usedGpuMemory.
+template <class Info>
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* infos) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (infoCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  state.shared.reclaim_dead();
+  ProcessUsage usage[kMaxProcesses];
+  unsigned count = usage_by_pid(state.shared, index, usage);
+  if (*infoCount < count) {
+    *infoCount = count;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (count > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < count; ++i) {
+    Info info{};
+    info.pid = reported_pid(state, usage[i].pid);
+    info.usedGpuMemory = usage[i].used_bytes;
+    if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
+      info.gpuInstanceId = kNotAvailable;
+      info.computeInstanceId = kNotAvailable;
+    }
+    infos[i] = info;
+  }
+  *infoCount = count;
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t init() {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
@@ -149,6 +183,8 @@ const char* nvmlErrorString(nvmlReturn_t result) {
       return "Function Not Found";
     case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
       return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
     case NVML_ERROR_UNKNOWN:
       return "Unknown Error";
   }
@@ -259,25 +295,63 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
                                                      nvmlProcessInfo_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
+                                                  nvmlProcessInfo_v1_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+                                                      nvmlProcessInfo_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
+                                                      nvmlProcessInfo_v2_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
+                                                   nvmlProcessInfo_v1_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+                                                        nvmlProcessInfo_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
+                                                        nvmlProcessInfo_v2_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
+                                                     nvmlProcessInfo_v1_t* infos) {
+  return running_processes(device, infoCount, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t* plist) {
+  if (plist == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (plist->version != GPUSLICE_NVML_PROCESS_DETAIL_LIST_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  if (plist->mode > NVML_PROCESS_MODE_MPS) return NVML_ERROR_INVALID_ARGUMENT;
+  return running_processes(device, &plist->numProcArrayEntries, plist->procArray);
+}
+
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1Memory) {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
   unsigned index = 0;
   nvmlReturn_t status = device_index(state, device, &index);
   if (status != NVML_SUCCESS) return status;
-  if (infoCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (bar1Memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   state.shared.reclaim_dead();
   ProcessUsage usage[kMaxProcesses];
   unsigned count = usage_by_pid(state.shared, index, usage);
-  if (*infoCount < count) {
-    *infoCount = count;
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  if (count > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  for (unsigned i = 0; i < count; ++i) {
-    infos[i] = nvmlProcessInfo_t{reported_pid(state, usage[i].pid), usage[i].used_bytes, kNotAvailable,
-                                 kNotAvailable};
-  }
-  *infoCount = count;
+  // A resizable BAR as on data-centre cards: the window spans the whole memory; each process with
+  // a context keeps a few mappings in it.
+  std::uint64_t total = state.shared.total_bytes(index);
+  std::uint64_t used = std::min<std::uint64_t>(total, std::uint64_t{count} * kBar1BytesPerProcess);
+  *bar1Memory = nvmlBAR1Memory_t{total, total - used, used};
   return NVML_SUCCESS;
 }
 
@@ -292,6 +366,84 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
   std::uint64_t from = now > kUtilizationWindowNs ? now - kUtilizationWindowNs : 0;
   utilization->gpu = percent(state.shared.device_busy(index, from, now), now - from);
   utilization->memory = 0;  // memory traffic is not simulated
+  return NVML_SUCCESS;
+}
+
+// The simulated video engines follow the SMs: a process busy x % of the last second keeps the
+// encoder and the decoder x % busy too (per process in the samples, and for the card here).
+static nvmlReturn_t video_utilization(nvmlDevice_t device, unsigned* utilization,
+                                      unsigned* samplingPeriodUs) {
+  if (utilization == nullptr || samplingPeriodUs == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  nvmlUtilization_t rates{};
+  nvmlReturn_t status = nvmlDeviceGetUtilizationRates(device, &rates);
+  if (status != NVML_SUCCESS) return status;
+  *utilization = rates.gpu;
+  *samplingPeriodUs = static_cast<unsigned>(kUtilizationWindowNs / 1000);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                             unsigned int* samplingPeriodUs) {
+  return video_utilization(device, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                             unsigned int* samplingPeriodUs) {
+  return video_utilization(device, utilization, samplingPeriodUs);
+}
+
+// One GPU-utilisation sample per call: the card's busy share over the last second, stamped now.
+// The other kinds are not simulated.
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                  unsigned long long lastSeenTimeStamp, nvmlValueType_t* sampleValType,
+                                  unsigned int* sampleCount, nvmlSample_t* samples) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (sampleValType == nullptr || sampleCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (type != NVML_GPU_UTILIZATION_SAMPLES) return NVML_ERROR_NOT_SUPPORTED;
+  std::uint64_t stamp = state.shared.timestamp_us();
+  if (stamp <= lastSeenTimeStamp) return NVML_ERROR_NOT_FOUND;
+  *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+  if (samples == nullptr || *sampleCount < 1) {
+    *sampleCount = 1;
+    return samples == nullptr ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::uint64_t now = state.shared.now_ns();
+  std::uint64_t from = now > kUtilizationWindowNs ? now - kUtilizationWindowNs : 0;
+  samples[0].timeStamp = stamp;
+  samples[0].sampleValue.uiVal = percent(state.shared.device_busy(index, from, now), now - from);
+  *sampleCount = 1;
+  return NVML_SUCCESS;
+}
+
+// Every pid has a name here (the real library reads /proc, which the simulated host pids may not be in).
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length) {
+  if (pid == 0 || name == nullptr || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  std::snprintf(name, length, "process-%u", pid);
+  return NVML_SUCCESS;
+}
+
+// Accounting as if enabled: every live process with a context on the device.
+nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int* count, unsigned int* pids) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  state.shared.reclaim_dead();
+  ProcessUsage usage[kMaxProcesses];
+  unsigned n = usage_by_pid(state.shared, index, usage);
+  if (*count < n) {
+    *count = n;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (n > 0 && pids == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < n; ++i) pids[i] = reported_pid(state, usage[i].pid);
+  *count = n;
   return NVML_SUCCESS;
 }
 
@@ -322,6 +474,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     while (j < count && samples[j].pid != pid) ++j;
     if (j == count) samples[count++] = nvmlProcessUtilizationSample_t{pid, stamp, 0, 0, 0, 0};
     samples[j].smUtil = std::min(100u, samples[j].smUtil + percent(busy, now - from));
+    samples[j].encUtil = samples[j].smUtil;  // the video engines follow the SMs
+    samples[j].decUtil = samples[j].smUtil;
   }
   if (count == 0) return NVML_ERROR_NOT_FOUND;
   if (utilization == nullptr || *processSamplesCount < count) {
@@ -330,6 +484,33 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
   }
   std::copy(samples, samples + count, utilization);
   *processSamplesCount = count;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+                                                   nvmlProcessesUtilizationInfo_t* info) {
+  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (info->version != GPUSLICE_NVML_PROCESSES_UTILIZATION_INFO_V1)
+    return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  nvmlProcessUtilizationSample_t samples[kMaxProcesses];
+  unsigned count = kMaxProcesses;
+  nvmlReturn_t status = nvmlDeviceGetProcessUtilization(device, samples, &count, info->lastSeenTimeStamp);
+  if (status != NVML_SUCCESS) return status;
+  if (info->procUtilArray == nullptr || info->processSamplesCount < count) {
+    info->processSamplesCount = count;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    info->procUtilArray[i] = nvmlProcessUtilizationInfo_v1_t{samples[i].timeStamp,
+                                                             samples[i].pid,
+                                                             samples[i].smUtil,
+                                                             samples[i].memUtil,
+                                                             samples[i].encUtil,
+                                                             samples[i].decUtil,
+                                                             0,
+                                                             0};
+  }
+  info->processSamplesCount = count;
   return NVML_SUCCESS;
 }
 

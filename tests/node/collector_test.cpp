@@ -1,9 +1,12 @@
 #include "node/collector.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
+#include "node/allocation_record.h"
+#include "node/metrics.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 
@@ -72,6 +75,24 @@ TEST(Collector, ReportsUnreadableStateAndForgetsRemovedContainers) {
   EXPECT_EQ(collector.refresh()->containers.size(), 1u);
 }
 
+TEST(Collector, TruncatedStateFileDoesNotCrashTheDaemon) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  int dev = -1;
+  auto ledger = make_state(layout.state_file("a"), dev);
+  ASSERT_TRUE(ledger);
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  ASSERT_EQ(collector.refresh()->containers.size(), 1u);
+  ledger.reset();  // the tenant's own processes would fault on their mapping; only the daemon is tested
+  // The tenant truncates its own state file while the daemon keeps it open.
+  ASSERT_EQ(::truncate(layout.state_file("a").c_str(), 0), 0);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_TRUE(view->containers[0].devices.empty());
+  EXPECT_NE(view->containers[0].error.find("truncated"), std::string::npos) << view->containers[0].error;
+}
+
 TEST(Collector, FindsWebhookPodsInTheKubeletPodsDirectory) {
   test::TempDir dir;
   HostLayout layout(dir / "root");
@@ -110,6 +131,203 @@ TEST(Collector, MapsContainerDevicesToHostGpusByUuid) {
   ASSERT_EQ(view->containers[0].devices.size(), 1u);
   EXPECT_EQ(view->containers[0].devices[0].gpu, 1u);
   EXPECT_EQ(view->containers[0].devices[0].cuda_index, 0);
+}
+
+// The kubelet as the collector sees it: whatever the test lists, or an error.
+class FakeLister final : public AllocationLister {
+ public:
+  Result<std::vector<ListedDevices>> list() override {
+    if (!error.empty()) return make_error(error);
+    return listed;
+  }
+  std::vector<ListedDevices> listed;
+  std::string error;
+};
+
+// A container directory as the device plugin makes it, with its allocation record.
+std::string allocate(const HostLayout& layout, const std::string& id, const std::vector<std::string>& ids,
+                     std::uint64_t at_ns = 1) {
+  std::filesystem::create_directories(layout.state_dir(id));
+  std::filesystem::create_directories(layout.config_dir(id));
+  AllocationRecord record{"gpuslice.io/vram", ids.size(), devices_digest(ids), at_ns};
+  test::write_file(layout.allocation_file(id), render_allocation_record(record));
+  return id;
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+constexpr std::uint64_t kGrace = 10'000'000'000ULL;
+
+TEST(CollectorGc, DescriptorsAndMappingsStayBoundedAndReturnWhenDirectoriesGo) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  constexpr int kContainers = 64;
+  for (int i = 0; i < kContainers; ++i) {
+    int dev = -1;
+    auto ledger = make_state(layout.state_file("c" + std::to_string(i)), dev);  // closed again at once
+    ASSERT_TRUE(ledger);
+  }
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  const std::size_t before = open_fds();
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), static_cast<std::size_t>(kContainers));
+  for (const auto& c : view->containers) EXPECT_TRUE(c.has_state) << c.id << ": " << c.error;
+  EXPECT_EQ(open_fds(), before) << "a descriptor per container is kept between scans";
+  collector.refresh();
+  EXPECT_EQ(open_fds(), before);
+
+  std::filesystem::remove_all(layout.containers_dir());
+  EXPECT_TRUE(collector.refresh()->containers.empty());
+  EXPECT_EQ(open_fds(), before);
+}
+
+TEST(CollectorGc, ADirectoryALiveProcessHoldsIsKeptAndRemovedOnceItExits) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string held = allocate(layout, "alloc-held", {"k-m0"});
+  const std::string idle = allocate(layout, "alloc-idle", {"k-m1"});
+  int dev = -1;
+  auto process = make_state(layout.state_file(held), dev);  // a live process of the container
+  ASSERT_TRUE(process);
+  {
+    int idle_dev = -1;
+    ASSERT_TRUE(make_state(layout.state_file(idle), idle_dev));  // used once, process gone
+  }
+  FakeLister kubelet;  // lists neither: both pods are gone
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 2u);
+  for (const auto& c : view->containers) EXPECT_EQ(c.state, ContainerState::Released) << c.id;
+
+  clock.advance_ns(kGrace);
+  view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].id, held) << "a directory whose ledger a live process holds is kept";
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(idle)));
+  EXPECT_EQ(view->containers_removed, 1u);
+
+  process.reset();  // the process exits: its lock goes
+  view = collector.refresh();
+  EXPECT_TRUE(view->containers.empty());
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(held)));
+  EXPECT_EQ(view->containers_removed, 2u);
+}
+
+TEST(CollectorGc, NothingIsRemovedWhileTheKubeletCannotBeAsked) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string id = allocate(layout, "alloc-a", {"k-m0"});
+  FakeLister kubelet;
+  kubelet.listed.push_back({"gpuslice.io/vram", {"k-m0"}, {"ml", "p", "c"}});
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  EXPECT_EQ(collector.refresh()->containers[0].owner.pod, "p");
+
+  kubelet.error = "no kubelet PodResources socket";
+  clock.advance_ns(10 * kGrace);
+  auto view = collector.refresh();
+  EXPECT_EQ(view->podresources, AttributionState::Down);
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].state, ContainerState::Ok);
+  EXPECT_EQ(view->containers[0].owner.pod, "p") << "the last known pod is kept while the kubelet is away";
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir(id)));
+  EXPECT_NE(render_metrics(*view, "t").find("gpuslice_podresources_up{node=\"\"} 0"), std::string::npos);
+}
+
+TEST(CollectorGc, OfTwoDirectoriesWithTheSameDevicesTheNewestIsTheListedOne) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  // Device ids are handed out again once a pod is gone.
+  allocate(layout, "alloc-old", {"k-m0", "k-m1"}, 100);
+  allocate(layout, "alloc-new", {"k-m1", "k-m0"}, 200);
+  FakeLister kubelet;
+  kubelet.listed.push_back({"gpuslice.io/vram", {"k-m0", "k-m1"}, {"ml", "second", "c"}});
+  kubelet.listed.push_back({"gpuslice.io/cores", {"k-m0", "k-m1"}, {"ml", "other", "c"}});
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 2u);
+  EXPECT_EQ(view->containers[0].id, "alloc-new");
+  EXPECT_EQ(view->containers[0].owner.pod, "second");
+  EXPECT_EQ(view->containers[0].state, ContainerState::Ok);
+  EXPECT_EQ(view->containers[1].id, "alloc-old");
+  EXPECT_TRUE(view->containers[1].owner.pod.empty());
+  EXPECT_EQ(view->containers[1].state, ContainerState::Released);
+}
+
+TEST(CollectorGc, DirectoriesWithoutAnAllocationRecordAreNeverRemoved) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  std::filesystem::create_directories(layout.state_dir("alloc-legacy"));
+  FakeLister kubelet;
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  collector.refresh();
+  clock.advance_ns(2 * kGrace);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].state, ContainerState::Ok);
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir("alloc-legacy")));
+}
+
+TEST(CollectorGc, RemovalDoesNotFollowALinkPlantedInTheStateDirectory) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string id = allocate(layout, "alloc-a", {"k-m0"});
+  test::write_file(dir / "outside/keep", "precious");
+  std::filesystem::create_directory_symlink(dir / "outside", layout.state_dir(id) + "/link");
+  std::filesystem::create_directories(layout.state_dir(id) + "/deep/er");
+  test::write_file(layout.state_dir(id) + "/deep/er/file", "x");
+  FakeLister kubelet;
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  collector.refresh();
+  clock.advance_ns(kGrace);
+  EXPECT_TRUE(collector.refresh()->containers.empty());
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(id)));
+  EXPECT_EQ(test::read_file(dir / "outside/keep"), "precious");
+}
+
+TEST(CollectorErrors, OneContainerThatFailsToReadIsReportedAndSkippedNotFatal) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  int dev = -1;
+  auto good = make_state(layout.state_file("good"), dev);
+  ASSERT_TRUE(good);
+  auto bad = make_state(layout.state_file("bad"), dev);
+  ASSERT_TRUE(bad);
+  test::FakeClock clock;
+  // Whatever goes wrong reading one container (here: the reader throws) stays with that container.
+  Collector collector(layout, nullptr, clock,
+                      [](const std::string& path) -> Result<std::unique_ptr<shm::Ledger>> {
+                        if (path.find("/bad/") != std::string::npos)
+                          throw std::runtime_error("mapping vanished");
+                        return shm::Ledger::open(path, shm::Ledger::Mode::Observer);
+                      });
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 2u);
+  EXPECT_EQ(view->containers[0].id, "bad");
+  EXPECT_EQ(view->containers[0].state, ContainerState::Error);
+  EXPECT_NE(view->containers[0].error.find("mapping vanished"), std::string::npos);
+  EXPECT_EQ(view->containers[1].id, "good");
+  EXPECT_EQ(view->containers[1].state, ContainerState::Ok);
+  EXPECT_EQ(view->containers[1].processes.size(), 1u);
+  const std::string text = render_metrics(*view, "t");
+  EXPECT_NE(
+      text.find("gpuslice_allocation=\"bad\",namespace=\"\",pod=\"\",container=\"\",state=\"error\"} 1"),
+      std::string::npos)
+      << text;
 }
 
 }  // namespace

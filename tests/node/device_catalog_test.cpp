@@ -155,12 +155,18 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   EXPECT_EQ(cores->envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid1);
   EXPECT_EQ(cores->envs.count("GPUSLICE_SHARED_DIR"), 0u);
   EXPECT_TRUE(cores->container_id.empty());
-  // The library, and the node-wide directory where compute-limited containers take turns.
-  ASSERT_EQ(cores->mounts.size(), 2u);
+  // The library, the node channel read-only, and the container's own writer directory over it.
+  ASSERT_EQ(cores->mounts.size(), 3u);
   EXPECT_EQ(cores->envs.at("GPUSLICE_NODE_DIR"), "/tmp/gpuslice-node");
+  const std::string writer = cores->envs.at("GPUSLICE_NODE_WRITER");
   EXPECT_EQ(cores->mounts[1].container_path, "/tmp/gpuslice-node");
-  EXPECT_EQ(cores->mounts[1].host_path, layout.root() + "/turns");
-  EXPECT_TRUE(std::filesystem::is_directory(layout.root() + "/turns"));
+  EXPECT_EQ(cores->mounts[1].host_path, layout.channel_dir());
+  EXPECT_TRUE(cores->mounts[1].read_only);
+  EXPECT_EQ(cores->mounts[2].container_path, "/tmp/gpuslice-node/" + writer);
+  EXPECT_EQ(cores->mounts[2].host_path, layout.channel_writer_dir(writer));
+  EXPECT_FALSE(cores->mounts[2].read_only);
+  EXPECT_EQ(std::filesystem::status(layout.channel_writer_dir(writer)).permissions(),
+            std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
   EXPECT_FALSE(std::filesystem::exists(layout.containers_dir()));
 
   auto replica = plan_allocation(ResourceKind::Gpu, {"11111111-r1"}, c, layout);

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "node/allocation_record.h"
 #include "node/limits_file.h"
 #include "test_util.h"
 
@@ -311,6 +312,97 @@ TEST_F(DevicePluginTest, RegistersAgainAfterKubeletRestart) {
   ASSERT_TRUE(stream->Read(&list));
   EXPECT_EQ(list.devices_size(), 4);
   context.TryCancel();
+}
+
+TEST_F(DevicePluginTest, ReportsWaitingForKubeletRegisteredAndReRegistered) {
+  auto states = [&] {
+    std::map<std::string, std::pair<RegistrationState, unsigned>> out;
+    for (const auto& r : manager_->registration()) out[r.resource] = {r.state, r.registrations};
+    return out;
+  };
+  auto all = [&](RegistrationState state, unsigned registrations) {
+    auto now = states();
+    if (now.size() != 3) return false;
+    for (const auto& [resource, s] : now) {
+      if (s.first != state || s.second != registrations) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(test::wait_until([&] { return all(RegistrationState::Registered, 1); }));
+
+  kubelet_->stop();  // kubelet.sock is gone
+  ASSERT_TRUE(test::wait_until([&] { return all(RegistrationState::WaitingForKubelet, 1); }))
+      << "the plugin does not say it waits for the kubelet";
+
+  kubelet_->restart();
+  ASSERT_TRUE(test::wait_until([&] { return all(RegistrationState::Registered, 2); }))
+      << "not registered again after the kubelet came back";
+  EXPECT_STREQ(registration_state_name(RegistrationState::WaitingForKubelet), "waiting_for_kubelet");
+}
+
+TEST_F(DevicePluginTest, AllocateRecordsTheDevicesForPodAttribution) {
+  api::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (const char* id : {"11111111-m4", "11111111-m2"}) container->add_devices_ids(id);
+  grpc::ClientContext context;
+  deadline(context);
+  api::AllocateResponse response;
+  ASSERT_TRUE(plugin("vram")->Allocate(&context, request, &response).ok());
+  const std::string id = response.container_responses(0).envs().at("GPUSLICE_CONTAINER_ID");
+  HostLayout layout(dir_ / "root");
+  auto record = parse_allocation_record(test::read_file(layout.allocation_file(id)));
+  ASSERT_TRUE(record.ok()) << record.error();
+  EXPECT_EQ(record->resource, "gpuslice.io/vram");
+  EXPECT_EQ(record->devices, 2u);
+  EXPECT_EQ(record->devices_sha256, devices_digest({"11111111-m2", "11111111-m4"}))
+      << "order does not matter";
+  EXPECT_GT(record->allocated_at_ns, 0u);
+  // Not inside what the container gets mounted.
+  for (const auto& m : response.container_responses(0).mounts()) {
+    EXPECT_NE(m.host_path(), layout.container_dir(id)) << "the record must not be writable by the container";
+  }
+}
+
+TEST(DevicePlugin, CdiStrategyHandsOverCdiDeviceNamesInsteadOfTheEnvironment) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "plugins");
+  test::write_file(dir / "dev/nvidia0", "");
+  test::write_file(dir / "dev/nvidiactl", "");
+  PluginOptions options;
+  options.device_plugin_dir = dir / "plugins";
+  options.catalog.vram_unit = 64ULL << 20;
+  options.catalog.dev_root = dir / "dev";
+  options.catalog.cdi = true;
+  options.watch_interval = std::chrono::milliseconds(20);
+  DevicePluginManager manager(options, HostLayout(dir / "root"), inventory());
+  ASSERT_TRUE(manager.start().ok());
+
+  for (const char* resource : {"vram", "gpu"}) {
+    auto channel = grpc::CreateChannel("unix://" + (dir / "plugins/gpuslice-") + resource + ".sock",
+                                       grpc::InsecureChannelCredentials());
+    auto stub = api::DevicePlugin::NewStub(channel);
+    api::AllocateRequest request;
+    auto* c = request.add_container_requests();
+    if (std::string(resource) == "vram") {
+      c->add_devices_ids("11111111-m0");
+      c->add_devices_ids("22222222-m1");
+    } else {
+      c->add_devices_ids("11111111-r0");
+      c->add_devices_ids("22222222-r0");
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    api::AllocateResponse response;
+    grpc::Status status = stub->Allocate(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const auto& r = response.container_responses(0);
+    ASSERT_EQ(r.cdi_devices_size(), 2) << resource;
+    EXPECT_EQ(r.cdi_devices(0).name(), std::string("nvidia.com/gpu=") + kUuid0);
+    EXPECT_EQ(r.cdi_devices(1).name(), std::string("nvidia.com/gpu=") + kUuid1);
+    EXPECT_EQ(r.envs().count("NVIDIA_VISIBLE_DEVICES"), 0u) << "the CDI spec sets it";
+    EXPECT_EQ(r.devices_size(), 0) << "the CDI spec injects the device nodes";
+    EXPECT_EQ(r.envs().at("LD_PRELOAD"), "/usr/local/lib/gpuslice/libgpuslice.so") << "still limited";
+  }
 }
 
 TEST(DevicePlugin, RefusesAVramListTheKubeletCouldNotRead) {

@@ -66,7 +66,7 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
       while (i < line.size() && line[i] != '}') {
         std::size_t eq = line.find('=', i);
         std::string label = line.substr(i, eq - i);
-        EXPECT_TRUE(std::regex_match(label, std::regex("[a-zA-Z_][a-zA-Z0-9_]*"))) << line;
+        EXPECT_TRUE(std::regex_match(label, std::regex("[a-z_][a-z0-9_]*"))) << "not snake_case: " << line;
         i = eq + 1;
         EXPECT_EQ(line[i], '"') << line;
         ++i;
@@ -138,10 +138,13 @@ class NodeApiTest : public ::testing::Test {
     ASSERT_TRUE(ledger_->try_reserve(dev_, 100ULL << 20));
     ledger_->count_refusal(dev_);
     ledger_->count_refusal(dev_);
+    ledger_->init_priority(0);  // low, held back 1.5 s so far
+    ledger_->add_held_back_ns(1'500'000'000);
     // A container directory without any state yet.
     std::filesystem::create_directories(layout_.container_dir("c2-idle"));
 
     collector_ = std::make_unique<Collector>(layout_, gpus_.get(), clock_);
+    collector_->set_node_name("node-1");
     collector_->refresh();
     ledger_->add_busy_ns(dev_, 250'000'000);
     clock_.advance_ns(1'000'000'000);
@@ -151,7 +154,7 @@ class NodeApiTest : public ::testing::Test {
     options.host = "127.0.0.1";
     options.port = 0;
     options.token = kToken;
-    options.threads = 4;
+    options.limits.max_connections = 4;
     options.version = "9.9.9-test";
     server_ = std::make_unique<ApiServer>(options, layout_, *collector_);
     auto port = server_->start();
@@ -185,8 +188,15 @@ TEST_F(NodeApiTest, MetricsScrapeParsesAndHasTheExpectedSeries) {
   auto samples = parse_exposition(res->body);
 
   const std::string gpu =
-      std::string("{UUID=\"") + kUuid0 + "\",gpu=\"0\",modelName=\"Fake \"Tesla\" \\ GPU\nline2\"}";
-  const std::string cdev = std::string("{UUID=\"") + kUuid0 + "\",container=\"c1\",gpu=\"0\"}";
+      std::string("{gpu=\"0\",model_name=\"Fake \"Tesla\" \\ GPU\nline2\",node=\"node-1\",uuid=\"") + kUuid0 +
+      "\"}";
+  // No kubelet in this test: the Kubernetes labels are there, empty.
+  const std::string c1 = "container=\"\",gpuslice_allocation=\"c1\",namespace=\"\",node=\"node-1\",pod=\"\"";
+  const std::string cdev =
+      "{container=\"\",gpu=\"0\",gpuslice_allocation=\"c1\",namespace=\"\",node=\"node-1\",pod=\"\",uuid=\"" +
+      std::string(kUuid0) + "\"}";
+  const std::string c2 =
+      "container=\"\",gpuslice_allocation=\"c2-idle\",namespace=\"\",node=\"node-1\",pod=\"\"";
   auto at = [&](const std::string& key) {
     EXPECT_EQ(samples.count(key), 1u) << "missing " << key << "\n" << res->body;
     return samples.count(key) ? samples.at(key) : -1;
@@ -200,14 +210,21 @@ TEST_F(NodeApiTest, MetricsScrapeParsesAndHasTheExpectedSeries) {
   EXPECT_EQ(at("gpuslice_container_compute_limit_percent" + cdev), 30.0);
   EXPECT_EQ(at("gpuslice_container_refused_allocations_total" + cdev), 2.0);
   EXPECT_DOUBLE_EQ(at("gpuslice_container_compute_utilization_ratio" + cdev), 0.25);
-  EXPECT_EQ(at("gpuslice_container_processes{container=\"c1\"}"), 1.0);
-  EXPECT_EQ(at("gpuslice_container_state_ok{container=\"c1\"}"), 1.0);
-  EXPECT_EQ(at("gpuslice_container_state_ok{container=\"c2-idle\"}"), 1.0);
-  EXPECT_EQ(samples.count("gpuslice_container_processes{container=\"c2-idle\"}"), 0u);
-  EXPECT_EQ(at("gpuslice_build_info{version=\"9.9.9-test\"}"), 1.0);
-  EXPECT_EQ(at("gpuslice_nvml_up{}"), 1.0);
+  EXPECT_EQ(at("gpuslice_container_processes{" + c1 + "}"), 1.0);
+  EXPECT_EQ(at("gpuslice_container_priority{" + c1 + "}"), 0.0);
+  EXPECT_DOUBLE_EQ(at("gpuslice_container_held_back_seconds_total{" + c1 + "}"), 1.5);
+  EXPECT_EQ(samples.count("gpuslice_container_priority{" + c2 + "}"), 0u) << "no state, no priority";
+  EXPECT_EQ(at("gpuslice_container_state{" + c1 + ",state=\"ok\"}"), 1.0);
+  EXPECT_EQ(at("gpuslice_container_state{" + c1 + ",state=\"error\"}"), 0.0);
+  EXPECT_EQ(at("gpuslice_container_state{" + c1 + ",state=\"released\"}"), 0.0);
+  EXPECT_EQ(at("gpuslice_container_state{" + c2 + ",state=\"ok\"}"), 1.0);
+  EXPECT_EQ(samples.count("gpuslice_container_processes{" + c2 + "}"), 0u);
+  EXPECT_EQ(at("gpuslice_build_info{node=\"node-1\",version=\"9.9.9-test\"}"), 1.0);
+  EXPECT_EQ(at("gpuslice_nvml_up{node=\"node-1\"}"), 1.0);
+  EXPECT_EQ(at("gpuslice_containers_removed_total{node=\"node-1\"}"), 0.0);
+  EXPECT_EQ(samples.count("gpuslice_podresources_up{node=\"node-1\"}"), 0u) << "attribution is off";
   // The raw text escapes the label value as the format requires.
-  EXPECT_NE(res->body.find(R"(modelName="Fake \"Tesla\" \\ GPU\nline2")"), std::string::npos);
+  EXPECT_NE(res->body.find(R"(model_name="Fake \"Tesla\" \\ GPU\nline2")"), std::string::npos);
 }
 
 TEST_F(NodeApiTest, ApiNeedsTheBearerToken) {
@@ -242,11 +259,25 @@ TEST_F(NodeApiTest, StatusListsGpusAndContainers) {
   ASSERT_EQ(body["containers"].size(), 2u);
   const auto& c1 = body["containers"][0];
   EXPECT_EQ(c1["id"], "c1");
+  EXPECT_EQ(body["node"], "node-1");
+  EXPECT_EQ(body["podresources"]["state"], "off") << "no PodResources client configured";
+  EXPECT_TRUE(body["device_plugin"].is_null()) << "no device plugin in this test";
+  EXPECT_EQ(body["containers_removed"], 0);
+  EXPECT_EQ(c1["node"], "node-1");
+  EXPECT_EQ(c1["state"], "ok");
+  EXPECT_TRUE(c1["pod"]["name"].is_null()) << "no kubelet: unknown, not a made-up pod";
+  EXPECT_TRUE(c1["pod"]["namespace"].is_null());
+  EXPECT_TRUE(c1["pod"]["container"].is_null());
   EXPECT_EQ(c1["has_state"], true);
   EXPECT_EQ(c1["limits"]["memory"], "536870912");
+  EXPECT_EQ(c1["priority"], "low");
+  EXPECT_EQ(c1["held_back_ns"], 1'500'000'000u);
+  EXPECT_TRUE(body["containers"][1]["priority"].is_null());
   ASSERT_EQ(c1["devices"].size(), 1u);
-  EXPECT_EQ(c1["devices"][0]["memory_used_bytes"], 104857600u);
-  EXPECT_EQ(c1["devices"][0]["memory_quota_bytes"], 536870912u);
+  EXPECT_EQ(c1["devices"][0]["used_bytes"], 104857600u);
+  EXPECT_EQ(c1["devices"][0]["quota_bytes"], 536870912u);
+  EXPECT_EQ(c1["devices"][0]["requested_quota_bytes"], 536870912u) << "the request, from the state file";
+  EXPECT_TRUE(c1["devices"][0]["quota_cap_bytes"].is_null()) << "no process recorded a cap";
   EXPECT_EQ(c1["devices"][0]["refused_allocations"], 2u);
   ASSERT_EQ(c1["processes"].size(), 1u);
   EXPECT_EQ(c1["processes"][0]["pid"], static_cast<int>(getpid()));
@@ -334,6 +365,44 @@ TEST_F(NodeApiTest, SetLimitsRejectsBadRequestsClearly) {
   auto wrong_method = client_->Get("/api/v1/containers/c1/limits", auth());
   ASSERT_TRUE(wrong_method);
   EXPECT_EQ(wrong_method->status, 405);
+}
+
+TEST_F(NodeApiTest, DuplicateJsonKeysAreRefused) {
+  // The env parser refuses {"0":"1Gi","0":"2Gi"}; the API must not pick one of the two either.
+  for (const char* body : {R"({"memory":"1Gi","memory":"64Gi"})", R"({"compute":10,"compute":90})",
+                           R"({"memory":{"0":"1Gi","0":"64Gi"}})"}) {
+    auto res = client_->Put("/api/v1/containers/c1/limits", auth(), body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << body;
+    EXPECT_NE(res->body.find("duplicate key"), std::string::npos) << res->body;
+  }
+  EXPECT_EQ(read_limits_file(layout_.limits_file("c1"))->memory, "536870912");  // untouched
+  EXPECT_EQ(ledger_->quota(dev_), 512ULL << 20);
+
+  std::string deep = std::string(10000, '[') + std::string(10000, ']');
+  auto nested =
+      client_->Put("/api/v1/containers/c1/limits", auth(), R"({"memory":)" + deep + "}", "application/json");
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->status, 400);
+}
+
+// A Latin-1 argv in one container's ledger once made GET /api/v1/status a 500 for the whole node.
+TEST(NodeApi, NonUtf8CommandLineDoesNotBreakStatus) {
+  NodeView view;
+  ContainerView c;
+  c.id = "latin1";
+  c.has_state = true;
+  c.error = "bad \xe9tat \xff";
+  ContainerProcess p;
+  p.pid = 7;
+  p.command = "python caf\xe9.py --na\xefve";
+  c.processes.push_back(p);
+  view.containers.push_back(c);
+  std::string text;
+  ASSERT_NO_THROW(text = status_json(view, "v\xfe"));
+  auto doc = json::parse(text);
+  EXPECT_EQ(doc["containers"][0]["processes"][0]["command"], "python caf\xef\xbf\xbd.py --na\xef\xbf\xbdve");
+  EXPECT_EQ(doc["containers"][0]["id"], "latin1");
 }
 
 TEST(NodeApi, WithoutATokenTheApiIsClosed) {

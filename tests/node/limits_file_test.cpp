@@ -3,9 +3,16 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "config/limits_file.h"
 #include "config/settings.h"
+#include "node/limits_api.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -22,8 +29,8 @@ TEST(LimitsFile, RendersWhatConfigReadsBack) {
   config::Settings settings;
   config::apply_limits_file(settings, dir / "limits");
   ASSERT_TRUE(settings.ok()) << settings.errors.front();
-  EXPECT_EQ(settings.memory.lookup(0, "GPU-aaaaaaaa-1111-4000-8000-000000000000"), 1073741824u);
-  EXPECT_EQ(settings.compute.lookup(0, "GPU-aaaaaaaa-1111-4000-8000-000000000000"), 30u);
+  EXPECT_EQ(settings.memory_cap.lookup(0, "GPU-aaaaaaaa-1111-4000-8000-000000000000"), 1073741824u);
+  EXPECT_EQ(settings.compute_cap.lookup(0, "GPU-aaaaaaaa-1111-4000-8000-000000000000"), 30u);
 
   auto back = read_limits_file(dir / "limits");
   ASSERT_TRUE(back.ok()) << back.error();
@@ -31,19 +38,68 @@ TEST(LimitsFile, RendersWhatConfigReadsBack) {
   EXPECT_EQ(back->compute, limits.compute);
 }
 
-TEST(LimitsFile, ParsesCommentsAndKeepsForeignKeys) {
-  auto parsed =
-      parse_limits("# caps\n\nGPUSLICE_MEMORY_LIMIT = 8Gi\r\nOTHER=1\nGPUSLICE_COMPUTE_LIMIT=0=30,1=50\n");
+TEST(LimitsFile, ParsesCommentsWhitespaceAndCrlf) {
+  auto parsed = parse_limits("# caps\n\nGPUSLICE_MEMORY_LIMIT = 8Gi\r\nGPUSLICE_COMPUTE_LIMIT=0=30,1=50\n");
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(parsed->memory, "8Gi");
   EXPECT_EQ(parsed->compute, "0=30,1=50");
-  ASSERT_EQ(parsed->other.size(), 1u);
-  EXPECT_EQ(parsed->other[0].first, "OTHER");
-  EXPECT_NE(render_limits(*parsed).find("OTHER=1\n"), std::string::npos);
 
   auto bad = parse_limits("GPUSLICE_MEMORY_LIMIT=1Gi\njunk line\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("line 2"), std::string::npos) << bad.error();
+}
+
+// The daemon used to keep keys and values the library rejects, so it answered "ok" for a file that
+// makes every process of the container fail closed. Both now read with one parser.
+TEST(LimitsFile, TheDaemonRejectsExactlyTheFilesTheLibraryRejects) {
+  test::TempDir dir;
+  const std::string files[] = {
+      "GPUSLICE_MEMORY_LIMIT=8Gi\n",
+      "OTHER=1\n",
+      "GPUSLICE_MEMORY_LIMIT=8Gi\nOTHER=1\n",
+      "GPUSLICE_MEMORY_LIMIT=8Gx\n",
+      "GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_MEMORY_LIMIT=4Gi\n",
+      "GPUSLICE_COMPUTE_LIMIT=150\n",
+      "GPUSLICE_COMPUTE_LIMIT=0=30,0=40\n",
+      "GPUSLICE_MEMORY_LIMIT=18446744073709551615\n",
+      "GPUSLICE_MEMORY_LIMIT={\"0\": 1, \"0\": 2}\n",
+      "GPUSLICE_MEMORY_LIMIT=\n",
+      "=8Gi\n",
+      "# only a comment\n",
+      std::string("GPUSLICE_MEMORY_LIMIT=8Gi\0\n", 27),
+  };
+  for (const std::string& text : files) {
+    test::write_file(dir / "limits", text);
+    config::Settings library;
+    config::apply_limits_file(library, dir / "limits");
+    auto daemon = read_limits_file(dir / "limits");
+    EXPECT_EQ(daemon.ok(), library.ok()) << text << " daemon: " << (daemon.ok() ? "ok" : daemon.error())
+                                         << " library: " << (library.ok() ? "ok" : library.errors.front());
+  }
+}
+
+TEST(LimitsFile, PutAcceptsExactlyTheValuesTheLibraryAccepts) {
+  const char* values[] = {"8Gi",
+                          "0=8Gi,1=4Gi",
+                          "18446744073709551615",
+                          "1Gi\\nGPUSLICE_COMPUTE_LIMIT=100",
+                          "{}",
+                          "0",
+                          "{\"0\": \"1Gi\", \"0\": \"2Gi\"}",
+                          "64=1Gi",
+                          "1.5Gi",
+                          " 1Gi "};
+  for (const char* value : values) {
+    nlohmann::json body = {{"memory", value}};
+    LimitsUpdate update;
+    const bool put_ok = !parse_limits_request(body.dump(), update);
+    const bool library_ok =
+        config::parse_limits_file(std::string("GPUSLICE_MEMORY_LIMIT=") + value + "\n").ok();
+    EXPECT_EQ(put_ok, library_ok) << value;
+    if (put_ok) {
+      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}})).ok()) << value;
+    }
+  }
 }
 
 TEST(LimitsFile, MissingFileIsEmptyAndWriteReplacesAtomically) {
@@ -67,6 +123,57 @@ TEST(LimitsFile, MissingFileIsEmptyAndWriteReplacesAtomically) {
   for (const auto& e : std::filesystem::directory_iterator(dir / "sub"))
     entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 1);
+}
+
+TEST(LimitsFile, AnUpdateNeverWritesAFileTheLibraryWouldRefuse) {
+  test::TempDir dir;
+  auto refused = update_limits_file(dir / "limits", [](Limits& l) { l.memory = "lots"; });
+  EXPECT_FALSE(refused.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "limits"));
+}
+
+// Two writers changing different keys at once (two PUT /limits): each update is a read-modify-
+// write of the whole file, so without a lock one writer's stale copy can revert the other's
+// acknowledged value.
+TEST(LimitsFile, ConcurrentWritersNeverLoseAnAcknowledgedUpdate) {
+  test::TempDir dir;
+  HostLayout layout(dir.path());
+  std::filesystem::create_directories(layout.config_dir("c1"));
+  constexpr int kRounds = 150;
+  std::atomic<int> lost{0};
+  // Each writer's values only grow, so an older one coming back is visible.
+  auto value = [](bool memory, int i) {
+    return memory ? (static_cast<long long>(i) << 20) : 1 + i * 99 / kRounds;
+  };
+  auto writer = [&](bool memory) {
+    for (int i = 1; i <= kRounds; ++i) {
+      LimitsUpdate update;
+      (memory ? update.memory : update.compute) = std::to_string(value(memory, i));
+      LimitsApplied applied;
+      if (apply_limits(layout, "c1", update, {}, applied)) {
+        ++lost;
+        continue;
+      }
+      // Acknowledged: no later write of the *other* key may bring an older value of ours back.
+      auto now = read_limits_file(layout.limits_file("c1"));
+      if (!now.ok()) {
+        ++lost;
+        continue;
+      }
+      const std::optional<std::string>& mine = memory ? now->memory : now->compute;
+      if (!mine || std::stoll(*mine) < value(memory, i)) ++lost;
+    }
+  };
+  std::thread a(writer, true);
+  std::thread b(writer, false);
+  a.join();
+  b.join();
+  // The last acknowledged value of each key survives.
+  auto final_limits = read_limits_file(layout.limits_file("c1"));
+  ASSERT_TRUE(final_limits.ok()) << final_limits.error();
+  EXPECT_EQ(final_limits->memory, std::to_string(value(true, kRounds)));
+  EXPECT_EQ(final_limits->compute, std::to_string(value(false, kRounds)));
+  EXPECT_EQ(lost.load(), 0);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ TEST(Options, ServeFlagsOverrideEnvironment) {
   EXPECT_EQ(o.root, "/x");
   EXPECT_EQ(o.api.host, "0.0.0.0");
   EXPECT_EQ(o.api.port, 9999);
-  EXPECT_EQ(o.api.token, "s3cret");  // the file wins over GPUSLICE_NODE_TOKEN, newline trimmed
+  EXPECT_EQ(o.api.token_file, dir / "token");  // the file wins over GPUSLICE_NODE_TOKEN (ApiToken)
   ASSERT_EQ(o.plugin.resources.size(), 2u);
   EXPECT_EQ(o.plugin.resources[0], ResourceKind::Vram);
   EXPECT_EQ(o.plugin.catalog.vram_unit, 256ULL << 20);
@@ -52,6 +52,38 @@ TEST(Options, ServeFlagsOverrideEnvironment) {
   EXPECT_EQ(from_env.api.token, "envtok");
 }
 
+TEST(Options, PodAttributionCdiAndNodeNameFlags) {
+  Env env{{{"NODE_NAME", "gpu-node-7"}}};
+  ServeOptions defaults;
+  ASSERT_EQ(parse_serve_options({}, env.fn(), defaults).message, "");
+  EXPECT_EQ(defaults.node_name, "gpu-node-7") << "NODE_NAME, which the DaemonSet sets";
+  EXPECT_EQ(defaults.podresources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
+  EXPECT_EQ(defaults.gc_grace_period, std::chrono::minutes(5));
+  EXPECT_FALSE(defaults.plugin.catalog.cdi);
+  EXPECT_EQ(defaults.plugin.catalog.cdi_kind, "nvidia.com/gpu");
+
+  ServeOptions o;
+  ASSERT_EQ(parse_serve_options({"--node-name", "n1", "--podresources-socket=", "--gc-grace-period", "0",
+                                 "--device-list-strategy", "cdi", "--cdi-kind", "example.com/gpu"},
+                                env.fn(), o)
+                .message,
+            "");
+  EXPECT_EQ(o.node_name, "n1");
+  EXPECT_EQ(o.podresources_socket, "");
+  EXPECT_EQ(o.gc_grace_period, std::chrono::milliseconds(0));
+  EXPECT_TRUE(o.plugin.catalog.cdi);
+  EXPECT_EQ(o.plugin.catalog.cdi_kind, "example.com/gpu");
+
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--device-list-strategy", "volume-mounts"},
+                                             {"--cdi-kind", "gpu"},
+                                             {"--cdi-kind", "nvidia.com/gpu=0"},
+                                             {"--gc-grace-period", "-1s"}}) {
+    ServeOptions refused;
+    EXPECT_NE(parse_serve_options(bad, env.fn(), refused).message, "") << bad[0] << " " << bad[1];
+  }
+}
+
 TEST(Options, ErrorsAndHelp) {
   Env env;
   ServeOptions o;
@@ -65,8 +97,8 @@ TEST(Options, ErrorsAndHelp) {
             std::string::npos);
   EXPECT_NE(parse_serve_options({"--vram-unit", "lots"}, env.fn(), o).message, "");
   EXPECT_NE(parse_serve_options({"--root"}, env.fn(), o).message.find("needs a value"), std::string::npos);
-  EXPECT_NE(parse_serve_options({"--token-file", "/nonexistent/x"}, env.fn(), o).message.find("cannot read"),
-            std::string::npos);
+  // A token file may appear after the daemon started (a Secret created later): not an error.
+  EXPECT_EQ(parse_serve_options({"--token-file", "/nonexistent/x"}, env.fn(), o).message, "");
 
   WebhookModeOptions w;
   Env wenv{{{"GPUSLICE_WEBHOOK_TLS_CERT", "/c.pem"}}};
@@ -75,6 +107,75 @@ TEST(Options, ErrorsAndHelp) {
   EXPECT_EQ(w.server.tls_cert_file, "/c.pem");
   EXPECT_EQ(w.server.tls_key_file, "/etc/gpuslice/tls/tls.key");
   EXPECT_EQ(w.webhook.host_root, "/r");
+}
+
+TEST(Options, BadValuesAreRefusedNamingTheFlagOrVariable) {
+  Env env;
+  const std::string range = "expected a whole number from 1 to 4096";
+  for (const char* bad : {"0", "abc", "-1", "4097", "99999999999", "", "1.5", " 8"}) {
+    ServeOptions o;
+    auto r = parse_serve_options({"--http-threads", bad}, env.fn(), o);
+    EXPECT_EQ(r.message, "--http-threads: " + range) << "'" << bad << "'";
+  }
+  ServeOptions o;
+  EXPECT_EQ(parse_serve_options({"--replicas=0"}, env.fn(), o).message,
+            "--replicas: expected a whole number from 1 to 9999");
+  EXPECT_NE(parse_serve_options({"--scan-interval", "1h"}, env.fn(), o).message.find("--scan-interval: "),
+            std::string::npos);
+  EXPECT_NE(parse_serve_options({"--http-request-timeout", "0s"}, env.fn(), o).message.find("positive"),
+            std::string::npos);
+  EXPECT_NE(parse_serve_options({"--placement", "random"}, env.fn(), o).message.find("binpack or spread"),
+            std::string::npos);
+  EXPECT_EQ(parse_serve_options({"--metrics-auth=yes"}, env.fn(), o).message,
+            "--metrics-auth takes no value");
+  EXPECT_NE(parse_serve_options({"--vram-unit", "0"}, env.fn(), o).message.find("--vram-unit: "),
+            std::string::npos);
+
+  Env loud{{{"GPUSLICE_LOG_LEVEL", "loud"}}};
+  EXPECT_EQ(parse_serve_options({}, loud.fn(), o).message.rfind("GPUSLICE_LOG_LEVEL: ", 0), 0u);
+  Env bad_listen{{{"GPUSLICE_NODE_LISTEN", "127.0.0.1:70000"}}};
+  EXPECT_NE(
+      parse_serve_options({}, bad_listen.fn(), o).message.find("GPUSLICE_NODE_LISTEN: port out of range"),
+      std::string::npos);
+
+  WebhookModeOptions w;
+  EXPECT_EQ(parse_webhook_options({"--threads", "0"}, env.fn(), w).message,
+            "--threads: expected a whole number from 1 to 4096");
+  EXPECT_EQ(parse_webhook_options({"--threads", "12"}, env.fn(), w).message, "");
+  EXPECT_EQ(w.server.limits.max_connections, 12u);
+}
+
+TEST(Options, DefaultsComeFromTheSameTableAsTheUsageText) {
+  Env env;
+  ServeOptions o;
+  ASSERT_EQ(parse_serve_options({}, env.fn(), o).message, "");
+  const std::string usage = usage_serve();
+  EXPECT_NE(usage.find("--root DIR"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(GPUSLICE_NODE_ROOT, default " + o.root + ")"), std::string::npos) << usage;
+  EXPECT_EQ(o.root, kDefaultRoot);
+  EXPECT_NE(usage.find("(GPUSLICE_NODE_LISTEN, default 0.0.0.0:9410)"), std::string::npos) << usage;
+  EXPECT_EQ(o.api.port, 9410);
+  EXPECT_NE(usage.find("(default 128)"), std::string::npos) << usage;
+  EXPECT_EQ(o.api.limits.max_connections, 128u);
+  EXPECT_EQ(o.scan_interval, std::chrono::milliseconds(1000));
+  EXPECT_EQ(o.plugin.catalog.replicas, 4u);
+  EXPECT_EQ(o.plugin.catalog.vram_unit, 1ULL << 20);
+  EXPECT_EQ(o.plugin.resources.size(), 3u);
+  EXPECT_EQ(o.kubelet_pods_dir, "/var/lib/kubelet/pods");
+  EXPECT_TRUE(o.device_plugin);
+  // Every flag the parser knows is in the usage text, and nothing else is.
+  for (const char* flag : {"--token-file FILE", "--metrics-auth", "--no-device-plugin", "--allow-no-gpu",
+                           "--fake-gpus NxSIZE", "--http-request-timeout DURATION", "--log-level LEVEL"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+
+  WebhookModeOptions w;
+  ASSERT_EQ(parse_webhook_options({}, env.fn(), w).message, "");
+  EXPECT_EQ(w.server.port, 8443);
+  EXPECT_EQ(w.server.tls_cert_file, "/etc/gpuslice/tls/tls.crt");
+  EXPECT_NE(usage_webhook().find("(GPUSLICE_WEBHOOK_TLS_CERT, default /etc/gpuslice/tls/tls.crt)"),
+            std::string::npos)
+      << usage_webhook();
 }
 
 TEST(Options, Durations) {

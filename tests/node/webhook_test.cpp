@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "node/webhook_server.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -97,6 +98,45 @@ TEST(Webhook, HcsPodGetsPreloadQuotaLibraryAndStateVolume) {
   options.host_root = "/opt/gpuslice";
   auto rooted = review(test::fixture("admission_hcs_vram.json"), options);
   EXPECT_EQ(rooted.patch[3]["value"]["hostPath"]["path"], "/opt/gpuslice/lib");
+}
+
+// gpuslice.io/priority becomes GPUSLICE_PRIORITY of every container gpuslice manages (normalised,
+// replacing a value the pod set itself); other containers are left alone.
+TEST(Webhook, PriorityAnnotationSetsGpuslicePriorityInTheManagedContainers) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  json& pod = review_json["request"]["object"];
+  pod["metadata"]["annotations"]["gpuslice.io/priority"] = " High ";
+  pod["spec"]["containers"][0]["env"].push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", "low"}});
+  auto r = review(review_json.dump());
+  ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
+  json patched = pod.patch(r.patch);
+  const json& env = patched["spec"]["containers"][0]["env"];
+  int found = 0;
+  for (const json& var : env) {
+    if (var["name"] != "GPUSLICE_PRIORITY") continue;
+    ++found;
+    EXPECT_EQ(var["value"], "high");
+  }
+  EXPECT_EQ(found, 1) << env.dump();
+  EXPECT_EQ(patched["spec"]["initContainers"], pod["spec"]["initContainers"]) << "no GPU request: untouched";
+
+  // Without the annotation nothing sets it.
+  auto plain = review_fixture("admission_hcs_vram.json");
+  EXPECT_EQ(plain.patch.dump().find("GPUSLICE_PRIORITY"), std::string::npos);
+}
+
+TEST(Webhook, ABadPriorityAnnotationDeniesThePodNamingTheAnnotationAndTheLevels) {
+  for (const json& value : {json("urgent"), json(2), json("")}) {
+    json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+    review_json["request"]["object"]["metadata"]["annotations"]["gpuslice.io/priority"] = value;
+    auto r = review(review_json.dump());
+    ASSERT_EQ(r.http_status, 200);
+    EXPECT_EQ(r.response["allowed"], false) << value.dump();
+    const std::string message = r.response["status"]["message"];
+    EXPECT_NE(message.find("gpuslice.io/priority"), std::string::npos) << message;
+    EXPECT_NE(message.find("high"), std::string::npos) << message;
+    EXPECT_NE(message.find("low"), std::string::npos) << message;
+  }
 }
 
 TEST(Webhook, OtherPodsAndObjectsPassUntouched) {
@@ -189,7 +229,7 @@ TEST(Webhook, ServesOverTls) {
   server_options.port = 0;
   server_options.tls_cert_file = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.crt";
   server_options.tls_key_file = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.key";
-  server_options.threads = 2;
+  server_options.limits.max_connections = 2;
   WebhookServer server(server_options, {});
   auto port = server.start();
   ASSERT_TRUE(port.ok()) << port.error();
@@ -214,6 +254,63 @@ TEST(Webhook, ServesOverTls) {
   auto refused = broken.start();
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().find("/nonexistent.crt"), std::string::npos);
+}
+
+// An apiVersion nested 100,000 levels deep (200 KB) once overflowed the stack in dump().
+TEST(Webhook, DeeplyNestedAdmissionReviewIsRefusedWithoutCrashing) {
+  for (const char* open_close : {"[]", "{}"}) {
+    std::string nested;
+    for (int i = 0; i < 100000; ++i) nested += open_close[0] == '[' ? "[" : "{\"a\":";
+    nested += "1";
+    for (int i = 0; i < 100000; ++i) nested += open_close[1];
+    WebhookReply reply = review_admission(R"({"apiVersion":)" + nested + R"(,"kind":"AdmissionReview"})", {});
+    EXPECT_EQ(reply.http_status, 400);
+    EXPECT_NE(reply.body.find("nested deeper than"), std::string::npos) << reply.body;
+  }
+  // Nesting within the bound is still answered normally.
+  auto ok = review_fixture("admission_hcs_vram.json");
+  EXPECT_EQ(ok.http_status, 200);
+}
+
+TEST(Webhook, OversizedReviewIsRefusedWith413) {
+  std::string body = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","pad":")";
+  body += std::string(kMaxReviewBytes, 'x') + "\"}";
+  EXPECT_EQ(review_admission(body, {}).http_status, 413);
+}
+
+TEST(Webhook, DuplicateJsonKeysAreRefused) {
+  // Which "uid" or "object" a reader takes must not be a matter of parser choice.
+  auto reply = review_admission(
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",
+          "request":{"uid":"u1","uid":"u2","kind":{"kind":"Pod"},"operation":"CREATE","object":{}}})",
+      {});
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.body.find("duplicate key \\\"uid\\\""), std::string::npos) << reply.body;
+}
+
+TEST(Webhook, ForgedRequestUidCannotInjectLogLines) {
+  const std::string forged = "u1\n[gpuslice 1] ERROR: forged line";
+  json request = json::parse(test::fixture("admission_hcs_vram.json"));
+  request["request"]["uid"] = forged;
+  request["request"]["object"]["spec"]["containers"][0]["name"] = "app\r\n[gpuslice 1] WARN: forged too";
+  request["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["ai.compute/vram"] = "-1Gi";
+  testing::internal::CaptureStderr();
+  auto r = review(request.dump());
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.response["allowed"], false);
+  EXPECT_EQ(r.response["uid"], forged);  // answered with the uid it came with
+  EXPECT_NE(log.find("denied"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\n[gpuslice 1]"), std::string::npos) << log;
+  EXPECT_EQ(log.find('\r'), std::string::npos) << log;
+  EXPECT_NE(log.find("u1\\x0a[gpuslice 1] ERROR: forged line"), std::string::npos) << log;
+}
+
+TEST(Webhook, InvalidUtf8IsRefusedNotFatal) {
+  std::string body = test::fixture("admission_hcs_vram.json");
+  body.replace(body.find("\"uid\"") + 8, 1, "\xff");
+  WebhookReply reply = review_admission(body, {});
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_FALSE(json::parse(reply.body, nullptr, false).is_discarded()) << reply.body;
 }
 
 }  // namespace

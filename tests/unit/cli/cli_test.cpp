@@ -1,148 +1,14 @@
 // Runs the built gpuslice binary as a user would and checks exit codes, output and its effect on
 // a state file created through the Ledger API.
-#include <fcntl.h>
-#include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "shared_state/ledger.h"
-
-#ifdef GPUSLICE_TEST_HAVE_JSON
-#include <nlohmann/json.hpp>
-#endif
-
-extern char** environ;
+#include "cli_fixture.h"
+#include "shared_state/layout.h"
 
 namespace {
 
+using namespace gpuslice::cli_test;
 using gpuslice::shm::Ledger;
-
-constexpr char kUuid0[] = "GPU-00000000-1111-2222-3333-444444444444";
-constexpr char kUuid1[] = "GPU-99999999-8888-7777-6666-555555555555";
-constexpr std::uint64_t kGi = 1ULL << 30;
-
-struct Outcome {
-  int status = -1;  // exit code, or 128+signal
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-cli-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    state_ = dir_ + "/state";
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
-
-  // The environment of the child: ours without any gpuslice/HAMi variable, plus `extra`.
-  static std::vector<std::string> child_env(const std::vector<std::string>& extra) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string entry = *e;
-      if (entry.rfind("GPUSLICE_", 0) == 0 || entry.rfind("CUDA_DEVICE_", 0) == 0 ||
-          entry.rfind("LD_PRELOAD=", 0) == 0)
-        continue;
-      env.push_back(entry);
-    }
-    env.insert(env.end(), extra.begin(), extra.end());
-    return env;
-  }
-
-  pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
-              const std::string& out_path, const std::string& err_path) {
-    std::vector<std::string> argv_store = {GPUSLICE_CLI_PATH};
-    argv_store.insert(argv_store.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_store) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_store = child_env(extra_env);
-    std::vector<char*> envp;
-    for (auto& e : env_store) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << "cannot start " << GPUSLICE_CLI_PATH;
-    return rc == 0 ? pid : -1;
-  }
-
-  static int wait_status(pid_t pid) {
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
-  }
-
-  Outcome run(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
-    std::string out_path = dir_ + "/.out", err_path = dir_ + "/.err";
-    pid_t pid = spawn(args, extra_env, out_path, err_path);
-    Outcome o;
-    if (pid < 0) return o;
-    o.status = wait_status(pid);
-    o.out = read_file(out_path);
-    o.err = read_file(err_path);
-    unlink(out_path.c_str());
-    unlink(err_path.c_str());
-    return o;
-  }
-
-  // A state file with two devices and this process registered on it.
-  std::unique_ptr<Ledger> make_state() {
-    auto opened = Ledger::open(state_, Ledger::Mode::Process);
-    EXPECT_TRUE(opened.ok()) << opened.error();
-    auto ledger = std::move(opened).value();
-    EXPECT_TRUE(ledger->register_process().ok());
-    EXPECT_EQ(ledger->attach_device(kUuid0, 0, 80 * kGi, 8 * kGi, 30).value(), 0);
-    EXPECT_EQ(ledger->attach_device(kUuid1, 1, 80 * kGi, gpuslice::shm::kUnlimited, 0).value(), 1);
-    return ledger;
-  }
-
-  std::string make_empty_file(const std::string& name) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path).put('\n');
-    return path;
-  }
-
-  std::string dir_;
-  std::string state_;
-};
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // ---- arguments ----
 
@@ -195,7 +61,7 @@ TEST_F(CliTest, MissingOrRepeatedOptionValuesAreUsageErrors) {
 // ---- run ----
 
 TEST_F(CliTest, RunRejectsMalformedLimits) {
-  std::string lib = make_empty_file("libgpuslice.so");
+  std::string lib = make_library("libgpuslice.so");
   struct Case {
     std::vector<std::string> args;
     const char* message;
@@ -207,6 +73,7 @@ TEST_F(CliTest, RunRejectsMalformedLimits) {
       {{"--device-limits", "0=8Gi,0=4Gi"}, "--device-limits"},
       {{"--memory", "1Gi", "--device-limits", "0=1Gi"}, "cannot be combined"},
       {{"--log-level", "loud"}, "--log-level 'loud'"},
+      {{"--priority", "urgent"}, "--priority 'urgent'"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"run", "--library", lib};
@@ -222,7 +89,7 @@ TEST_F(CliTest, RunRejectsMalformedLimits) {
 }
 
 TEST_F(CliTest, RunPassesTheExitStatusThrough) {
-  std::string lib = make_empty_file("libgpuslice.so");
+  std::string lib = make_library("libgpuslice.so");
   EXPECT_EQ(run({"run", "--library", lib, "--", "sh", "-c", "exit 7"}).status, 7);
   EXPECT_EQ(run({"run", "--library", lib, "--", "sh", "-c", "exit 0"}).status, 0);
   EXPECT_EQ(run({"run", "--library", lib, "sh", "-c", "exit 42"}).status, 42) << "'--' is optional";
@@ -230,8 +97,8 @@ TEST_F(CliTest, RunPassesTheExitStatusThrough) {
 }
 
 TEST_F(CliTest, RunSetsTheEnvironmentAndExecsTheCommand) {
-  std::string lib = make_empty_file("libgpuslice.so");
-  std::string other = make_empty_file("other.so");
+  std::string lib = make_library("libgpuslice.so");
+  std::string other = make_library("other.so");
   Outcome o =
       run({"run", "--library", lib, "--memory", "8Gi", "--compute", "30", "--shared-dir", dir_, "--log-level",
            "debug", "--", "sh", "-c",
@@ -248,8 +115,16 @@ TEST_F(CliTest, RunSetsTheEnvironmentAndExecsTheCommand) {
   EXPECT_TRUE(contains(o.out, "A=first second\n")) << o.out;
 }
 
+TEST_F(CliTest, RunPriorityBecomesTheVariable) {
+  std::string lib = make_library("libgpuslice.so");
+  Outcome o =
+      run({"run", "--library", lib, "--priority", "high", "--", "sh", "-c", "echo \"$GPUSLICE_PRIORITY\""});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "high\n");
+}
+
 TEST_F(CliTest, RunDeviceLimitsBecomeThePerDeviceForm) {
-  std::string lib = make_empty_file("libgpuslice.so");
+  std::string lib = make_library("libgpuslice.so");
   Outcome o = run({"run", "--library", lib, "--device-limits", "0=8Gi,1=4Gi", "--compute", "0=30,1=50", "--",
                    "sh", "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_COMPUTE_LIMIT\""});
   EXPECT_EQ(o.status, 0) << o.err;
@@ -257,7 +132,7 @@ TEST_F(CliTest, RunDeviceLimitsBecomeThePerDeviceForm) {
 }
 
 TEST_F(CliTest, RunFindsTheLibraryThroughTheEnvironment) {
-  std::string lib = make_empty_file("libgpuslice.so");
+  std::string lib = make_library("libgpuslice.so");
   Outcome o = run({"run", "--", "sh", "-c", "echo \"$LD_PRELOAD\""}, {"GPUSLICE_LIBRARY=" + lib});
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(o.out, lib + "\n");
@@ -273,11 +148,12 @@ TEST_F(CliTest, RunWithoutALibraryIsARuntimeError) {
 }
 
 TEST_F(CliTest, RunOfAMissingCommandExits127) {
-  std::string lib = make_empty_file("libgpuslice.so");
+  std::string lib = make_library("libgpuslice.so");
   Outcome o = run({"run", "--library", lib, "--", "gpuslice-no-such-command-xyz"});
   EXPECT_EQ(o.status, 127);
   EXPECT_TRUE(contains(o.err, "gpuslice-no-such-command-xyz: command not found")) << o.err;
-  Outcome not_executable = run({"run", "--library", lib, "--", lib});
+  std::string data = make_empty_file("data.txt");
+  Outcome not_executable = run({"run", "--library", lib, "--", data});
   EXPECT_EQ(not_executable.status, 126);
 }
 
@@ -295,7 +171,7 @@ TEST_F(CliTest, StatusJsonDescribesTheLedger) {
 #ifdef GPUSLICE_TEST_HAVE_JSON
   auto doc = nlohmann::json::parse(o.out);
   EXPECT_EQ(doc["path"], state_);
-  EXPECT_EQ(doc["layout_version"], 1);
+  EXPECT_EQ(doc["layout_version"], gpuslice::shm::layout::kLayoutVersion);
   ASSERT_EQ(doc["devices"].size(), 2u);
   const auto& d0 = doc["devices"][0];
   EXPECT_EQ(d0["record"], 0);
@@ -475,26 +351,31 @@ TEST_F(CliTest, SetRejectsBadRequests) {
   EXPECT_EQ(ledger->compute_limit(0), 30u) << "nothing changed";
 }
 
-TEST_F(CliTest, SetCannotRaiseALimitFromTheLimitsFile) {
+// The state file keeps what `set` asks for and the limits file's cap apart (the cap is put there by
+// every process of the container): the smaller applies, so `set` can neither raise a cap nor be
+// undone when the cap is rewritten.
+TEST_F(CliTest, SetAboveTheFileCapIsKeptButTheCapStillApplies) {
   auto ledger = make_state();
-  std::string limits = dir_ + "/limits";
-  std::ofstream(limits)
-      << "# written by the operator\nGPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=50\n";
-  std::vector<std::string> env = {"GPUSLICE_LIMITS_FILE=" + limits};
-  Outcome raise = run({"set", "--memory", "4Gi", "--file", state_}, env);
-  EXPECT_EQ(raise.status, 1);
-  EXPECT_TRUE(contains(raise.err, "refused")) << raise.err;
-  EXPECT_TRUE(contains(raise.err, limits)) << raise.err;
-  EXPECT_EQ(ledger->quota(0), 8 * kGi);
-  EXPECT_EQ(run({"set", "--compute", "none", "--device", "0", "--file", state_}, env).status, 1);
-  EXPECT_EQ(run({"set", "--compute", "60", "--device", "1", "--file", state_}, env).status, 0)
-      << "the compute cap names device 0 only";
-  EXPECT_EQ(run({"set", "--memory", "1Gi", "--file", state_}, env).status, 0);
+  ledger->set_caps(0, {2 * kGi, 50});
+  Outcome raise = run({"set", "--memory", "4Gi", "--compute", "none", "--device", "0", "--file", state_});
+  ASSERT_EQ(raise.status, 0) << raise.err;
+  EXPECT_TRUE(contains(
+      raise.out,
+      "memory quota 2 GiB -> 2 GiB (requested 4 GiB; the container's cap is 2 GiB, so 2 GiB stays enforced)"))
+      << raise.out;
+  EXPECT_TRUE(contains(
+      raise.out,
+      "compute limit 30% -> 50% (requested none; the container's cap is 50%, so 50% stays enforced)"))
+      << raise.out;
+  EXPECT_EQ(ledger->quota(0), 2 * kGi);
+  EXPECT_EQ(ledger->compute_limit(0), 50u);
+  ASSERT_EQ(run({"set", "--memory", "1Gi", "--device", "0", "--file", state_}).status, 0);
   EXPECT_EQ(ledger->quota(0), kGi);
-  std::ofstream(limits) << "GPUSLICE_MEMORY_LIMIT=lots\n";
-  Outcome broken = run({"set", "--memory", "1Gi", "--file", state_}, env);
-  EXPECT_EQ(broken.status, 1);
-  EXPECT_TRUE(contains(broken.err, limits)) << broken.err;
+  ledger->set_caps(0, {3 * kGi, 50});  // the operator rewrites the file
+  EXPECT_EQ(ledger->quota(0), kGi) << "a rewritten cap does not undo the request";
+  ledger->set_caps(0, {});
+  EXPECT_EQ(ledger->quota(0), kGi);
+  EXPECT_EQ(ledger->compute_limit(0), gpuslice::shm::kNoComputeLimit);
 }
 
 // ---- profile ----
@@ -556,7 +437,7 @@ TEST_F(CliTest, VersionPrintsTheVersion) {
   Outcome o = run({"version"});
   EXPECT_EQ(o.status, 0);
   EXPECT_TRUE(contains(o.out, "gpuslice 0.")) << o.out;
-  EXPECT_TRUE(contains(o.out, "layout 1")) << o.out;
+  EXPECT_TRUE(contains(o.out, "layout " + std::to_string(gpuslice::shm::layout::kLayoutVersion))) << o.out;
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// apply_limits_file: caps from a read-only file, missing/unreadable/malformed files.
+// The read-only limits file: caps kept apart from the environment, missing/unreadable/malformed files.
+#include "config/limits_file.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -67,42 +69,39 @@ TEST_F(LimitsFile, MissingFileIsFine) {
   apply_limits_file(s, "");
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+  EXPECT_TRUE(s.memory_cap.empty());
 }
 
-TEST_F(LimitsFile, CapsLowerTheEnvironmentPerDevice) {
+// The caps never merge into the environment's requests: the limit that applies is computed from
+// both where both are kept (the ledger), so a rewritten cap can neither raise nor undo a request.
+TEST_F(LimitsFile, CapsAreKeptApartFromTheEnvironment) {
   Settings s = apply("GPUSLICE_MEMORY_LIMIT=0=4Gi,1=16Gi\n", with_memory("8Gi"));
   ASSERT_TRUE(s.ok()) << s.errors[0];
-  EXPECT_EQ(s.memory.lookup(0, ""), 4 * kGi);
-  EXPECT_EQ(s.memory.lookup(1, ""), 8 * kGi);  // the environment's smaller value stays
-  EXPECT_EQ(s.memory.lookup(2, ""), 8 * kGi);
+  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+  EXPECT_EQ(s.memory_cap.lookup(0, ""), 4 * kGi);
+  EXPECT_EQ(s.memory_cap.lookup(1, ""), 16 * kGi);
+  EXPECT_EQ(s.memory_cap.lookup(2, ""), std::nullopt);
+  EXPECT_TRUE(s.has_limits());
 }
 
-TEST_F(LimitsFile, DeviceLimitedOnlyByTheFileGetsTheFileValue) {
-  Settings s = apply("GPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=0=25\n");
+TEST_F(LimitsFile, ARewrittenFileReplacesTheCaps) {
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=2Gi\nGPUSLICE_COMPUTE_LIMIT=30\n");
   ASSERT_TRUE(s.ok()) << s.errors[0];
-  EXPECT_EQ(s.memory.lookup(5, "gpu-x"), 2 * kGi);
-  EXPECT_EQ(s.compute.lookup(0, ""), 25u);
-  EXPECT_EQ(s.compute.lookup(1, ""), std::nullopt);
-}
-
-TEST_F(LimitsFile, ComputeCap) {
-  Settings env;
-  env.compute = *parse_device_values("0=50,1=10", ValueKind::Percent, SizeDialect::Native);
-  Settings s = apply("GPUSLICE_COMPUTE_LIMIT=30", env);
+  write("GPUSLICE_COMPUTE_LIMIT=0=25\n");
+  apply_limits_file(s, path_);
   ASSERT_TRUE(s.ok()) << s.errors[0];
-  EXPECT_EQ(s.compute.lookup(0, ""), 30u);
-  EXPECT_EQ(s.compute.lookup(1, ""), 10u);
-  EXPECT_EQ(s.compute.lookup(2, ""), 30u);
+  EXPECT_EQ(s.memory_cap.lookup(5, "gpu-x"), std::nullopt);
+  EXPECT_EQ(s.compute_cap.lookup(0, ""), 25u);
+  EXPECT_EQ(s.compute_cap.lookup(1, ""), std::nullopt);
 }
 
-TEST_F(LimitsFile, UuidCapOverIndexEnvironment) {
+TEST_F(LimitsFile, UuidCapsAnswerByUuid) {
   const std::string uuid = "GPU-3430f778-7a25-704c-9090-8b0bb2478114";
   Settings s = apply("GPUSLICE_MEMORY_LIMIT={\"" + uuid + "\": \"1Gi\"}\n", with_memory("0=8Gi,1=512Mi"));
   ASSERT_TRUE(s.ok()) << s.errors[0];
-  EXPECT_EQ(s.memory.lookup(0, uuid), kGi);
-  EXPECT_EQ(s.memory.lookup(1, "gpu-other"), 512ull << 20);
+  EXPECT_EQ(s.memory_cap.lookup(0, uuid), kGi);
+  EXPECT_EQ(s.memory_cap.lookup(1, "gpu-other"), std::nullopt);
   EXPECT_EQ(s.memory.lookup(1, uuid), 512ull << 20);
-  EXPECT_EQ(s.memory.lookup(2, uuid), kGi);
 }
 
 TEST_F(LimitsFile, CommentsBlankLinesWhitespaceQuotesAndCrlf) {
@@ -115,14 +114,15 @@ TEST_F(LimitsFile, CommentsBlankLinesWhitespaceQuotesAndCrlf) {
       "GPUSLICE_COMPUTE_LIMIT='40'\r\n",
       with_memory("8Gi"));
   ASSERT_TRUE(s.ok()) << s.errors[0];
-  EXPECT_EQ(s.memory.lookup(0, ""), 6 * kGi);
-  EXPECT_EQ(s.compute.lookup(0, ""), 40u);
+  EXPECT_EQ(s.memory_cap.lookup(0, ""), 6 * kGi);
+  EXPECT_EQ(s.compute_cap.lookup(0, ""), 40u);
 }
 
 TEST_F(LimitsFile, EmptyFileChangesNothing) {
   Settings s = apply("", with_memory("8Gi"));
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+  EXPECT_TRUE(s.memory_cap.empty());
 }
 
 TEST_F(LimitsFile, MalformedValueNamesFileLineAndProblem) {
@@ -137,6 +137,7 @@ TEST_F(LimitsFile, MalformedFileAppliesNothing) {
   ASSERT_EQ(s.errors.size(), 1u);
   EXPECT_NE(s.errors[0].find("line 2"), std::string::npos);
   EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+  EXPECT_TRUE(s.memory_cap.empty());
 }
 
 TEST_F(LimitsFile, SyntaxErrors) {
@@ -179,9 +180,29 @@ TEST_F(LimitsFile, UnreadableOrOddFiles) {
   }
 }
 
+TEST(LimitsFileText, RendersWhatItParses) {
+  auto parsed =
+      parse_limits_file("# caps\nGPUSLICE_MEMORY_LIMIT = '0=8Gi,1=4Gi'\nGPUSLICE_COMPUTE_LIMIT=30\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  const std::string text = render_limits_file(*parsed, "header");
+  EXPECT_EQ(text, "# header\nGPUSLICE_MEMORY_LIMIT=0=8Gi,1=4Gi\nGPUSLICE_COMPUTE_LIMIT=30\n");
+  auto again = parse_limits_file(text);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->memory->values.lookup(1, ""), 4 * kGi);
+  EXPECT_EQ(again->compute->values.lookup(7, ""), 30u);
+}
+
+TEST(LimitsFileText, AValueMustBeOneLineOfAKnownKey) {
+  EXPECT_FALSE(parse_limit_value("GPUSLICE_MEMORY_LIMIT", "1Gi\nGPUSLICE_COMPUTE_LIMIT=100").ok());
+  EXPECT_FALSE(parse_limit_value("OTHER", "1").ok());
+  EXPECT_FALSE(parse_limit_value("GPUSLICE_COMPUTE_LIMIT", "{}").ok());
+  EXPECT_TRUE(parse_limit_value("GPUSLICE_COMPUTE_LIMIT", "{\"0\": 20}").ok());
+}
+
 TEST_F(LimitsFile, TooLargeFile) {
   std::string big(1024 * 1024 + 1, '#');
-  EXPECT_NE(single_error(big).find("larger than 1 MiB"), std::string::npos);
+  EXPECT_NE(single_error(big).find("is 1048577 bytes, more than the 1048576 accepted"), std::string::npos)
+      << single_error(big);
 }
 
 }  // namespace

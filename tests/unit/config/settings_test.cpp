@@ -1,12 +1,16 @@
-// load_settings: every variable of SPEC §2, precedence between dialects, and error messages.
+// load_settings: every variable of docs/configuration.md, precedence between dialects, and error messages.
 #include "config/settings.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "config/default_paths.h"
 
 namespace gpuslice::config {
 namespace {
@@ -17,11 +21,16 @@ const char* const kUuid = "GPU-3430f778-7a25-704c-9090-8b0bb2478114";
 
 using Env = std::map<std::string, std::string>;
 
+// As the library loads: every variable present is also listed by name.
 Settings load(const Env& env) {
-  return load_settings([&env](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
+  std::vector<std::string> names;
+  for (const auto& [name, value] : env) names.push_back(name);
+  return load_settings(
+      [&env](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      names);
 }
 
 Settings load_ok(const Env& env) {
@@ -43,8 +52,10 @@ TEST(LoadSettings, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(s.memory.empty());
   EXPECT_TRUE(s.compute.empty());
   EXPECT_EQ(s.log_level, log::Level::Warn);
-  EXPECT_EQ(s.shared_dir, "/tmp/gpuslice");
-  EXPECT_EQ(s.shared_file, "/tmp/gpuslice/state");
+  const std::string private_dir = "/tmp/gpuslice-" + std::to_string(::getuid());
+  EXPECT_EQ(s.shared_dir, private_dir) << "no world-shared default";
+  EXPECT_EQ(s.shared_file, private_dir + "/state");
+  EXPECT_EQ(s.node_dir, "/tmp/gpuslice-node");
   EXPECT_EQ(s.profile_dir, "");
   EXPECT_EQ(s.limits_file, "/etc/gpuslice/limits");
 }
@@ -52,7 +63,7 @@ TEST(LoadSettings, DefaultsWithEmptyEnvironment) {
 TEST(LoadSettings, NullLookupBehavesLikeEmptyEnvironment) {
   Settings s = load_settings(EnvLookup{});
   EXPECT_TRUE(s.ok());
-  EXPECT_EQ(s.shared_dir, "/tmp/gpuslice");
+  EXPECT_EQ(s.shared_dir, default_shared_dir());
 }
 
 TEST(LoadSettings, EmptyVariablesCountAsUnset) {
@@ -64,7 +75,7 @@ TEST(LoadSettings, EmptyVariablesCountAsUnset) {
                         {"PFLOG", ""}});
   EXPECT_EQ(s.memory.lookup(0, ""), 2 * kGi);
   EXPECT_TRUE(s.compute.empty());
-  EXPECT_EQ(s.shared_dir, "/tmp/gpuslice");
+  EXPECT_EQ(s.shared_dir, default_shared_dir());
   EXPECT_EQ(s.profile_dir, "");
 }
 
@@ -294,6 +305,45 @@ TEST(LoadSettings, LimitsFilePath) {
   EXPECT_EQ(load_ok({{"GPUSLICE_LIMITS_FILE", "/srv/limits"}}).limits_file, "/srv/limits");
   expect_single_error({{"GPUSLICE_LIMITS_FILE", "/" + std::string(5000, 'a')}},
                       "GPUSLICE_LIMITS_FILE=", "PATH_MAX");
+}
+
+// HAMi-core per-device variables whose suffix names no ordinal used to be ignored silently, leaving
+// the device unlimited: each is now an error naming the variable.
+TEST(LoadSettings, PerDeviceVariableWithALeadingZeroIsAnError) {
+  expect_single_error({{"CUDA_DEVICE_MEMORY_LIMIT_00", "1g"}},
+                      "CUDA_DEVICE_MEMORY_LIMIT_00='1g': ", "not a device index");
+  expect_single_error({{"CUDA_DEVICE_SM_LIMIT_01", "20"}}, "CUDA_DEVICE_SM_LIMIT_01='20': ");
+}
+
+TEST(LoadSettings, PerDeviceVariableBeyondTheLastOrdinalIsAnError) {
+  expect_single_error({{"CUDA_DEVICE_MEMORY_LIMIT_64", "1g"}}, "CUDA_DEVICE_MEMORY_LIMIT_64='1g': ", "0-63");
+  expect_single_error({{"CUDA_DEVICE_SM_LIMIT_1000", "20"}}, "CUDA_DEVICE_SM_LIMIT_1000='20': ");
+  expect_single_error({{"CUDA_DEVICE_MEMORY_LIMIT_x", "1g"}}, "CUDA_DEVICE_MEMORY_LIMIT_x='1g': ");
+  expect_single_error({{"CUDA_DEVICE_MEMORY_LIMIT_", "1g"}}, "CUDA_DEVICE_MEMORY_LIMIT_='1g': ");
+}
+
+TEST(LoadSettings, PerDeviceVariablesOfRealOrdinalsStillWork) {
+  Settings s = load_ok({{"CUDA_DEVICE_MEMORY_LIMIT_0", "1g"},
+                        {"CUDA_DEVICE_SM_LIMIT_63", "20"},
+                        {"CUDA_DEVICE_MEMORY_LIMIT_SOMETHING_ELSE_OK", ""}});
+  EXPECT_EQ(s.memory.lookup(0, ""), kGi);
+  EXPECT_EQ(s.compute.lookup(63, ""), 20u);
+}
+
+TEST(LoadSettings, TheProcessEnvironmentIsListedForPerDeviceVariables) {
+  ASSERT_EQ(::setenv("CUDA_DEVICE_MEMORY_LIMIT_07", "1g", 1), 0);
+  Settings s = load_settings_from_environment();
+  ::unsetenv("CUDA_DEVICE_MEMORY_LIMIT_07");
+  ASSERT_EQ(s.errors.size(), 1u);
+  EXPECT_EQ(s.errors[0].rfind("CUDA_DEVICE_MEMORY_LIMIT_07='1g': ", 0), 0u) << s.errors[0];
+}
+
+TEST(LoadSettings, AnAllOnesSizeIsAnErrorNotUnlimited) {
+  expect_single_error({{"GPUSLICE_MEMORY_LIMIT", "18446744073709551615"}},
+                      "GPUSLICE_MEMORY_LIMIT=", "no limit");
+  expect_single_error({{"VCUDA_MEMORY_LIMIT", "18446744073709551615"}}, "VCUDA_MEMORY_LIMIT=", "no limit");
+  expect_single_error({{"TENSOR_FUSION_CUDA_MEM_LIMIT", "{\"0\": 18446744073709551615}"}},
+                      "TENSOR_FUSION_CUDA_MEM_LIMIT=", "no limit");
 }
 
 }  // namespace

@@ -135,9 +135,15 @@ TEST(ParseSize, MalformedFractions) {
   size_error("1,5Gi");
 }
 
+// 2^64-1 is how the ledger stores "no quota": as a size it would silently mean unlimited.
+TEST(ParseSize, AllOnesIsRejectedNotSilentlyUnlimited) {
+  for (SizeDialect dialect : {SizeDialect::Native, SizeDialect::Bytes, SizeDialect::Hami, SizeDialect::Hcs}) {
+    EXPECT_NE(size_error("18446744073709551615", dialect).find("means 'no limit'"), std::string::npos);
+  }
+  EXPECT_EQ(size_ok("18446744073709551614"), 18446744073709551614u);
+}
+
 TEST(ParseSize, OverflowBoundaries) {
-  EXPECT_EQ(size_ok("18446744073709551615"), 18446744073709551615u);
-  EXPECT_EQ(size_ok("18446744073709551615", SizeDialect::Bytes), 18446744073709551615u);
   EXPECT_NE(size_error("18446744073709551616").find("larger than 18446744073709551615"), std::string::npos);
   size_error("18446744073709551616", SizeDialect::Bytes);
   size_error("99999999999999999999999999999999999999999999");

@@ -1,5 +1,6 @@
 // The limiter against the simulated device (sim.h): achieved occupancy over sliding 1 s windows
-// of virtual time, for the workloads of the accuracy benchmark and the sharing cases of SPEC §4.
+// of virtual time, for the workloads of the accuracy benchmark and the sharing cases of
+// docs/compute-limiter.md.
 #include "scenario.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace gpuslice::limiter::sim {
 namespace {
@@ -158,6 +160,63 @@ TEST_P(LimiterLongKernel, IsChargedInFullAndRepaid) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Limits, LimiterLongKernel, ::testing::Values(20u, 50u, 80u));
+
+// (c') Long kernels one at a time (10-100 ms, as a model's big layers or torch.cuda._sleep make
+// them): each launch waits for the previous kernel. A window admits whole kernels only, so without
+// accounting for their length the last one of every on part overruns it. The share over the run
+// must be within ±3 points, and every 1 s window within ±3 points plus one kernel's granularity.
+struct LongKernelCase {
+  std::uint64_t kernel_ns;
+  unsigned limit;
+  bool host_sync;  // the application synchronises after each kernel (else the next launch queues)
+};
+
+class LimiterLongKernels : public ::testing::TestWithParam<LongKernelCase> {};
+
+TEST_P(LimiterLongKernels, OneAtATimeHoldTheLimitWithinThreePoints) {
+  const LongKernelCase c = GetParam();
+  constexpr std::uint64_t kRun = 12 * kSec;
+  auto loop = [&c](Process& p, World& world) {
+    while (world.now() < kRun) {
+      p.limiter->gate(nullptr);
+      world.launch(c.kernel_ns);
+      if (c.host_sync) {
+        world.synchronize();
+        p.limiter->note_host_sync();
+      }
+      world.sleep(20 * kUs);
+    }
+  };
+  const double baseline = unthrottled_rate_of(loop, kRun);
+  Scenario s;
+  Container& box = s.add_container(c.limit);
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] { loop(p, s.world); });
+  s.run();
+  const double target = c.limit / 100.0;
+  // The first seconds find the kernel length; the share is judged after them.
+  const double share =
+      s.world.work_done(p.ctx, 2 * kSec, kRun) / (baseline * static_cast<double>(kRun - 2 * kSec));
+  EXPECT_NEAR(share, target, 0.03) << "kernel " << c.kernel_ns / kMs << " ms, limit " << c.limit;
+  const WindowRange range = s.sliding_throughput(p, baseline, 2 * kSec, kRun);
+  const double granularity = static_cast<double>(c.kernel_ns) / kSec;
+  EXPECT_LE(range.max, target + 0.03 + granularity) << describe(range);
+  EXPECT_GE(range.min, target - 0.03 - granularity) << describe(range);
+  ::testing::Test::RecordProperty("share_permille", static_cast<int>(share * 1000));
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, LimiterLongKernels, ::testing::ValuesIn([] {
+                           std::vector<LongKernelCase> cases;
+                           for (std::uint64_t ms : {10, 40, 100})
+                             for (unsigned limit : {20u, 30u, 50u, 80u})
+                               for (bool sync : {true, false}) cases.push_back({ms * kMs, limit, sync});
+                           return cases;
+                         }()),
+                         [](const auto& param_info) {
+                           const LongKernelCase& c = param_info.param;
+                           return std::to_string(c.kernel_ns / kMs) + "ms_limit" + std::to_string(c.limit) +
+                                  (c.host_sync ? "_sync" : "_queued");
+                         });
 
 // (d) 10 ms of GPU work, a host sync, then 40 ms on the CPU: 20% natural occupancy.
 int gapped_iterations(unsigned limit, bool notify_sync, double* occupancy) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,11 +99,34 @@ TEST_F(ProfilerTest, WritesExactAlnairFormat) {
             "name:cuInit\ncount:1\nburst:5\n"
             "name:cuMemAlloc\ncount:2\nburst:16\n");
   EXPECT_EQ(file(own_metrics_name(getpid())), file("metrics.log"));
-  EXPECT_EQ(file("timeline.log"),
-            "name:cuInit start:1700000000000000001 burst:5\n"
-            "name:cuMemAlloc start:1700000000000000100 burst:7\n"
-            "name:cuMemAlloc start:1700000000000000200 burst:9\n");
+  // Alnair's three fields, then the process and thread of the call.
+  const std::string who = " pid:" + std::to_string(getpid()) + " tid:" + std::to_string(syscall(SYS_gettid));
+  EXPECT_EQ(file("timeline.log"), "name:cuInit start:1700000000000000001 burst:5" + who +
+                                      "\nname:cuMemAlloc start:1700000000000000100 burst:7" + who +
+                                      "\nname:cuMemAlloc start:1700000000000000200 burst:9" + who + "\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "profiler.log")) << "nothing was dropped";
+}
+
+// Trace viewers draw a track per process and thread: every timeline line says which made the call.
+TEST_F(ProfilerTest, TimelineLinesNameTheProcessAndThreadOfEachCall) {
+  start_quiet();
+  record(kInit, 1, 5);
+  long other_tid = 0;
+  std::thread([&] {
+    other_tid = syscall(SYS_gettid);
+    record(kMemAlloc, 2, 7);
+  }).join();
+  flush();
+  const auto lines = timeline();
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) EXPECT_EQ(line.pid, static_cast<std::uint64_t>(getpid()));
+  const auto tid_of = [&](const char* name) {
+    for (const auto& line : lines)
+      if (line.name == name) return line.tid;
+    return std::uint64_t{0};
+  };
+  EXPECT_EQ(tid_of("cuInit"), static_cast<std::uint64_t>(syscall(SYS_gettid)));
+  EXPECT_EQ(tid_of("cuMemAlloc"), static_cast<std::uint64_t>(other_tid));
 }
 
 TEST_F(ProfilerTest, CreatesMissingDirectories) {

@@ -60,7 +60,11 @@ struct TimelineEntry {
   std::string name;
   std::uint64_t start = 0;
   std::uint64_t burst = 0;
-  bool operator==(const TimelineEntry&) const = default;
+  std::uint64_t pid = 0;  // who made the call: compared by the tests that are about it
+  std::uint64_t tid = 0;
+  bool operator==(const TimelineEntry& o) const {
+    return name == o.name && start == o.start && burst == o.burst;
+  }
 };
 inline void PrintTo(const TimelineEntry& e, std::ostream* os) {
   *os << "{" << e.name << " start:" << e.start << " burst:" << e.burst << "}";
@@ -122,21 +126,20 @@ inline std::vector<TimelineEntry> parse_timeline(const std::string& text) {
   std::vector<TimelineEntry> entries;
   bool ok = split_lines(text, &lines);
   for (std::size_t i = 0; ok && i < lines.size(); ++i) {
+    // name:<api> start:<ns> burst:<ns> pid:<n> tid:<n>: Alnair's three fields, then ours.
+    std::vector<std::string> fields;
+    std::size_t from = 0;
     const std::string& line = lines[i];
-    const std::size_t first_space = line.find(' ');
-    const std::size_t second_space =
-        first_space == std::string::npos ? first_space : line.find(' ', first_space + 1);
-    if (second_space == std::string::npos || line.find(' ', second_space + 1) != std::string::npos) {
-      ok = false;
-      break;
-    }
+    for (std::size_t space; (space = line.find(' ', from)) != std::string::npos; from = space + 1)
+      fields.push_back(line.substr(from, space - from));
+    fields.push_back(line.substr(from));
     TimelineEntry entry;
-    std::string start;
-    std::string burst;
-    ok = take_field(line.substr(0, first_space), "name:", &entry.name) && !entry.name.empty() &&
-         take_field(line.substr(first_space + 1, second_space - first_space - 1), "start:", &start) &&
-         parse_number(start, &entry.start) && take_field(line.substr(second_space + 1), "burst:", &burst) &&
-         parse_number(burst, &entry.burst);
+    std::string start, burst, pid, tid;
+    ok = fields.size() == 5 && take_field(fields[0], "name:", &entry.name) && !entry.name.empty() &&
+         take_field(fields[1], "start:", &start) && parse_number(start, &entry.start) &&
+         take_field(fields[2], "burst:", &burst) && parse_number(burst, &entry.burst) &&
+         take_field(fields[3], "pid:", &pid) && parse_number(pid, &entry.pid) &&
+         take_field(fields[4], "tid:", &tid) && parse_number(tid, &entry.tid);
     entries.push_back(entry);
   }
   if (!ok) {

@@ -145,6 +145,30 @@ TEST_F(LedgerTest, LiveComputeLimitIsVisibleEverywhere) {
   EXPECT_EQ(a_->compute_limit_source(7), nullptr);
 }
 
+TEST_F(LedgerTest, PriorityIsUnsetUntilSetAndTheEnvironmentsInitialValueDoesNotUndoALiveChange) {
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  EXPECT_EQ(a_->priority(), -1);
+  EXPECT_EQ(observer->priority(), -1);
+  EXPECT_EQ(observer->snapshot().priority, -1);
+  a_->init_priority(0);  // GPUSLICE_PRIORITY=low at the first process's start
+  EXPECT_EQ(observer->priority(), 0);
+  observer->set_priority(2);  // gpuslice set --priority high
+  EXPECT_EQ(a_->priority(), 2);
+  open_process(path_)->init_priority(0);  // a process started later with the same environment
+  EXPECT_EQ(a_->priority(), 2);
+  EXPECT_EQ(observer->snapshot().priority, 2);
+  observer->set_priority(7);  // not a level: ignored
+  EXPECT_EQ(a_->priority(), 2);
+}
+
+TEST_F(LedgerTest, HeldBackTimeOfAllProcessesAddsUpInTheSnapshot) {
+  a_->add_held_back_ns(1500);
+  open_process(path_)->add_held_back_ns(500);
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  observer->add_held_back_ns(1'000'000);  // an observer adds nothing
+  EXPECT_EQ(observer->snapshot().held_back_ns, 2000U);
+}
+
 TEST_F(LedgerTest, SnapshotShowsDevicesProcessesAndCounters) {
   auto b = open_process(path_);
   ASSERT_TRUE(a_->try_reserve(dev_, 10));
@@ -282,6 +306,7 @@ TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
   constexpr int kOpeners = 8;
   std::vector<std::unique_ptr<Ledger>> ledgers(kOpeners);
   std::vector<int> devices(kOpeners, -2);
+  std::vector<std::string> errors(kOpeners);
   std::atomic<int> ready{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < kOpeners; ++i) {
@@ -289,7 +314,10 @@ TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
       ready.fetch_add(1);
       while (ready.load() < kOpeners) std::this_thread::yield();
       auto opened = Ledger::open(path, Ledger::Mode::Process);
-      if (!opened.ok()) return;
+      if (!opened.ok()) {
+        errors[i] = opened.error();
+        return;
+      }
       ledgers[i] = std::move(opened).value();
       auto dev = ledgers[i]->attach_device(kUuid, 0, kTotal, 1000, 0);
       devices[i] = dev.ok() ? dev.value() : -3;
@@ -297,7 +325,7 @@ TEST(LedgerConcurrency, SimultaneousOpenersShareOneFileAndOneRecord) {
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kOpeners; ++i) {
-    ASSERT_NE(ledgers[i], nullptr) << i;
+    ASSERT_NE(ledgers[i], nullptr) << "opener " << i << ": " << errors[i];
     EXPECT_EQ(devices[i], 0) << i;
   }
   EXPECT_EQ(ledgers[0]->device_count(), 1);

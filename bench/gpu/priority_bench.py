@@ -1,0 +1,520 @@
+#!/usr/bin/env python3
+"""Priority sharing on a real GPU: a latency-critical server beside a best-effort trainer.
+
+  python3 bench/gpu/priority_bench.py --lib build/lib/libgpuslice.so [--out DIR]
+      [--seconds 25] [--loads 30,60] [--launcher preload|cli] [--cli build/bin/gpuslice]
+
+One call measures, in the same run, five configurations per load:
+  server alone        the server process alone (no gpuslice)
+  trainer alone       the trainer process alone (no gpuslice; measured once, shared by the loads)
+  un-managed          both at once, no gpuslice
+  limits 50/50        both under gpuslice with GPUSLICE_COMPUTE_LIMIT=50 each
+  priorities          both under gpuslice, server GPUSLICE_PRIORITY=high, trainer low
+Every gpuslice process is its own container (its own GPUSLICE_SHARED_DIR); the two containers of a
+pair share one GPUSLICE_NODE_DIR, so they see each other's priority.
+
+The server is a GPT-2-sized model (GPT2Config defaults: 12 layers, 768 wide, built from the config,
+no download) answering short requests (--server-batch x --server-tokens tokens, one forward pass,
+the next token read back to the host) with Poisson arrivals. Load L means arrivals at
+L / (service time alone), the service time measured by a calibration process first; latency is
+from a request's arrival to its answer on the host, queueing included. The trainer runs GPT-2
+training steps (bf16 autocast, AdamW) and reads its loss every step. Both processes build and warm
+up their model, then start together; each measures --seconds.
+
+Reported per load: server p50/p99 latency ÷ alone and trainer throughput ÷ alone for each
+configuration, the device utilization (NVML, sampled by this parent), and whether the priority
+configuration meets the goal (server p99 <= 1.10x alone; trainer >= 0.5x alone at 30% load,
+>= 0.25x at 60%). Outputs under --out (default $OUT, else ./priority-out): priority_bench.json
+(every run, with latencies), priority_bench.md (the table), logs/<run>.log.
+Default total: about 7 minutes on an H100.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# Variables that would change what a run measures if inherited from the caller's environment.
+CONTROLLED_PREFIXES = ("GPUSLICE_", "CUDA_DEVICE_MEMORY_", "TENSOR_FUSION_", "HCS_", "VCUDA_")
+CONTROLLED_NAMES = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "PFLOG", "LIBCUDA_LOG_LEVEL")
+
+GOAL_P99 = 1.10
+GOAL_TRAINER = {30: 0.5, 60: 0.25}
+SERVER_CPUS = "2,3"
+TRAINER_CPUS = "4,5,6,7"
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: run inside the measured processes.
+# ---------------------------------------------------------------------------------------------
+
+def pin(cpus):
+    if not cpus:
+        return
+    wanted = set()
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        wanted.update(range(int(lo), int(hi or lo) + 1))
+    usable = wanted & os.sched_getaffinity(0)
+    if usable:
+        os.sched_setaffinity(0, usable)
+
+
+def gpt2(torch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config()  # GPT-2 small: 12 layers, 12 heads, 768 wide, 1024 positions
+    config.use_cache = False
+    return config, GPT2LMHeadModel(config)
+
+
+def build_server(args):
+    import torch
+
+    config, model = gpt2(torch)
+    model = model.to("cuda", dtype=torch.bfloat16).eval()
+    ids = torch.randint(0, config.vocab_size, (args.server_batch, args.server_tokens), device="cuda")
+
+    def request():
+        with torch.inference_mode():
+            logits = model(ids).logits
+            return logits[:, -1].argmax(-1).cpu()  # the answer on the host: waits for the work
+
+    return request
+
+
+def build_trainer(args):
+    import torch
+
+    config, model = gpt2(torch)
+    model = model.to("cuda").train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    ids = torch.randint(0, config.vocab_size, (args.trainer_batch, args.trainer_tokens), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def signal_ready_and_wait(args):
+    """Tells the parent this process is warm, then waits for the common start time."""
+    with open(args.ready_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(args.ready_file + ".tmp", args.ready_file)
+    deadline = time.monotonic() + args.go_timeout
+    while not os.path.exists(args.go_file):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no start signal within {args.go_timeout} s")
+        time.sleep(0.005)
+    with open(args.go_file) as f:
+        start = float(f.read())
+    while time.monotonic() < start:
+        time.sleep(min(0.005, max(0.0, start - time.monotonic())))
+    return start
+
+
+def sleep_until(t):
+    while True:
+        left = t - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(left if left > 0.002 else left / 2)
+
+
+def worker(args):
+    pin(args.cpus)
+    import torch
+
+    torch.set_num_threads(2)
+    torch.cuda.init()
+    report = {"role": args.worker, "priority": os.environ.get("GPUSLICE_PRIORITY", ""),
+              "compute_limit": os.environ.get("GPUSLICE_COMPUTE_LIMIT", ""),
+              "preloaded": os.environ.get("LD_PRELOAD", "")}
+    if args.worker in ("server", "calibrate"):
+        request = build_server(args)
+        t_end = time.monotonic() + args.warmup
+        while time.monotonic() < t_end:
+            request()
+        if args.worker == "calibrate":
+            times = []
+            for _ in range(args.calibrate_requests):
+                t0 = time.monotonic()
+                request()
+                times.append(time.monotonic() - t0)
+            times.sort()
+            report.update(service_mean_s=sum(times) / len(times), service_p50_s=times[len(times) // 2],
+                          requests=len(times))
+        else:
+            rng = random.Random(args.seed)
+            start = signal_ready_and_wait(args)
+            end = start + args.seconds
+            hard_end = end + args.drain_seconds
+            arrivals, latencies = [], []
+            t = start + rng.expovariate(args.rate)
+            while t < end:
+                arrivals.append(t)
+                t += rng.expovariate(args.rate)
+            served = 0
+            for arrival in arrivals:
+                if time.monotonic() > hard_end:
+                    break
+                sleep_until(arrival)
+                request()
+                latencies.append(time.monotonic() - arrival)
+                served += 1
+            now = time.monotonic()
+            # Requests still waiting when the drain time ran out count with their waiting time so
+            # far (a lower bound): an overloaded configuration shows up in p99 instead of vanishing.
+            unserved = [now - a for a in arrivals[served:]]
+            report.update(start=start, seconds=args.seconds, rate=args.rate, arrivals=len(arrivals),
+                          served=served, unserved=len(unserved), latencies_s=latencies + unserved)
+    else:
+        step = build_trainer(args)
+        t_end = time.monotonic() + args.warmup
+        while time.monotonic() < t_end:
+            step()
+        start = signal_ready_and_wait(args)
+        end = start + args.seconds
+        done = []
+        while time.monotonic() < end:
+            step()
+            done.append(time.monotonic())
+        in_window = [t for t in done if t <= end]
+        report.update(start=start, seconds=args.seconds, steps=len(in_window),
+                      steps_per_s=len(in_window) / args.seconds)
+    with open(args.report + ".tmp", "w") as f:
+        json.dump(report, f)
+    os.rename(args.report + ".tmp", args.report)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent: orchestrates the configurations and evaluates them.
+# ---------------------------------------------------------------------------------------------
+
+def clean_env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(CONTROLLED_PREFIXES) and k not in CONTROLLED_NAMES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.lib = os.path.abspath(args.lib)
+        self.logs = os.path.join(args.out, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.count = 0
+        self.sampler = None
+
+    def argv(self, role, report, extra):
+        a = self.args
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", role, "--report", report,
+                "--warmup", str(a.warmup), "--seconds", str(a.seconds),
+                "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
+                "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
+                "--drain-seconds", str(a.drain_seconds),
+                "--cpus", SERVER_CPUS if role in ("server", "calibrate") else TRAINER_CPUS]
+        return argv + extra
+
+    def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None):
+        """One process; managed: under gpuslice as its own container in `node_dir`."""
+        self.count += 1
+        name = f"{self.count:02d}-{tag}-{role}"
+        report = os.path.join(self.logs, name + ".json")
+        env = clean_env()
+        argv = self.argv(role, report, extra)
+        shared = None
+        if managed:
+            shared = tempfile.mkdtemp(prefix="gs-prio-c-")
+            env["GPUSLICE_NODE_DIR"] = node_dir
+            env["GPUSLICE_LOG_LEVEL"] = "info"  # the gates' statistics at exit
+            if self.args.launcher == "cli":
+                cli = [os.path.abspath(self.args.cli), "run", "--library", self.lib, "--shared-dir", shared]
+                if priority:
+                    cli += ["--priority", priority]
+                if limit:
+                    cli += ["--compute", str(limit)]
+                argv = cli + ["--"] + argv
+            else:
+                env["LD_PRELOAD"] = self.lib
+                env["GPUSLICE_SHARED_DIR"] = shared
+                if priority:
+                    env["GPUSLICE_PRIORITY"] = priority
+                if limit:
+                    env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
+        log = open(os.path.join(self.logs, name + ".log"), "w")
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return {"proc": proc, "report": report, "log": log, "name": name, "shared": shared, "role": role}
+
+    def finish(self, run, timeout):
+        proc = run["proc"]
+        try:
+            rc = proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = "timeout"
+        run["log"].close()
+        if run["shared"]:
+            shutil.rmtree(run["shared"], ignore_errors=True)
+        log_path = os.path.join(self.logs, run["name"] + ".log")
+        if rc != 0 or not os.path.exists(run["report"]):
+            with open(log_path, errors="replace") as f:
+                tail = f.read()[-2000:]
+            raise RuntimeError(f"run {run['name']} failed (rc={rc}); last output:\n{tail}")
+        with open(run["report"]) as f:
+            data = json.load(f)
+        data["name"] = run["name"]
+        with open(log_path, errors="replace") as f:
+            data["gate_stats"] = [line.strip() for line in f
+                                  if "priority gate" in line or "compute limiter, device" in line]
+        return data
+
+    def abort(self, runs):
+        for run in runs:
+            if run["proc"].poll() is None:
+                os.killpg(run["proc"].pid, signal.SIGKILL)
+                run["proc"].wait()
+
+    def wait_ready(self, runs, ready_files):
+        deadline = time.monotonic() + self.args.ready_timeout
+        while not all(os.path.exists(f) for f in ready_files):
+            for run in runs:
+                if run["proc"].poll() is not None:
+                    self.abort(runs)
+                    self.finish(run, 1)  # raises with the log's tail
+                    raise RuntimeError(f"run {run['name']} exited before it was ready")
+            if time.monotonic() > deadline:
+                self.abort(runs)
+                raise RuntimeError(f"not ready within {self.args.ready_timeout} s: "
+                                   + ", ".join(r["name"] for r in runs))
+            time.sleep(0.05)
+
+    def calibrate(self):
+        run = self.start("calibrate", "calibrate", False, None,
+                         ["--calibrate-requests", str(self.args.calibrate_requests)])
+        data = self.finish(run, self.args.ready_timeout + 120)
+        print(f"calibration: service time alone {data['service_mean_s'] * 1e3:.2f} ms mean, "
+              f"{data['service_p50_s'] * 1e3:.2f} ms median ({data['requests']} requests)", flush=True)
+        return data
+
+    def measure(self, tag, members, rate):
+        """members: list of (role, managed, priority, limit). Starts them together; returns reports
+        by role and the mean NVML utilization over the measured window."""
+        work = tempfile.mkdtemp(prefix="gs-prio-run-")
+        node_dir = tempfile.mkdtemp(prefix="gs-prio-node-")
+        runs, ready = [], []
+        try:
+            for i, (role, managed, priority, limit) in enumerate(members):
+                ready_file = os.path.join(work, f"ready{i}")
+                extra = ["--ready-file", ready_file, "--go-file", os.path.join(work, "go"),
+                         "--go-timeout", str(self.args.ready_timeout + 30)]
+                if role == "server":
+                    extra += ["--rate", repr(rate), "--seed", str(self.args.seed)]
+                runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit))
+                ready.append(ready_file)
+            self.wait_ready(runs, ready)
+            start = time.monotonic() + 0.5
+            with open(os.path.join(work, "go.tmp"), "w") as f:
+                f.write(repr(start))
+            os.rename(os.path.join(work, "go.tmp"), os.path.join(work, "go"))
+            timeout = self.args.seconds + self.args.drain_seconds + 60
+            results = {}
+            for run in runs:
+                results[run["role"]] = self.finish(run, start + timeout - time.monotonic())
+        except BaseException:
+            self.abort(runs)
+            raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(node_dir, ignore_errors=True)
+        util = None
+        if self.sampler is not None and self.sampler.ok:
+            util = self.sampler.mean(start, start + self.args.seconds)[0]
+        return results, util
+
+
+def summarize(tag, load, results, util, alone):
+    row = {"config": tag, "load": load, "device_util_pct": util}
+    server = results.get("server")
+    trainer = results.get("trainer")
+    if server:
+        lat = server["latencies_s"]
+        row.update(p50_ms=percentile(lat, 0.5) * 1e3, p99_ms=percentile(lat, 0.99) * 1e3,
+                   requests=server["arrivals"], unserved=server["unserved"])
+        if alone.get("server"):
+            row["p50_x"] = row["p50_ms"] / alone["server"]["p50_ms"]
+            row["p99_x"] = row["p99_ms"] / alone["server"]["p99_ms"]
+    if trainer:
+        row["trainer_steps_per_s"] = trainer["steps_per_s"]
+        if alone.get("trainer"):
+            row["trainer_x"] = trainer["steps_per_s"] / alone["trainer"]["trainer_steps_per_s"]
+    row["gate_stats"] = [s for r in results.values() for s in r.get("gate_stats", [])]
+    return row
+
+
+def fmt(value, spec):
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def table(rows):
+    lines = ["| load | configuration | server p50 ms | p99 ms | p50 ÷ alone | p99 ÷ alone | trainer steps/s "
+             "| trainer ÷ alone | device util % | unserved |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {fmt(r['load'], 'd') if r['load'] is not None else '-'} | {r['config']} "
+                     f"| {fmt(r.get('p50_ms'), '.2f')} | {fmt(r.get('p99_ms'), '.2f')} "
+                     f"| {fmt(r.get('p50_x'), '.2f')} | {fmt(r.get('p99_x'), '.2f')} "
+                     f"| {fmt(r.get('trainer_steps_per_s'), '.2f')} | {fmt(r.get('trainer_x'), '.2f')} "
+                     f"| {fmt(r.get('device_util_pct'), '.0f')} | {r.get('unserved', '-')} |")
+    return "\n".join(lines)
+
+
+def main_parent(args):
+    args.out = os.path.abspath(args.out or os.environ.get("OUT") or "priority-out")
+    os.makedirs(args.out, exist_ok=True)
+    if not os.path.exists(args.lib):
+        raise SystemExit(f"priority_bench: --lib {args.lib}: no such file (build gpuslice_preload first)")
+    if args.launcher == "cli" and not os.path.exists(args.cli):
+        raise SystemExit(f"priority_bench: --cli {args.cli}: no such file (build gpuslice_cli first)")
+    check = subprocess.run([sys.executable, "-c", "import torch, transformers; assert torch.cuda.is_available()"],
+                           env=clean_env(), capture_output=True, text=True, timeout=120)
+    if check.returncode != 0:
+        raise SystemExit("priority_bench: needs PyTorch with CUDA and transformers:\n" + check.stderr[-1500:])
+    loads = [int(x) for x in args.loads.split(",") if x]
+    began = time.monotonic()
+    bench = Bench(args)
+    try:
+        from compute_accuracy import NvmlSampler
+
+        bench.sampler = NvmlSampler()
+    except Exception as e:  # the table is still useful without utilization
+        print(f"NVML sampling unavailable: {e}", flush=True)
+    data = {"args": vars(args), "runs": {}, "rows": []}
+    rows = []
+    try:
+        cal = bench.calibrate()
+        data["calibration"] = cal
+        service = cal["service_mean_s"]
+        results, util = bench.measure("trainer-alone", [("trainer", False, None, None)], None)
+        alone_trainer = summarize("trainer alone", None, results, util, {})
+        data["runs"]["trainer-alone"] = results
+        rows.append(alone_trainer)
+        print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
+        configs = [
+            ("un-managed", [("server", False, None, None), ("trainer", False, None, None)]),
+            ("limits 50/50", [("server", True, None, 50), ("trainer", True, None, 50)]),
+            ("priorities high/low", [("server", True, "high", None), ("trainer", True, "low", None)]),
+        ]
+        for load in loads:
+            rate = load / 100.0 / service
+            tag = f"load{load}"
+            results, util = bench.measure(f"{tag}-server-alone", [("server", False, None, None)], rate)
+            alone_server = summarize("server alone", load, results, util, {})
+            data["runs"][f"{tag}-server-alone"] = results
+            rows.append(alone_server)
+            alone = {"server": alone_server, "trainer": alone_trainer}
+            print(f"load {load}%: {rate:.1f} requests/s; server alone p50 {alone_server['p50_ms']:.2f} ms, "
+                  f"p99 {alone_server['p99_ms']:.2f} ms", flush=True)
+            for name, members in configs:
+                results, util = bench.measure(f"{tag}-{name.split()[0]}", members, rate)
+                row = summarize(name, load, results, util, alone)
+                data["runs"][f"{tag}-{name}"] = results
+                rows.append(row)
+                print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone "
+                      f"{fmt(row.get('trainer_x'), '.2f')}", flush=True)
+                if name.startswith("priorities") and not any("priority gate" in s for s in row["gate_stats"]):
+                    row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
+                                      "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
+                    print("  WARNING: " + row["warning"], flush=True)
+    finally:
+        if bench.sampler is not None:
+            bench.sampler.close()
+        data["rows"] = rows
+        data["elapsed_s"] = time.monotonic() - began
+        with open(os.path.join(args.out, "priority_bench.json"), "w") as f:
+            json.dump(data, f, indent=1)
+    verdicts = []
+    for row in rows:
+        if not row["config"].startswith("priorities"):
+            continue
+        goal = GOAL_TRAINER.get(row["load"])
+        ok_p99 = row.get("p99_x") is not None and row["p99_x"] <= GOAL_P99
+        ok_tr = goal is None or (row.get("trainer_x") is not None and row["trainer_x"] >= goal)
+        verdicts.append(f"load {row['load']}%: priorities p99 ÷ alone {fmt(row.get('p99_x'), '.2f')} "
+                        f"(goal ≤ {GOAL_P99}) {'PASS' if ok_p99 else 'FAIL'}; trainer ÷ alone "
+                        f"{fmt(row.get('trainer_x'), '.2f')} (goal ≥ {goal}) {'PASS' if ok_tr else 'FAIL'}"
+                        + (" (INVALID: " + row["warning"] + ")" if "warning" in row else ""))
+    text = (table(rows) + "\n\n" + "\n".join(verdicts) + "\n" +
+            f"\nservice time alone {service * 1e3:.2f} ms; {args.seconds:g} s measured per configuration; "
+            f"total {data['elapsed_s']:.0f} s\n")
+    with open(os.path.join(args.out, "priority_bench.md"), "w") as f:
+        f.write(text)
+    print("\n" + text, flush=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build/lib/libgpuslice.so")
+    ap.add_argument("--cli", default="build/bin/gpuslice")
+    ap.add_argument("--launcher", choices=("preload", "cli"), default="preload",
+                    help="start gpuslice processes with LD_PRELOAD and variables, or with `gpuslice run`")
+    ap.add_argument("--out", default=None, help="output directory (default $OUT, else ./priority-out)")
+    ap.add_argument("--seconds", type=float, default=25.0, help="measured seconds per configuration")
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--loads", default="30,60", help="server loads in percent of the GPU when alone")
+    ap.add_argument("--server-batch", type=int, default=8)
+    ap.add_argument("--server-tokens", type=int, default=128)
+    ap.add_argument("--trainer-batch", type=int, default=8)
+    ap.add_argument("--trainer-tokens", type=int, default=512)
+    ap.add_argument("--calibrate-requests", type=int, default=200)
+    ap.add_argument("--drain-seconds", type=float, default=10.0,
+                    help="time after the window to serve requests that arrived in it")
+    ap.add_argument("--ready-timeout", type=float, default=180.0, help="seconds allowed for start-up and warm-up")
+    ap.add_argument("--seed", type=int, default=17)
+    # Worker-side options.
+    ap.add_argument("--worker", choices=("server", "trainer", "calibrate"), help=argparse.SUPPRESS)
+    ap.add_argument("--report", help=argparse.SUPPRESS)
+    ap.add_argument("--ready-file", help=argparse.SUPPRESS)
+    ap.add_argument("--go-file", help=argparse.SUPPRESS)
+    ap.add_argument("--go-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
+    ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    try:
+        return main_parent(args)
+    except RuntimeError as e:
+        print(f"priority_bench: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

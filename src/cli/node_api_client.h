@@ -1,0 +1,24 @@
+// Reads the node daemon's GET /api/v1/status over plain HTTP with its bearer token: a small
+// blocking client with a deadline and bounded response size and JSON depth.
+#pragma once
+
+#include <string>
+
+#include "cli/status_source.h"
+#include "common/result.h"
+
+namespace gpuslice::cli {
+
+inline constexpr std::size_t kMaxApiResponseBytes = 32u << 20;
+inline constexpr int kMaxApiJsonDepth = 64;
+inline constexpr int kApiTimeoutMs = 5000;
+
+// GET `path` from `url` (http://HOST:PORT) with "Authorization: Bearer <token>"; the body of a 200.
+Result<std::string> http_get(const std::string& url, const std::string& path, const std::string& token);
+
+// The daemon's status document turned into containers and GPUs.
+Result<StatusView> parse_node_status(const std::string& body);
+
+StatusView read_node_api(const NodeApi& api);
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,30 @@
+// Every default path of gpuslice, in one place: the library, the CLI and the node daemon agree on
+// them. Defaults that would be shared by every user of a host are private per uid instead, so that
+// one local user can neither read nor pre-create another's state (see docs/security.md).
+#pragma once
+
+#include <string>
+
+namespace gpuslice::config {
+
+// Container-wide state when GPUSLICE_SHARED_DIR is unset: /tmp/gpuslice-<uid>, created 0700.
+std::string default_shared_dir();
+inline constexpr const char* kStateFileName = "state";
+// Read-only caps written by the node daemon or an operator (GPUSLICE_LIMITS_FILE).
+inline constexpr const char* kDefaultLimitsFile = "/etc/gpuslice/limits";
+// Node-wide turn tables of the compute limiter when GPUSLICE_NODE_DIR is unset.
+inline constexpr const char* kDefaultNodeDir = "/tmp/gpuslice-node";
+
+// The node daemon's host directory and where its per-container files appear inside containers.
+// The daemon always sets GPUSLICE_SHARED_DIR / GPUSLICE_LIMITS_FILE / GPUSLICE_NODE_DIR to these,
+// so the in-container paths need not match the library's defaults above.
+inline constexpr const char* kDefaultNodeRoot = "/var/lib/gpuslice";
+inline constexpr const char* kContainerSharedDir = "/tmp/gpuslice";
+inline constexpr const char* kContainerNodeDir = kDefaultNodeDir;
+inline constexpr const char* kContainerConfigDir = "/etc/gpuslice";
+inline constexpr const char* kContainerLimitsFile = kDefaultLimitsFile;
+inline constexpr const char* kContainerLibraryDir = "/usr/local/lib/gpuslice";
+inline constexpr const char* kLibraryFileName = "libgpuslice.so";
+inline constexpr const char* kContainerLibrary = "/usr/local/lib/gpuslice/libgpuslice.so";
+
+}  // namespace gpuslice::config

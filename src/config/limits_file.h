@@ -1,0 +1,45 @@
+// The read-only limits file: an administrator's (or the node daemon's) caps that the container
+// cannot raise. One parser and one renderer, used by the library, `gpuslice set` and the daemon's
+// PUT /limits, so all three accept exactly the same files.
+//
+// Format: KEY=VALUE lines, '#' comments, blank lines; keys GPUSLICE_MEMORY_LIMIT and
+// GPUSLICE_COMPUTE_LIMIT (each at most once), values in the grammar of those variables, optionally
+// quoted. Anything else is an error naming the line.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "config/settings.h"
+
+namespace gpuslice::config {
+
+inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
+inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
+inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{1024} * 1024;
+
+struct LimitValue {
+  std::string text;     // as written ("8Gi", "0=8Gi,1=4Gi", a JSON object), rendered back unchanged
+  DeviceValues values;  // parsed
+};
+
+struct LimitsFile {
+  std::optional<LimitValue> memory;   // bytes
+  std::optional<LimitValue> compute;  // percent
+  bool empty() const { return !memory && !compute; }
+};
+
+// Parses the text of a limits file; on the first problem returns "line N: problem".
+Result<LimitsFile> parse_limits_file(std::string_view text);
+// The canonical text of `limits` (parse_limits_file reads it back to the same values).
+std::string render_limits_file(const LimitsFile& limits, std::string_view header_comment = {});
+// Checks one value as the file would hold it (for writers building a file from other input).
+Result<LimitValue> parse_limit_value(std::string_view key, std::string_view text);
+
+// Reads `path`: a missing file is empty limits; a file that is not regular (a FIFO, a directory),
+// larger than kMaxLimitsFileBytes, unreadable or malformed is an error naming the file.
+Result<LimitsFile> read_limits_file(const std::string& path);
+
+}  // namespace gpuslice::config

@@ -1,0 +1,163 @@
+#include "interposer/compute_gate.h"
+
+#include <cinttypes>
+#include <new>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "interposer/devices.h"
+#include "interposer/driver_ops.h"
+#include "interposer/gate_driver.h"
+#include "interposer/priority_sharing.h"
+#include "limiter/compute_limiter.h"
+#include "shared_state/turn_order.h"
+
+namespace gpuslice::interposer {
+namespace {
+
+// The limiter's cycle: turns are offsets within it.
+constexpr std::uint64_t kTurnPeriodNs = limiter::Tuning{}.period_ns;
+
+// The limiter of a limited device, created on its first launch; null when the device is not limited.
+limiter::ComputeLimiter* limiter_for(DeviceState& d) {
+  limiter::ComputeLimiter* lim = d.limiter.load(std::memory_order_acquire);
+  if (lim != nullptr) [[likely]]
+    return lim;
+  const std::atomic<std::uint32_t>* source = ledger()->compute_limit_source(d.ledger_dev);
+  if (source == nullptr) return nullptr;
+  const limiter::DriverOps ops = gate_driver_ops();
+  // The limit is read live from the shared state, so `gpuslice set --compute` applies at once.
+  auto* fresh = new (std::nothrow)
+      limiter::ComputeLimiter(gate_clock(), ops, ledger()->compute_state(d.ledger_dev), source);
+  if (fresh == nullptr) return nullptr;
+  fresh->set_phase_source(&d.turn_offset);
+  limiter::ComputeLimiter* expected = nullptr;
+  if (d.limiter.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return fresh;
+  delete fresh;
+  return expected;
+}
+
+limiter::ComputeLimiter* current_limiter() {
+  DeviceState* d = current_device_state();
+  if (d == nullptr || d->ledger_dev < 0) return nullptr;
+  return limiter_for(*d);
+}
+
+// Pushes the busy time the limiters measured into the ledger (for status and metrics).
+void publish_compute_usage() {
+  shm::Ledger* l = ledger();
+  for_each_ready_device([l](DeviceState& d) {
+    if (d.ledger_dev < 0) return;
+    limiter::ComputeLimiter* lim = d.limiter.load(std::memory_order_acquire);
+    if (lim == nullptr) return;
+    std::uint64_t busy = lim->stats().busy_ns;
+    std::uint64_t published = d.busy_published.exchange(busy, std::memory_order_acq_rel);
+    if (busy > published) l->add_busy_ns(d.ledger_dev, busy - published);
+  });
+}
+
+// A compute limit set live (gpuslice set, limits file) on a process started without one turns the
+// gate on; the limiters read the limit itself from the shared state at every decision.
+void refresh_compute_active() {
+  bool any = !settings().compute.empty();
+  for_each_ready_device([&any](DeviceState& d) {
+    if (d.ledger_dev < 0) return;
+    unsigned pct = ledger()->compute_limit(d.ledger_dev);
+    if (pct > 0 && pct < 100) any = true;
+  });
+  // A priority set live (gpuslice set --priority) starts the priority gates the same way.
+  if (priority_sharing::refresh_level()) any = true;
+  if (any) g_compute_active.store(true, std::memory_order_relaxed);
+}
+
+// Containers with compute limits on the same GPU take turns (see turn_order.h); every process of
+// a container publishes the container's record on the node channel and hands its offset to the limiter.
+void refresh_turns() {
+  Runtime& rt = *runtime();
+  for_each_ready_device([&rt](DeviceState& d) {
+    unsigned pct = d.ledger_dev >= 0 ? rt.ledger->compute_limit(d.ledger_dev) : 0;
+    if (pct == 0 || pct >= 100 || d.turns_failed || rt.container_key == 0) {
+      d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
+      return;
+    }
+    if (d.turns == nullptr) {
+      auto opened = shm::NodeChannel::open(rt.settings.node_dir, d.uuid, rt.container_key);
+      if (!opened) {
+        d.turns_failed = true;
+        GS_LOG(Info, "no turns with other containers on %s: %s", d.uuid, opened.error().c_str());
+        return;
+      }
+      d.turns = std::move(opened).value().release();
+    }
+    const std::uint64_t now = monotonic_ns();
+    shm::PeerState own;
+    own.compute_limit_percent = pct;
+    own.heartbeat_ns = now;
+    priority_sharing::fill_record(d, own);  // one record per container: keep the priority's fields
+    d.turns->publish(own);
+    static shm::PeerState peers[shm::NodeChannel::kMaxWriters];  // watcher thread only
+    const std::size_t count = d.turns->read_peers(peers, shm::NodeChannel::kMaxWriters, now);
+    d.turn_offset.store(shm::turn_offset(rt.container_key, pct, peers, count, kTurnPeriodNs),
+                        std::memory_order_relaxed);
+  });
+}
+
+}  // namespace
+
+void gate_launch(CUstream stream) {
+  // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
+  if (priority_sharing::enabled()) priority_sharing::before_launch(stream);
+  if (limiter::ComputeLimiter* lim = current_limiter()) lim->gate(stream);
+}
+
+void note_sync_begin() {
+  if (priority_sharing::enabled()) priority_sharing::sync_begin();
+}
+
+void note_host_sync() {
+  if (priority_sharing::enabled()) priority_sharing::sync_end();
+  if (limiter::ComputeLimiter* lim = current_limiter()) lim->note_host_sync();
+}
+
+namespace compute_gate {
+
+void tick() {
+  refresh_compute_active();
+  if (!compute_active()) return;
+  publish_compute_usage();
+  if (priority_sharing::enabled()) {
+    Runtime& rt = *runtime();
+    for_each_ready_device(
+        [&rt](DeviceState& d) { priority_sharing::tick(d, rt.settings.node_dir, rt.container_key); });
+  }
+  refresh_turns();
+}
+
+void settle_at_exit() {
+  if (!compute_active()) return;
+  for_each_ready_device([](DeviceState& d) {
+    limiter::ComputeLimiter* lim = d.limiter.load(std::memory_order_acquire);
+    if (lim == nullptr) return;
+    lim->settle();
+    const limiter::Stats s = lim->stats();
+    GS_LOG(Info,
+           "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
+           " drains, %.3f s busy, %.3f s held back",
+           d.index, s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
+           static_cast<double>(s.throttled_ns) / 1e9);
+  });
+  publish_compute_usage();
+}
+
+void after_fork() {
+  priority_sharing::after_fork();
+  if (Runtime* rt = runtime()) {
+    for (DeviceState& d : rt->devices) {
+      d.limiter.store(nullptr);  // its measuring window belonged to the parent
+      d.busy_published.store(0);
+    }
+  }
+}
+
+}  // namespace compute_gate
+}  // namespace gpuslice::interposer

@@ -1,0 +1,177 @@
+#include "interposer/devices.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "common/log.h"
+#include "config/limits_file.h"
+#include "interposer/driver_ops.h"
+
+namespace gpuslice::interposer {
+namespace {
+
+void format_uuid(const CUuuid& u, char* out, std::size_t len) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+}
+
+shm::DeviceLimits lookup(const config::DeviceValues& memory, const config::DeviceValues& compute, int index,
+                         const char* uuid) {
+  shm::DeviceLimits limits;
+  if (auto bytes = memory.lookup(index, uuid)) limits.quota = *bytes;
+  if (auto percent = compute.lookup(index, uuid)) limits.compute = static_cast<unsigned>(*percent);
+  return limits;
+}
+
+class LimitsLock {
+ public:
+  explicit LimitsLock(Runtime& rt) : flag_(rt.limits_lock) {
+    while (flag_.exchange(true, std::memory_order_acquire)) sched_yield();
+  }
+  ~LimitsLock() { flag_.store(false, std::memory_order_release); }
+  LimitsLock(const LimitsLock&) = delete;
+  LimitsLock& operator=(const LimitsLock&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+void remember(Runtime& rt, int ledger_dev, int index, const char* uuid) {
+  for (int i = 0; i < rt.attached_count; ++i)
+    if (rt.attached[i].ledger_dev == ledger_dev) return;
+  if (rt.attached_count == kMaxDevices) return;
+  AttachedRecord& r = rt.attached[rt.attached_count++];
+  r.ledger_dev = ledger_dev;
+  r.index = index;
+  std::snprintf(r.uuid, sizeof r.uuid, "%s", uuid);
+}
+
+bool any(const shm::DeviceLimits& l) {
+  return l.quota != shm::kUnlimited || l.compute != shm::kNoComputeLimit;
+}
+
+// Describes device `dev` and attaches its ledger record; the phase it ends in.
+DevicePhase attach(Runtime& rt, CUdevice dev) {
+  DeviceState& d = rt.devices[dev];
+  CUuuid uuid{};
+  std::size_t total = 0;
+  const DriverOps& ops = driver_ops();
+  if (ops.device_uuid(&uuid, dev) != CUDA_SUCCESS || ops.device_total_mem(&total, dev) != CUDA_SUCCESS)
+    return DevicePhase::Unusable;
+  d.index = dev;
+  format_uuid(uuid, d.uuid, sizeof d.uuid);
+  d.physical_total = total;
+  const int ledger_dev = attach_limits(d.uuid, dev, total);
+  if (ledger_dev == -2) return DevicePhase::Unusable;
+  d.ledger_dev = ledger_dev;
+  if (ledger_dev >= 0) {
+    GS_LOG(Info, "device %d (%s): quota %" PRIu64 " bytes, compute %u%%", dev, d.uuid,
+           rt.ledger->quota(ledger_dev), rt.ledger->compute_limit(ledger_dev));
+  }
+  return DevicePhase::Ready;
+}
+
+}  // namespace
+
+int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total) {
+  Runtime* rt = runtime();
+  if (rt == nullptr || rt->ledger == nullptr) return -1;
+  LimitsLock lock(*rt);
+  const config::Settings& s = rt->settings;
+  const shm::DeviceLimits requested = lookup(s.memory, s.compute, cuda_index, uuid);
+  const shm::DeviceLimits cap = lookup(s.memory_cap, s.compute_cap, cuda_index, uuid);
+  if (!any(requested) && !any(cap)) return -1;
+  auto attached =
+      rt->ledger->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
+  if (!attached) {
+    GS_LOG(Error, "cannot attach device %s to %s: %s", uuid, s.shared_file.c_str(), attached.error().c_str());
+    return -2;
+  }
+  const int dev = attached.value();
+  // A process asking for less memory than the container's record tightens the request; a looser
+  // one does not loosen it (another process of the container may rely on it). Either way the
+  // process runs with a quota other than the one it asked for: say so.
+  const std::uint64_t recorded = rt->ledger->requested(dev).quota;
+  if (requested.quota != recorded && requested.quota != shm::kUnlimited) {
+    GS_LOG(Warn,
+           "device %d (%s): this process asks for a memory quota of %" PRIu64
+           " bytes, the container (%s) "
+           "has %" PRIu64
+           "; the container's processes share one quota: %s applies (change it with "
+           "'gpuslice set --memory')",
+           cuda_index, uuid, requested.quota, s.shared_file.c_str(), recorded,
+           requested.quota < recorded ? "the smaller one" : "the container's");
+  }
+  if (requested.quota < recorded) rt->ledger->set_quota(dev, requested.quota);
+  rt->ledger->set_caps(dev, cap);
+  remember(*rt, dev, cuda_index, uuid);
+  return dev;
+}
+
+DeviceState* device_state(CUdevice dev) {
+  Runtime* rt = runtime();
+  if (dev < 0 || dev >= kMaxDevices || rt == nullptr) return nullptr;
+  std::atomic<DevicePhase>& phase = rt->phases[dev];
+  DevicePhase p = phase.load(std::memory_order_acquire);
+  if (p == DevicePhase::Ready) [[likely]]
+    return &rt->devices[dev];
+  if (p == DevicePhase::Unusable) return nullptr;
+  DevicePhase expected = DevicePhase::Unknown;
+  if (!phase.compare_exchange_strong(expected, DevicePhase::Attaching)) {
+    while ((p = phase.load(std::memory_order_acquire)) == DevicePhase::Attaching) sched_yield();
+    return p == DevicePhase::Ready ? &rt->devices[dev] : nullptr;
+  }
+  p = attach(*rt, dev);
+  phase.store(p, std::memory_order_release);
+  return p == DevicePhase::Ready ? &rt->devices[dev] : nullptr;
+}
+
+DeviceState* device_state_if_attached(CUdevice dev) {
+  Runtime* rt = runtime();
+  if (dev < 0 || dev >= kMaxDevices || rt == nullptr) return nullptr;
+  return rt->phases[dev].load(std::memory_order_acquire) == DevicePhase::Ready ? &rt->devices[dev] : nullptr;
+}
+
+DeviceState* current_device_state(CUdevice* out_dev) {
+  CUdevice dev = 0;
+  if (driver_ops().current_device(&dev) != CUDA_SUCCESS) return nullptr;
+  if (out_dev != nullptr) *out_dev = dev;
+  return device_state(dev);
+}
+
+void refresh_limits_file() {
+  Runtime* rt = runtime();
+  if (rt == nullptr || rt->ledger == nullptr) return;
+  config::Settings& s = rt->settings;
+  if (s.limits_file.empty()) return;
+  struct stat st {};
+  // A file that disappeared lifts its caps, as a missing file at start means none.
+  const bool present = stat(s.limits_file.c_str(), &st) == 0;
+  if (!present) st = {};
+  const off_t size = present ? st.st_size : -1;
+  if (st.st_mtim.tv_sec == rt->limits_mtime.tv_sec && st.st_mtim.tv_nsec == rt->limits_mtime.tv_nsec &&
+      size == rt->limits_size)
+    return;
+  rt->limits_mtime = st.st_mtim;
+  rt->limits_size = size;
+  auto limits = config::read_limits_file(s.limits_file);
+  if (!limits) {
+    GS_LOG(Error, "%s (keeping the previous limits)", limits.error().c_str());
+    return;
+  }
+  LimitsLock lock(*rt);
+  // Devices attached from now on take the new caps from here (attach_limits).
+  s.memory_cap = limits->memory ? std::move(limits->memory->values) : config::DeviceValues{};
+  s.compute_cap = limits->compute ? std::move(limits->compute->values) : config::DeviceValues{};
+  for (int i = 0; i < rt->attached_count; ++i) {
+    const AttachedRecord& r = rt->attached[i];
+    rt->ledger->set_caps(r.ledger_dev, lookup(s.memory_cap, s.compute_cap, r.index, r.uuid));
+  }
+}
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,31 @@
+// The device table: a CUDA device is described (UUID, memory) and attached to the container
+// ledger on first use, with the limits that apply to it. This is the interposer's one place for
+// the limits rule: the ledger record keeps the request (environment, `gpuslice set`) and the
+// read-only file's cap apart and enforces min(request, cap) (shm::effective_quota); this module
+// hands it the caps whenever a device attaches and whenever the file changes.
+#pragma once
+
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+#include "interposer/runtime.h"
+
+namespace gpuslice::interposer {
+
+// State of a CUDA device (ordinal), attached to the ledger on first use; null if out of range or
+// the driver cannot describe it. A device with ledger_dev < 0 is not limited.
+DeviceState* device_state(CUdevice dev);
+// The state of a device that was already attached, without attaching it; null otherwise.
+DeviceState* device_state_if_attached(CUdevice dev);
+// The device of the calling thread's current context, or null when there is none.
+DeviceState* current_device_state(CUdevice* out_dev = nullptr);
+
+// Finds or attaches the ledger record of a device known by UUID only (NVML callers), with its
+// request and cap; the record index, -1 if not limited, -2 if the ledger refused it.
+int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total);
+
+// Re-reads the limits file when it changed and applies its caps to every attached device. A
+// malformed file keeps the previous caps (and says so). Watcher thread.
+void refresh_limits_file();
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,34 @@
+// The few real driver and NVML calls the interposer's core makes itself (not on behalf of the
+// application): the seam through which the memory books, the device table and the compute gate
+// are simulated exactly in unit tests, like limiter::DriverOps for the compute limiter.
+#pragma once
+
+#include <cstddef>
+
+#include "abi/cuda_abi.h"
+#include "abi/nvml_abi.h"
+
+namespace gpuslice::interposer {
+
+struct DriverOps {
+  CUresult (*device_uuid)(CUuuid* uuid, CUdevice dev) = nullptr;
+  CUresult (*device_total_mem)(std::size_t* bytes, CUdevice dev) = nullptr;
+  // The device of the calling thread's current context.
+  CUresult (*current_device)(CUdevice* dev) = nullptr;
+  // NVML's list of processes with a context on the GPU `uuid` (the driver's view, not ours):
+  // fills at most *count entries and stores how many it filled; false when NVML cannot tell.
+  bool (*device_processes)(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) = nullptr;
+  // The compute gate's drains, and its query whether a stream is being captured into a graph (such a
+  // stream must never be drained): `status` receives CUstreamCaptureStatus, 0 = none.
+  CUresult (*ctx_synchronize)() = nullptr;
+  CUresult (*stream_synchronize)(CUstream stream) = nullptr;
+  CUresult (*stream_capture_status)(CUstream stream, int* status) = nullptr;
+};
+
+// The ops in use: the real ones once lifecycle installed them, or a test's simulation.
+const DriverOps& driver_ops();
+void set_driver_ops(const DriverOps& ops);  // before any device is attached
+// The real library's functions (resolved on first use); only the preloaded library links them.
+DriverOps real_driver_ops();
+
+}  // namespace gpuslice::interposer

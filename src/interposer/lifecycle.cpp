@@ -1,0 +1,177 @@
+#include "interposer/lifecycle.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <new>
+
+#include "common/log.h"
+#include "interposer/compute_gate.h"
+#include "interposer/devices.h"
+#include "interposer/driver_ops.h"
+#include "interposer/hooks.h"
+#include "interposer/memory_books.h"
+#include "interposer/priority_sharing.h"
+#include "interposer/runtime.h"
+
+namespace gpuslice::interposer {
+namespace {
+
+enum class Phase : int { Uninitialised, Initialising, Ready, Broken };
+
+std::atomic<Phase> g_phase{Phase::Uninitialised};
+std::atomic<bool> g_forked_child{false};
+std::atomic<bool> g_watcher_running{false};
+thread_local bool t_initialising = false;
+
+void sleep_ms(int ms) {
+  timespec ts{0, static_cast<long>(ms) * 1000000L};
+  nanosleep(&ts, nullptr);
+}
+
+void* watcher_main(void*) {
+  for (unsigned tick = 1;; ++tick) {
+    sleep_ms(100);
+    if (g_forked_child.load(std::memory_order_relaxed)) continue;
+    refresh_limits_file();
+    compute_gate::tick();
+    memory_books::tick(tick);
+  }
+  return nullptr;
+}
+
+void start_watcher() {
+  bool expected = false;
+  if (!g_watcher_running.compare_exchange_strong(expected, true)) return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  // Signals belong to the application's threads, not ours.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (pthread_create(&thread, &attr, watcher_main, nullptr) != 0) {
+    g_watcher_running.store(false);
+    GS_LOG(Warn, "cannot start the watcher thread: dead processes are reaped only on refusals");
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+void on_fork_child() {
+  // Only async-signal-safe work here; the rest happens on the child's next hooked call.
+  g_forked_child.store(true, std::memory_order_relaxed);
+  g_watcher_running.store(false, std::memory_order_relaxed);
+  // The parent's watcher may have held it at the moment of the fork; it does not exist here.
+  if (Runtime* rt = runtime()) rt->limits_lock.store(false, std::memory_order_relaxed);
+}
+
+void start_profiler(const std::string& dir) {
+  static const char* names[kHookCount];
+  for (std::size_t i = 0; i < kHookCount; ++i) names[i] = kHooks[i].profile_name;
+  if (!profiler::start(dir.c_str(), names, kHookCount))
+    GS_LOG(Warn, "profiling to '%s' could not start; continuing without it", dir.c_str());
+}
+
+Phase initialise() {
+  auto* rt = new (std::nothrow) Runtime();
+  if (rt == nullptr) return Phase::Broken;
+  set_driver_ops(real_driver_ops());
+  rt->settings = config::load_settings_from_environment();
+  config::apply_limits_file(rt->settings, rt->settings.limits_file);
+  log::set_level(rt->settings.log_level);
+  install_runtime(rt);
+  if (!rt->settings.ok()) {
+    for (const auto& e : rt->settings.errors)
+      GS_LOG(Error, "invalid configuration: %s; CUDA calls will fail until it is fixed", e.c_str());
+    return Phase::Broken;
+  }
+  if (!rt->settings.profile_dir.empty()) start_profiler(rt->settings.profile_dir);
+  const bool priority = rt->settings.priority.has_value();
+  if (!rt->settings.has_limits() && !priority) {
+    GS_LOG(Debug, "no limit configured: pass-through");
+    return Phase::Ready;
+  }
+  auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
+  if (!opened) {
+    GS_LOG(Error, "shared state unusable: %s; CUDA calls will fail (limits must hold)",
+           opened.error().c_str());
+    return Phase::Broken;
+  }
+  rt->ledger = std::move(opened).value().release();
+  struct stat st {};
+  if (stat(rt->settings.shared_file.c_str(), &st) == 0)
+    rt->container_key =
+        (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
+  if (auto reg = rt->ledger->register_process(); !reg) {
+    GS_LOG(Error, "cannot register in %s: %s; CUDA calls will fail", rt->settings.shared_file.c_str(),
+           reg.error().c_str());
+    return Phase::Broken;
+  }
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+  // Work still queued at exit is charged, so a short-lived process cannot escape its share.
+  std::atexit([] {
+    compute_gate::settle_at_exit();
+    priority_sharing::settle_at_exit();
+  });
+  // GPUSLICE_PRIORITY is the container's initial level; a level set live since (gpuslice set
+  // --priority) wins. The launch hooks reach the priority gate through the compute gate's branch.
+  if (priority) rt->ledger->init_priority(static_cast<unsigned>(*rt->settings.priority));
+  const int level = rt->ledger->priority();
+  if (level >= 0) priority_sharing::enable(static_cast<unsigned>(level));
+  const config::Settings& s = rt->settings;
+  g_memory_active.store(!s.memory.empty() || !s.memory_cap.empty(), std::memory_order_release);
+  g_compute_active.store(!s.compute.empty() || !s.compute_cap.empty() || level >= 0,
+                         std::memory_order_release);
+  start_watcher();
+  GS_LOG(Info, "limits active (state %s)", rt->settings.shared_file.c_str());
+  return Phase::Ready;
+}
+
+// The child of a fork must not charge its parent's slot, and owns none of its allocations.
+void rebuild_after_fork() {
+  g_forked_child.store(false, std::memory_order_relaxed);
+  Runtime* rt = runtime();
+  if (rt == nullptr || rt->ledger == nullptr) return;
+  memory_books::after_fork();
+  compute_gate::after_fork();
+  if (auto reg = rt->ledger->register_process(); !reg) {
+    GS_LOG(Error, "forked child cannot register: %s; CUDA calls will fail", reg.error().c_str());
+    g_phase.store(Phase::Broken);
+    return;
+  }
+  start_watcher();
+}
+
+}  // namespace
+
+CUresult ensure_initialized() {
+  Phase phase = g_phase.load(std::memory_order_acquire);
+  if (phase == Phase::Ready) [[likely]] {
+    if (g_forked_child.load(std::memory_order_relaxed)) [[unlikely]] {
+      rebuild_after_fork();
+      return g_phase.load(std::memory_order_acquire) == Phase::Ready ? CUDA_SUCCESS
+                                                                     : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    return CUDA_SUCCESS;
+  }
+  if (phase == Phase::Broken) return CUDA_ERROR_NOT_INITIALIZED;
+  if (t_initialising) return CUDA_SUCCESS;  // a driver call made by our own initialisation
+  Phase expected = Phase::Uninitialised;
+  if (g_phase.compare_exchange_strong(expected, Phase::Initialising)) {
+    t_initialising = true;
+    Phase result = initialise();
+    t_initialising = false;
+    g_phase.store(result, std::memory_order_release);
+    return result == Phase::Ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  }
+  while (g_phase.load(std::memory_order_acquire) == Phase::Initialising) sched_yield();
+  return g_phase.load(std::memory_order_acquire) == Phase::Ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,14 @@
+// Bringing gpuslice up inside a process: on the first hooked call (never from a constructor), in
+// a forked child on its first hooked call, and the watcher thread that drives each feature's
+// periodic work (limits file, memory books, compute gate) off the application's threads.
+#pragma once
+
+#include "abi/cuda_abi.h"
+
+namespace gpuslice::interposer {
+
+// CUDA_SUCCESS once initialised; CUDA_ERROR_NOT_INITIALIZED when the configuration or the shared
+// state is unusable (fail closed: the message was logged once, naming the variable or file).
+CUresult ensure_initialized();
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,175 @@
+// NVML hooks: utilisation on a device of the slice is the container's own share.
+//
+// - Per-process samples (nvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessesUtilizationInfo)
+//   keep only the container's processes, under the caller's size protocol.
+// - nvmlDeviceGetUtilizationRates: gpu = the sum over the container's processes of their SM
+//   utilisation in the driver's samples of the last second (one process's samples averaged),
+//   clamped to 100; memory likewise from the memory-controller samples. "The last second" is
+//   NVML's own filter (samples newer than now - 1 s on its realtime microsecond clock). No sample
+//   of ours in that second is 0 %. A driver without per-process samples gets
+//   NVML_ERROR_NOT_SUPPORTED (nvidia-smi shows N/A): the card's figure is never passed off as the
+//   container's. Encoder and decoder utilisation likewise, from the samples' encUtil / decUtil.
+#include "interposer/hook_prologue.h"
+#include "interposer/nvml_slice.h"
+
+namespace gs = gpuslice::interposer;
+
+namespace {
+
+constexpr unsigned long long kWindowUs = 1'000'000;
+
+unsigned clamp_percent(unsigned long long v) { return v > 100 ? 100U : static_cast<unsigned>(v); }
+
+}  // namespace
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                       nvmlProcessUtilizationSample_t* utilization,
+                                                       unsigned int* processSamplesCount,
+                                                       unsigned long long lastSeenTimeStamp) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetProcessUtilization);
+  if (processSamplesCount == nullptr || gs::nvml_slice_record(device) < 0)
+    return real(device, utilization, processSamplesCount, lastSeenTimeStamp);
+  gs::NvmlList<nvmlProcessUtilizationSample_t> all;
+  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationSample_t* buffer, unsigned* count) {
+    return real(device, buffer, count, lastSeenTimeStamp);
+  });
+  if (r != NVML_SUCCESS) return r;
+  gs::OwnPids own;
+  own.collect();
+  unsigned capacity = utilization == nullptr ? 0 : *processSamplesCount;
+  r = gs::hand_out_own(all, own, &capacity, utilization,
+                       [](const nvmlProcessUtilizationSample_t& e) { return e; });
+  *processSamplesCount = capacity;
+  if (r == NVML_SUCCESS && capacity == 0) return NVML_ERROR_NOT_FOUND;  // as NVML: no sample newer
+  return r;
+}
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+                                                             nvmlProcessesUtilizationInfo_t* info) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetProcessesUtilizationInfo);
+  if (info == nullptr || gs::nvml_slice_record(device) < 0) return real(device, info);
+  gs::NvmlList<nvmlProcessUtilizationInfo_v1_t> all;
+  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationInfo_v1_t* buffer, unsigned* count) {
+    nvmlProcessesUtilizationInfo_t ask = *info;
+    ask.processSamplesCount = *count;
+    ask.procUtilArray = buffer;
+    nvmlReturn_t answer = real(device, &ask);
+    *count = ask.processSamplesCount;
+    return answer;
+  });
+  if (r != NVML_SUCCESS) return r;
+  gs::OwnPids own;
+  own.collect();
+  unsigned capacity = info->procUtilArray == nullptr ? 0 : info->processSamplesCount;
+  r = gs::hand_out_own(all, own, &capacity, info->procUtilArray,
+                       [](const nvmlProcessUtilizationInfo_v1_t& e) { return e; });
+  info->processSamplesCount = capacity;
+  if (r == NVML_SUCCESS && capacity == 0) return NVML_ERROR_NOT_FOUND;
+  return r;
+}
+
+namespace {
+
+// The container's share of each engine over the last second, in percent.
+struct OwnShare {
+  unsigned sm = 0;
+  unsigned memory = 0;
+  unsigned encoder = 0;
+  unsigned decoder = 0;
+};
+
+// Sums the container's per-process samples of the last second (each process's samples averaged);
+// NVML_ERROR_NOT_SUPPORTED where the driver keeps no per-process samples.
+nvmlReturn_t own_share(nvmlDevice_t device, OwnShare* share) {
+  auto samples_of = REAL(nvmlDeviceGetProcessUtilization);
+  if (samples_of == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  gs::NvmlList<nvmlProcessUtilizationSample_t> all;
+  // NVML stamps samples with the CPU's realtime clock in microseconds.
+  const unsigned long long now_us = gpuslice::realtime_ns() / 1000;
+  const unsigned long long since = now_us > kWindowUs ? now_us - kWindowUs : 0;
+  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationSample_t* buffer, unsigned* count) {
+    return samples_of(device, buffer, count, since);
+  });
+  *share = OwnShare{};
+  if (r == NVML_ERROR_NOT_FOUND) return NVML_SUCCESS;  // no process used the device in the last second
+  if (r != NVML_SUCCESS)
+    return r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_FUNCTION_NOT_FOUND ? NVML_ERROR_NOT_SUPPORTED : r;
+  gs::OwnPids own;
+  own.collect();
+  unsigned long long sum[4] = {};
+  // Each own pid once (at its first sample), with the average of its samples.
+  for (unsigned i = 0; i < all.size(); ++i) {
+    const nvmlProcessUtilizationSample_t& s = all[i];
+    if (!own.contains(s.pid)) continue;
+    bool seen = false;
+    for (unsigned j = 0; j < i && !seen; ++j) seen = all[j].pid == s.pid;
+    if (seen) continue;
+    unsigned long long process[4] = {};
+    unsigned long long n = 0;
+    for (unsigned j = i; j < all.size(); ++j) {
+      if (all[j].pid != s.pid) continue;
+      process[0] += all[j].smUtil;
+      process[1] += all[j].memUtil;
+      process[2] += all[j].encUtil;
+      process[3] += all[j].decUtil;
+      ++n;
+    }
+    for (int k = 0; k < 4; ++k) sum[k] += n == 0 ? 0 : process[k] / n;
+  }
+  *share =
+      OwnShare{clamp_percent(sum[0]), clamp_percent(sum[1]), clamp_percent(sum[2]), clamp_percent(sum[3])};
+  return NVML_SUCCESS;
+}
+
+// Encoder / decoder: the real call checks the arguments and gives the sampling period; the
+// utilisation is then the container's.
+template <class Real>
+nvmlReturn_t own_video_utilization(Real real, nvmlDevice_t device, unsigned* utilization, unsigned* period_us,
+                                   bool encoder) {
+  nvmlReturn_t r = real(device, utilization, period_us);
+  if (r != NVML_SUCCESS || gs::nvml_slice_record(device) < 0) return r;
+  OwnShare share;
+  r = own_share(device, &share);
+  if (r != NVML_SUCCESS) return r;
+  *utilization = encoder ? share.encoder : share.decoder;
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetUtilizationRates);
+  if (utilization == nullptr || gs::nvml_slice_record(device) < 0) return real(device, utilization);
+  OwnShare share;
+  nvmlReturn_t r = own_share(device, &share);
+  if (r != NVML_SUCCESS) return r;
+  *utilization = nvmlUtilization_t{share.sm, share.memory};
+  return NVML_SUCCESS;
+}
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                                       unsigned int* samplingPeriodUs) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetEncoderUtilization);
+  return own_video_utilization(real, device, utilization, samplingPeriodUs, true);
+}
+
+GS_EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int* utilization,
+                                                       unsigned int* samplingPeriodUs) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetDecoderUtilization);
+  return own_video_utilization(real, device, utilization, samplingPeriodUs, false);
+}
+
+// The card's utilisation sample buffers describe every tenant at once and cannot be split by
+// process: on a device of the slice they are not supported (nvidia-smi prints N/A for them).
+// Power and clock samples are the card's and stay as they are.
+GS_EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                            unsigned long long lastSeenTimeStamp,
+                                            nvmlValueType_t* sampleValType, unsigned int* sampleCount,
+                                            nvmlSample_t* samples) {
+  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetSamples);
+  const bool utilization = type == NVML_GPU_UTILIZATION_SAMPLES || type == NVML_MEMORY_UTILIZATION_SAMPLES ||
+                           type == NVML_ENC_UTILIZATION_SAMPLES || type == NVML_DEC_UTILIZATION_SAMPLES ||
+                           type == NVML_JPG_UTILIZATION_SAMPLES || type == NVML_OFA_UTILIZATION_SAMPLES;
+  if (utilization && gs::nvml_slice_record(device) >= 0) return NVML_ERROR_NOT_SUPPORTED;
+  return real(device, type, lastSeenTimeStamp, sampleValType, sampleCount, samples);
+}

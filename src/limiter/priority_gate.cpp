@@ -1,0 +1,305 @@
+#include "limiter/priority_gate.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+constexpr auto kAcquire = std::memory_order_acquire;
+constexpr auto kRelease = std::memory_order_release;
+constexpr auto kAcqRel = std::memory_order_acq_rel;
+
+// Containers read per refresh; more than this many on one GPU are not expected.
+constexpr std::size_t kMaxPeers = 64;
+// Shortest hold sleep: below this a sleep costs more than it is worth.
+constexpr std::uint64_t kMinNapNs = 20'000;
+// How often a thread waiting for another thread's drain looks again.
+constexpr std::uint64_t kDrainPollNs = 100'000;
+// Upper bound of the launch cap, so a tiny measured cost cannot make the bound meaningless.
+constexpr std::uint64_t kMaxLaunchCap = 4096;
+
+std::uint64_t elapsed(std::uint64_t from, std::uint64_t to) { return to > from ? to - from : 0; }
+
+std::atomic<bool> g_drain_error_logged{false};
+
+}  // namespace
+
+PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
+                           const std::atomic<std::uint32_t>* priority_source, const PriorityTuning& tuning)
+    : clock_(clock), ops_(ops), board_(board), priority_source_(priority_source), tuning_(tuning) {
+  // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
+  const PriorityTuning defaults;
+  if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
+  if (tuning_.refresh_ns == 0) tuning_.refresh_ns = defaults.refresh_ns;
+  if (tuning_.absent_refresh_ns < tuning_.refresh_ns) tuning_.absent_refresh_ns = tuning_.refresh_ns;
+  if (tuning_.held_poll_ns == 0 || tuning_.held_poll_ns > tuning_.refresh_ns)
+    tuning_.held_poll_ns = tuning_.refresh_ns;
+  if (tuning_.busy_horizon_ns == 0) tuning_.busy_horizon_ns = defaults.busy_horizon_ns;
+  if (tuning_.sync_lease_ns == 0) tuning_.sync_lease_ns = defaults.sync_lease_ns;
+  if (tuning_.stale_ns == 0) tuning_.stale_ns = defaults.stale_ns;
+  if (tuning_.floor_window_ns == 0) tuning_.floor_window_ns = defaults.floor_window_ns;
+  if (tuning_.floor_slice_ns == 0) tuning_.floor_slice_ns = defaults.floor_slice_ns;
+  if (tuning_.initial_launch_cap == 0) tuning_.initial_launch_cap = defaults.initial_launch_cap;
+  tuning_.floor_percent = std::min(tuning_.floor_percent, 100U);
+}
+
+Priority PriorityGate::priority() const {
+  const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed)
+                                                        : static_cast<std::uint32_t>(Priority::Normal);
+  return raw <= static_cast<std::uint32_t>(Priority::High) ? static_cast<Priority>(raw) : Priority::Normal;
+}
+
+PriorityStats PriorityGate::stats() const {
+  PriorityStats s;
+  s.held_back_ns = held_back_ns_.load(kRelaxed);
+  s.holds = holds_.load(kRelaxed);
+  s.drains = drains_.load(kRelaxed);
+  s.floor_slices = floor_slices_.load(kRelaxed);
+  s.publishes = publishes_.load(kRelaxed);
+  s.scans = scans_.load(kRelaxed);
+  s.rereads = rereads_.load(kRelaxed);
+  return s;
+}
+
+void PriorityGate::gate(CUstream stream) {
+  std::uint64_t now = clock_.now_ns();
+  announce_busy(now);
+  if (priority() == Priority::High) {
+    // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
+    // that returns after another thread launched must not say idle.
+    last_launch_ns_.store(now, kRelaxed);
+    return;
+  }
+  PeerSummary summary = peers(now, false);
+  if (!summary.higher_present) {
+    // Nobody above us: no bound and no bookkeeping. A window left from an earlier higher peer is
+    // forgotten so that a new one starts counting from its first launch.
+    if (window_launches_.load(kRelaxed) != 0) window_launches_.store(0, kRelaxed);
+    last_launch_ns_.store(now, kRelaxed);
+    return;
+  }
+  const std::uint64_t hold_start = now;
+  bool held = false;
+  while (summary.higher_busy_until_ns > now) {
+    if (floor_admits(now, hold_start, true)) break;
+    if (!held) {
+      held = true;
+      holds_.fetch_add(1, kRelaxed);
+      window_held_.store(true, kRelaxed);
+    }
+    clock_.sleep_ns(std::max(kMinNapNs, std::min(tuning_.held_poll_ns, summary.higher_busy_until_ns - now)));
+    now = clock_.now_ns();
+    summary = peers(now, true);
+  }
+  if (held) {
+    const std::uint64_t waited = elapsed(hold_start, now);
+    held_back_ns_.fetch_add(waited, kRelaxed);
+    // Time spent held is time the container was busy: keep its own record busy across it.
+    announce_busy(now);
+  } else {
+    floor_admits(now, now, false);
+  }
+  bound_in_flight(stream, now);
+  last_launch_ns_.store(now, kRelaxed);
+}
+
+// A container is busy from its first launch after idling. Only a change is published: the record
+// then says busy for busy_horizon_ns, renewed by launches when half of it is left. Low has nobody
+// below it to tell.
+void PriorityGate::announce_busy(std::uint64_t now) {
+  if (priority() == Priority::Low) return;
+  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
+  if (until >= now + tuning_.busy_horizon_ns / 2) return;
+  busy_until_ns_.store(now + tuning_.busy_horizon_ns, kRelaxed);
+  publish_own(now);
+}
+
+void PriorityGate::note_sync_begin() {
+  const std::uint64_t now = clock_.now_ns();
+  sync_begin_ns_.store(now, kRelaxed);
+  if (priority() == Priority::Low) return;
+  // Only work this container launched keeps it busy while it waits; an idle sync says nothing.
+  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
+  if (until <= now || until >= now + tuning_.sync_lease_ns / 2) return;
+  busy_until_ns_.store(now + tuning_.sync_lease_ns, kRelaxed);
+  publish_own(now);
+}
+
+void PriorityGate::note_host_sync() {
+  const std::uint64_t now = clock_.now_ns();
+  // The queue was empty when the sync returned: the in-flight window starts over.
+  if (!draining_.load(kAcquire)) {
+    window_launches_.store(0, kRelaxed);
+    window_held_.store(false, kRelaxed);
+  }
+  // Idle at once when nothing was launched since the wait began, so lower priorities resume
+  // without waiting for the horizon to pass.
+  if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
+  if (busy_until_ns_.load(kRelaxed) == 0) return;
+  busy_until_ns_.store(0, kRelaxed);
+  publish_own(now);
+}
+
+void PriorityGate::heartbeat() { publish_own(clock_.now_ns()); }
+
+void PriorityGate::settle() {
+  busy_until_ns_.store(0, kRelaxed);
+  publish_own(clock_.now_ns());
+}
+
+void PriorityGate::publish_own(std::uint64_t now) {
+  if (board_ == nullptr) return;
+  PeerView own;
+  own.priority = priority();
+  own.heartbeat_ns = now;
+  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
+  own.busy_until_ns = until > now ? until : 0;
+  own.held_back_ns = held_back_ns_.load(kRelaxed);
+  board_->publish(own);
+  publishes_.fetch_add(1, kRelaxed);
+}
+
+// The peers' records, re-read by one thread at a time when due (or when a held thread asks); the
+// others use the last summary. A full look (a scan of the node channel) is due every
+// absent_refresh_ns; in between, only the higher-priority records it found are re-read, every
+// refresh_ns (the reaction time), and nothing at all when it found none.
+PriorityGate::PeerSummary PriorityGate::peers(std::uint64_t now, bool force) {
+  std::uint64_t next = next_refresh_ns_.load(kRelaxed);
+  const bool due = force || now >= next;
+  if (!due || board_ == nullptr ||
+      !next_refresh_ns_.compare_exchange_strong(next, now + tuning_.refresh_ns, kAcqRel)) {
+    return PeerSummary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire)};
+  }
+  if (reading_.exchange(true, kAcquire)) {
+    return PeerSummary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire)};
+  }
+  const Priority own = priority();
+  PeerView records[kMaxPeers];
+  std::size_t count = 0;
+  const bool scan = now >= next_scan_ns_.load(kRelaxed);
+  if (scan) {
+    next_scan_ns_.store(now + tuning_.absent_refresh_ns, kRelaxed);
+    count = board_->read_peers(records, kMaxPeers, now, tuning_.stale_ns);
+    scans_.fetch_add(1, kRelaxed);
+  } else {
+    count = board_->read_known_above(records, kMaxPeers, now, tuning_.stale_ns, own);
+    rereads_.fetch_add(1, kRelaxed);
+  }
+  count = std::min(count, kMaxPeers);
+  PeerSummary summary;
+  for (std::size_t i = 0; i < count; ++i) {
+    const PeerView& peer = records[i];
+    if (peer.heartbeat_ns + tuning_.stale_ns < now) continue;
+    if (static_cast<std::uint32_t>(peer.priority) <= static_cast<std::uint32_t>(own)) continue;
+    summary.higher_present = true;
+    // An honest peer never claims more than one sync lease plus a horizon past its publish
+    // (which is not in the future).
+    const std::uint64_t latest =
+        std::min(peer.heartbeat_ns, now) + tuning_.sync_lease_ns + tuning_.busy_horizon_ns;
+    summary.higher_busy_until_ns =
+        std::max(summary.higher_busy_until_ns, std::min(peer.busy_until_ns, latest));
+  }
+  higher_busy_until_ns_.store(summary.higher_busy_until_ns, kRelease);
+  higher_present_.store(summary.higher_present, kRelease);
+  // Nobody above: nothing to re-read until the next full look.
+  if (!summary.higher_present) next_refresh_ns_.store(next_scan_ns_.load(kRelaxed), kRelaxed);
+  reading_.store(false, kRelease);
+  return summary;
+}
+
+// The floor: admission time accrues at floor_percent of the time spent held (from `held_since`)
+// and is spent at the rest of the time admitted. Credit is capped at one window's share, and a
+// slice is granted only when it is full: after floor_window_ns of continuous holding, then every
+// slice / floor_percent. Returns true when the calling thread may launch although held.
+bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, bool held) {
+  const std::uint64_t percent = tuning_.floor_percent;
+  if (percent == 0) return false;
+  if (now < floor_open_until_ns_.load(kAcquire)) return true;
+  if (!held && floor_credit_ns_.load(kRelaxed) == 0) return false;
+  if (floor_busy_.exchange(true, kAcquire)) return false;  // another thread is accounting
+  const std::uint64_t last = floor_updated_ns_.load(kRelaxed);
+  floor_updated_ns_.store(now, kRelaxed);
+  const auto cap = static_cast<std::int64_t>(tuning_.floor_window_ns / 100 * percent);
+  std::int64_t credit = floor_credit_ns_.load(kRelaxed);
+  if (held) {
+    credit += static_cast<std::int64_t>(elapsed(std::max(last, held_since), now) / 100 * percent);
+  } else {
+    credit -= static_cast<std::int64_t>(elapsed(last, now) / 100 * (100 - percent));
+  }
+  credit = std::clamp<std::int64_t>(credit, 0, cap);
+  bool admit = false;
+  if (held && credit >= cap) {
+    credit -= static_cast<std::int64_t>(tuning_.floor_slice_ns / 100 * (100 - percent));
+    // The slice itself is neither held nor charged again.
+    floor_updated_ns_.store(now + tuning_.floor_slice_ns, kRelaxed);
+    floor_open_until_ns_.store(now + tuning_.floor_slice_ns, kRelease);
+    floor_slices_.fetch_add(1, kRelaxed);
+    admit = true;
+  }
+  floor_credit_ns_.store(credit, kRelaxed);
+  floor_busy_.store(false, kRelease);
+  return admit;
+}
+
+std::uint64_t PriorityGate::launch_cap() const {
+  const std::uint64_t launches = cost_sum_launches_.load(kRelaxed);
+  if (launches == 0) return tuning_.initial_launch_cap;
+  const std::uint64_t cost = std::max<std::uint64_t>(1, cost_sum_ns_.load(kRelaxed) / launches);
+  return std::clamp<std::uint64_t>(tuning_.in_flight_bound_ns / cost, 1, kMaxLaunchCap);
+}
+
+// Keeps at most launch_cap() launches (about in_flight_bound_ns of device time) between drains.
+void PriorityGate::bound_in_flight(CUstream stream, std::uint64_t now) {
+  for (;;) {
+    if (draining_.load(kAcquire)) {
+      clock_.sleep_ns(kDrainPollNs);
+      now = clock_.now_ns();
+      continue;
+    }
+    if (window_launches_.load(kRelaxed) < launch_cap()) break;
+    if (draining_.exchange(true, kAcquire)) continue;
+    drain(stream);
+    draining_.store(false, kRelease);
+    now = clock_.now_ns();
+    break;
+  }
+  if (window_launches_.fetch_add(1, kRelaxed) == 0) window_start_ns_.store(now, kRelaxed);
+}
+
+void PriorityGate::drain(CUstream stream) {
+  const std::uint32_t launches = window_launches_.load(kRelaxed);
+  const std::uint64_t start = window_start_ns_.load(kRelaxed);
+  const bool held = window_held_.load(kRelaxed);
+  window_launches_.store(0, kRelaxed);
+  window_held_.store(false, kRelaxed);
+  int capture = 0;
+  if (ops_.stream_is_capturing != nullptr && ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS &&
+      capture != 0) {
+    return;  // captured launches run nothing yet, and a synchronize would invalidate the capture
+  }
+  if (ops_.ctx_synchronize == nullptr) return;
+  const CUresult r = ops_.ctx_synchronize();
+  drains_.fetch_add(1, kRelaxed);
+  if (r != CUDA_SUCCESS) {
+    if (!g_drain_error_logged.exchange(true, kRelaxed))
+      GS_LOG(Debug, "priority gate: drain returned %d; the in-flight bound is estimated",
+             static_cast<int>(r));
+    return;
+  }
+  // A window interrupted by a hold measured the higher priority's time, not the cost of a launch.
+  const std::uint64_t end = clock_.now_ns();
+  if (held || launches == 0 || end <= start) return;
+  // The first sample may include a deep queue launched before any higher priority appeared; the
+  // second replaces it.
+  if (cost_samples_.fetch_add(1, kRelaxed) == 1) {
+    cost_sum_ns_.store(0, kRelaxed);
+    cost_sum_launches_.store(0, kRelaxed);
+  }
+  cost_sum_ns_.store(cost_sum_ns_.load(kRelaxed) / 2 + (end - start), kRelaxed);
+  cost_sum_launches_.store(cost_sum_launches_.load(kRelaxed) / 2 + launches, kRelaxed);
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,193 @@
+// Priority sharing between containers on one GPU. See docs/priority.md for the rules.
+//
+// While a container of higher priority has work queued or running on the GPU, a lower-priority
+// container's launches are held back, and while any higher-priority container is alive on the GPU
+// the lower one keeps at most `in_flight_bound_ns` of device work queued (a launched kernel cannot
+// be preempted, so this bounds what the higher one may find in front of its first kernel). When
+// the higher ones are idle, lower ones run unthrottled apart from that bound; with no
+// higher-priority container at all they run with no bookkeeping. A floor gives a lower priority a
+// minimum share of admission time when a higher one never idles.
+//
+// One PriorityGate per (process, device). Containers see each other through a PeerBoard (the node
+// channel in the library, a fake in the simulator). The launch hooks call gate() only when some
+// container on the node set a priority.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+#include "common/clock.h"
+#include "limiter/compute_limiter.h"
+
+namespace gpuslice::limiter {
+
+// Same values as the node channel's shm::Priority.
+enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
+
+// What one container publishes about itself on one GPU.
+struct PeerView {
+  Priority priority = Priority::Normal;
+  std::uint64_t heartbeat_ns = 0;   // CLOCK_MONOTONIC of the publish
+  std::uint64_t busy_until_ns = 0;  // work queued or running at least until then; 0 = idle
+  std::uint64_t held_back_ns = 0;   // total time the container's launches were held back
+};
+
+// The other containers on the same GPU, and this container's own record.
+class PeerBoard {
+ public:
+  virtual ~PeerBoard() = default;
+  // Records of the OTHER containers whose heartbeat is newer than now - stale_ns, at most
+  // `capacity`: a full look (on the node channel, a scan of its directory). Must not allocate or
+  // block for long: called from launching threads, one at a time.
+  virtual std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                                 std::uint64_t stale_ns) = 0;
+  // The same for the containers the last read_peers() found with a priority above `above` only,
+  // as cheaply as the board can (on the node channel, one read per record kept open). A container
+  // that appeared or rose above since is seen by the next read_peers().
+  virtual std::size_t read_known_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                                       std::uint64_t stale_ns, Priority above) {
+    static_cast<void>(above);
+    return read_peers(out, capacity, now_ns, stale_ns);
+  }
+  // Replaces this container's record.
+  virtual void publish(const PeerView& own) = 0;
+};
+
+struct PriorityTuning {
+  // Device work a lower-priority process may have queued while a higher-priority container is
+  // alive: what a higher one's first kernel may find in front of it (plus one kernel longer than
+  // this). Reaching it drains the queue (cuCtxSynchronize), so smaller costs more drains.
+  std::uint64_t in_flight_bound_ns = 2'000'000;
+  // While a higher-priority container is alive, a launching thread re-reads the peers' records at
+  // most this often; held threads sleep at most this long between looks.
+  std::uint64_t refresh_ns = 1'000'000;
+  // All records are looked at (a scan of the node channel) at most this often; in between, only
+  // the records of the higher-priority containers the last look found are re-read (every
+  // refresh_ns), and none when there were none. A container that starts or rises above this one is
+  // seen this late at most. High never reads them.
+  std::uint64_t absent_refresh_ns = 100'000'000;
+  // While a launching thread is held, it re-reads the higher records this often, so it resumes
+  // this soon after they say idle.
+  std::uint64_t held_poll_ns = 200'000;
+  // Each launch keeps this container's published busy_until at least this far ahead; a launch
+  // re-publishes when less than half of it is left (so at most one publish per 5 ms while busy).
+  std::uint64_t busy_horizon_ns = 10'000'000;
+  // While an application thread waits in a host synchronisation for work it launched, the
+  // container counts as busy up to this long (the work is running); the sync's return ends it.
+  std::uint64_t sync_lease_ns = 1'000'000'000;
+  // Records whose heartbeat is older than this are ignored: a container killed mid-burst
+  // releases the others this long after its last heartbeat.
+  std::uint64_t stale_ns = 500'000'000;
+  // Minimum share of admission time for a lower priority whose higher peers never idle, in
+  // percent (0 = strict priority, starvation allowed). It applies after `floor_window_ns` of
+  // continuous holding, in slices of `floor_slice_ns`.
+  unsigned floor_percent = 5;
+  std::uint64_t floor_window_ns = 1'000'000'000;
+  std::uint64_t floor_slice_ns = 5'000'000;
+  // Launches allowed before the first drain, while the cost of a launch is unknown.
+  std::uint32_t initial_launch_cap = 2;
+};
+
+struct PriorityStats {
+  std::uint64_t held_back_ns = 0;  // time launching threads of this process were held back
+  std::uint64_t holds = 0;         // launches that were held back at least once
+  std::uint64_t drains = 0;        // queue drains to keep in-flight work within the bound
+  std::uint64_t floor_slices = 0;  // floor slices granted while a higher priority was busy
+  std::uint64_t publishes = 0;     // records published (busy transitions and heartbeats)
+  std::uint64_t scans = 0;         // full looks at the records (read_peers)
+  std::uint64_t rereads = 0;       // re-reads of the known higher records (read_known_above)
+};
+
+class PriorityGate {
+ public:
+  // `priority_source` holds the container's Priority as its integer value, read at every launch
+  // so `gpuslice set --priority` applies live. `board`, `clock` and the source must outlive the
+  // gate.
+  PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
+               const std::atomic<std::uint32_t>* priority_source,
+               const PriorityTuning& tuning = PriorityTuning{});
+  PriorityGate(const PriorityGate&) = delete;
+  PriorityGate& operator=(const PriorityGate&) = delete;
+
+  // Before each kernel/graph launch on this device, from any thread. Publishes this container as
+  // busy, holds the thread while a higher-priority container is busy, and bounds the work in
+  // flight while a higher-priority container is alive. No allocation, no lock.
+  void gate(CUstream stream);
+
+  // Around an application's host synchronisation (cuCtxSynchronize, cuStreamSynchronize,
+  // cuEventSynchronize, synchronous copies): while it waits, the container stays busy (its work
+  // runs); when it returned and nothing was launched meanwhile, the container is idle at once.
+  void note_sync_begin();
+  void note_host_sync();
+
+  // Every ~100 ms from a background thread: re-publishes this container's record with a fresh
+  // heartbeat (and a live priority change). Never sleeps.
+  void heartbeat();
+
+  // At exit or context teardown: publishes the container as idle.
+  void settle();
+
+  Priority priority() const;
+  PriorityStats stats() const;
+
+ private:
+  struct PeerSummary {
+    bool higher_present = false;
+    std::uint64_t higher_busy_until_ns = 0;
+  };
+
+  void announce_busy(std::uint64_t now);
+  void publish_own(std::uint64_t now);
+  PeerSummary peers(std::uint64_t now, bool force);
+  bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
+  void bound_in_flight(CUstream stream, std::uint64_t now);
+  void drain(CUstream stream);
+  std::uint64_t launch_cap() const;
+
+  Clock& clock_;
+  DriverOps ops_;
+  PeerBoard* board_;
+  const std::atomic<std::uint32_t>* priority_source_;
+  PriorityTuning tuning_;
+
+  // Own published state.
+  std::atomic<std::uint64_t> busy_until_ns_{0};
+  std::atomic<std::uint64_t> last_launch_ns_{0};
+  std::atomic<std::uint64_t> sync_begin_ns_{0};
+
+  // Cached summary of the peers, refreshed by one thread at a time (every refresh_ns while a higher
+  // priority is alive, every absent_refresh_ns otherwise).
+  std::atomic<std::uint64_t> next_refresh_ns_{0};
+  std::atomic<std::uint64_t> next_scan_ns_{0};
+  std::atomic<bool> reading_{false};  // one thread reads the board at a time
+  std::atomic<bool> higher_present_{false};
+  std::atomic<std::uint64_t> higher_busy_until_ns_{0};
+
+  // Floor: admission time owed to this container, accrued while held, spent while admitted.
+  std::atomic<bool> floor_busy_{false};
+  std::atomic<std::uint64_t> floor_updated_ns_{0};
+  std::atomic<std::int64_t> floor_credit_ns_{0};
+  std::atomic<std::uint64_t> floor_open_until_ns_{0};
+
+  // In-flight bound: launches since the queue was last known empty, and the cost of a launch
+  // (wall time and launches of windows closed by the cap, both halved at every sample).
+  std::atomic<std::uint32_t> window_launches_{0};
+  std::atomic<std::uint64_t> window_start_ns_{0};
+  std::atomic<bool> window_held_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<std::uint32_t> cost_samples_{0};
+  std::atomic<std::uint64_t> cost_sum_ns_{0};
+  std::atomic<std::uint64_t> cost_sum_launches_{0};
+
+  std::atomic<std::uint64_t> held_back_ns_{0};
+  std::atomic<std::uint64_t> holds_{0};
+  std::atomic<std::uint64_t> drains_{0};
+  std::atomic<std::uint64_t> floor_slices_{0};
+  std::atomic<std::uint64_t> publishes_{0};
+  std::atomic<std::uint64_t> scans_{0};
+  std::atomic<std::uint64_t> rereads_{0};
+};
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,335 @@
+#include "shared_state/node_channel.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/errno_text.h"
+#include "common/safe_file.h"
+#include "shared_state/layout.h"
+#include "shared_state/peer_record.h"
+
+namespace gpuslice::shm {
+namespace detail {
+
+std::uint64_t peer_checksum(const PeerRecord& record) {
+  return layout::fnv1a64(&record, offsetof(PeerRecord, checksum));
+}
+
+std::uint64_t uuid_hash(std::string_view uuid) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (char c : uuid) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+bool peer_record_valid(const PeerRecord& record, std::uint64_t expected_uuid_hash) {
+  return std::memcmp(record.magic, PeerRecord::kMagic, sizeof record.magic) == 0 &&
+         record.version == PeerRecord::kVersion && record.size == sizeof(PeerRecord) &&
+         record.uuid_hash == expected_uuid_hash && record.container_key != 0 &&
+         record.compute_limit_percent <= 100 &&
+         record.priority <= static_cast<std::uint32_t>(Priority::High) &&
+         record.checksum == peer_checksum(record);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::PeerRecord;
+
+// Record files of our own writer directory untouched for this long belong to containers that are
+// gone; the directory's owner removes them so it does not grow without bound.
+constexpr std::int64_t kAbandonedRecordSeconds = 600;
+
+bool valid_component(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string record_name(std::string_view uuid, std::uint64_t key) {
+  char hex[24];
+  std::snprintf(hex, sizeof hex, ".%016" PRIx64, key);
+  return std::string(uuid) + hex;
+}
+
+// Opens (creating if needed) our writer directory: ours or root's, and replaceable by nobody else.
+Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std::string& writer) {
+  // On Kubernetes it is a mount point in a read-only mount: EEXIST, or EROFS then ENOENT below.
+  const bool created = ::mkdirat(node_fd, writer.c_str(), 0755) == 0;
+  if (!created && errno != EEXIST && errno != EROFS) {
+    return make_error(node_dir + "/" + writer + ": cannot create: " + fs::errno_text(errno));
+  }
+  struct stat entry {};
+  if (::fstatat(node_fd, writer.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(entry.st_mode)) {
+    return make_error(node_dir + "/" + writer + ": is a symbolic link; refusing to follow it");
+  }
+  int fd = ::openat(node_fd, writer.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error(node_dir + "/" + writer + ": " + fs::errno_text(errno));
+  fs::UniqueFd guard(fd);
+  auto trusted = fs::check_dir(fd, fs::DirTrust::SharedSticky, node_dir + "/" + writer);
+  if (!trusted) return make_error(trusted.error());
+  // Peers must be able to read it whatever our umask (077 would hide every record).
+  if (created) (void)::fchmod(fd, 0755);
+  return guard.release();
+}
+
+void remove_abandoned_records(int writer_fd, std::string_view keep) {
+  int listing_fd = ::dup(writer_fd);
+  if (listing_fd < 0) return;
+  DIR* listing = ::fdopendir(listing_fd);
+  if (listing == nullptr) {
+    ::close(listing_fd);
+    return;
+  }
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  while (dirent* entry = ::readdir(listing)) {
+    if (entry->d_name[0] == '.' || keep == entry->d_name) continue;
+    struct stat st {};
+    if (::fstatat(writer_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_uid != ::geteuid() || now.tv_sec - st.st_mtim.tv_sec < kAbandonedRecordSeconds) continue;
+    ::unlinkat(writer_fd, entry->d_name, 0);
+  }
+  ::closedir(listing);
+}
+
+// Opens and reads one record file of a peer; -1 for anything that is not a valid record of this
+// GPU, else the open file (the caller closes it).
+int open_record(int dir_fd, const char* name, std::uint64_t uuid_hash, PeerRecord* out,
+                struct stat* identity) {
+  const int fd = fs::open_in_dir_raw(dir_fd, name, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat& st = *identity;
+  if (::fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(sizeof(PeerRecord)) ||
+      !fs::pread_exact(fd, out, sizeof *out, 0) || !detail::peer_record_valid(*out, uuid_hash)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Re-reads a record file kept open: exactly one record's bytes (a longer file is refused).
+bool reread_record(int fd, std::uint64_t uuid_hash, PeerRecord* out) {
+  unsigned char bytes[sizeof(PeerRecord) + 1];
+  ssize_t got = -1;
+  do {
+    got = ::pread(fd, bytes, sizeof bytes, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != static_cast<ssize_t>(sizeof(PeerRecord))) return false;
+  std::memcpy(out, bytes, sizeof *out);
+  return detail::peer_record_valid(*out, uuid_hash);
+}
+
+void copy_peer(const PeerRecord& record, PeerState* peer) {
+  peer->container_key = record.container_key;
+  peer->compute_limit_percent = record.compute_limit_percent;
+  peer->priority = static_cast<Priority>(record.priority);
+  peer->heartbeat_ns = record.heartbeat_ns;
+  peer->busy_until_ns = record.busy_until_ns;
+  peer->held_back_ns = record.held_back_ns;
+}
+
+bool listed(const PeerState* out, std::size_t count, std::uint64_t key) {
+  for (std::size_t i = 0; i < count; ++i)
+    if (out[i].container_key == key) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string node_writer_name() {
+  const char* configured = std::getenv("GPUSLICE_NODE_WRITER");
+  if (configured != nullptr && valid_component(configured)) return configured;
+  return "uid-" + std::to_string(::geteuid());
+}
+
+NodeChannel::NodeChannel(std::string node_dir, std::string uuid, std::uint64_t key, int fd,
+                         std::string record_path)
+    : node_dir_(std::move(node_dir)),
+      uuid_(std::move(uuid)),
+      uuid_hash_(detail::uuid_hash(uuid_)),
+      key_(key),
+      fd_(fd),
+      record_path_(std::move(record_path)) {}
+
+NodeChannel::~NodeChannel() {
+  forget_known();
+  ::close(fd_);
+}
+
+void NodeChannel::forget_known() {
+  for (std::size_t i = 0; i < known_count_; ++i) {
+    struct stat st {};
+    if (::fstat(known_[i].fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == known_[i].device &&
+        static_cast<std::uint64_t>(st.st_ino) == known_[i].inode) {
+      ::close(known_[i].fd);
+    }
+  }
+  known_count_ = 0;
+}
+
+Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_dir, std::string_view gpu_uuid,
+                                                       std::uint64_t container_key, std::string_view writer) {
+  if (container_key == 0) return make_error("the node channel needs a container key");
+  if (!valid_component(gpu_uuid))
+    return make_error("GPU UUID '" + std::string(gpu_uuid) + "' is not a file name");
+  std::string writer_name = writer.empty() ? node_writer_name() : std::string(writer);
+  if (!valid_component(writer_name))
+    return make_error("node channel writer '" + writer_name + "' is not a file name");
+  // Created shared and sticky if missing: every user of the host adds its own writer directory.
+  if (::mkdir(node_dir.c_str(), 01777) == 0) (void)::chmod(node_dir.c_str(), 01777);
+  auto node_fd = fs::open_dir(node_dir, fs::DirTrust::Any);
+  if (!node_fd) return make_error(node_fd.error());
+  fs::UniqueFd node_guard(*node_fd);
+  auto writer_fd = open_writer_dir(*node_fd, node_dir, writer_name);
+  if (!writer_fd) return make_error(writer_fd.error());
+  fs::UniqueFd writer_guard(*writer_fd);
+
+  std::string name = record_name(gpu_uuid, container_key);
+  std::string path = node_dir + "/" + writer_name + "/" + name;
+  // Readable by every peer, writable only by us.
+  auto fd = fs::open_in_dir(*writer_fd, name.c_str(), O_RDWR | O_CREAT, 0644);
+  if (!fd) return make_error(node_dir + "/" + writer_name + "/" + fd.error());
+  fs::UniqueFd record_guard(*fd);
+  struct stat st {};
+  if (::fstat(*fd, &st) != 0) return make_error(path + ": cannot stat: " + fs::errno_text(errno));
+  if (st.st_uid != ::geteuid()) {
+    return make_error(path + ": owned by uid " + std::to_string(st.st_uid) +
+                      ", not us; refusing to write it");
+  }
+  // Readable by peers whatever our umask.
+  if ((st.st_mode & 0777) != 0644) (void)::fchmod(*fd, 0644);
+  if (static_cast<std::size_t>(st.st_size) != sizeof(PeerRecord) &&
+      ::ftruncate(*fd, static_cast<off_t>(sizeof(PeerRecord))) != 0) {
+    return make_error(path + ": cannot size the record: " + fs::errno_text(errno));
+  }
+  remove_abandoned_records(*writer_fd, name);
+  return std::unique_ptr<NodeChannel>(
+      new NodeChannel(node_dir, std::string(gpu_uuid), container_key, record_guard.release(), path));
+}
+
+bool NodeChannel::publish(const PeerState& own) {
+  PeerRecord record{};
+  std::memcpy(record.magic, PeerRecord::kMagic, sizeof record.magic);
+  record.version = PeerRecord::kVersion;
+  record.size = sizeof(PeerRecord);
+  record.sequence = sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
+  record.container_key = key_;
+  record.uuid_hash = uuid_hash_;
+  record.compute_limit_percent = own.compute_limit_percent > 100 ? 100 : own.compute_limit_percent;
+  record.priority = static_cast<std::uint32_t>(own.priority);
+  record.heartbeat_ns = own.heartbeat_ns != 0 ? own.heartbeat_ns : monotonic_ns();
+  record.busy_until_ns = own.busy_until_ns;
+  record.held_back_ns = own.held_back_ns;
+  record.checksum = detail::peer_checksum(record);
+  return fs::pwrite_exact(fd_, &record, sizeof record, 0);
+}
+
+// Not ours, and a heartbeat within stale_ns of now: one from after now_ns was published while we
+// read; one far ahead is bogus.
+bool NodeChannel::fresh_peer(const void* raw, std::uint64_t now_ns, std::uint64_t stale_ns) const {
+  const auto& record = *static_cast<const PeerRecord*>(raw);
+  if (record.container_key == key_) return false;
+  return record.heartbeat_ns > now_ns ? record.heartbeat_ns - now_ns < stale_ns
+                                      : now_ns - record.heartbeat_ns < stale_ns;
+}
+
+std::size_t NodeChannel::read_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                                    std::uint64_t stale_ns) const {
+  return scan(out, capacity, now_ns, stale_ns, nullptr, nullptr);
+}
+
+std::size_t NodeChannel::scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                                    std::uint64_t stale_ns) {
+  KnownPeer found[kMaxKnownPeers];
+  std::size_t kept = 0;
+  const std::size_t count = scan(out, capacity, now_ns, stale_ns, found, &kept);
+  forget_known();
+  for (std::size_t i = 0; i < kept; ++i) known_[i] = found[i];
+  known_count_ = kept;
+  return count;
+}
+
+std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                                          std::uint64_t stale_ns, Priority above) const {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < known_count_ && count < capacity; ++i) {
+    if (static_cast<std::uint32_t>(known_[i].priority) <= static_cast<std::uint32_t>(above)) continue;
+    PeerRecord record;
+    if (!reread_record(known_[i].fd, uuid_hash_, &record) || !fresh_peer(&record, now_ns, stale_ns) ||
+        listed(out, count, record.container_key)) {
+      continue;
+    }
+    copy_peer(record, &out[count++]);
+  }
+  return count;
+}
+
+std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                              std::uint64_t stale_ns, KnownPeer* keep, std::size_t* kept) const {
+  if (capacity == 0) return 0;
+  auto node_fd = fs::open_dir(node_dir_, fs::DirTrust::Any);
+  if (!node_fd) return 0;
+  DIR* writers = ::fdopendir(*node_fd);
+  if (writers == nullptr) {
+    ::close(*node_fd);
+    return 0;
+  }
+  const std::string prefix = uuid_ + ".";
+  std::size_t count = 0;
+  std::size_t writers_seen = 0;
+  while (dirent* writer = ::readdir(writers)) {
+    if (writer->d_name[0] == '.') continue;
+    if (++writers_seen > kMaxWriters || count == capacity) break;
+    int writer_fd =
+        ::openat(::dirfd(writers), writer->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (writer_fd < 0) continue;
+    DIR* records = ::fdopendir(writer_fd);
+    if (records == nullptr) {
+      ::close(writer_fd);
+      continue;
+    }
+    std::size_t records_seen = 0;
+    while (dirent* entry = ::readdir(records)) {
+      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+      if (++records_seen > kMaxRecordsPerWriter || count == capacity) break;
+      PeerRecord record;
+      struct stat identity {};
+      fs::UniqueFd fd(open_record(::dirfd(records), entry->d_name, uuid_hash_, &record, &identity));
+      if (fd.get() < 0 || !fresh_peer(&record, now_ns, stale_ns) ||
+          listed(out, count, record.container_key)) {
+        continue;
+      }
+      copy_peer(record, &out[count++]);
+      if (keep != nullptr && *kept < kMaxKnownPeers) {
+        keep[*kept].fd = fd.release();
+        keep[*kept].priority = static_cast<Priority>(record.priority);
+        keep[*kept].device = static_cast<std::uint64_t>(identity.st_dev);
+        keep[*kept].inode = static_cast<std::uint64_t>(identity.st_ino);
+        ++*kept;
+      }
+    }
+    ::closedir(records);
+  }
+  ::closedir(writers);
+  return count;
+}
+
+}  // namespace gpuslice::shm

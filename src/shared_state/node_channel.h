@@ -1,0 +1,102 @@
+// The node-wide channel between containers sharing a GPU (compute-limit turns, priority sharing).
+//
+// Every container writes only its own record file; everyone else only reads it. Layout:
+//   <node dir>/<writer>/<gpu uuid>.<container key, 16 hex digits>
+// where <writer> is a directory only that writer can change: on Kubernetes the device plugin mounts
+// <root>/channel read-only into each container and the container's own <root>/channel/<id> read-write
+// over it (GPUSLICE_NODE_WRITER=<id>); on a plain host it is "uid-<uid>", created 0755 by its user.
+// A record is a fixed-size, checksummed struct written with one pwrite; readers pread it into a local
+// copy, check kind, size, magic, checksum, GPU and freshness, and skip anything else. No mapping of a
+// file another tenant can write, so a hostile writer can at worst publish false numbers about itself.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace gpuslice::shm {
+
+enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
+
+struct PeerState {                          // what one container publishes about itself on one GPU
+  std::uint64_t container_key = 0;          // identity of the container (its ledger file); set by the channel
+  std::uint32_t compute_limit_percent = 0;  // 0 = none
+  Priority priority = Priority::Normal;
+  std::uint64_t heartbeat_ns = 0;   // CLOCK_MONOTONIC of the last publish (0: publish() stamps it)
+  std::uint64_t busy_until_ns = 0;  // priority: work queued/running at least until this time; 0 = idle
+  std::uint64_t held_back_ns = 0;   // priority: total time this container's submissions were held back
+};
+
+// The writer directory name a process uses: GPUSLICE_NODE_WRITER if set (one valid path component),
+// otherwise "uid-<effective uid>".
+std::string node_writer_name();
+
+class NodeChannel {
+ public:
+  // Most writer directories and records per writer a reader looks at: a hostile writer that creates
+  // many files slows nobody down beyond this.
+  static constexpr std::size_t kMaxWriters = 256;
+  static constexpr std::size_t kMaxRecordsPerWriter = 16;
+
+  // node_dir: GPUSLICE_NODE_DIR (or what the device plugin mounts). Creates/opens this container's
+  // own record for the GPU in <node_dir>/<writer> (writer: node_writer_name() when empty); never
+  // follows symlinks; refuses a writer directory another user controls.
+  static Result<std::unique_ptr<NodeChannel>> open(const std::string& node_dir, std::string_view gpu_uuid,
+                                                   std::uint64_t container_key, std::string_view writer = {});
+  ~NodeChannel();
+  NodeChannel(const NodeChannel&) = delete;
+  NodeChannel& operator=(const NodeChannel&) = delete;
+
+  // One pwrite of a fixed-size checksummed record; lock-free, no allocation, safe from any thread.
+  bool publish(const PeerState& own);
+
+  // Validated records of the OTHER containers on this GPU refreshed within stale_ns; at most `capacity`.
+  // A scan of the node directory: a listing per writer and an open per record.
+  std::size_t read_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                         std::uint64_t stale_ns = 2'000'000'000ULL) const;
+
+  // read_peers() that also keeps the record files it read open (at most kMaxKnownPeers), for
+  // read_known_peers() to re-read without listing or opening anything. One thread at a time
+  // (together with read_known_peers); read_peers() may run beside it.
+  std::size_t scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns);
+  // The records of the files the last scan_peers() kept whose priority then was above `above`:
+  // one pread each into a local copy, validated as by read_peers(). A record replaced since (by a
+  // symbolic link, a FIFO, another file) is still the old file here and turns stale; the next
+  // scan opens what is there now, with the same checks. No allocation, no lock.
+  std::size_t read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
+                               std::uint64_t stale_ns, Priority above) const;
+  static constexpr std::size_t kMaxKnownPeers = 64;
+
+  const std::string& record_path() const { return record_path_; }
+
+ private:
+  NodeChannel(std::string node_dir, std::string uuid, std::uint64_t key, int fd, std::string record_path);
+
+  struct KnownPeer {
+    int fd = -1;
+    Priority priority = Priority::Normal;
+    std::uint64_t device = 0;  // the file's identity, so that a descriptor the application closed
+    std::uint64_t inode = 0;   // and reused for its own file is never closed by us
+  };
+  std::size_t scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
+                   KnownPeer* keep, std::size_t* kept) const;
+  bool fresh_peer(const void* record, std::uint64_t now_ns, std::uint64_t stale_ns) const;
+  void forget_known();
+
+  std::string node_dir_;
+  std::string uuid_;
+  std::uint64_t uuid_hash_;
+  std::uint64_t key_;
+  int fd_;
+  std::string record_path_;
+  std::atomic<std::uint64_t> sequence_{0};
+  KnownPeer known_[kMaxKnownPeers];
+  std::size_t known_count_ = 0;
+};
+
+}  // namespace gpuslice::shm

@@ -1,0 +1,35 @@
+// The on-disk record of the node channel (see node_channel.h): fixed size, little-endian host
+// layout, FNV-1a checksum over every byte before `checksum`. A reader accepts a record only when
+// kind, size, magic, version, GPU and checksum all match.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gpuslice::shm::detail {
+
+struct PeerRecord {
+  static constexpr char kMagic[8] = {'G', 'S', 'P', 'E', 'E', 'R', '0', '1'};
+  static constexpr std::uint32_t kVersion = 1;
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t size;
+  std::uint64_t sequence;
+  std::uint64_t container_key;
+  std::uint64_t uuid_hash;  // which GPU the record is about
+  std::uint32_t compute_limit_percent;
+  std::uint32_t priority;
+  std::uint64_t heartbeat_ns;
+  std::uint64_t busy_until_ns;
+  std::uint64_t held_back_ns;
+  std::uint64_t checksum;
+};
+static_assert(sizeof(PeerRecord) == 80, "the record size is part of the format");
+
+std::uint64_t peer_checksum(const PeerRecord& record);
+// Case-insensitive FNV-1a of a GPU UUID.
+std::uint64_t uuid_hash(std::string_view uuid);
+bool peer_record_valid(const PeerRecord& record, std::uint64_t uuid_hash);
+
+}  // namespace gpuslice::shm::detail

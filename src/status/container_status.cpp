@@ -1,0 +1,87 @@
+#include "status/container_status.h"
+
+#include <algorithm>
+
+#include "shared_state/layout.h"
+
+namespace gpuslice::status {
+
+ContainerStatus from_snapshot(const shm::Snapshot& snap) {
+  ContainerStatus out;
+  out.path = snap.path;
+  static constexpr const char* kPriorityNames[] = {"low", "normal", "high"};  // shm::Priority's values
+  if (snap.priority >= 0 && snap.priority <= 2) out.priority = kPriorityNames[snap.priority];
+  out.held_back_ns = snap.held_back_ns;
+  for (const shm::DeviceRow& row : snap.devices) {
+    DeviceStatus d;
+    d.record = row.record;
+    d.cuda_index = row.index;
+    d.uuid = row.uuid;
+    d.total_bytes = row.total_bytes;
+    if (row.quota != shm::kUnlimited) d.quota_bytes = row.quota;
+    if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
+    if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
+    d.used_bytes = row.used;
+    if (row.compute_limit != shm::kNoComputeLimit) d.compute_limit_percent = row.compute_limit;
+    d.refused_allocations = row.refused_allocations;
+    d.busy_ns = 0;
+    out.devices.push_back(std::move(d));
+  }
+  for (const shm::ProcessRow& p : snap.processes) {
+    for (std::size_t i = 0; i < out.devices.size(); ++i) {
+      *out.devices[i].busy_ns += i < p.busy_ns_by_device.size() ? p.busy_ns_by_device[i] : 0;
+    }
+  }
+  for (const shm::ProcessRow& p : snap.processes) {
+    ProcessStatus ps;
+    ps.pid = p.pid;
+    if (p.host_pid > 0) ps.host_pid = p.host_pid;
+    ps.command = p.command;
+    for (std::size_t i = 0; i < out.devices.size(); ++i) {
+      ProcessDeviceStatus pd;
+      pd.record = out.devices[i].record;
+      pd.used_bytes = i < p.used_by_device.size() ? p.used_by_device[i] : 0;
+      pd.busy_ns = i < p.busy_ns_by_device.size() ? p.busy_ns_by_device[i] : 0;
+      std::uint64_t total = *out.devices[i].busy_ns;
+      if (total > 0) pd.compute_share = static_cast<double>(*pd.busy_ns) / static_cast<double>(total);
+      ps.devices.push_back(pd);
+    }
+    out.processes.push_back(std::move(ps));
+  }
+  return out;
+}
+
+void RateTracker::update(ContainerStatus& status, std::uint64_t now_ns) {
+  const std::string container = status.id ? *status.id : status.path.value_or("");
+  for (std::size_t i = 0; i < status.devices.size(); ++i) {
+    DeviceStatus& d = status.devices[i];
+    Sample& prev = previous_[container + '\n' + d.uuid];
+    const bool have_prev = prev.at_ns != 0 && now_ns > prev.at_ns;
+    const double wall = have_prev ? static_cast<double>(now_ns - prev.at_ns) : 0.0;
+    if (have_prev && d.refused_allocations >= prev.refused)
+      d.refused_in_interval = d.refused_allocations - prev.refused;
+    if (have_prev && d.busy_ns && *d.busy_ns >= prev.busy_ns) {
+      d.compute_utilization_ratio =
+          std::clamp(static_cast<double>(*d.busy_ns - prev.busy_ns) / wall, 0.0, 1.0);
+    }
+    Sample next;
+    next.at_ns = now_ns;
+    next.busy_ns = d.busy_ns.value_or(0);
+    next.refused = d.refused_allocations;
+    for (ProcessStatus& p : status.processes) {
+      if (i >= p.devices.size() || !p.devices[i].busy_ns) continue;
+      std::uint64_t busy = *p.devices[i].busy_ns;
+      next.process_busy_ns[p.pid] = busy;
+      auto it = prev.process_busy_ns.find(p.pid);
+      // A process new in this interval started from zero busy time.
+      std::uint64_t before = it != prev.process_busy_ns.end() ? it->second : 0;
+      if (have_prev && busy >= before) {
+        p.devices[i].compute_utilization_ratio =
+            std::clamp(static_cast<double>(busy - before) / wall, 0.0, 1.0);
+      }
+    }
+    prev = std::move(next);
+  }
+}
+
+}  // namespace gpuslice::status

@@ -1,0 +1,219 @@
+// status --json in the shared shape (with rates when watching), and the node-wide views: a node
+// root read directly, and the daemon's API (a stand-in server that answers what the daemon would).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.h"
+#include "shared_state/layout.h"
+
+namespace {
+
+using namespace gpuslice::cli_test;
+using nlohmann::json;
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> docs;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) docs.push_back(json::parse(line));
+  }
+  return docs;
+}
+
+TEST_F(CliTest, StatusJsonWhenWatchingAddsTheRatesOfEachInterval) {
+  auto ledger = make_state();
+  ledger->count_refusal(0);
+  Outcome o =
+      run({"status", "--watch", "--json", "--file", state_, "--interval", "0.2", "--iterations", "2"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  auto docs = json_lines(o.out);
+  ASSERT_EQ(docs.size(), 2u) << o.out;
+  EXPECT_EQ(docs[0]["schema_version"], 1);
+  EXPECT_TRUE(docs[0]["devices"][0]["compute_utilization_ratio"].is_null()) << "no interval yet";
+  EXPECT_TRUE(docs[0]["devices"][0]["refused_allocations_in_interval"].is_null());
+  EXPECT_EQ(docs[1]["devices"][0]["refused_allocations"], 1);
+  EXPECT_EQ(docs[1]["devices"][0]["refused_allocations_in_interval"], 0);
+  EXPECT_DOUBLE_EQ(docs[1]["devices"][0]["compute_utilization_ratio"].get<double>(), 0.0);
+  // The members status --json always had are still there.
+  for (const char* key : {"record", "cuda_index", "uuid", "total_bytes", "quota_bytes", "used_bytes",
+                          "compute_limit_percent", "refused_allocations"}) {
+    EXPECT_TRUE(docs[1]["devices"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(docs[1]["path"], state_);
+  EXPECT_EQ(docs[1]["layout_version"], gpuslice::shm::layout::kLayoutVersion);
+}
+
+TEST_F(CliTest, SetPriorityIsShownByStatusWithTheHeldBackTime) {
+  auto ledger = make_state();
+  Outcome before = run({"status", "--json", "--file", state_});
+  ASSERT_EQ(before.status, 0) << before.err;
+  EXPECT_TRUE(json::parse(before.out)["priority"].is_null()) << "never set";
+  EXPECT_FALSE(contains(run({"status", "--file", state_}).out, "Priority:"));
+
+  Outcome set = run({"set", "--file", state_, "--priority", "HIGH"});
+  ASSERT_EQ(set.status, 0) << set.err;
+  EXPECT_TRUE(contains(set.out, "priority not set -> high")) << set.out;
+  EXPECT_EQ(ledger->priority(), 2);
+  ledger->add_held_back_ns(2'500'000'000);
+  Outcome text = run({"status", "--file", state_});
+  EXPECT_TRUE(contains(text.out, "Priority: high, held back 2.500 s")) << text.out;
+  json doc = json::parse(run({"status", "--json", "--file", state_}).out);
+  EXPECT_EQ(doc["priority"], "high");
+  EXPECT_EQ(doc["held_back_ns"], 2'500'000'000u);
+
+  Outcome bad = run({"set", "--file", state_, "--priority", "urgent"});
+  EXPECT_EQ(bad.status, 2) << bad.out << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--priority 'urgent'")) << bad.err;
+  EXPECT_EQ(ledger->priority(), 2) << "a refused value changes nothing";
+}
+
+class NodeStatusTest : public CliTest {
+ protected:
+  // <root>/containers/<id>/state/state with one device and `used` bytes held by this process.
+  std::unique_ptr<Ledger> make_container(const std::string& id, std::uint64_t used) {
+    std::string state_dir = dir_ + "/root/containers/" + id + "/state";
+    std::filesystem::create_directories(state_dir);
+    std::filesystem::create_directories(dir_ + "/root/containers/" + id + "/config");
+    std::ofstream(dir_ + "/root/containers/" + id + "/config/limits") << "GPUSLICE_MEMORY_LIMIT=4Gi\n";
+    auto ledger = std::move(Ledger::open(state_dir + "/state", Ledger::Mode::Process)).value();
+    EXPECT_TRUE(ledger->register_process().ok());
+    EXPECT_EQ(ledger->attach_device(kUuid0, 0, 80 * kGi, 4 * kGi, 0).value(), 0);
+    EXPECT_TRUE(ledger->try_reserve(0, used));
+    return ledger;
+  }
+};
+
+TEST_F(NodeStatusTest, StatusNodeShowsEveryContainerOfANodeRoot) {
+  auto a = make_container("alpha", kGi);
+  auto b = make_container("beta", 2 * kGi);
+  std::filesystem::create_directories(dir_ + "/root/containers/gamma");  // no process has used CUDA yet
+  Outcome o = run({"status", "--node", dir_ + "/root", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json doc = json::parse(o.out);
+  ASSERT_EQ(doc["containers"].size(), 3u) << o.out;
+  EXPECT_EQ(doc["containers"][0]["id"], "alpha");
+  EXPECT_EQ(doc["containers"][0]["devices"][0]["used_bytes"], kGi);
+  EXPECT_EQ(doc["containers"][0]["limits"]["memory"], "4Gi");
+  EXPECT_EQ(doc["containers"][1]["id"], "beta");
+  EXPECT_EQ(doc["containers"][1]["devices"][0]["used_bytes"], 2 * kGi);
+  EXPECT_EQ(doc["containers"][2]["has_state"], false);
+
+  Outcome text = run({"status", "--node=" + dir_ + "/root"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "== Container alpha")) << text.out;
+  EXPECT_TRUE(contains(text.out, "== Container beta")) << text.out;
+  EXPECT_TRUE(contains(text.out, "2 GiB")) << text.out;
+  EXPECT_TRUE(contains(text.out, "No state yet")) << text.out;
+
+  Outcome env = run({"status", "--node", "--json"}, {"GPUSLICE_NODE_ROOT=" + dir_ + "/root"});
+  ASSERT_EQ(env.status, 0) << env.err;
+  EXPECT_EQ(json::parse(env.out)["containers"].size(), 3u);
+}
+
+TEST_F(NodeStatusTest, TopShowsTheWholeNodeWhenTheNodeRootIsReadable) {
+  auto a = make_container("alpha", kGi);
+  Outcome o = run({"top", "--iterations", "1"}, {"GPUSLICE_NODE_ROOT=" + dir_ + "/root"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "== Container alpha")) << o.out;
+  Outcome own = run({"top", "--iterations", "1", "--file", state_}, {"GPUSLICE_NODE_ROOT=" + dir_ + "/root"});
+  EXPECT_EQ(own.status, 1) << "--file names the container's own state, which does not exist: " << own.out;
+}
+
+TEST_F(NodeStatusTest, StatusNodeOfAMissingRootIsAnError) {
+  Outcome o = run({"status", "--node", dir_ + "/nothing"});
+  EXPECT_EQ(o.status, 1);
+  EXPECT_TRUE(contains(o.err, dir_ + "/nothing/containers")) << o.err;
+}
+
+// A one-request HTTP server on loopback answering `body`; records the request it got.
+class FakeDaemon {
+ public:
+  explicit FakeDaemon(std::string body) : body_(std::move(body)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 1);
+    thread_ = std::thread([this] {
+      int client = accept(fd_, nullptr, nullptr);
+      if (client < 0) return;
+      char buffer[8192];
+      ssize_t n = recv(client, buffer, sizeof buffer, 0);
+      if (n > 0) request_.assign(buffer, static_cast<std::size_t>(n));
+      std::string response = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body_.size()) + "\r\n\r\n" + body_;
+      send(client, response.data(), response.size(), MSG_NOSIGNAL);
+      close(client);
+    });
+  }
+  ~FakeDaemon() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+  std::string request() {
+    if (thread_.joinable()) thread_.join();
+    return request_;
+  }
+
+ private:
+  std::string body_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::string request_;
+};
+
+TEST_F(NodeStatusTest, StatusApiReadsTheDaemonWithItsToken) {
+  json container = {{"id", "ctr-1"},
+                    {"has_state", true},
+                    {"priority", "low"},
+                    {"held_back_ns", 2'500'000'000ULL},
+                    {"error", nullptr},
+                    {"pod", {{"namespace", "ml"}, {"name", "trainer-0"}, {"container", "main"}}},
+                    {"devices",
+                     {{{"record", 0},
+                       {"uuid", kUuid0},
+                       {"total_bytes", 80 * kGi},
+                       {"quota_bytes", 8 * kGi},
+                       {"used_bytes", 3 * kGi},
+                       {"compute_limit_percent", 30},
+                       {"refused_allocations", 2},
+                       {"compute_utilization_ratio", 0.25}}}},
+                    {"processes",
+                     {{{"pid", 12},
+                       {"host_pid", 3456},
+                       {"command", "python"},
+                       {"devices", {{{"record", 0}, {"used_bytes", 3 * kGi}}}}}}}};
+  json body = {
+      {"version", "0.1.0"},
+      {"gpus", {{{"index", 0}, {"uuid", kUuid0}, {"name", "NVIDIA H100"}, {"memory_total_bytes", 80 * kGi}}}},
+      {"containers", {container}}};
+  FakeDaemon daemon(body.dump());
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  Outcome o = run({"status", "--api", "http://127.0.0.1:" + std::to_string(daemon.port()), "--token-file",
+                   dir_ + "/token"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(daemon.request(), "Authorization: Bearer s3cret\r\n")) << daemon.request();
+  EXPECT_TRUE(contains(daemon.request(), "GET /api/v1/status ")) << daemon.request();
+  EXPECT_TRUE(contains(o.out, "== Container ctr-1  pod ml/trainer-0")) << o.out;
+  EXPECT_TRUE(contains(o.out, "3 GiB")) << o.out;
+  EXPECT_TRUE(contains(o.out, "3456")) << o.out;
+  EXPECT_TRUE(contains(o.out, "Priority: low, held back 2.500 s")) << o.out;
+}
+
+TEST_F(NodeStatusTest, StatusApiWithoutATokenFileIsAUsageError) {
+  Outcome o = run({"status", "--api", "http://127.0.0.1:1"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_TRUE(contains(o.err, "--token-file")) << o.err;
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+// `gpuslice top` in a real terminal: tmux runs it at 80x24 and 120x32 against the simulated
+// driver's NVML; the test reads the screen (capture-pane), the alternate-screen flag and sends keys.
+#include "cli_fixture.h"
+
+namespace {
+
+using namespace gpuslice::cli_test;
+
+std::string shell(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    std::size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+    pclose(pipe);
+  }
+  return out;
+}
+
+class TopTerminalTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (shell("command -v tmux").empty()) GTEST_SKIP() << "tmux is not installed (CI installs it)";
+    socket_ = "gpuslice-top-" + std::to_string(getpid());
+    std::filesystem::create_directory(dir_ + "/mock");
+  }
+  void TearDown() override {
+    if (!socket_.empty()) shell(tmux("kill-server") + " 2>/dev/null");
+    CliTest::TearDown();
+  }
+  std::string tmux(const std::string& args) const { return "tmux -L " + socket_ + " " + args; }
+
+  void start(int width, int height) {
+    std::string command = std::string(GPUSLICE_CLI_PATH) + " top --file " + state_ + " --interval 0.2";
+    std::string start =
+        tmux("new-session -d -x " + std::to_string(width) + " -y " + std::to_string(height) +
+             " -e LD_LIBRARY_PATH=" + GPUSLICE_MOCK_DIR + " -e GPUSLICE_MOCK_STATE_DIR=" + dir_ +
+             "/mock -e TERM=tmux-256color '" + command + "'");
+    ASSERT_EQ(std::system(start.c_str()), 0) << start;
+  }
+  std::string screen() const { return shell(tmux("capture-pane -p")); }
+  // Polls the screen until it contains `text` (the view refreshes every 0.2 s).
+  std::string wait_for(const std::string& text) const {
+    std::string shown;
+    for (int i = 0; i < 100; ++i) {
+      shown = screen();
+      if (contains(shown, text)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return shown;
+  }
+  bool running() const { return std::system((tmux("has-session") + " 2>/dev/null").c_str()) == 0; }
+
+  std::string socket_;
+};
+
+TEST_F(TopTerminalTest, FullScreenViewFitsEightyColumnsAndQuitsOnQ) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 3 * kGi));
+  start(80, 24);
+  ledger->add_busy_ns(0, 1);
+  std::string shown = wait_for("sm ");
+  EXPECT_TRUE(contains(shown, "gpuslice top")) << shown;
+  EXPECT_TRUE(contains(shown, "driver 580.00.00-mock")) << shown;
+  EXPECT_TRUE(contains(shown, "CUDA 13.0")) << shown;
+  EXPECT_TRUE(contains(shown, "gpuslice mock GPU")) << shown;
+  EXPECT_TRUE(contains(shown, "00000000..4444 dev 0")) << "UUIDs shortened: " << shown;
+  EXPECT_TRUE(contains(shown, "3G/8G")) << shown;
+  EXPECT_TRUE(contains(shown, "/30%")) << "compute rate against the limit: " << shown;
+  EXPECT_TRUE(contains(shown, std::to_string(getpid()))) << "process row: " << shown;
+  std::istringstream lines(shown);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+  // A device row is one line: the bar and the rates did not wrap onto the next.
+  std::size_t row = shown.find("00000000..4444 dev 0");
+  std::string device_line = shown.substr(row, shown.find('\n', row) - row);
+  EXPECT_TRUE(contains(device_line, "[")) << device_line;
+  EXPECT_TRUE(contains(device_line, "refused +")) << device_line;
+  EXPECT_EQ(shell(tmux("display -p '#{alternate_on}'")), "1\n") << "not on the alternate screen";
+
+  ASSERT_EQ(std::system(tmux("send-keys s").c_str()), 0);
+  EXPECT_TRUE(contains(wait_for("sort share"), "sort share"));
+  ASSERT_EQ(std::system(tmux("send-keys d").c_str()), 0);
+  shown = wait_for("device 00000000..4444");
+  EXPECT_TRUE(contains(shown, "device 00000000..4444")) << shown;
+  EXPECT_FALSE(contains(shown, "99999999..5555 dev 1")) << "the other device is still shown: " << shown;
+
+  ASSERT_EQ(std::system(tmux("send-keys q").c_str()), 0);
+  for (int i = 0; i < 50 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(running()) << "q did not end gpuslice top";
+}
+
+TEST_F(TopTerminalTest, WideTerminalShowsTheCardTotalAndHostPids) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(1, kGi));
+  start(120, 32);
+  std::string shown = wait_for("HOST PID");
+  EXPECT_TRUE(contains(shown, "HOST PID")) << shown;
+  EXPECT_TRUE(contains(shown, "of 80G")) << "the card's total: " << shown;
+  EXPECT_TRUE(contains(shown, "1G/unl")) << shown;
+  EXPECT_TRUE(contains(shown, "99999999..5555 dev 1")) << shown;
+  std::istringstream lines(shown);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 120u) << line;
+}
+
+TEST_F(TopTerminalTest, NotATerminalPrintsThePlainRefreshes) {
+  auto ledger = make_state();
+  Outcome o = run({"top", "--file", state_, "--interval", "0.05", "--iterations", "2"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(contains(o.out, "\x1b")) << "escape sequences in a pipe";
+  std::size_t first = o.out.find("State file:");
+  ASSERT_NE(first, std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("State file:", first + 1), std::string::npos) << "two refreshes: " << o.out;
+  EXPECT_TRUE(contains(o.out, "NOW")) << "the rate column once an interval has passed: " << o.out;
+}
+
+}  // namespace

@@ -1,0 +1,272 @@
+// The memory books and the device table on a simulated driver (DriverOps) over a real container
+// ledger: reservation races, footprint reconciliation, the limits rule for late devices, fork.
+#include "interposer/memory_books.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "interposer/devices.h"
+#include "interposer/driver_ops.h"
+
+namespace gpuslice::interposer {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ULL << 20;
+constexpr std::uint64_t kGiB = 1ULL << 30;
+
+// The simulated driver: two 16 GiB devices, a current device per thread, NVML's process list.
+struct Simulation {
+  static inline thread_local CUdevice current = 0;
+  static inline std::mutex mutex;
+  static inline std::vector<nvmlProcessInfo_t> processes;
+
+  static CUresult uuid(CUuuid* out, CUdevice dev) {
+    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
+    for (int i = 0; i < 16; ++i) out->bytes[i] = static_cast<char>(dev * 16 + i);
+    return CUDA_SUCCESS;
+  }
+  static CUresult total(std::size_t* bytes, CUdevice dev) {
+    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = 16 * kGiB;
+    return CUDA_SUCCESS;
+  }
+  static CUresult current_device(CUdevice* dev) {
+    *dev = current;
+    return CUDA_SUCCESS;
+  }
+  static bool list(const char*, nvmlProcessInfo_t* out, unsigned* count) {
+    std::lock_guard<std::mutex> lock(mutex);
+    unsigned n = 0;
+    for (const auto& p : processes)
+      if (n < *count) out[n++] = p;
+    *count = n;
+    return true;
+  }
+  static void report_own_usage(std::uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    processes.clear();
+    nvmlProcessInfo_t own{};
+    own.pid = static_cast<unsigned>(getpid());
+    own.usedGpuMemory = bytes;
+    processes.push_back(own);
+  }
+};
+
+class MemoryBooks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpuslice-books-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    set_driver_ops({Simulation::uuid, Simulation::total, Simulation::current_device, Simulation::list});
+    Simulation::processes.clear();
+    Simulation::current = 0;
+    clear_allocation_tables_after_fork();
+  }
+  void TearDown() override {
+    // The library keeps its runtime for the whole process; a test's goes with the test.
+    Runtime* rt = runtime();
+    install_runtime(nullptr);
+    if (rt != nullptr) delete rt->ledger;
+    delete rt;
+    g_memory_active.store(false);
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A process of a container started with GPUSLICE_MEMORY_LIMIT=`memory` and the limits file
+  // holding `file` (empty: no file).
+  Runtime& start(const std::string& memory, const std::string& file = {}) {
+    auto* rt = new Runtime();  // lives as long as the process, as in the library
+    rt->settings.memory =
+        *config::parse_device_values(memory, config::ValueKind::Size, config::SizeDialect::Native);
+    rt->settings.shared_file = dir_ + "/state";
+    rt->settings.limits_file = dir_ + "/limits";
+    if (!file.empty()) write_limits(file);
+    config::apply_limits_file(rt->settings, rt->settings.limits_file);
+    EXPECT_TRUE(rt->settings.ok()) << rt->settings.errors.front();
+    auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
+    EXPECT_TRUE(opened.ok()) << opened.error();
+    rt->ledger = std::move(opened).value().release();
+    EXPECT_TRUE(rt->ledger->register_process().ok());
+    install_runtime(rt);
+    g_memory_active.store(true);
+    return *rt;
+  }
+
+  void write_limits(const std::string& text) {
+    std::ofstream(dir_ + "/limits.tmp") << text;
+    std::filesystem::rename(dir_ + "/limits.tmp", dir_ + "/limits");
+  }
+
+  // Allocates like a hook: the simulated driver always succeeds, handing out fresh addresses.
+  CUresult allocate_bytes(std::uint64_t bytes, CUdeviceptr* out) {
+    static std::atomic<CUdeviceptr> next{0x10000};
+    CUdeviceptr dptr = 0;
+    CUresult r = allocate_linear(current_device_state(), bytes, &dptr, [&] {
+      dptr = next.fetch_add(0x1000);
+      return CUDA_SUCCESS;
+    });
+    *out = dptr;
+    return r;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(MemoryBooks, ThreadsRacingForTheQuotaNeverTogetherExceedIt) {
+  Runtime& rt = start("1Gi");
+  constexpr int kThreads = 8;
+  std::atomic<std::uint64_t> granted{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < 64; ++i) {
+        CUdeviceptr p = 0;
+        if (allocate_bytes(8 * kMiB, &p) == CUDA_SUCCESS) granted.fetch_add(8 * kMiB);
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  DeviceState* d = device_state(0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_LE(granted.load(), kGiB) << "never more than the quota";
+  EXPECT_EQ(rt.ledger->used(d->ledger_dev), granted.load()) << "the books match what was handed out";
+  // A racing reservation may back off needlessly, but nothing is lost: the rest is still there.
+  CUdeviceptr p = 0;
+  while (allocate_bytes(8 * kMiB, &p) == CUDA_SUCCESS) granted.fetch_add(8 * kMiB);
+  EXPECT_EQ(granted.load(), kGiB);
+  EXPECT_EQ(rt.ledger->used(d->ledger_dev), kGiB);
+}
+
+TEST_F(MemoryBooks, AFailedDriverAllocationGivesTheReservationBack) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr dptr = 0;
+  CUresult r =
+      allocate_linear(current_device_state(), 512 * kMiB, &dptr, [] { return CUDA_ERROR_OUT_OF_MEMORY; });
+  EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(rt.ledger->used(device_state(0)->ledger_dev), 0u);
+}
+
+TEST_F(MemoryBooks, AFreeReturnsTheBytesAndADoubleFreeReturnsNothing) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(allocate_bytes(256 * kMiB, &p), CUDA_SUCCESS);
+  const int dev = device_state(0)->ledger_dev;
+  EXPECT_EQ(rt.ledger->used(dev), 256 * kMiB);
+  EXPECT_EQ(release(AllocKind::Linear, p, [] { return CUDA_SUCCESS; }), CUDA_SUCCESS);
+  EXPECT_EQ(rt.ledger->used(dev), 0u);
+  EXPECT_EQ(release(AllocKind::Linear, p, [] { return CUDA_ERROR_INVALID_VALUE; }), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(rt.ledger->used(dev), 0u);
+}
+
+TEST_F(MemoryBooks, TheContextFootprintIsChargedAndGivenBackAsTheDriverReportsIt) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(allocate_bytes(100 * kMiB, &p), CUDA_SUCCESS);
+  DeviceState& d = *device_state(0);
+  Simulation::report_own_usage(100 * kMiB + 300 * kMiB);  // the driver holds 300 MiB more than we track
+  reconcile_context_footprint(d);
+  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 400 * kMiB);
+  EXPECT_EQ(d.context_charge.load(), 300 * kMiB);
+  Simulation::report_own_usage(100 * kMiB + 64 * kMiB);  // module images unloaded
+  reconcile_context_footprint(d);
+  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 164 * kMiB);
+  Simulation::report_own_usage(100 * kMiB + 65 * kMiB);  // within the slack: not worth a change
+  reconcile_context_footprint(d);
+  EXPECT_EQ(d.context_charge.load(), 64 * kMiB);
+}
+
+TEST_F(MemoryBooks, NoReconciliationWhileAnAllocationIsInFlight) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(allocate_bytes(100 * kMiB, &p), CUDA_SUCCESS);
+  DeviceState& d = *device_state(0);
+  Simulation::report_own_usage(500 * kMiB);
+  {
+    AllocationInFlight flight;  // the driver's figure may already include it, our books not yet
+    reconcile_context_footprint(d);
+  }
+  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 100 * kMiB);
+}
+
+TEST_F(MemoryBooks, AFootprintThatWouldExceedTheQuotaIsNotCharged) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(allocate_bytes(900 * kMiB, &p), CUDA_SUCCESS);
+  DeviceState& d = *device_state(0);
+  Simulation::report_own_usage(900 * kMiB + 200 * kMiB);
+  reconcile_context_footprint(d);
+  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 900 * kMiB) << "the books never exceed the quota";
+  EXPECT_EQ(d.context_charge.load(), 0u);
+}
+
+TEST_F(MemoryBooks, AFileCapNeverRaisesTheRequestedQuota) {
+  start("1Gi", "GPUSLICE_MEMORY_LIMIT=4Gi\n");
+  DeviceState& d = *device_state(0);
+  EXPECT_EQ(effective_quota(d), kGiB);
+  write_limits("GPUSLICE_MEMORY_LIMIT=8Gi\n");
+  refresh_limits_file();
+  EXPECT_EQ(effective_quota(d), kGiB);
+  write_limits("GPUSLICE_MEMORY_LIMIT=512Mi\n");
+  refresh_limits_file();
+  EXPECT_EQ(effective_quota(d), 512 * kMiB);
+}
+
+TEST_F(MemoryBooks, ADeviceAttachedAfterTheFileChangedGetsTheNewCap) {
+  start("2Gi");
+  Simulation::current = 0;
+  ASSERT_NE(current_device_state(), nullptr);
+  write_limits("GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  refresh_limits_file();
+  EXPECT_EQ(effective_quota(*device_state(0)), kGiB);
+  DeviceState* late = device_state(1);  // first use long after start
+  ASSERT_NE(late, nullptr);
+  ASSERT_GE(late->ledger_dev, 0);
+  EXPECT_EQ(effective_quota(*late), kGiB);
+}
+
+TEST_F(MemoryBooks, AMalformedRewriteKeepsThePreviousCaps) {
+  start("2Gi", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  DeviceState& d = *device_state(0);
+  write_limits("GPUSLICE_MEMORY_LIMIT=lots\n");
+  refresh_limits_file();
+  EXPECT_EQ(effective_quota(d), kGiB);
+}
+
+TEST_F(MemoryBooks, AForkedChildOwnsNoneOfItsParentsAllocationsOrFootprint) {
+  Runtime& rt = start("1Gi");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(allocate_bytes(128 * kMiB, &p), CUDA_SUCCESS);
+  DeviceState& d = *device_state(0);
+  d.has_context.store(true);
+  d.context_charge.store(64 * kMiB);
+  const std::uint64_t tracked_before = tracked_allocation_count();
+  ASSERT_GT(tracked_before, 0u);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    memory_books::after_fork();
+    bool ok = tracked_allocation_count() == 0 && !d.has_context.load() && d.context_charge.load() == 0 &&
+              rt.ledger->register_process().ok() && rt.ledger->used_by_self(d.ledger_dev) == 0;
+    // Freeing the parent's pointer in the child gives nothing back to the books.
+    release(AllocKind::Linear, p, [] { return CUDA_SUCCESS; });
+    ok = ok && rt.ledger->used(d.ledger_dev) == 128 * kMiB;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(tracked_allocation_count(), tracked_before) << "the parent's books are untouched";
+}
+
+}  // namespace
+}  // namespace gpuslice::interposer

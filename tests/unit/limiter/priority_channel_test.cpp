@@ -1,0 +1,218 @@
+// The priority gate over the real node channel: two containers' records in a node directory.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "limiter/priority_channel_board.h"
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kStale = 500 * kMs;
+constexpr char kGpu[] = "GPU-6d6f636b-0000-4000-8000-000000000000";
+
+class ManualClock final : public Clock {
+ public:
+  std::uint64_t now_ns() override { return now; }
+  void sleep_ns(std::uint64_t ns) override { now += ns; }
+  std::uint64_t now = monotonic_ns();
+};
+
+CUresult no_sync() { return CUDA_SUCCESS; }
+
+class PriorityChannel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gpuslice-prio-channel-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  struct Container {
+    std::unique_ptr<shm::NodeChannel> channel;
+    std::unique_ptr<ChannelBoard> board;
+    std::atomic<std::uint32_t> priority{1};
+    std::atomic<std::uint32_t> limit{0};
+    std::unique_ptr<PriorityGate> gate;
+  };
+  std::unique_ptr<Container> container(std::uint64_t key, const char* writer, Priority p) {
+    auto c = std::make_unique<Container>();
+    auto opened = shm::NodeChannel::open(dir_, kGpu, key, writer);
+    EXPECT_TRUE(opened.ok()) << opened.error();
+    if (!opened.ok()) return nullptr;
+    c->channel = std::move(opened).value();
+    c->board = std::make_unique<ChannelBoard>(*c->channel, &c->limit);
+    c->priority.store(static_cast<std::uint32_t>(p));
+    DriverOps ops;
+    ops.ctx_synchronize = &no_sync;
+    c->gate = std::make_unique<PriorityGate>(clock_, ops, c->board.get(), &c->priority);
+    return c;
+  }
+
+  std::string dir_;
+  ManualClock clock_;
+};
+
+TEST_F(PriorityChannel, LowIsHeldThroughTheChannelWhileHighIsBusyAndReleasedWhenItsSyncReturns) {
+  auto high = container(1, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  low->gate->heartbeat();
+  high->gate->heartbeat();
+  low->gate->gate(nullptr);  // sees the high one alive and idle: not held
+  EXPECT_EQ(low->gate->stats().holds, 0U);
+  high->gate->gate(nullptr);      // a launch: busy for the horizon
+  high->gate->note_sync_begin();  // waits for its work: busy for the lease
+  const std::uint64_t start = clock_.now;
+  clock_.now += 2 * kMs;  // the low one's next refresh is due
+  low->gate->gate(nullptr);
+  // Held until the lease (1 s) or staleness (0.5 s after the last heartbeat) ends it.
+  EXPECT_GE(clock_.now - start, PriorityTuning{}.stale_ns);
+  EXPECT_EQ(low->gate->stats().holds, 1U);
+  // A fresh burst whose sync returns: idle at once, so the low one passes without waiting.
+  high->gate->heartbeat();
+  high->gate->gate(nullptr);
+  high->gate->note_sync_begin();
+  high->gate->note_host_sync();
+  const std::uint64_t before = clock_.now;
+  clock_.now += 2 * kMs;
+  low->gate->gate(nullptr);
+  EXPECT_EQ(clock_.now, before + 2 * kMs);
+}
+
+TEST_F(PriorityChannel, RecordsCarryTheComputeLimitAndAnotherPublisherKeepsThePriorityFields) {
+  auto high = container(1, "high", Priority::High);
+  auto reader = container(2, "reader", Priority::Low);
+  ASSERT_TRUE(high && reader);
+  high->limit.store(40);
+  high->gate->gate(nullptr);
+  shm::PeerState peers[4];
+  ASSERT_EQ(reader->channel->read_peers(peers, 4, clock_.now), 1U);
+  EXPECT_EQ(peers[0].compute_limit_percent, 40U);
+  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  EXPECT_GT(peers[0].busy_until_ns, clock_.now);
+  // The turns' heartbeat republishes the record: it must not reset the priority fields.
+  shm::PeerState turns_record;
+  turns_record.compute_limit_percent = 40;
+  turns_record.heartbeat_ns = clock_.now + kMs;
+  high->board->fill_priority_fields(turns_record);
+  high->channel->publish(turns_record);
+  ASSERT_EQ(reader->channel->read_peers(peers, 4, clock_.now + kMs), 1U);
+  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  EXPECT_GT(peers[0].busy_until_ns, clock_.now);
+}
+
+// Between scans the reader re-reads the files it kept open; nothing it re-reads is trusted more
+// than a scan's read: only higher records, validated, fresh.
+TEST_F(PriorityChannel, KnownRecordsAreReReadWithoutAScanAndOnlyThoseAboveTheReader) {
+  auto high = container(1, "high", Priority::High);
+  auto normal = container(2, "normal", Priority::Normal);
+  auto low = container(3, "low", Priority::Low);
+  ASSERT_TRUE(high && normal && low);
+  high->gate->heartbeat();
+  normal->gate->heartbeat();
+  shm::PeerState peers[4];
+  ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 2U);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 2U);
+  ASSERT_EQ(normal->channel->scan_peers(peers, 4, clock_.now, kStale),
+            1U);  // high only (low never published)
+  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
+  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  // A fresh publish is what the re-read returns (the same file, read again).
+  high->gate->gate(nullptr);
+  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
+  EXPECT_GT(peers[0].busy_until_ns, clock_.now);
+  // A container that appears after the scan is not re-read: the next scan finds it.
+  auto late = container(4, "late", Priority::High);
+  ASSERT_TRUE(late);
+  late->gate->heartbeat();
+  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
+  EXPECT_EQ(normal->channel->scan_peers(peers, 4, clock_.now, kStale), 2U);
+  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 2U);
+  // Stale records are skipped on re-read as on a scan.
+  EXPECT_EQ(
+      normal->channel->read_known_peers(peers, 4, clock_.now + kStale + kMs, kStale, shm::Priority::Normal),
+      0U);
+}
+
+// The attack: after a reader found its record, a peer replaces it with a symbolic link (to a file
+// the peer wants read, here a valid record) or a FIFO (to block the reader's open), or grows it.
+// The file the reader kept is the old one; the next scan opens the path again and refuses.
+TEST_F(PriorityChannel, ARecordReplacedByASymlinkOrAFifoLaterIsRefusedOnTheNextScan) {
+  auto high = container(1, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  high->gate->gate(nullptr);
+  shm::PeerState peers[4];
+  ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
+  const std::string path = high->channel->record_path();
+  const std::string moved = dir_ + "/high/elsewhere";
+  ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(::symlink(moved.c_str(), path.c_str()), 0);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 1U)
+      << "the open file is the old record itself";
+  EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U) << "a symbolic link is not followed";
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U)
+      << "a FIFO is neither opened nor waited on";
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::rename(moved.c_str(), path.c_str()), 0);
+  ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
+  // Grown past one record: refused by the re-read too.
+  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U);
+  EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U);
+}
+
+// The application closed a descriptor the reader kept and reused the number for a file of its own
+// (a daemon closing every descriptor, say): the next scan must not close the application's file.
+TEST_F(PriorityChannel, ADescriptorTheApplicationReusedIsNotClosedByTheNextScan) {
+  auto high = container(1, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  high->gate->heartbeat();
+  shm::PeerState peers[4];
+  ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
+  // The reader's descriptor: read-only, on the high record (the writer's own is read-write).
+  int kept = -1;
+  DIR* fds = opendir("/proc/self/fd");
+  ASSERT_NE(fds, nullptr);
+  while (dirent* e = readdir(fds)) {
+    const int fd = std::atoi(e->d_name);
+    char target[4096] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    if (e->d_name[0] == '.' || readlink(link.c_str(), target, sizeof target - 1) < 0) continue;
+    if (high->channel->record_path() == target && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY) kept = fd;
+  }
+  closedir(fds);
+  ASSERT_GE(kept, 0);
+  const std::string mine = dir_ + "/application-file";
+  const int app = open(mine.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(app, 0);
+  ASSERT_EQ(dup2(app, kept), kept);  // the application's file now has the kept number
+  close(app);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U)
+      << "not a record: nothing read from it";
+  EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
+  struct stat after {};
+  struct stat expected {};
+  ASSERT_EQ(fstat(kept, &after), 0) << "the application's descriptor was closed";
+  ASSERT_EQ(stat(mine.c_str(), &expected), 0);
+  EXPECT_EQ(after.st_ino, expected.st_ino);
+  close(kept);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter

@@ -1,0 +1,333 @@
+// PriorityGate mechanics with a hand-driven clock: what it publishes and when, how often it reads
+// the peers, which records it ignores, and that it touches the driver only when bounded.
+#include "limiter/priority_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr std::uint64_t kUs = 1'000;
+constexpr std::uint64_t kMs = 1'000'000;
+
+class ManualClock final : public Clock {
+ public:
+  std::uint64_t now_ns() override { return now; }
+  void sleep_ns(std::uint64_t ns) override {
+    now += ns;
+    slept += ns;
+  }
+  std::uint64_t now = 1'000 * kMs;
+  std::uint64_t slept = 0;
+};
+
+class FakeBoard final : public PeerBoard {
+ public:
+  // A full look: every record, and which ones are known for re-reads.
+  std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t) override {
+    ++reads;
+    known.clear();
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < peers.size() && n < capacity; ++i) {
+      known.push_back(i);
+      out[n++] = view(i, now_ns);
+    }
+    return n;
+  }
+  // Only the records the last full look found above `above`, as the node channel does.
+  std::size_t read_known_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t,
+                               Priority above) override {
+    ++rereads;
+    std::size_t n = 0;
+    for (std::size_t i : known) {
+      if (n == capacity || i >= peers.size()) break;
+      if (static_cast<std::uint32_t>(peers[i].priority) <= static_cast<std::uint32_t>(above)) continue;
+      out[n++] = view(i, now_ns);
+    }
+    return n;
+  }
+  PeerView view(std::size_t i, std::uint64_t now_ns) const {
+    PeerView v = peers[i];
+    if (now_ns >= idle_from) v.busy_until_ns = 0;  // the peer's sync returned: it published idle
+    return v;
+  }
+  void publish(const PeerView& own) override { published.push_back(own); }
+  std::vector<PeerView> peers;
+  std::vector<PeerView> published;
+  std::vector<std::size_t> known;
+  std::uint64_t idle_from = UINT64_MAX;
+  int reads = 0;
+  int rereads = 0;
+};
+
+int g_syncs = 0;
+CUresult counting_sync() {
+  ++g_syncs;
+  return CUDA_SUCCESS;
+}
+
+DriverOps counting_ops() {
+  g_syncs = 0;
+  DriverOps ops;
+  ops.ctx_synchronize = &counting_sync;
+  return ops;
+}
+
+std::atomic<std::uint32_t> source(Priority p) {
+  return std::atomic<std::uint32_t>(static_cast<std::uint32_t>(p));
+}
+
+PeerView peer(Priority p, std::uint64_t heartbeat, std::uint64_t busy_until = 0) {
+  PeerView v;
+  v.priority = p;
+  v.heartbeat_ns = heartbeat;
+  v.busy_until_ns = busy_until;
+  return v;
+}
+
+TEST(PriorityGateMechanics, BusyIsPublishedOnTheIdleToBusyTransitionAndRenewedOnlyByHalfHorizons) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::Low, clock.now));
+  auto prio = source(Priority::High);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);
+  ASSERT_EQ(board.published.size(), 1U) << "the first launch after idling publishes at once";
+  EXPECT_EQ(board.published[0].busy_until_ns, clock.now + PriorityTuning{}.busy_horizon_ns);
+  EXPECT_EQ(board.published[0].priority, Priority::High);
+  for (int i = 0; i < 1000; ++i) {  // 10 ms of launches every 10 us
+    clock.now += 10 * kUs;
+    gate.gate(nullptr);
+  }
+  EXPECT_LE(board.published.size(), 3U) << "one renewal per half horizon";
+  EXPECT_EQ(g_syncs, 0) << "nothing above High: no drain";
+  // The application waits for its work: busy for the lease; the wait returns: idle at once.
+  gate.note_sync_begin();
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.sync_lease_ns);
+  clock.now += 3 * kMs;
+  gate.note_host_sync();
+  EXPECT_EQ(board.published.back().busy_until_ns, 0U);
+}
+
+// A high-priority server with two threads: one waits for its work while the other launches more.
+// The wait's return must not publish idle (lower priorities would run in front of the new work).
+TEST(PriorityGateMechanics, AHighSyncThatReturnsAfterAnotherThreadLaunchedKeepsTheRecordBusy) {
+  ManualClock clock;
+  FakeBoard board;
+  auto prio = source(Priority::High);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);
+  clock.now += 1 * kMs;
+  gate.note_sync_begin();
+  clock.now += 1 * kMs;
+  gate.gate(nullptr);  // the other thread
+  clock.now += 1 * kMs;
+  gate.note_host_sync();
+  EXPECT_GT(board.published.back().busy_until_ns, clock.now);
+  // With nothing launched during the wait, its return says idle at once.
+  gate.note_sync_begin();
+  clock.now += 1 * kMs;
+  gate.note_host_sync();
+  EXPECT_EQ(board.published.back().busy_until_ns, 0U);
+}
+
+TEST(PriorityGateMechanics, PeersAreReadAtMostOncePerRefresh) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  for (int i = 0; i < 1000; ++i) {
+    clock.now += 10 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+  }
+  EXPECT_GE(board.reads + board.rereads, 9);
+  EXPECT_LE(board.reads + board.rereads, 11);
+  EXPECT_EQ(board.reads, 1) << "one full look; the known higher record is re-read after it";
+  EXPECT_TRUE(board.published.empty()) << "Low has nobody below it to tell it is busy";
+}
+
+// The cost that took a quarter of a launch-bound trainer's rate: a full look at the node channel
+// every refresh. Now it happens every absent_refresh_ns whatever the peers; in between only the
+// higher record is re-read.
+TEST(PriorityGateMechanics, BesideAHigherPeerTheRecordsAreScannedOnlyEveryAbsentRefresh) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  board.peers.push_back(peer(Priority::Low, clock.now));
+  auto prio = source(Priority::Normal);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  for (int i = 0; i < 100000; ++i) {  // 1 s of launches every 10 us
+    clock.now += 10 * kUs;
+    for (PeerView& p : board.peers) p.heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+  }
+  EXPECT_GE(board.reads, 9);
+  EXPECT_LE(board.reads, 11);
+  EXPECT_GE(board.rereads, 980);
+  EXPECT_LE(board.rereads, 1000);
+  EXPECT_EQ(gate.stats().scans, static_cast<std::uint64_t>(board.reads));
+  EXPECT_EQ(gate.stats().rereads, static_cast<std::uint64_t>(board.rereads));
+}
+
+TEST(PriorityGateMechanics, ALowContainerWithNoHigherPeerPerformsNoChannelReadsPerLaunch) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::Low, clock.now, clock.now + 1'000 * kMs));  // busy, not above
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  for (int i = 0; i < 100000; ++i) {  // 100k launches in 1 s
+    clock.now += 10 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+  }
+  EXPECT_LE(board.reads, 11) << "one full look per absent_refresh_ns";
+  EXPECT_EQ(board.rereads, 0) << "nothing known above: nothing to re-read";
+  EXPECT_EQ(g_syncs, 0);
+  EXPECT_EQ(gate.stats().holds, 0U);
+}
+
+TEST(PriorityGateMechanics, AHigherContainerThatAppearsIsSeenAtTheNextFullLook) {
+  ManualClock clock;
+  FakeBoard board;
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);  // the first look: nobody
+  const std::uint64_t appeared = clock.now;
+  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 10'000 * kMs));
+  while (gate.stats().holds == 0 && clock.now - appeared < 1'000 * kMs) {
+    clock.now += 10 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+  }
+  EXPECT_EQ(gate.stats().holds, 1U);
+  EXPECT_LE(clock.now - appeared - gate.stats().held_back_ns, PriorityTuning{}.absent_refresh_ns + 20 * kUs);
+}
+
+// A held thread re-reads the higher record every held_poll_ns (cheap: one read per record), so
+// the best-effort container resumes within that of the higher one saying idle, not a full refresh.
+TEST(PriorityGateMechanics, AHeldLowReacquiresWithinTheHeldPollAfterHighGoesIdle) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 1'000 * kMs));
+  board.idle_from = clock.now + 3 * kMs + 130 * kUs;  // its sync returned
+  auto prio = source(Priority::Low);
+  PriorityTuning tuning;
+  tuning.floor_percent = 0;
+  PriorityGate gate(clock, counting_ops(), &board, &prio, tuning);
+  gate.gate(nullptr);
+  EXPECT_GE(clock.now, board.idle_from);
+  EXPECT_LE(clock.now - board.idle_from, tuning.held_poll_ns);
+  EXPECT_EQ(board.reads, 1) << "the hold re-reads the known record, it does not scan";
+}
+
+// Reading the records scans the node channel: High never needs them, and without a live
+// higher-priority container they are read only every absent_refresh_ns.
+TEST(PriorityGateMechanics, RecordsAreReadRarelyWithNobodyAboveAndNeverByHigh) {
+  for (const Priority own : {Priority::High, Priority::Normal}) {
+    ManualClock clock;
+    FakeBoard board;
+    board.peers.push_back(peer(Priority::Low, clock.now));
+    auto prio = source(own);
+    PriorityGate gate(clock, counting_ops(), &board, &prio);
+    for (int i = 0; i < 100000; ++i) {  // 1 s of launches every 10 us
+      clock.now += 10 * kUs;
+      board.peers[0].heartbeat_ns = clock.now;
+      gate.gate(nullptr);
+    }
+    if (own == Priority::High) {
+      EXPECT_EQ(board.reads, 0);
+    } else {
+      EXPECT_GE(board.reads, 9);
+      EXPECT_LE(board.reads, 11);
+    }
+  }
+}
+
+TEST(PriorityGateMechanics, ABusyHigherPeerHoldsUntilItsRecordSaysIdle) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 5 * kMs));
+  auto prio = source(Priority::Normal);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  const std::uint64_t start = clock.now;
+  gate.gate(nullptr);
+  EXPECT_EQ(clock.now - start, 5 * kMs);
+  EXPECT_EQ(gate.stats().held_back_ns, 5 * kMs);
+  EXPECT_EQ(gate.stats().holds, 1U);
+}
+
+TEST(PriorityGateMechanics, StaleAndEqualOrLowerPeersDoNotHold) {
+  ManualClock clock;
+  FakeBoard board;
+  const std::uint64_t stale = clock.now - PriorityTuning{}.stale_ns - 1;
+  board.peers.push_back(peer(Priority::High, stale, clock.now + 500 * kMs));  // killed mid-burst
+  board.peers.push_back(peer(Priority::Normal, clock.now, clock.now + 500 * kMs));
+  board.peers.push_back(peer(Priority::Low, clock.now, clock.now + 500 * kMs));
+  auto prio = source(Priority::Normal);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  const std::uint64_t start = clock.now;
+  for (int i = 0; i < 100; ++i) gate.gate(nullptr);
+  EXPECT_EQ(clock.now, start);
+  EXPECT_EQ(gate.stats().holds, 0U);
+  EXPECT_EQ(g_syncs, 0) << "no live higher peer: no in-flight bound";
+}
+
+// A peer that published a claim of being busy for hours and then went silent holds others no
+// longer than an honest peer's one publish could (a sync lease plus a horizon), even where records
+// stay fresh for longer than that. A peer that keeps publishing is indistinguishable from an honest
+// busy one: there the floor applies.
+TEST(PriorityGateMechanics, APeerClaimingBusyForHoursHoldsNoLongerThanOneLease) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 3'600'000 * kMs));
+  auto prio = source(Priority::Low);
+  PriorityTuning tuning;
+  tuning.floor_percent = 0;
+  tuning.stale_ns = 3'600'000 * kMs;
+  PriorityGate gate(clock, counting_ops(), &board, &prio, tuning);
+  const std::uint64_t start = clock.now;
+  gate.gate(nullptr);
+  EXPECT_GE(clock.now - start, tuning.sync_lease_ns);
+  EXPECT_LE(clock.now - start, tuning.sync_lease_ns + tuning.busy_horizon_ns + tuning.refresh_ns);
+}
+
+TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  // Launches every 100 us: the cost of a launch is measured as 100 us, so the 2 ms bound allows
+  // 20 launches between drains once learned.
+  for (int i = 0; i < 2000; ++i) {
+    clock.now += 100 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+  }
+  EXPECT_GE(g_syncs, 95);
+  EXPECT_LE(g_syncs, 110);
+}
+
+TEST(PriorityGateMechanics, SettlePublishesIdleAndHeartbeatCarriesALivePriorityChange) {
+  ManualClock clock;
+  FakeBoard board;
+  auto prio = source(Priority::High);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);
+  prio.store(static_cast<std::uint32_t>(Priority::Low));
+  clock.now += 100 * kMs;
+  gate.heartbeat();
+  EXPECT_EQ(board.published.back().priority, Priority::Low);
+  EXPECT_EQ(board.published.back().heartbeat_ns, clock.now);
+  prio.store(static_cast<std::uint32_t>(Priority::High));
+  gate.gate(nullptr);
+  gate.settle();
+  EXPECT_EQ(board.published.back().busy_until_ns, 0U);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter

@@ -1,0 +1,269 @@
+// The node channel: containers exchange records; a hostile writer (garbage, wrong size, huge file,
+// symlink, FIFO, stale heartbeat, bad checksum) never crashes or blocks a reader and is skipped.
+#include "shared_state/node_channel.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "shared_state/peer_record.h"
+#include "test_util.h"
+
+namespace gpuslice::shm {
+namespace {
+
+using testing::TempDir;
+constexpr char kGpu[] = "GPU-aaaa-bbbb";
+constexpr std::uint64_t kSecond = 1'000'000'000;
+constexpr std::uint64_t kNow = 100 * kSecond;
+
+class NodeChannelTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<NodeChannel> open(std::uint64_t key, const char* writer) {
+    auto c = NodeChannel::open(dir_.path(), kGpu, key, writer);
+    EXPECT_TRUE(c.ok()) << c.error();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  // A record as a well-behaved writer of `key` would write it.
+  detail::PeerRecord good_record(std::uint64_t key, std::uint32_t percent = 40) {
+    detail::PeerRecord r{};
+    std::memcpy(r.magic, detail::PeerRecord::kMagic, sizeof r.magic);
+    r.version = detail::PeerRecord::kVersion;
+    r.size = sizeof r;
+    r.sequence = 1;
+    r.container_key = key;
+    r.uuid_hash = detail::uuid_hash(kGpu);
+    r.compute_limit_percent = percent;
+    r.priority = 1;
+    r.heartbeat_ns = kNow;
+    r.checksum = detail::peer_checksum(r);
+    return r;
+  }
+  void plant(const std::string& writer, const std::string& name, const void* data, std::size_t size) {
+    std::string dir = dir_.file(writer);
+    mkdir(dir.c_str(), 0755);
+    std::ofstream(dir + "/" + name, std::ios::binary)
+        .write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  std::size_t peers_of(const NodeChannel& c, PeerState* out = nullptr) {
+    PeerState local[8];
+    return c.read_peers(out != nullptr ? out : local, 8, kNow);
+  }
+  PeerState state(unsigned percent) {
+    PeerState s;
+    s.compute_limit_percent = percent;
+    s.heartbeat_ns = kNow;
+    return s;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(NodeChannelTest, TwoContainersSeeEachOtherButNotThemselves) {
+  auto a = open(11, "ctr-a");
+  auto b = open(22, "ctr-b");
+  PeerState sa = state(30);
+  sa.priority = Priority::High;
+  sa.busy_until_ns = kNow + 5;
+  sa.held_back_ns = 77;
+  ASSERT_TRUE(a->publish(sa));
+  ASSERT_TRUE(b->publish(state(60)));
+  PeerState seen[8];
+  ASSERT_EQ(peers_of(*b, seen), 1U);
+  EXPECT_EQ(seen[0].container_key, 11U);
+  EXPECT_EQ(seen[0].compute_limit_percent, 30U);
+  EXPECT_EQ(seen[0].priority, Priority::High);
+  EXPECT_EQ(seen[0].busy_until_ns, kNow + 5);
+  EXPECT_EQ(seen[0].held_back_ns, 77U);
+  ASSERT_EQ(peers_of(*a, seen), 1U);
+  EXPECT_EQ(seen[0].container_key, 22U);
+}
+
+TEST_F(NodeChannelTest, ProcessesOfOneContainerShareOneRecord) {
+  auto p1 = open(11, "ctr-a");
+  auto p2 = open(11, "ctr-a");
+  auto other = open(22, "ctr-b");
+  p1->publish(state(40));
+  p2->publish(state(40));
+  EXPECT_EQ(peers_of(*other), 1U);
+  EXPECT_EQ(p1->record_path(), p2->record_path());
+}
+
+TEST_F(NodeChannelTest, OtherGpusAndStaleRecordsAreSkipped) {
+  auto a = open(11, "ctr-a");
+  auto other_gpu = NodeChannel::open(dir_.path(), "GPU-other", 33, "ctr-c");
+  ASSERT_TRUE(other_gpu.ok());
+  (*other_gpu)->publish(state(40));
+  auto b = open(22, "ctr-b");
+  PeerState old = state(40);
+  old.heartbeat_ns = kNow - 3 * kSecond;
+  b->publish(old);
+  EXPECT_EQ(peers_of(*a), 0U);
+  PeerState future = state(40);
+  future.heartbeat_ns = kNow + 60 * kSecond;
+  b->publish(future);
+  EXPECT_EQ(peers_of(*a), 0U) << "a heartbeat far in the future is bogus";
+}
+
+TEST_F(NodeChannelTest, HostileRecordsAreSkippedAndNeverCrashAReader) {
+  auto a = open(11, "ctr-a");
+  const std::string name = std::string(kGpu) + ".00000000000000aa";
+  std::string garbage(sizeof(detail::PeerRecord), '\xff');
+  plant("garbage", name, garbage.data(), garbage.size());
+  detail::PeerRecord r = good_record(0xbb);
+  plant("short", name, &r, sizeof r - 1);
+  std::string huge(4 << 20, 'x');
+  std::memcpy(huge.data(), &r, sizeof r);
+  plant("huge", name, huge.data(), huge.size());
+  detail::PeerRecord bad_sum = good_record(0xcc);
+  bad_sum.compute_limit_percent = 90;  // changed after the checksum
+  plant("badsum", name, &bad_sum, sizeof bad_sum);
+  detail::PeerRecord bad_limit = good_record(0xdd, 250);
+  bad_limit.checksum = detail::peer_checksum(bad_limit);
+  plant("badlimit", name, &bad_limit, sizeof bad_limit);
+  mkdir(dir_.file("fifo").c_str(), 0755);
+  ASSERT_EQ(mkfifo((dir_.file("fifo") + "/" + name).c_str(), 0666), 0);
+  mkdir(dir_.file("symlink").c_str(), 0755);
+  detail::PeerRecord target = good_record(0xee);
+  plant("hidden", "elsewhere", &target, sizeof target);
+  ASSERT_EQ(symlink(dir_.file("hidden/elsewhere").c_str(), (dir_.file("symlink") + "/" + name).c_str()), 0);
+  ASSERT_EQ(symlink(dir_.file("hidden").c_str(), dir_.file("linked-writer").c_str()), 0);
+  plant("devnull", "x", "", 0);
+  ASSERT_EQ(symlink("/dev/zero", (dir_.file("devnull") + "/" + name).c_str()), 0);
+  std::ofstream(dir_.file("plain-file-at-top")) << "not a directory";
+
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(peers_of(*a), 0U);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2)) << "a FIFO must not block";
+
+  // A well-formed record among them is still read.
+  detail::PeerRecord fine = good_record(0xff);
+  plant("fine", name, &fine, sizeof fine);
+  PeerState seen[8];
+  ASSERT_EQ(peers_of(*a, seen), 1U);
+  EXPECT_EQ(seen[0].container_key, 0xffU);
+}
+
+TEST_F(NodeChannelTest, AWriterFloodingFilesIsReadOnlyUpToItsLimit) {
+  auto a = open(11, "ctr-a");
+  for (int i = 0; i < 40; ++i) {
+    detail::PeerRecord r = good_record(1000 + static_cast<std::uint64_t>(i));
+    char name[64];
+    std::snprintf(name, sizeof name, "%s.%016x", kGpu, 1000 + i);
+    plant("flood", name, &r, sizeof r);
+  }
+  PeerState seen[64];
+  EXPECT_LE(a->read_peers(seen, 64, kNow), NodeChannel::kMaxRecordsPerWriter);
+}
+
+TEST_F(NodeChannelTest, DuplicateKeysCountOnce) {
+  auto a = open(11, "ctr-a");
+  detail::PeerRecord r = good_record(0x77);
+  plant("one", std::string(kGpu) + ".0000000000000077", &r, sizeof r);
+  plant("two", std::string(kGpu) + ".0000000000000077", &r, sizeof r);
+  EXPECT_EQ(peers_of(*a), 1U);
+}
+
+TEST_F(NodeChannelTest, TurnFileSymlinkToARootOnlyFileIsRefusedAndLeftUntouched) {
+  // A neighbour plants our record's name as a link to a root-only file.
+  TempDir secret_dir;
+  std::string secret = secret_dir.file("secret");
+  std::ofstream(secret) << "root only";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  mkdir(dir_.file("ctr-a").c_str(), 0755);
+  std::string planted = dir_.file("ctr-a") + "/" + std::string(kGpu) + ".000000000000000b";
+  ASSERT_EQ(symlink(secret.c_str(), planted.c_str()), 0);
+  auto opened = NodeChannel::open(dir_.path(), kGpu, 11, "ctr-a");
+  EXPECT_FALSE(opened.ok());
+  struct stat st {};
+  ASSERT_EQ(stat(secret.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600U);
+  EXPECT_EQ(st.st_size, 9);
+}
+
+TEST_F(NodeChannelTest, WriterDirectorySymlinkIsRefused) {
+  TempDir elsewhere;
+  ASSERT_EQ(symlink(elsewhere.path().c_str(), dir_.file("ctr-a").c_str()), 0);
+  auto opened = NodeChannel::open(dir_.path(), kGpu, 11, "ctr-a");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().find("symbolic link"), std::string::npos) << opened.error();
+}
+
+TEST_F(NodeChannelTest, WriterDirectoryOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
+  mkdir(dir_.file("uid-0").c_str(), 0755);
+  ASSERT_EQ(chown(dir_.file("uid-0").c_str(), 65534, 65534), 0);
+  auto opened = NodeChannel::open(dir_.path(), kGpu, 11, "uid-0");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().find("uid 65534"), std::string::npos) << opened.error();
+}
+
+TEST_F(NodeChannelTest, RecordsAreReadableByPeersAndWritableOnlyByTheirOwner) {
+  auto a = open(11, "ctr-a");
+  struct stat st {};
+  ASSERT_EQ(stat(a->record_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0022, 0U);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(sizeof(detail::PeerRecord)));
+}
+
+// A writer running under umask 077 must still be seen by its peers (other uids on a host).
+TEST_F(NodeChannelTest, AWriterUnderARestrictiveUmaskIsStillReadableByPeers) {
+  const mode_t old_mask = umask(077);
+  auto a = open(13, "ctr-umask");
+  umask(old_mask);
+  ASSERT_NE(a, nullptr);
+  struct stat dir {
+  }, record{};
+  ASSERT_EQ(stat(dir_.file("ctr-umask").c_str(), &dir), 0);
+  ASSERT_EQ(stat(a->record_path().c_str(), &record), 0);
+  EXPECT_EQ(dir.st_mode & 0777, 0755U);
+  EXPECT_EQ(record.st_mode & 0777, 0644U);
+}
+
+TEST_F(NodeChannelTest, ASecondUserCannotWriteAnotherUsersRecord) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to a second uid";
+  ASSERT_EQ(chmod(dir_.path().c_str(), 01777), 0);
+  auto a = open(11, "uid-0");
+  a->publish(state(30));
+  std::string path = a->record_path();
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0)
+      _exit(99);
+    int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd >= 0) _exit(1);  // could write the other user's record
+    // Its own writer directory works, and it sees root's record.
+    auto mine = NodeChannel::open(dir_.path(), kGpu, 22);
+    if (!mine.ok()) _exit(2);
+    (*mine)->publish(state(50));
+    PeerState seen[4];
+    _exit((*mine)->read_peers(seen, 4, kNow) == 1 && seen[0].container_key == 11 ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(peers_of(*a), 1U);
+}
+
+TEST_F(NodeChannelTest, CreatesAMissingNodeDirectorySharedAndSticky) {
+  std::string node = dir_.file("node");
+  auto c = NodeChannel::open(node, kGpu, 11, "ctr-a");
+  ASSERT_TRUE(c.ok()) << c.error();
+  struct stat st {};
+  ASSERT_EQ(stat(node.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777U);
+}
+
+}  // namespace
+}  // namespace gpuslice::shm
