@@ -239,6 +239,18 @@ class Loader {
     settings_.limits_file = limits_file ? *limits_file : kDefaultLimitsFile;
     auto node_dir = path("GPUSLICE_NODE_DIR", /*absolute=*/false);
     settings_.node_dir = node_dir ? *node_dir : kDefaultNodeDir;
+    if (auto writer = get("GPUSLICE_NODE_WRITER")) {
+      // One file name: the device plugin sets it to the container's own directory.
+      const bool component =
+          !writer->empty() && writer->size() <= 128 && *writer != "." && *writer != ".." &&
+          writer->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
+              std::string_view::npos;
+      if (component) {
+        settings_.node_writer = *writer;
+      } else {
+        fail("GPUSLICE_NODE_WRITER", *writer, "expected one file name of letters, digits, '-', '_' and '.'");
+      }
+    }
     if (auto visible = get("CUDA_VISIBLE_DEVICES")) settings_.visible_devices = *visible;
   }
 

@@ -75,13 +75,14 @@ void refresh_compute_active() {
 void refresh_turns() {
   Runtime& rt = *runtime();
   for_each_ready_device([&rt](DeviceState& d) {
-    unsigned pct = d.ledger_dev >= 0 ? rt.ledger->compute_limit(d.ledger_dev) : 0;
+    unsigned pct = d.ledger_dev >= 0 ? ledger()->compute_limit(d.ledger_dev) : 0;
     if (pct == 0 || pct >= 100 || d.turns_failed || rt.container_key == 0) {
       d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
       return;
     }
     if (d.turns == nullptr) {
-      auto opened = shm::NodeChannel::open(rt.settings.node_dir, d.uuid, rt.container_key);
+      auto opened =
+          shm::NodeChannel::open(rt.settings.node_dir, d.uuid, rt.container_key, rt.settings.node_writer);
       if (!opened) {
         d.turns_failed = true;
         GS_LOG(Info, "no turns with other containers on %s: %s", d.uuid, opened.error().c_str());
@@ -128,7 +129,7 @@ void tick() {
   if (priority_sharing::enabled()) {
     Runtime& rt = *runtime();
     for_each_ready_device(
-        [&rt](DeviceState& d) { priority_sharing::tick(d, rt.settings.node_dir, rt.container_key); });
+        [&rt](DeviceState& d) { priority_sharing::tick(d, rt.settings, rt.container_key); });
   }
   refresh_turns();
 }

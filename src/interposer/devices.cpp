@@ -71,7 +71,7 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
   d.ledger_dev = ledger_dev;
   if (ledger_dev >= 0) {
     GS_LOG(Info, "device %d (%s): quota %" PRIu64 " bytes, compute %u%%", dev, d.uuid,
-           rt.ledger->quota(ledger_dev), rt.ledger->compute_limit(ledger_dev));
+           ledger()->quota(ledger_dev), ledger()->compute_limit(ledger_dev));
   }
   return DevicePhase::Ready;
 }
@@ -80,14 +80,14 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
 
 int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total) {
   Runtime* rt = runtime();
-  if (rt == nullptr || rt->ledger == nullptr) return -1;
+  shm::Ledger* const books = rt != nullptr ? rt->ledger.load(std::memory_order_acquire) : nullptr;
+  if (books == nullptr) return -1;
   LimitsLock lock(*rt);
   const config::Settings& s = rt->settings;
   const shm::DeviceLimits requested = lookup(s.memory, s.compute, cuda_index, uuid);
   const shm::DeviceLimits cap = lookup(s.memory_cap, s.compute_cap, cuda_index, uuid);
   if (!any(requested) && !any(cap)) return -1;
-  auto attached =
-      rt->ledger->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
+  auto attached = books->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
   if (!attached) {
     GS_LOG(Error, "cannot attach device %s to %s: %s", uuid, s.shared_file.c_str(), attached.error().c_str());
     return -2;
@@ -96,7 +96,7 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   // A process asking for less memory than the container's record tightens the request; a looser
   // one does not loosen it (another process of the container may rely on it). Either way the
   // process runs with a quota other than the one it asked for: say so.
-  const std::uint64_t recorded = rt->ledger->requested(dev).quota;
+  const std::uint64_t recorded = books->requested(dev).quota;
   if (requested.quota != recorded && requested.quota != shm::kUnlimited) {
     GS_LOG(Warn,
            "device %d (%s): this process asks for a memory quota of %" PRIu64
@@ -107,8 +107,8 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
            cuda_index, uuid, requested.quota, s.shared_file.c_str(), recorded,
            requested.quota < recorded ? "the smaller one" : "the container's");
   }
-  if (requested.quota < recorded) rt->ledger->set_quota(dev, requested.quota);
-  rt->ledger->set_caps(dev, cap);
+  if (requested.quota < recorded) books->set_quota(dev, requested.quota);
+  books->set_caps(dev, cap);
   remember(*rt, dev, cuda_index, uuid);
   return dev;
 }
@@ -144,34 +144,56 @@ DeviceState* current_device_state(CUdevice* out_dev) {
   return device_state(dev);
 }
 
-void refresh_limits_file() {
+bool refresh_limits_file() {
   Runtime* rt = runtime();
-  if (rt == nullptr || rt->ledger == nullptr) return;
+  if (rt == nullptr) return false;
+  shm::Ledger* const books = rt->ledger.load(std::memory_order_acquire);
   config::Settings& s = rt->settings;
-  if (s.limits_file.empty()) return;
+  if (s.limits_file.empty()) return false;
   struct stat st {};
   // A file that disappeared lifts its caps, as a missing file at start means none.
   const bool present = stat(s.limits_file.c_str(), &st) == 0;
   if (!present) st = {};
   const off_t size = present ? st.st_size : -1;
-  if (st.st_mtim.tv_sec == rt->limits_mtime.tv_sec && st.st_mtim.tv_nsec == rt->limits_mtime.tv_nsec &&
-      size == rt->limits_size)
-    return;
-  rt->limits_mtime = st.st_mtim;
-  rt->limits_size = size;
-  auto limits = config::read_limits_file(s.limits_file);
-  if (!limits) {
-    GS_LOG(Error, "%s (keeping the previous limits)", limits.error().c_str());
-    return;
+  const bool same =
+      st.st_mtim.tv_sec == rt->limits_mtime.tv_sec && st.st_mtim.tv_nsec == rt->limits_mtime.tv_nsec &&
+      st.st_ctim.tv_sec == rt->limits_ctime.tv_sec && st.st_ctim.tv_nsec == rt->limits_ctime.tv_nsec &&
+      st.st_ino == rt->limits_inode && size == rt->limits_size;
+  if (!same) {
+    auto limits = config::read_limits_file(s.limits_file);
+    if (!limits) {
+      GS_LOG(Error, "%s (keeping the previous limits)", limits.error().c_str());
+    } else if (books == nullptr) {
+      // No ledger yet: the caller brings the limits up (and calls again) once the file caps something.
+      return limits->memory.has_value() || limits->compute.has_value();
+    } else {
+      LimitsLock lock(*rt);
+      // Devices attached from now on take the new caps from here (attach_limits).
+      s.memory_cap = limits->memory ? std::move(limits->memory->values) : config::DeviceValues{};
+      s.compute_cap = limits->compute ? std::move(limits->compute->values) : config::DeviceValues{};
+      for (int i = 0; i < rt->attached_count; ++i) {
+        const AttachedRecord& r = rt->attached[i];
+        books->set_caps(r.ledger_dev, lookup(s.memory_cap, s.compute_cap, r.index, r.uuid));
+      }
+    }
+    rt->limits_mtime = st.st_mtim;
+    rt->limits_ctime = st.st_ctim;
+    rt->limits_inode = st.st_ino;
+    rt->limits_size = size;
   }
-  LimitsLock lock(*rt);
-  // Devices attached from now on take the new caps from here (attach_limits).
-  s.memory_cap = limits->memory ? std::move(limits->memory->values) : config::DeviceValues{};
-  s.compute_cap = limits->compute ? std::move(limits->compute->values) : config::DeviceValues{};
-  for (int i = 0; i < rt->attached_count; ++i) {
-    const AttachedRecord& r = rt->attached[i];
-    rt->ledger->set_caps(r.ledger_dev, lookup(s.memory_cap, s.compute_cap, r.index, r.uuid));
-  }
+  if (books == nullptr) return false;
+  // A device that attached without any limit gets a record once a cap covers it. What it already
+  // holds is charged by the next footprint reconciliation (the driver's own figure).
+  for_each_ready_device([&s](DeviceState& d) {
+    if (d.ledger_dev.load(std::memory_order_relaxed) >= 0) return;
+    const int dev = attach_limits(d.uuid, d.index, d.physical_total);
+    if (dev < 0) return;
+    d.has_context.store(true, std::memory_order_relaxed);
+    d.ledger_dev.store(dev, std::memory_order_release);
+    GS_LOG(Info, "device %d (%s): capped by %s after it attached", d.index, d.uuid, s.limits_file.c_str());
+  });
+  if (!s.memory.empty() || !s.memory_cap.empty()) g_memory_active.store(true, std::memory_order_release);
+  return false;
 }
 
 }  // namespace gpuslice::interposer

@@ -24,8 +24,10 @@ DeviceState* current_device_state(CUdevice* out_dev = nullptr);
 // request and cap; the record index, -1 if not limited, -2 if the ledger refused it.
 int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total);
 
-// Re-reads the limits file when it changed and applies its caps to every attached device. A
-// malformed file keeps the previous caps (and says so). Watcher thread.
-void refresh_limits_file();
+// Re-reads the limits file when it changed (mtime, ctime, inode or size) and applies its caps to
+// every attached device; gives a record to a ready device that had no limit once a cap covers it.
+// A malformed file keeps the previous caps (and says so). True when this process has no ledger yet
+// and the file now caps something: the caller opens the ledger and calls again. Watcher thread.
+bool refresh_limits_file();
 
 }  // namespace gpuslice::interposer

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <ctime>
 #include <new>
+#include <string>
 
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "interposer/compute_gate.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
@@ -33,15 +35,63 @@ void sleep_ms(int ms) {
   nanosleep(&ts, nullptr);
 }
 
+// Opens the container ledger and registers this process in it; false (said why) if limits cannot hold.
+bool bring_up_ledger(Runtime& rt) {
+  auto opened = shm::Ledger::open(rt.settings.shared_file, shm::Ledger::Mode::Process);
+  if (!opened) {
+    GS_LOG(Error, "shared state unusable: %s; CUDA calls will fail (limits must hold)",
+           opened.error().c_str());
+    return false;
+  }
+  shm::Ledger* books = std::move(opened).value().release();
+  struct stat st {};
+  if (stat(rt.settings.shared_file.c_str(), &st) == 0)
+    rt.container_key =
+        (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
+  if (auto reg = books->register_process(); !reg) {
+    GS_LOG(Error, "cannot register in %s: %s; CUDA calls will fail", rt.settings.shared_file.c_str(),
+           reg.error().c_str());
+    delete books;
+    return false;
+  }
+  rt.ledger.store(books, std::memory_order_release);
+  // Work still queued at exit is charged, so a short-lived process cannot escape its share.
+  std::atexit([] {
+    compute_gate::settle_at_exit();
+    priority_sharing::settle_at_exit();
+  });
+  return true;
+}
+
 void* watcher_main(void*) {
   for (unsigned tick = 1;; ++tick) {
     sleep_ms(100);
     if (g_forked_child.load(std::memory_order_relaxed)) continue;
-    refresh_limits_file();
+    Runtime& rt = *runtime();
+    // A process that started without any limit waits for the limits file's first cap.
+    if (refresh_limits_file()) {
+      if (!bring_up_ledger(rt)) {
+        g_phase.store(Phase::Broken, std::memory_order_release);
+        g_watcher_running.store(false, std::memory_order_relaxed);
+        return nullptr;
+      }
+      GS_LOG(Info, "limits active from %s (state %s)", rt.settings.limits_file.c_str(),
+             rt.settings.shared_file.c_str());
+      refresh_limits_file();
+    }
+    if (rt.ledger.load(std::memory_order_acquire) == nullptr) continue;
     compute_gate::tick();
     memory_books::tick(tick);
   }
   return nullptr;
+}
+
+// Whether the limits file can still appear: its directory exists (a mount the node daemon fills).
+bool limits_file_may_appear(const std::string& file) {
+  std::string dir, name;
+  if (!fs::split_path(file, &dir, &name)) return false;
+  struct stat st {};
+  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 void start_watcher() {
@@ -93,36 +143,19 @@ Phase initialise() {
   }
   if (!rt->settings.profile_dir.empty()) start_profiler(rt->settings.profile_dir);
   const bool priority = rt->settings.priority.has_value();
+  pthread_atfork(nullptr, nullptr, on_fork_child);
   if (!rt->settings.has_limits() && !priority) {
+    // Pass-through; the watcher only looks for a cap written later where the file can appear.
+    if (limits_file_may_appear(rt->settings.limits_file)) start_watcher();
     GS_LOG(Debug, "no limit configured: pass-through");
     return Phase::Ready;
   }
-  auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
-  if (!opened) {
-    GS_LOG(Error, "shared state unusable: %s; CUDA calls will fail (limits must hold)",
-           opened.error().c_str());
-    return Phase::Broken;
-  }
-  rt->ledger = std::move(opened).value().release();
-  struct stat st {};
-  if (stat(rt->settings.shared_file.c_str(), &st) == 0)
-    rt->container_key =
-        (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino) ^ 1;
-  if (auto reg = rt->ledger->register_process(); !reg) {
-    GS_LOG(Error, "cannot register in %s: %s; CUDA calls will fail", rt->settings.shared_file.c_str(),
-           reg.error().c_str());
-    return Phase::Broken;
-  }
-  pthread_atfork(nullptr, nullptr, on_fork_child);
-  // Work still queued at exit is charged, so a short-lived process cannot escape its share.
-  std::atexit([] {
-    compute_gate::settle_at_exit();
-    priority_sharing::settle_at_exit();
-  });
+  if (!bring_up_ledger(*rt)) return Phase::Broken;
+  shm::Ledger* const books = rt->ledger.load(std::memory_order_relaxed);
   // GPUSLICE_PRIORITY is the container's initial level; a level set live since (gpuslice set
   // --priority) wins. The launch hooks reach the priority gate through the compute gate's branch.
-  if (priority) rt->ledger->init_priority(static_cast<unsigned>(*rt->settings.priority));
-  const int level = rt->ledger->priority();
+  if (priority) books->init_priority(static_cast<unsigned>(*rt->settings.priority));
+  const int level = books->priority();
   if (level >= 0) priority_sharing::enable(static_cast<unsigned>(level));
   const config::Settings& s = rt->settings;
   g_memory_active.store(!s.memory.empty() || !s.memory_cap.empty(), std::memory_order_release);
@@ -137,10 +170,16 @@ Phase initialise() {
 void rebuild_after_fork() {
   g_forked_child.store(false, std::memory_order_relaxed);
   Runtime* rt = runtime();
-  if (rt == nullptr || rt->ledger == nullptr) return;
+  if (rt == nullptr) return;
+  shm::Ledger* const books = rt->ledger.load(std::memory_order_acquire);
+  if (books == nullptr) {
+    // A pass-through parent may have been watching for a first cap: so does the child.
+    if (!rt->settings.has_limits() && limits_file_may_appear(rt->settings.limits_file)) start_watcher();
+    return;
+  }
   memory_books::after_fork();
   compute_gate::after_fork();
-  if (auto reg = rt->ledger->register_process(); !reg) {
+  if (auto reg = books->register_process(); !reg) {
     GS_LOG(Error, "forked child cannot register: %s; CUDA calls will fail", reg.error().c_str());
     g_phase.store(Phase::Broken);
     return;

@@ -25,8 +25,8 @@ namespace {
 
 // Per ledger record: what the driver's figure for this process grew by when it opened another
 // process's memory, while those imports are open.
-constexpr int kRecords = static_cast<int>(shm::layout::kMaxDevices);
-std::atomic<std::uint64_t> g_imported_counted[kRecords] = {};
+constexpr int kRecordCount = static_cast<int>(shm::layout::kMaxDeviceRecords);
+std::atomic<std::uint64_t> g_imported_counted[kRecordCount] = {};
 
 // The pid NVML reports for this process; 0 until known. Usually getpid() (driver 580 answers with
 // the caller's namespace pids); where NVML shows host pids instead, it is learnt when this
@@ -118,7 +118,7 @@ bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes) {
 ImportLook look_before_import() {
   ImportLook look;
   DeviceState* d = current_device_state();
-  if (d == nullptr || d->ledger_dev < 0 || d->ledger_dev >= kRecords) return look;
+  if (d == nullptr || d->ledger_dev < 0 || d->ledger_dev >= kRecordCount) return look;
   look.device = d;
   look.done_before = g_allocs_done.load(std::memory_order_acquire);
   // Only this open in flight: anything else moving the figure meanwhile would be taken for it.
@@ -141,12 +141,12 @@ void settle_import(const ImportLook& look, CUresult result, std::uint64_t ptr) {
 
 void close_imported(std::uint64_t ptr) {
   std::optional<AllocEntry> entry = untrack_allocation(AllocKind::IpcImport, ptr);
-  if (entry && entry->ledger_dev >= 0 && entry->ledger_dev < kRecords)
+  if (entry && entry->ledger_dev >= 0 && entry->ledger_dev < kRecordCount)
     g_imported_counted[entry->ledger_dev].fetch_sub(entry->bytes, std::memory_order_acq_rel);
 }
 
 std::uint64_t imported_counted(int ledger_dev) {
-  if (ledger_dev < 0 || ledger_dev >= kRecords) return 0;
+  if (ledger_dev < 0 || ledger_dev >= kRecordCount) return 0;
   return g_imported_counted[ledger_dev].load(std::memory_order_acquire);
 }
 

@@ -68,7 +68,7 @@ void sync_end() {
   if (limiter::PriorityGate* gate = current_gate()) gate->note_host_sync();
 }
 
-void tick(DeviceState& d, const std::string& node_dir, std::uint64_t container_key) {
+void tick(DeviceState& d, const config::Settings& settings, std::uint64_t container_key) {
   if (!enabled() || d.index < 0 || d.index >= kMaxDevices) return;
   Slot& slot = g_slots[d.index];
   const unsigned pct = d.ledger_dev >= 0 && ledger() != nullptr ? ledger()->compute_limit(d.ledger_dev) : 0;
@@ -83,7 +83,7 @@ void tick(DeviceState& d, const std::string& node_dir, std::uint64_t container_k
   }
   if (slot.failed || container_key == 0) return;
   if (d.turns == nullptr) {
-    auto opened = shm::NodeChannel::open(node_dir, d.uuid, container_key);
+    auto opened = shm::NodeChannel::open(settings.node_dir, d.uuid, container_key, settings.node_writer);
     if (!opened) {
       slot.failed = true;
       GS_LOG(Warn, "no priority sharing on %s: %s", d.uuid, opened.error().c_str());

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "abi/cuda_abi.h"
+#include "config/settings.h"
 #include "shared_state/node_channel.h"
 
 namespace gpuslice::interposer {
@@ -31,7 +32,7 @@ void sync_end();
 
 // Watcher thread, every 100 ms: opens the device's channel and gate once the device is attached,
 // then publishes a heartbeat. Sets d.turns to the same channel so that the turns use one record.
-void tick(DeviceState& d, const std::string& node_dir, std::uint64_t container_key);
+void tick(DeviceState& d, const config::Settings& settings, std::uint64_t container_key);
 // What the turns' publish must keep of the record (priority, busy, held back).
 void fill_record(const DeviceState& d, shm::PeerState& record);
 // At exit: publish idle, log the statistics.

@@ -4,6 +4,8 @@
 // alive until the process ends (hooks still run during exit).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <ctime>
@@ -21,8 +23,10 @@ namespace gpuslice::interposer {
 inline constexpr int kMaxDevices = config::kMaxCudaDevices;
 
 struct DeviceState {
-  int index = -1;       // CUDA ordinal
-  int ledger_dev = -1;  // record in the container ledger; -1 = this device is not limited
+  int index = -1;  // CUDA ordinal
+  // Record in the container ledger; -1 = not limited. Set when the device attaches, or by the
+  // watcher when a limits file written later first caps it; hot paths read it without a lock.
+  std::atomic<int> ledger_dev{-1};
   char uuid[64] = {};
   std::uint64_t physical_total = 0;
   std::atomic<std::uint64_t> context_charge{0};            // footprint charged beyond tracked allocations
@@ -51,8 +55,9 @@ struct AttachedRecord {
 };
 
 struct Runtime {
-  config::Settings settings;      // memory_cap / compute_cap only under limits_lock after initialisation
-  shm::Ledger* ledger = nullptr;  // null when no limit is configured
+  config::Settings settings;  // memory_cap / compute_cap only under limits_lock after initialisation
+  // Null until a limit applies: at start, or when the limits file first gives a cap (watcher).
+  std::atomic<shm::Ledger*> ledger{nullptr};
   DeviceState devices[kMaxDevices];
   std::atomic<DevicePhase> phases[kMaxDevices] = {};
   std::uint64_t container_key = 0;  // identity of this container's state file (node-wide turns)
@@ -62,7 +67,11 @@ struct Runtime {
   std::atomic<bool> limits_lock{false};
   AttachedRecord attached[kMaxDevices];  // under limits_lock
   int attached_count = 0;                // under limits_lock
-  timespec limits_mtime{};               // the limits file as last read (watcher thread only)
+  // The limits file as last read (watcher thread only): a rewrite of the same size within one tick
+  // of a coarse filesystem clock still has another inode (rename) or ctime.
+  timespec limits_mtime{};
+  timespec limits_ctime{};
+  ino_t limits_inode = 0;
   off_t limits_size = -1;
 };
 
@@ -75,7 +84,7 @@ Runtime* runtime();
 void install_runtime(Runtime* rt);  // lifecycle, and tests that build a runtime of their own
 
 const config::Settings& settings();
-shm::Ledger* ledger();  // null when no limit is configured
+shm::Ledger* ledger();  // null while no limit applies
 
 // Calls fn(DeviceState&) for every Ready device of the table.
 template <class Fn>

@@ -4,7 +4,7 @@
 // format: change anything below (sizes, order, meaning) and bump kLayoutVersion. Files of another
 // version are refused with a clear error, never reinterpreted.
 //
-//   [Header, 4096 bytes][DeviceRecord x kMaxDevices][Slot x kMaxSlots]
+//   [Header, 4096 bytes][DeviceRecord x kMaxDeviceRecords][Slot x kMaxSlots]
 //
 // The header's first fields are immutable after creation and covered by an FNV-1a checksum; the
 // mutable fields after `checksum` are atomics. Every field another process may change concurrently
@@ -22,7 +22,9 @@ namespace gpuslice::shm::layout {
 inline constexpr char kMagic[8] = {'G', 'P', 'U', 'S', 'L', 'I', 'C', 'E'};
 inline constexpr std::uint32_t kLayoutVersion = 2;
 
-inline constexpr std::uint32_t kMaxDevices = 16;
+// Device records per state file (the GPUs one container uses; CUDA ordinals go up to
+// config::kMaxCudaDevices, but a container is given few).
+inline constexpr std::uint32_t kMaxDeviceRecords = 16;
 inline constexpr std::uint32_t kMaxSlots = 1024;
 inline constexpr std::size_t kUuidBytes = 96;    // NVML's UUID buffer size, NUL-terminated
 inline constexpr std::size_t kCommandWords = 8;  // 64 bytes of command line, NUL-padded
@@ -117,11 +119,11 @@ struct alignas(64) Slot {
   std::atomic<std::int32_t> host_pid;
   std::atomic<std::uint64_t> registered_realtime_ns;
   std::atomic<std::uint64_t> command[kCommandWords];
-  alignas(64) SlotDeviceCounters devices[kMaxDevices];
+  alignas(64) SlotDeviceCounters devices[kMaxDeviceRecords];
 };
 
 inline constexpr std::uint64_t kDevicesOffset = kHeaderBytes;
-inline constexpr std::uint64_t kSlotsOffset = kDevicesOffset + sizeof(DeviceRecord) * kMaxDevices;
+inline constexpr std::uint64_t kSlotsOffset = kDevicesOffset + sizeof(DeviceRecord) * kMaxDeviceRecords;
 inline constexpr std::uint64_t kFileSize = kSlotsOffset + sizeof(Slot) * kMaxSlots;
 
 // Each slot's owner holds an OFD write lock on this one byte (inside the slot) while it lives.

@@ -124,7 +124,7 @@ void fill_header(Header& h) {
   h.version = kLayoutVersion;
   h.header_size = static_cast<std::uint32_t>(kHeaderBytes);
   h.file_size = kFileSize;
-  h.max_devices = kMaxDevices;
+  h.max_devices = kMaxDeviceRecords;
   h.max_slots = kMaxSlots;
   h.device_record_size = sizeof(DeviceRecord);
   h.slot_size = sizeof(Slot);
@@ -239,7 +239,7 @@ class MappedLedger final : public Ledger {
     }
     found = find_device(uuid);
     if (found < 0) {
-      for (std::uint32_t i = 0; i < kMaxDevices; ++i) {
+      for (std::uint32_t i = 0; i < kMaxDeviceRecords; ++i) {
         DeviceRecord& r = devices_[i];
         // A record left Initialising was abandoned by a creator that died holding the flock.
         if (r.state.load() == kDeviceReady) continue;
@@ -266,7 +266,7 @@ class MappedLedger final : public Ledger {
     }
     flock(fd, LOCK_UN);
     if (found < 0) {
-      return make_error("all " + std::to_string(kMaxDevices) + " device records of " + path_ +
+      return make_error("all " + std::to_string(kMaxDeviceRecords) + " device records of " + path_ +
                         " are in use; cannot add " + std::string(uuid));
     }
     return found;
@@ -635,7 +635,7 @@ Result<bool> validate_header_bytes(const void* data, std::size_t available, std:
                   static_cast<unsigned long long>(h.checksum), static_cast<unsigned long long>(computed));
     return make_error(where + text);
   }
-  if (h.header_size != kHeaderBytes || h.max_devices != kMaxDevices || h.max_slots != kMaxSlots ||
+  if (h.header_size != kHeaderBytes || h.max_devices != kMaxDeviceRecords || h.max_slots != kMaxSlots ||
       h.device_record_size != sizeof(DeviceRecord) || h.slot_size != sizeof(Slot) ||
       h.devices_offset != kDevicesOffset || h.slots_offset != kSlotsOffset || h.file_size != kFileSize) {
     return make_error(where + " has the wrong size: its header declares " + std::to_string(h.file_size) +

@@ -88,7 +88,7 @@ class Ledger {
 
   // Finds or creates the device record for `uuid`; on creation the requested quota and compute
   // limit are initialised from the arguments (no caps yet: the caller applies set_caps next).
-  // Returns the device slot (0..kMaxDevices-1) or an error.
+  // Returns the device slot (0..kMaxDeviceRecords-1) or an error.
   virtual Result<int> attach_device(std::string_view uuid, int cuda_index, std::uint64_t total_bytes,
                                     std::uint64_t quota, unsigned compute_limit) = 0;
 

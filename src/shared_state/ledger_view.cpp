@@ -58,7 +58,7 @@ LedgerView LedgerView::over(void* base) {
 }
 
 bool LedgerView::device_ready(int dev) const {
-  return dev >= 0 && dev < static_cast<int>(kMaxDevices) &&
+  return dev >= 0 && dev < static_cast<int>(kMaxDeviceRecords) &&
          devices[dev].state.load(std::memory_order_acquire) == kDeviceReady;
 }
 
@@ -81,7 +81,7 @@ std::uint64_t LedgerView::used(int dev) const {
 }
 
 int LedgerView::find_device(std::string_view uuid) const {
-  for (std::uint32_t i = 0; i < kMaxDevices; ++i) {
+  for (std::uint32_t i = 0; i < kMaxDeviceRecords; ++i) {
     const DeviceRecord& r = devices[i];
     if (r.state.load(std::memory_order_acquire) == kDeviceReady && uuid_equal(r.uuid, uuid)) {
       return static_cast<int>(i);
@@ -92,7 +92,7 @@ int LedgerView::find_device(std::string_view uuid) const {
 
 int LedgerView::device_count() const {
   int n = 0;
-  for (std::uint32_t i = 0; i < kMaxDevices; ++i) {
+  for (std::uint32_t i = 0; i < kMaxDeviceRecords; ++i) {
     if (devices[i].state.load(std::memory_order_acquire) == kDeviceReady) ++n;
   }
   return n;
@@ -119,7 +119,7 @@ Snapshot LedgerView::snapshot(const std::string& path) const {
   snap.priority = stored_priority >= 1 && stored_priority <= 3 ? static_cast<int>(stored_priority) - 1 : -1;
   snap.held_back_ns = header->held_back_ns.load();
   std::vector<int> records;
-  for (std::uint32_t r = 0; r < kMaxDevices; ++r) {
+  for (std::uint32_t r = 0; r < kMaxDeviceRecords; ++r) {
     const DeviceRecord& d = devices[r];
     if (d.state.load(std::memory_order_acquire) != kDeviceReady) continue;
     DeviceRow row;
@@ -197,7 +197,7 @@ int LedgerView::reap_dead(int fd, int own_slot, const std::string& path) const {
 
 void LedgerView::return_slot(std::uint32_t index, std::uint64_t word) const {
   Slot& s = slots[index];
-  for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+  for (std::uint32_t d = 0; d < kMaxDeviceRecords; ++d) {
     SlotDeviceCounters& c = s.devices[d];
     // Committed usage first (returned catches up with granted), then admission room.
     c.returned.store(c.granted.load());

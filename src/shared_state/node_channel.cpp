@@ -3,12 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
@@ -69,6 +69,101 @@ std::string record_name(std::string_view uuid, std::uint64_t key) {
   return std::string(uuid) + hex;
 }
 
+// getdents64 through syscall(): opendir would allocate, and the wrapper getdents64() is newer than
+// the glibc the library must load on. Entries are read from a caller's buffer in place.
+class DirListing {
+ public:
+  struct Entry {
+    const char* name = nullptr;
+    unsigned char type = DT_UNKNOWN;
+    std::uint64_t next_offset = 0;  // where the listing continues after this entry (lseek)
+  };
+  DirListing(int fd, char* buffer, std::size_t size) : fd_(fd), buffer_(buffer), size_(size) {}
+
+  // False at the end of the directory or on an error.
+  bool next(Entry* entry) {
+    if (position_ >= filled_) {
+      long got = -1;
+      do {
+        got = ::syscall(SYS_getdents64, fd_, buffer_, size_);
+      } while (got < 0 && errno == EINTR);
+      if (got <= 0) return false;
+      filled_ = static_cast<std::size_t>(got);
+      position_ = 0;
+    }
+    // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
+    constexpr std::size_t kOffsetAt = 8, kLengthAt = 16, kTypeAt = 18, kNameAt = 19;
+    const char* raw = buffer_ + position_;
+    std::uint16_t length = 0;
+    if (filled_ - position_ < kNameAt + 1) return false;
+    std::memcpy(&length, raw + kLengthAt, sizeof length);
+    if (length < kNameAt + 1 || length > filled_ - position_) return false;
+    std::int64_t offset = 0;
+    std::memcpy(&offset, raw + kOffsetAt, sizeof offset);
+    entry->next_offset = static_cast<std::uint64_t>(offset);
+    entry->type = static_cast<unsigned char>(raw[kTypeAt]);
+    entry->name = raw + kNameAt;
+    position_ += length;
+    return true;
+  }
+
+ private:
+  int fd_;
+  char* buffer_;
+  std::size_t size_;
+  std::size_t filled_ = 0;
+  std::size_t position_ = 0;
+};
+
+// "uid-N" with N in canonical decimal: the writer directory of user N.
+bool uid_writer_name(const char* name, uid_t* uid) {
+  if (std::strncmp(name, "uid-", 4) != 0) return false;
+  const char* digits = name + 4;
+  if (digits[0] == '\0' || (digits[0] == '0' && digits[1] != '\0')) return false;
+  std::uint64_t value = 0;
+  for (const char* c = digits; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || c - digits >= 10) return false;
+    value = value * 10 + static_cast<std::uint64_t>(*c - '0');
+  }
+  if (value > static_cast<uid_t>(-1)) return false;
+  *uid = static_cast<uid_t>(value);
+  return true;
+}
+
+// Whether a directory is a writer directory a reader believes: one that only its writer can change
+// and that is owned as its name says (uid-N by uid N; any other name, as the device plugin makes
+// them, by root, or by the reader's own uid).
+bool trusted_writer(const char* name, const struct stat& st, uid_t self) {
+  if (!S_ISDIR(st.st_mode)) return false;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) return false;
+  uid_t claimed = 0;
+  if (uid_writer_name(name, &claimed)) return st.st_uid == claimed;
+  if (std::strncmp(name, "uid-", 4) == 0) return false;
+  return st.st_uid == 0 || st.st_uid == self;
+}
+
+// A record file's name for this GPU: "<uuid>.<16 lower-case hex digits>"; false for anything else.
+bool record_key(const char* name, std::string_view uuid, std::uint64_t* key) {
+  if (std::strncmp(name, uuid.data(), uuid.size()) != 0 || name[uuid.size()] != '.') return false;
+  const char* hex = name + uuid.size() + 1;
+  std::uint64_t value = 0;
+  for (int i = 0; i < 16; ++i) {
+    const char c = hex[i];
+    unsigned digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<unsigned>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<unsigned>(c - 'a' + 10);
+    } else {
+      return false;
+    }
+    value = value << 4 | digit;
+  }
+  if (hex[16] != '\0') return false;
+  *key = value;
+  return true;
+}
+
 // Opens (creating if needed) our writer directory: ours or root's, and replaceable by nobody else.
 Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std::string& writer) {
   // On Kubernetes it is a mount point in a read-only mount: EEXIST, or EROFS then ENOENT below.
@@ -85,6 +180,15 @@ Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std:
   fs::UniqueFd guard(fd);
   auto trusted = fs::check_dir(fd, fs::DirTrust::SharedSticky, node_dir + "/" + writer);
   if (!trusted) return make_error(trusted.error());
+  // Readers believe a uid-N directory only when uid N owns it: publishing in another would be
+  // publishing to nobody (and a squatter's uid-<us> must not become ours).
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return make_error(node_dir + "/" + writer + ": cannot stat: " + fs::errno_text(errno));
+  if (!trusted_writer(writer.c_str(), st, ::geteuid())) {
+    return make_error(node_dir + "/" + writer + ": owned by uid " + std::to_string(st.st_uid) +
+                      ", but a uid-N writer directory must be owned by uid N; readers would ignore it");
+  }
   // Peers must be able to read it whatever our umask (077 would hide every record).
   if (created) (void)::fchmod(fd, 0755);
   return guard.release();
@@ -146,19 +250,14 @@ void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->held_back_ns = record.held_back_ns;
 }
 
-bool listed(const PeerState* out, std::size_t count, std::uint64_t key) {
-  for (std::size_t i = 0; i < count; ++i)
+// Already in out[from, count): a record listed twice within one writer directory.
+bool listed(const PeerState* out, std::size_t from, std::size_t count, std::uint64_t key) {
+  for (std::size_t i = from; i < count; ++i)
     if (out[i].container_key == key) return true;
   return false;
 }
 
 }  // namespace
-
-std::string node_writer_name() {
-  const char* configured = std::getenv("GPUSLICE_NODE_WRITER");
-  if (configured != nullptr && valid_component(configured)) return configured;
-  return "uid-" + std::to_string(::geteuid());
-}
 
 NodeChannel::NodeChannel(std::string node_dir, std::string uuid, std::uint64_t key, int fd,
                          std::string record_path)
@@ -190,13 +289,15 @@ Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_d
   if (container_key == 0) return make_error("the node channel needs a container key");
   if (!valid_component(gpu_uuid))
     return make_error("GPU UUID '" + std::string(gpu_uuid) + "' is not a file name");
-  std::string writer_name = writer.empty() ? node_writer_name() : std::string(writer);
+  std::string writer_name = writer.empty() ? "uid-" + std::to_string(::geteuid()) : std::string(writer);
   if (!valid_component(writer_name))
     return make_error("node channel writer '" + writer_name + "' is not a file name");
   // Created shared and sticky if missing: every user of the host adds its own writer directory.
   if (::mkdir(node_dir.c_str(), 01777) == 0) (void)::chmod(node_dir.c_str(), 01777);
-  auto node_fd = fs::open_dir(node_dir, fs::DirTrust::Any);
-  if (!node_fd) return make_error(node_fd.error());
+  // Whoever controls the node directory can remove or replace every writer directory in it: it must
+  // be ours or root's, and writable by others only with the sticky bit.
+  auto node_fd = fs::open_dir(node_dir, fs::DirTrust::SharedSticky);
+  if (!node_fd) return make_error("node channel directory refused: " + node_fd.error());
   fs::UniqueFd node_guard(*node_fd);
   auto writer_fd = open_writer_dir(*node_fd, node_dir, writer_name);
   if (!writer_fd) return make_error(writer_fd.error());
@@ -273,8 +374,9 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
   for (std::size_t i = 0; i < known_count_ && count < capacity; ++i) {
     if (static_cast<std::uint32_t>(known_[i].priority) <= static_cast<std::uint32_t>(above)) continue;
     PeerRecord record;
-    if (!reread_record(known_[i].fd, uuid_hash_, &record) || !fresh_peer(&record, now_ns, stale_ns) ||
-        listed(out, count, record.container_key)) {
+    // Each kept file is one record of one writer directory: nothing to deduplicate.
+    if (!reread_record(known_[i].fd, uuid_hash_, &record) || record.container_key != known_[i].key ||
+        !fresh_peer(&record, now_ns, stale_ns)) {
       continue;
     }
     copy_peer(record, &out[count++]);
@@ -282,53 +384,76 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
   return count;
 }
 
+// One pass over the node directory, bounded: kMaxNodeEntries entries of it, kMaxWriters trusted
+// writer directories, kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each. An
+// entry others could have planted costs one fstatat before anything is opened. No allocation: the
+// listings go through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, KnownPeer* keep, std::size_t* kept) const {
   if (capacity == 0) return 0;
-  auto node_fd = fs::open_dir(node_dir_, fs::DirTrust::Any);
-  if (!node_fd) return 0;
-  DIR* writers = ::fdopendir(*node_fd);
-  if (writers == nullptr) {
-    ::close(*node_fd);
-    return 0;
-  }
-  const std::string prefix = uuid_ + ".";
+  const int node_fd = fs::open_dir_raw(node_dir_.c_str(), fs::DirTrust::SharedSticky);
+  if (node_fd < 0) return 0;
+  fs::UniqueFd node_guard(node_fd);
+  const uid_t self = ::geteuid();
   std::size_t count = 0;
-  std::size_t writers_seen = 0;
-  while (dirent* writer = ::readdir(writers)) {
-    if (writer->d_name[0] == '.') continue;
-    if (++writers_seen > kMaxWriters || count == capacity) break;
-    int writer_fd =
-        ::openat(::dirfd(writers), writer->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (writer_fd < 0) continue;
-    DIR* records = ::fdopendir(writer_fd);
-    if (records == nullptr) {
-      ::close(writer_fd);
+  std::size_t writers = 0;
+  std::size_t entries = 0;
+  alignas(8) char node_buffer[4096];
+  DirListing node_listing(node_fd, node_buffer, sizeof node_buffer);
+  DirListing::Entry writer;
+  while (count < capacity && writers < kMaxWriters && entries < kMaxNodeEntries &&
+         node_listing.next(&writer)) {
+    ++entries;
+    if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
+    struct stat listed_st {};
+    if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !trusted_writer(writer.name, listed_st, self)) {
       continue;
     }
-    std::size_t records_seen = 0;
-    while (dirent* entry = ::readdir(records)) {
-      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-      if (++records_seen > kMaxRecordsPerWriter || count == capacity) break;
+    const int writer_fd = ::openat(node_fd, writer.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (writer_fd < 0) continue;
+    fs::UniqueFd writer_guard(writer_fd);
+    // The directory opened must be the one checked (it may have been swapped in between).
+    struct stat opened_st {};
+    if (::fstat(writer_fd, &opened_st) != 0 || opened_st.st_dev != listed_st.st_dev ||
+        opened_st.st_ino != listed_st.st_ino || !trusted_writer(writer.name, opened_st, self)) {
+      continue;
+    }
+    ++writers;
+    const std::size_t writer_start = count;
+    alignas(8) char buffer[2048];
+    DirListing records(writer_fd, buffer, sizeof buffer);
+    DirListing::Entry entry;
+    std::size_t examined = 0;
+    std::size_t matched = 0;
+    while (count < capacity && examined < kMaxEntriesPerWriter && matched < kMaxRecordsPerWriter &&
+           records.next(&entry)) {
+      ++examined;
+      std::uint64_t key = 0;
+      if (!record_key(entry.name, uuid_, &key)) continue;
+      ++matched;
+      if (entry.type != DT_REG && entry.type != DT_UNKNOWN) continue;
       PeerRecord record;
       struct stat identity {};
-      fs::UniqueFd fd(open_record(::dirfd(records), entry->d_name, uuid_hash_, &record, &identity));
-      if (fd.get() < 0 || !fresh_peer(&record, now_ns, stale_ns) ||
-          listed(out, count, record.container_key)) {
+      fs::UniqueFd fd(open_record(writer_fd, entry.name, uuid_hash_, &record, &identity));
+      // The key inside must be the one the name carries, so a writer has one record per key; a
+      // copy of another container's key in another writer directory is listed beside the
+      // original, never instead of it.
+      if (fd.get() < 0 || record.container_key != key || !fresh_peer(&record, now_ns, stale_ns) ||
+          listed(out, writer_start, count, key)) {
         continue;
       }
       copy_peer(record, &out[count++]);
       if (keep != nullptr && *kept < kMaxKnownPeers) {
-        keep[*kept].fd = fd.release();
-        keep[*kept].priority = static_cast<Priority>(record.priority);
-        keep[*kept].device = static_cast<std::uint64_t>(identity.st_dev);
-        keep[*kept].inode = static_cast<std::uint64_t>(identity.st_ino);
-        ++*kept;
+        KnownPeer& known = keep[(*kept)++];
+        known.fd = fd.release();
+        known.priority = static_cast<Priority>(record.priority);
+        known.device = static_cast<std::uint64_t>(identity.st_dev);
+        known.inode = static_cast<std::uint64_t>(identity.st_ino);
+        known.key = key;
       }
     }
-    ::closedir(records);
   }
-  ::closedir(writers);
   return count;
 }
 

@@ -32,20 +32,23 @@ struct PeerState {                          // what one container publishes abou
   std::uint64_t held_back_ns = 0;   // priority: total time this container's submissions were held back
 };
 
-// The writer directory name a process uses: GPUSLICE_NODE_WRITER if set (one valid path component),
-// otherwise "uid-<effective uid>".
-std::string node_writer_name();
-
 class NodeChannel {
  public:
-  // Most writer directories and records per writer a reader looks at: a hostile writer that creates
-  // many files slows nobody down beyond this.
+  // The work of one scan is bounded: entries of the node directory examined (only a user of the
+  // host can create them; a container's mount of it is read-only), trusted writer directories
+  // read, entries examined and records read in each. A writer that fills its own directory slows
+  // nobody down beyond this.
+  static constexpr std::size_t kMaxNodeEntries = 65536;
   static constexpr std::size_t kMaxWriters = 256;
+  static constexpr std::size_t kMaxEntriesPerWriter = 256;
   static constexpr std::size_t kMaxRecordsPerWriter = 16;
 
-  // node_dir: GPUSLICE_NODE_DIR (or what the device plugin mounts). Creates/opens this container's
-  // own record for the GPU in <node_dir>/<writer> (writer: node_writer_name() when empty); never
-  // follows symlinks; refuses a writer directory another user controls.
+  // node_dir: GPUSLICE_NODE_DIR (or what the device plugin mounts): ours or root's, writable by others
+  // only with the sticky bit. Creates/opens this container's own record for the GPU in
+  // <node_dir>/<writer> (writer: GPUSLICE_NODE_WRITER through config::Settings; "uid-<euid>" when
+  // empty); never follows symlinks; refuses a writer directory another user controls.
+  // Readers believe a writer directory "uid-N" only when uid N owns it, any other only when root
+  // (the device plugin) or the reader itself owns it.
   static Result<std::unique_ptr<NodeChannel>> open(const std::string& node_dir, std::string_view gpu_uuid,
                                                    std::uint64_t container_key, std::string_view writer = {});
   ~NodeChannel();
@@ -82,6 +85,7 @@ class NodeChannel {
     Priority priority = Priority::Normal;
     std::uint64_t device = 0;  // the file's identity, so that a descriptor the application closed
     std::uint64_t inode = 0;   // and reused for its own file is never closed by us
+    std::uint64_t key = 0;     // the container key its name carries
   };
   std::size_t scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
                    KnownPeer* keep, std::size_t* kept) const;

@@ -219,7 +219,7 @@ class ObservedLedger final : public Ledger {
   }
 
   bool read_record(int dev, DeviceRecord* out) const {
-    if (dev < 0 || dev >= static_cast<int>(kMaxDevices)) return false;
+    if (dev < 0 || dev >= static_cast<int>(kMaxDeviceRecords)) return false;
     auto offset = static_cast<off_t>(kDevicesOffset + sizeof(DeviceRecord) * static_cast<std::size_t>(dev));
     if (!fs::pread_exact(fd_, static_cast<void*>(out), sizeof *out, offset)) return false;
     return out->state.load() == kDeviceReady;

@@ -319,6 +319,21 @@ TEST_F(E2E, ADeviceAttachedLateStillGetsTheFileCap) {
   EXPECT_EQ(last_value(app.output(), "late_total"), kGiB) << app.output();
 }
 
+TEST_F(E2E, AProcessStartedWithoutAnyLimitTakesACapWrittenLater) {
+  Env env = base_env();  // no request; the limits file's directory exists, the file does not yet
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  EXPECT_EQ(last_value(app.output(), "total"), 16 * kGiB) << app.output();
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
+  // What it allocated before the cap came is charged too, with its context (the driver's figure).
+  EXPECT_TRUE(app.wait_for_output("live_free=" + std::to_string(kGiB - 128 * kMiB - kContextBytes), 3000))
+      << app.output();
+  Outcome fill = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(fill.exit_code, 0) << fill.err;
+  EXPECT_LE(fill.num("allocated"), kGiB - 128 * kMiB - 2 * kContextBytes) << fill.out;
+}
+
 struct DialectCase {
   const char* variable;
   const char* value;

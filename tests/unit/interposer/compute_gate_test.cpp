@@ -104,7 +104,7 @@ class ComputeGate : public ::testing::Test {
     install_runtime(nullptr);
     if (rt != nullptr) {
       for (DeviceState& d : rt->devices) delete d.limiter.load();
-      delete rt->ledger;
+      delete rt->ledger.load();
     }
     delete rt;
     g_compute_active.store(false);
@@ -127,8 +127,8 @@ class ComputeGate : public ::testing::Test {
     rt->settings.node_dir = dir_ + "/node";
     auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
     EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger = std::move(opened).value().release();
-    EXPECT_TRUE(rt->ledger->register_process().ok());
+    rt->ledger.store(std::move(opened).value().release());
+    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
     install_runtime(rt);
     g_compute_active.store(!rt->settings.compute.empty());
     return *rt;
@@ -178,7 +178,7 @@ TEST_F(ComputeGate, ALimitLoweredLiveAppliesAtTheNextLaunch) {
   EXPECT_EQ(lim->limit_percent(), 50u);
   ASSERT_EQ(Simulation::drains.load(), 0) << "the first launch opens a window";
 
-  rt.ledger->set_compute_limit(device_state(0)->ledger_dev, 10);  // `gpuslice set --compute 10`
+  rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 10);  // `gpuslice set --compute 10`
   clock_.advance(10 * kUs);
   launch();
   EXPECT_EQ(lim->limit_percent(), 10u);
@@ -209,7 +209,7 @@ TEST_F(ComputeGate, ALimitSetLiveOnAnUnlimitedProcessTurnsTheGateOnAtTheNextTick
   compute_gate::tick();
   EXPECT_FALSE(compute_active());
 
-  rt.ledger->set_compute_limit(d->ledger_dev, 30);
+  rt.ledger.load()->set_compute_limit(d->ledger_dev, 30);
   compute_gate::tick();
   ASSERT_TRUE(compute_active());
   launch();
@@ -225,7 +225,7 @@ TEST_F(ComputeGate, AStreamBeingCapturedIntoAGraphIsNeverDrained) {
     launch(captured);
     clock_.advance(2 * kMs);
   }
-  rt.ledger->set_compute_limit(device_state(0)->ledger_dev, 10);
+  rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 10);
   launch(captured);
   EXPECT_EQ(Simulation::drains.load(), 0);
   EXPECT_GT(Simulation::capture_queries.load(), 0);
@@ -248,7 +248,7 @@ TEST_F(ComputeGate, BusyTimeTheLimiterMeasuredReachesTheLedgerAtTheNextTick) {
   ASSERT_GT(busy, 0u);
   const int record = device_state(0)->ledger_dev;
   auto own_busy = [&] {
-    const shm::Snapshot snap = rt.ledger->snapshot();
+    const shm::Snapshot snap = rt.ledger.load()->snapshot();
     std::size_t column = snap.devices.size();
     for (std::size_t i = 0; i < snap.devices.size(); ++i)
       if (snap.devices[i].record == record) column = i;
@@ -285,8 +285,8 @@ TEST_F(ComputeGate, AForkedChildMeasuresWithALimiterOfItsOwn) {
   if (child == 0) {
     compute_gate::after_fork();
     DeviceState& d = *device_state(0);
-    bool ok =
-        d.limiter.load() == nullptr && d.busy_published.load() == 0 && rt.ledger->register_process().ok();
+    bool ok = d.limiter.load() == nullptr && d.busy_published.load() == 0 &&
+              rt.ledger.load()->register_process().ok();
     launch();
     ok = ok && limiter_of(0) != nullptr && limiter_of(0) != parents && limiter_of(0)->stats().windows == 0;
     _exit(ok ? 0 : 1);

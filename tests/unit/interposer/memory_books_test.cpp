@@ -2,7 +2,9 @@
 // ledger: reservation races, footprint reconciliation, the limits rule for late devices, fork.
 #include "interposer/memory_books.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,7 +78,7 @@ class MemoryBooks : public ::testing::Test {
     // The library keeps its runtime for the whole process; a test's goes with the test.
     Runtime* rt = runtime();
     install_runtime(nullptr);
-    if (rt != nullptr) delete rt->ledger;
+    if (rt != nullptr) delete rt->ledger.load();
     delete rt;
     g_memory_active.store(false);
     std::filesystem::remove_all(dir_);
@@ -95,8 +97,8 @@ class MemoryBooks : public ::testing::Test {
     EXPECT_TRUE(rt->settings.ok()) << rt->settings.errors.front();
     auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
     EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger = std::move(opened).value().release();
-    EXPECT_TRUE(rt->ledger->register_process().ok());
+    rt->ledger.store(std::move(opened).value().release());
+    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
     install_runtime(rt);
     g_memory_active.store(true);
     return *rt;
@@ -139,12 +141,12 @@ TEST_F(MemoryBooks, ThreadsRacingForTheQuotaNeverTogetherExceedIt) {
   DeviceState* d = device_state(0);
   ASSERT_NE(d, nullptr);
   EXPECT_LE(granted.load(), kGiB) << "never more than the quota";
-  EXPECT_EQ(rt.ledger->used(d->ledger_dev), granted.load()) << "the books match what was handed out";
+  EXPECT_EQ(rt.ledger.load()->used(d->ledger_dev), granted.load()) << "the books match what was handed out";
   // A racing reservation may back off needlessly, but nothing is lost: the rest is still there.
   CUdeviceptr p = 0;
   while (allocate_bytes(8 * kMiB, &p) == CUDA_SUCCESS) granted.fetch_add(8 * kMiB);
   EXPECT_EQ(granted.load(), kGiB);
-  EXPECT_EQ(rt.ledger->used(d->ledger_dev), kGiB);
+  EXPECT_EQ(rt.ledger.load()->used(d->ledger_dev), kGiB);
 }
 
 TEST_F(MemoryBooks, AFailedDriverAllocationGivesTheReservationBack) {
@@ -153,7 +155,7 @@ TEST_F(MemoryBooks, AFailedDriverAllocationGivesTheReservationBack) {
   CUresult r =
       allocate_linear(current_device_state(), 512 * kMiB, &dptr, [] { return CUDA_ERROR_OUT_OF_MEMORY; });
   EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(rt.ledger->used(device_state(0)->ledger_dev), 0u);
+  EXPECT_EQ(rt.ledger.load()->used(device_state(0)->ledger_dev), 0u);
 }
 
 TEST_F(MemoryBooks, AFreeReturnsTheBytesAndADoubleFreeReturnsNothing) {
@@ -161,11 +163,11 @@ TEST_F(MemoryBooks, AFreeReturnsTheBytesAndADoubleFreeReturnsNothing) {
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(256 * kMiB, &p), CUDA_SUCCESS);
   const int dev = device_state(0)->ledger_dev;
-  EXPECT_EQ(rt.ledger->used(dev), 256 * kMiB);
+  EXPECT_EQ(rt.ledger.load()->used(dev), 256 * kMiB);
   EXPECT_EQ(release(AllocKind::Linear, p, [] { return CUDA_SUCCESS; }), CUDA_SUCCESS);
-  EXPECT_EQ(rt.ledger->used(dev), 0u);
+  EXPECT_EQ(rt.ledger.load()->used(dev), 0u);
   EXPECT_EQ(release(AllocKind::Linear, p, [] { return CUDA_ERROR_INVALID_VALUE; }), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(rt.ledger->used(dev), 0u);
+  EXPECT_EQ(rt.ledger.load()->used(dev), 0u);
 }
 
 TEST_F(MemoryBooks, TheContextFootprintIsChargedAndGivenBackAsTheDriverReportsIt) {
@@ -175,11 +177,11 @@ TEST_F(MemoryBooks, TheContextFootprintIsChargedAndGivenBackAsTheDriverReportsIt
   DeviceState& d = *device_state(0);
   Simulation::report_own_usage(100 * kMiB + 300 * kMiB);  // the driver holds 300 MiB more than we track
   reconcile_context_footprint(d);
-  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 400 * kMiB);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 400 * kMiB);
   EXPECT_EQ(d.context_charge.load(), 300 * kMiB);
   Simulation::report_own_usage(100 * kMiB + 64 * kMiB);  // module images unloaded
   reconcile_context_footprint(d);
-  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 164 * kMiB);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 164 * kMiB);
   Simulation::report_own_usage(100 * kMiB + 65 * kMiB);  // within the slack: not worth a change
   reconcile_context_footprint(d);
   EXPECT_EQ(d.context_charge.load(), 64 * kMiB);
@@ -195,7 +197,7 @@ TEST_F(MemoryBooks, NoReconciliationWhileAnAllocationIsInFlight) {
     AllocationInFlight flight;  // the driver's figure may already include it, our books not yet
     reconcile_context_footprint(d);
   }
-  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 100 * kMiB);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 100 * kMiB);
 }
 
 TEST_F(MemoryBooks, AFootprintThatWouldExceedTheQuotaIsNotCharged) {
@@ -205,7 +207,7 @@ TEST_F(MemoryBooks, AFootprintThatWouldExceedTheQuotaIsNotCharged) {
   DeviceState& d = *device_state(0);
   Simulation::report_own_usage(900 * kMiB + 200 * kMiB);
   reconcile_context_footprint(d);
-  EXPECT_EQ(rt.ledger->used(d.ledger_dev), 900 * kMiB) << "the books never exceed the quota";
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 900 * kMiB) << "the books never exceed the quota";
   EXPECT_EQ(d.context_charge.load(), 0u);
 }
 
@@ -234,6 +236,38 @@ TEST_F(MemoryBooks, ADeviceAttachedAfterTheFileChangedGetsTheNewCap) {
   EXPECT_EQ(effective_quota(*late), kGiB);
 }
 
+TEST_F(MemoryBooks, ADeviceAttachedWithoutALimitTakesACapWrittenLater) {
+  start("0=2Gi");  // device 1 has neither a request nor a cap when it attaches
+  DeviceState* unlimited = device_state(1);
+  ASSERT_NE(unlimited, nullptr);
+  EXPECT_LT(unlimited->ledger_dev, 0);
+  write_limits("GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  refresh_limits_file();
+  ASSERT_GE(unlimited->ledger_dev, 0) << "the cap gives the device a record";
+  EXPECT_EQ(effective_quota(*unlimited), kGiB);
+  EXPECT_EQ(effective_quota(*device_state(0)), kGiB);
+  Simulation::current = 1;
+  CUdeviceptr p = 0;
+  EXPECT_EQ(allocate_bytes(kGiB + kMiB, &p), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(allocate_bytes(512 * kMiB, &p), CUDA_SUCCESS);
+}
+
+TEST_F(MemoryBooks, ASameSizeRewriteOfTheLimitsFileIsSeen) {
+  start("2Gi", "GPUSLICE_MEMORY_LIMIT=768Mi\n");
+  DeviceState& d = *device_state(0);
+  refresh_limits_file();  // the watcher's first look
+  ASSERT_EQ(effective_quota(d), 768 * kMiB);
+  const std::string path = dir_ + "/limits";
+  struct stat before {};
+  ASSERT_EQ(stat(path.c_str(), &before), 0);
+  write_limits("GPUSLICE_MEMORY_LIMIT=512Mi\n");  // the same number of bytes
+  // A filesystem with coarse timestamps gives the new file the old one's modification time.
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  refresh_limits_file();
+  EXPECT_EQ(effective_quota(d), 512 * kMiB);
+}
+
 TEST_F(MemoryBooks, AMalformedRewriteKeepsThePreviousCaps) {
   start("2Gi", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
   DeviceState& d = *device_state(0);
@@ -256,10 +290,10 @@ TEST_F(MemoryBooks, AForkedChildOwnsNoneOfItsParentsAllocationsOrFootprint) {
   if (child == 0) {
     memory_books::after_fork();
     bool ok = tracked_allocation_count() == 0 && !d.has_context.load() && d.context_charge.load() == 0 &&
-              rt.ledger->register_process().ok() && rt.ledger->used_by_self(d.ledger_dev) == 0;
+              rt.ledger.load()->register_process().ok() && rt.ledger.load()->used_by_self(d.ledger_dev) == 0;
     // Freeing the parent's pointer in the child gives nothing back to the books.
     release(AllocKind::Linear, p, [] { return CUDA_SUCCESS; });
-    ok = ok && rt.ledger->used(d.ledger_dev) == 128 * kMiB;
+    ok = ok && rt.ledger.load()->used(d.ledger_dev) == 128 * kMiB;
     _exit(ok ? 0 : 1);
   }
   int status = 0;

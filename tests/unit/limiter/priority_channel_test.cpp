@@ -6,12 +6,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "common/clock.h"
 #include "limiter/priority_channel_board.h"
+#include "shared_state/peer_record.h"
+
+// Counts the allocations of the calling thread while counting is on (the gate's path must make none).
+// The replacement pairs new with malloc and delete with free, which GCC cannot see across calls.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+thread_local bool t_counting = false;
+thread_local std::size_t t_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (t_counting) ++t_allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace gpuslice::limiter {
 namespace {
@@ -174,6 +198,54 @@ TEST_F(PriorityChannel, ARecordReplacedByASymlinkOrAFifoLaterIsRefusedOnTheNextS
   ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
   EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U);
   EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U);
+}
+
+// Another writer copies the busy high container's key into idle low records of its own writer
+// directories, to be read in its place and release the low container.
+TEST_F(PriorityChannel, AnImpersonatorOfTheHighContainerCannotReleaseTheLowOne) {
+  auto high = container(0x51, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  high->gate->gate(nullptr);      // busy for the horizon
+  high->gate->note_sync_begin();  // and for the lease while it waits
+  shm::detail::PeerRecord forged{};
+  std::memcpy(forged.magic, shm::detail::PeerRecord::kMagic, sizeof forged.magic);
+  forged.version = shm::detail::PeerRecord::kVersion;
+  forged.size = sizeof forged;
+  forged.sequence = 1;
+  forged.container_key = 0x51;
+  forged.uuid_hash = shm::detail::uuid_hash(kGpu);
+  forged.priority = static_cast<std::uint32_t>(shm::Priority::Low);
+  forged.heartbeat_ns = clock_.now;
+  forged.checksum = shm::detail::peer_checksum(forged);
+  for (int i = 0; i < 24; ++i) {
+    const std::string writer = dir_ + "/evil-" + std::to_string(i);
+    ASSERT_EQ(mkdir(writer.c_str(), 0755), 0);
+    std::ofstream(writer + "/" + kGpu + ".0000000000000051", std::ios::binary)
+        .write(reinterpret_cast<const char*>(&forged), sizeof forged);
+  }
+  const std::uint64_t start = clock_.now;
+  clock_.now += 2 * kMs;
+  low->gate->gate(nullptr);
+  EXPECT_EQ(low->gate->stats().holds, 1U) << "the forged idle records released the low container";
+  EXPECT_GT(clock_.now - start, 100 * kMs);
+}
+
+// PeerBoard::read_peers runs on launching threads, which must not allocate.
+TEST_F(PriorityChannel, AScanFromTheGateAllocatesNothing) {
+  auto high = container(1, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  high->gate->heartbeat();
+  PeerView views[8];
+  t_allocations = 0;
+  t_counting = true;
+  const std::size_t found = low->board->read_peers(views, 8, clock_.now, kStale);
+  const std::size_t reread = low->board->read_known_above(views, 8, clock_.now, kStale, Priority::Low);
+  t_counting = false;
+  EXPECT_EQ(found, 1U);
+  EXPECT_EQ(reread, 1U);
+  EXPECT_EQ(t_allocations, 0U);
 }
 
 // The application closed a descriptor the reader kept and reused the number for a file of its own

@@ -227,7 +227,7 @@ TEST(ValidateHeaderBytes, NeverReadsPastWhatIsAvailable) {
   h.version = layout::kLayoutVersion;
   h.header_size = layout::kHeaderBytes;
   h.file_size = layout::kFileSize;
-  h.max_devices = layout::kMaxDevices;
+  h.max_devices = layout::kMaxDeviceRecords;
   h.max_slots = layout::kMaxSlots;
   h.device_record_size = sizeof(layout::DeviceRecord);
   h.slot_size = sizeof(layout::Slot);

@@ -76,7 +76,7 @@ TEST_F(LedgerTest, AttachRejectsBadInputAndAFullTable) {
   EXPECT_FALSE(a_->attach_device("", 0, kTotal, 1, 0).ok());
   EXPECT_FALSE(a_->attach_device(std::string(200, 'u'), 0, kTotal, 1, 0).ok());
   EXPECT_FALSE(a_->attach_device("GPU-x", 0, kTotal, 1, 101).ok());
-  for (std::uint32_t i = 1; i < layout::kMaxDevices; ++i) {
+  for (std::uint32_t i = 1; i < layout::kMaxDeviceRecords; ++i) {
     ASSERT_TRUE(a_->attach_device("GPU-" + std::to_string(i), static_cast<int>(i), kTotal, 1, 0).ok());
   }
   auto full = a_->attach_device("GPU-one-too-many", 0, kTotal, 1, 0);

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -146,7 +148,9 @@ TEST_F(NodeChannelTest, HostileRecordsAreSkippedAndNeverCrashAReader) {
 
   // A well-formed record among them is still read.
   detail::PeerRecord fine = good_record(0xff);
-  plant("fine", name, &fine, sizeof fine);
+  plant("fine", name, &fine, sizeof fine);  // its name carries another key: refused
+  EXPECT_EQ(peers_of(*a), 0U);
+  plant("fine", std::string(kGpu) + ".00000000000000ff", &fine, sizeof fine);
   PeerState seen[8];
   ASSERT_EQ(peers_of(*a, seen), 1U);
   EXPECT_EQ(seen[0].container_key, 0xffU);
@@ -164,12 +168,125 @@ TEST_F(NodeChannelTest, AWriterFloodingFilesIsReadOnlyUpToItsLimit) {
   EXPECT_LE(a->read_peers(seen, 64, kNow), NodeChannel::kMaxRecordsPerWriter);
 }
 
-TEST_F(NodeChannelTest, DuplicateKeysCountOnce) {
+// A key is the container's own claim within its writer directory only: the same key in two
+// writer directories is two records (one may be a copy), each listed, neither hiding the other.
+TEST_F(NodeChannelTest, TheSameKeyInTwoWriterDirectoriesIsListedFromEach) {
   auto a = open(11, "ctr-a");
   detail::PeerRecord r = good_record(0x77);
   plant("one", std::string(kGpu) + ".0000000000000077", &r, sizeof r);
   plant("two", std::string(kGpu) + ".0000000000000077", &r, sizeof r);
-  EXPECT_EQ(peers_of(*a), 1U);
+  EXPECT_EQ(peers_of(*a), 2U);
+}
+
+// A writer copies the victim's key into records of its own writer directories: readers must still
+// see the victim's own values, whatever order the directories are listed in.
+TEST_F(NodeChannelTest, AWriterCopyingAnotherContainersKeyCannotSpeakForIt) {
+  auto reader = open(11, "ctr-reader");
+  auto victim = open(0x77, "ctr-victim");
+  PeerState honest = state(30);
+  honest.priority = Priority::High;
+  honest.busy_until_ns = kNow + kSecond;
+  ASSERT_TRUE(victim->publish(honest));
+  detail::PeerRecord forged = good_record(0x77, 90);
+  forged.priority = static_cast<std::uint32_t>(Priority::Low);
+  forged.checksum = detail::peer_checksum(forged);
+  for (int i = 0; i < 24; ++i)
+    plant("evil-" + std::to_string(i), std::string(kGpu) + ".0000000000000077", &forged, sizeof forged);
+  PeerState seen[64];
+  const std::size_t count = reader->read_peers(seen, 64, kNow);
+  bool victim_seen = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (seen[i].container_key == 0x77 && seen[i].priority == Priority::High &&
+        seen[i].compute_limit_percent == 30 && seen[i].busy_until_ns == kNow + kSecond)
+      victim_seen = true;
+  }
+  EXPECT_TRUE(victim_seen) << "the victim's own record was replaced by a copy of its key";
+}
+
+// Directories another user created in a world-writable node directory (empty, or named after
+// nobody they are) must not hide the real writers, however many there are.
+TEST_F(NodeChannelTest, FiveThousandEmptyDirectoriesDoNotHideTheRealWriters) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create directories as another user";
+  auto reader = open(11, "ctr-reader");
+  for (int i = 0; i < 5000; ++i) {
+    const std::string junk = dir_.file("junk-" + std::to_string(i));
+    ASSERT_EQ(mkdir(junk.c_str(), 0755), 0);
+    ASSERT_EQ(chown(junk.c_str(), 65534, 65534), 0);
+  }
+  auto a = open(22, "ctr-a");
+  auto b = open(33, "ctr-b");
+  ASSERT_TRUE(a->publish(state(30)));
+  ASSERT_TRUE(b->publish(state(40)));
+  // Bounded work per scan: a scan may have to leave part of the directory to the next one, but
+  // writers once found stay found.
+  PeerState seen[8];
+  std::size_t count = 0;
+  for (int scan = 0; scan < 4 && count < 2; ++scan) count = reader->read_peers(seen, 8, kNow);
+  EXPECT_EQ(count, 2U);
+  for (int scan = 0; scan < 3; ++scan) EXPECT_EQ(reader->read_peers(seen, 8, kNow), 2U) << scan;
+}
+
+// A writer fills its directory with entries that are no record of this GPU: a scan examines a
+// bounded number of them (kMaxEntriesPerWriter) and goes on to the other writers.
+TEST_F(NodeChannelTest, AWriterFloodingJunkEntriesCannotHideTheOthers) {
+  auto reader = open(11, "ctr-reader");
+  const std::string flood = dir_.file("a-flood");
+  ASSERT_EQ(mkdir(flood.c_str(), 0755), 0);
+  for (int i = 0; i < 60000; ++i)
+    ASSERT_EQ(symlinkat("x", AT_FDCWD, (flood + "/junk-" + std::to_string(i)).c_str()), 0);
+  // Its one real record lies among the junk, where the bounded look may or may not reach it.
+  detail::PeerRecord own = good_record(0x55);
+  plant("a-flood", std::string(kGpu) + ".0000000000000055", &own, sizeof own);
+  auto a = open(22, "ctr-a");
+  ASSERT_TRUE(a->publish(state(30)));
+  PeerState seen[8];
+  const std::size_t count = reader->read_peers(seen, 8, kNow);
+  bool a_seen = false;
+  for (std::size_t i = 0; i < count; ++i) a_seen = a_seen || seen[i].container_key == 22;
+  EXPECT_TRUE(a_seen) << "the flooding writer hid another";
+  EXPECT_LE(count, 2U);
+}
+
+// Another user pre-creates uid-<victim> and publishes there: it is not the victim's writer.
+TEST_F(NodeChannelTest, AUidDirectoryNotOwnedByThatUidIsNotAWriter) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
+  auto reader = open(11, "ctr-reader");
+  detail::PeerRecord forged = good_record(0x99);
+  plant("uid-12345", std::string(kGpu) + ".0000000000000099", &forged, sizeof forged);
+  ASSERT_EQ(chown(dir_.file("uid-12345").c_str(), 65534, 65534), 0);
+  EXPECT_EQ(peers_of(*reader), 0U);
+}
+
+// Another user created the node directory: it could replace or remove every writer directory.
+TEST_F(NodeChannelTest, ANodeDirectoryOwnedByAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
+  const std::string node = dir_.file("node");
+  ASSERT_EQ(mkdir(node.c_str(), 01777), 0);
+  ASSERT_EQ(chmod(node.c_str(), 01777), 0);
+  ASSERT_EQ(chown(node.c_str(), 65534, 65534), 0);
+  auto opened = NodeChannel::open(node, kGpu, 11, "ctr-a");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().find("uid 65534"), std::string::npos) << opened.error();
+}
+
+TEST_F(NodeChannelTest, AWorldWritableNodeDirectoryWithoutTheStickyBitIsRefused) {
+  const std::string node = dir_.file("node");
+  ASSERT_EQ(mkdir(node.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(node.c_str(), 0777), 0);
+  auto opened = NodeChannel::open(node, kGpu, 11, "ctr-a");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().find("sticky"), std::string::npos) << opened.error();
+}
+
+// GPUSLICE_NODE_WRITER reaches the channel through config::Settings only.
+TEST_F(NodeChannelTest, TheChannelDoesNotReadTheEnvironment) {
+  ASSERT_EQ(setenv("GPUSLICE_NODE_WRITER", "from-environment", 1), 0);
+  auto opened = NodeChannel::open(dir_.path(), kGpu, 11);
+  unsetenv("GPUSLICE_NODE_WRITER");
+  ASSERT_TRUE(opened.ok()) << opened.error();
+  EXPECT_EQ((*opened)->record_path().find("from-environment"), std::string::npos) << (*opened)->record_path();
+  EXPECT_NE((*opened)->record_path().find("/uid-" + std::to_string(geteuid()) + "/"), std::string::npos)
+      << (*opened)->record_path();
 }
 
 TEST_F(NodeChannelTest, TurnFileSymlinkToARootOnlyFileIsRefusedAndLeftUntouched) {
