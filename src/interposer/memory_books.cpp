@@ -264,6 +264,29 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
   return FootprintResult::NotListed;
 }
 
+ContextCreation::ContextCreation(CUdevice dev) {
+  if (ledger() == nullptr) return;
+  device_ = device_state(dev);
+  if (device_ == nullptr || device_->ledger_dev < 0) {
+    device_ = nullptr;
+    return;
+  }
+  probe_.before_creation(*device_);
+}
+
+void ContextCreation::succeeded() {
+  if (device_ == nullptr || device_->has_context.exchange(true)) return;
+  probe_.after_creation(*device_);
+  if (reconcile_context_footprint(*device_) == FootprintResult::NotListed && !memory_active()) {
+    // The driver's figure for this process is unknown (no NVML, or it cannot tell our pid): count
+    // allocations one by one instead, so the books hold them rather than a false 0 (the context's
+    // own footprint is then not in them).
+    GS_LOG(Info, "device %d: NVML does not list this process; counting its allocations one by one",
+           device_->index);
+    g_memory_active.store(true, std::memory_order_release);
+  }
+}
+
 namespace memory_books {
 
 void tick(unsigned tick_number) {

@@ -145,6 +145,24 @@ class ContextProbe {
   bool armed_ = false;
 };
 
+// Created around each context-creating call: the first context of the process on a device with a
+// ledger record charges its footprint, and (NVML before/after) tells which pid NVML gives this
+// process. A device with a record but no memory quota (a compute limit only) is not tracked per
+// allocation (its hooks stay a branch and a forward); the watcher's reconciliation then books the
+// driver's whole per-process figure, so status and metrics show its real use, not 0.
+class ContextCreation {
+ public:
+  explicit ContextCreation(CUdevice dev);
+  ContextCreation(const ContextCreation&) = delete;
+  ContextCreation& operator=(const ContextCreation&) = delete;
+  // The driver created the context.
+  void succeeded();
+
+ private:
+  DeviceState* device_ = nullptr;
+  ContextProbe probe_;
+};
+
 namespace memory_books {
 // Watcher thread, every 100 ms: reaps dead processes and reconciles context footprints.
 void tick(unsigned tick_number);

@@ -5,6 +5,7 @@
 
 #include "interposer/devices.h"
 #include "interposer/hooks.h"
+#include "interposer/memory_books.h"
 #include "interposer/runtime.h"
 
 namespace gpuslice::interposer {
@@ -77,6 +78,19 @@ bool OwnPids::contains(unsigned pid) const {
   for (unsigned i = 0; i < count_; ++i)
     if (pids_[i] == pid) return true;
   return false;
+}
+
+// Quota and container use for an NVML device, or false when it has no memory quota.
+bool slice_memory(nvmlDevice_t device, unsigned long long physical_total, std::uint64_t* quota,
+                  std::uint64_t* used) {
+  if (!memory_active()) return false;
+  int dev = nvml_slice_record(device, physical_total);
+  if (dev < 0) return false;
+  gpuslice::shm::Ledger* l = ledger();
+  *quota = l->quota(dev);
+  if (*quota == gpuslice::shm::kUnlimited) return false;
+  *used = l->used(dev);
+  return true;
 }
 
 }  // namespace gpuslice::interposer

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "abi/nvml_abi.h"
 #include "shared_state/layout.h"
@@ -19,6 +20,36 @@ int nvml_slice_record(nvmlDevice_t device, unsigned long long physical_total);
 int nvml_slice_record(nvmlDevice_t device);  // asks NVML for the card's memory first
 // This container has a limit on some device (a slice): calls without a device argument follow it.
 bool nvml_slice_active();
+
+// The container's memory quota and use on an NVML device; false when it has no memory quota there.
+bool slice_memory(nvmlDevice_t device, unsigned long long physical_total, std::uint64_t* quota,
+                  std::uint64_t* used);
+
+// The slice's view of a successful nvmlDeviceGetMemoryInfo(_v2) answer, in place.
+// Both memory queries: the real answer, then the slice's view of it, consistent with
+// cuMemGetInfo_v2: total = the quota (or the card, if smaller); used = the container's use (at
+// most total); free = what is left of the quota, but never more than the card really has free
+// (other tenants and the driver's own reservation use it too). The part of the slice the card
+// cannot give now is v2's `reserved`, so used + free + reserved = total and reserved <= quota; v1
+// has no such field and, as NVML's v1 does with the driver's reservation, counts it in `used`
+// (used + free = total). A v2 struct of the wrong version is the real library's to refuse.
+template <class Memory>
+void apply_slice_memory_view(nvmlDevice_t device, Memory* memory) {
+  std::uint64_t quota = 0;
+  std::uint64_t used = 0;
+  if (memory == nullptr || !slice_memory(device, memory->total, &quota, &used)) return;
+  const std::uint64_t card_free = memory->free;
+  if (quota < memory->total) memory->total = quota;
+  if (used > memory->total) used = memory->total;
+  const std::uint64_t slice_free = memory->total - used;
+  memory->free = slice_free < card_free ? slice_free : card_free;
+  if constexpr (std::is_same_v<Memory, nvmlMemory_v2_t>) {
+    memory->used = used;
+    memory->reserved = slice_free - memory->free;
+  } else {
+    memory->used = memory->total - memory->free;
+  }
+}
 
 // The pids by which NVML may know the container's live processes: each registered process's pid
 // in its own namespace and, when recorded, its host pid. An NVML entry whose pid is not here is

@@ -10,17 +10,10 @@
 //   NVML_ERROR_NOT_SUPPORTED (nvidia-smi shows N/A): the card's figure is never passed off as the
 //   container's. Encoder and decoder utilisation likewise, from the samples' encUtil / decUtil.
 #include "interposer/hook_prologue.h"
+#include "interposer/nvml_own_share.h"
 #include "interposer/nvml_slice.h"
 
 namespace gs = gpuslice::interposer;
-
-namespace {
-
-constexpr unsigned long long kWindowUs = 1'000'000;
-
-unsigned clamp_percent(unsigned long long v) { return v > 100 ? 100U : static_cast<unsigned>(v); }
-
-}  // namespace
 
 GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                        nvmlProcessUtilizationSample_t* utilization,
@@ -70,57 +63,6 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device
 
 namespace {
 
-// The container's share of each engine over the last second, in percent.
-struct OwnShare {
-  unsigned sm = 0;
-  unsigned memory = 0;
-  unsigned encoder = 0;
-  unsigned decoder = 0;
-};
-
-// Sums the container's per-process samples of the last second (each process's samples averaged);
-// NVML_ERROR_NOT_SUPPORTED where the driver keeps no per-process samples.
-nvmlReturn_t own_share(nvmlDevice_t device, OwnShare* share) {
-  auto samples_of = REAL(nvmlDeviceGetProcessUtilization);
-  if (samples_of == nullptr) return NVML_ERROR_NOT_SUPPORTED;
-  gs::NvmlList<nvmlProcessUtilizationSample_t> all;
-  // NVML stamps samples with the CPU's realtime clock in microseconds.
-  const unsigned long long now_us = gpuslice::realtime_ns() / 1000;
-  const unsigned long long since = now_us > kWindowUs ? now_us - kWindowUs : 0;
-  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationSample_t* buffer, unsigned* count) {
-    return samples_of(device, buffer, count, since);
-  });
-  *share = OwnShare{};
-  if (r == NVML_ERROR_NOT_FOUND) return NVML_SUCCESS;  // no process used the device in the last second
-  if (r != NVML_SUCCESS)
-    return r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_FUNCTION_NOT_FOUND ? NVML_ERROR_NOT_SUPPORTED : r;
-  gs::OwnPids own;
-  own.collect();
-  unsigned long long sum[4] = {};
-  // Each own pid once (at its first sample), with the average of its samples.
-  for (unsigned i = 0; i < all.size(); ++i) {
-    const nvmlProcessUtilizationSample_t& s = all[i];
-    if (!own.contains(s.pid)) continue;
-    bool seen = false;
-    for (unsigned j = 0; j < i && !seen; ++j) seen = all[j].pid == s.pid;
-    if (seen) continue;
-    unsigned long long process[4] = {};
-    unsigned long long n = 0;
-    for (unsigned j = i; j < all.size(); ++j) {
-      if (all[j].pid != s.pid) continue;
-      process[0] += all[j].smUtil;
-      process[1] += all[j].memUtil;
-      process[2] += all[j].encUtil;
-      process[3] += all[j].decUtil;
-      ++n;
-    }
-    for (int k = 0; k < 4; ++k) sum[k] += n == 0 ? 0 : process[k] / n;
-  }
-  *share =
-      OwnShare{clamp_percent(sum[0]), clamp_percent(sum[1]), clamp_percent(sum[2]), clamp_percent(sum[3])};
-  return NVML_SUCCESS;
-}
-
 // Encoder / decoder: the real call checks the arguments and gives the sampling period; the
 // utilisation is then the container's.
 template <class Real>
@@ -128,8 +70,8 @@ nvmlReturn_t own_video_utilization(Real real, nvmlDevice_t device, unsigned* uti
                                    bool encoder) {
   nvmlReturn_t r = real(device, utilization, period_us);
   if (r != NVML_SUCCESS || gs::nvml_slice_record(device) < 0) return r;
-  OwnShare share;
-  r = own_share(device, &share);
+  gs::OwnShare share;
+  r = gs::own_share(device, &share);
   if (r != NVML_SUCCESS) return r;
   *utilization = encoder ? share.encoder : share.decoder;
   return NVML_SUCCESS;
@@ -140,8 +82,8 @@ nvmlReturn_t own_video_utilization(Real real, nvmlDevice_t device, unsigned* uti
 GS_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
   GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetUtilizationRates);
   if (utilization == nullptr || gs::nvml_slice_record(device) < 0) return real(device, utilization);
-  OwnShare share;
-  nvmlReturn_t r = own_share(device, &share);
+  gs::OwnShare share;
+  nvmlReturn_t r = gs::own_share(device, &share);
   if (r != NVML_SUCCESS) return r;
   *utilization = nvmlUtilization_t{share.sm, share.memory};
   return NVML_SUCCESS;
