@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
+#include "common/errno_text.h"
 #include "common/log.h"
 #include "config/text_util.h"
 
@@ -17,7 +17,7 @@ std::string read_token_file(const std::string& path, std::string& problem) {
   // O_NONBLOCK: a FIFO planted in place of the file must not hang the request that checks it.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    problem = "cannot read token file " + path + ": " + std::strerror(errno);
+    problem = "cannot read token file " + path + ": " + fs::errno_text(errno);
     return {};
   }
   struct stat st {};

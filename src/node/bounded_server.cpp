@@ -14,6 +14,7 @@
 #include <cstring>
 #include <list>
 
+#include "common/errno_text.h"
 #include "common/log.h"
 
 namespace gpuslice::node {
@@ -21,11 +22,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Set on the accept thread while it turns away a connection beyond the cap.
-thread_local bool t_refuse_connection = false;
+// Set on the accept thread while it decides on a connection beyond the cap; t_admitted is the verdict.
+thread_local bool t_over_capacity = false;
+thread_local bool t_admitted = false;
 
-// One thread per connection, at most `max` at once. Beyond that the task runs on the accept thread
-// with t_refuse_connection set, which answers 503 without reading and returns at once.
+// One thread per connection, at most `max` at once. Beyond that the task first runs on the accept
+// thread with t_over_capacity set: it either makes room (closes a connection that waits on its
+// client, see BoundedServer::make_room) and admits, or answers 503 without reading. An admitted task
+// then runs again on a thread of its own; the evicted connection's thread leaves at once.
 class ConnectionThreads final : public httplib::TaskQueue {
  public:
   explicit ConnectionThreads(std::size_t max) : max_(max) {}
@@ -36,10 +40,12 @@ class ConnectionThreads final : public httplib::TaskQueue {
     reap(lock);
     if (running_ >= max_) {
       lock.unlock();
-      t_refuse_connection = true;
+      t_over_capacity = true;
+      t_admitted = false;
       fn();
-      t_refuse_connection = false;
-      return;
+      t_over_capacity = false;
+      if (!t_admitted) return;
+      lock.lock();
     }
     ++running_;
     threads_.emplace_back();
@@ -133,20 +139,25 @@ bool header_line_is(std::string_view line, std::string_view name, std::string_vi
 // A connection as cpp-httplib's request parser sees it. Every wait is bounded by the deadline of the
 // current request; the bytes a request may consume are bounded too, and reads fail once a request
 // is known to be too large, so the parser answers at once instead of draining the body.
+// While it waits on its client, a connection publishes since when it has (`waiting_since`, steady
+// clock nanoseconds, 0 while it does not wait), so that the server can pick one to evict.
 class Connection final : public httplib::Stream {
  public:
-  Connection(int sock, SSL* ssl, const ServerLimits& limits, const std::atomic<socket_t>& listener)
-      : sock_(sock), ssl_(ssl), limits_(limits), listener_(listener) {}
+  Connection(int sock, SSL* ssl, const ServerLimits& limits, const std::atomic<socket_t>& listener,
+             std::atomic<std::int64_t>& waiting_since)
+      : sock_(sock), ssl_(ssl), limits_(limits), listener_(listener), waiting_since_(waiting_since) {}
 
   // Waits up to `timeout` for the first byte of a request. False on timeout, close or shutdown.
   bool wait_for_request(std::chrono::milliseconds timeout) {
     if (begin_ < end_ || (ssl_ && SSL_pending(ssl_) > 0)) return true;
-    deadline_ = Clock::now() + timeout;
+    began_ = Clock::now();
+    deadline_ = began_ + timeout;
     return fill() > 0;
   }
 
   void begin_request() {
-    deadline_ = Clock::now() + limits_.request_timeout;
+    began_ = Clock::now();
+    deadline_ = began_ + limits_.request_timeout;
     header_done_ = false;
     header_.clear();
     tail_ = 0;
@@ -158,7 +169,8 @@ class Connection final : public httplib::Stream {
   bool too_large() const { return too_large_; }
 
   bool handshake() {
-    deadline_ = Clock::now() + limits_.request_timeout;
+    began_ = Clock::now();
+    deadline_ = began_ + limits_.request_timeout;
     for (;;) {
       ERR_clear_error();
       int rc = SSL_accept(ssl_);
@@ -242,8 +254,19 @@ class Connection final : public httplib::Stream {
   socket_t socket() const override { return sock_; }
 
  private:
-  // Polls in short slices so that a stopping server does not wait for a client's deadline.
+  // Polls in short slices so that a stopping server does not wait for a client's deadline. The wait
+  // counts from the start of the current request (or idle wait): a client trickling a byte now and
+  // then has waited as long as one that sends nothing.
   bool wait(short events, Clock::time_point deadline) {
+    const std::int64_t since = began_.time_since_epoch().count();
+    waiting_since_.store(std::max<std::int64_t>(since, 1));
+    const bool ready = poll_until(events, deadline);
+    waiting_since_.store(0);
+    return ready;
+  }
+  bool wait(short events) { return wait(events, deadline_); }
+
+  bool poll_until(short events, Clock::time_point deadline) {
     for (;;) {
       if (listener_ == INVALID_SOCKET) return false;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -254,7 +277,6 @@ class Connection final : public httplib::Stream {
       if (rc > 0) return true;
     }
   }
-  bool wait(short events) { return wait(events, deadline_); }
 
   // Reads what has arrived into the buffer: >0 bytes, 0 at end of stream, -1 on error or deadline.
   ssize_t fill() {
@@ -317,6 +339,8 @@ class Connection final : public httplib::Stream {
   SSL* ssl_;
   const ServerLimits& limits_;
   const std::atomic<socket_t>& listener_;
+  std::atomic<std::int64_t>& waiting_since_;
+  Clock::time_point began_{};
   Clock::time_point deadline_{};
   char buffer_[16 * 1024];
   std::size_t begin_ = 0, end_ = 0;
@@ -353,12 +377,12 @@ Result<int> BoundedServer::bind_port(const std::string& host, int port) {
   errno = 0;
   if (port == 0) {
     port = bind_to_any_port(host);
-    if (port < 0) return make_error("cannot bind " + host + ":0: " + std::strerror(errno));
+    if (port < 0) return make_error("cannot bind " + host + ":0: " + fs::errno_text(errno));
   } else if (!bind_to_port(host, port)) {
     const int err = errno;
     return make_error("cannot bind " + host + ":" + std::to_string(port) + ": " +
-                      (err ? std::strerror(err) : "address unavailable") +
-                      (err == EADDRINUSE ? " (is another gpuslice-node running?)" : ""));
+                      (err ? fs::errno_text(err) : std::string("address unavailable")) +
+                      (err == EADDRINUSE ? "; is another gpuslice-node running?" : ""));
   }
   // cpp-httplib listens with a backlog of 5: a burst of connections would have its SYNs dropped and
   // retried a second later. listen() again only raises the backlog of the bound socket.
@@ -399,13 +423,57 @@ void BoundedServer::leave(const std::string& client) {
   if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
 }
 
+bool BoundedServer::make_room(const std::string& client) {
+  std::lock_guard lock(mutex_);
+  // A client at its own cap would be refused anyway: it must not cost anyone else a connection.
+  if (auto it = per_client_.find(client);
+      it != per_client_.end() && it->second >= limits_.max_connections_per_client)
+    return false;
+  // Evicted connections still hold a thread until they notice; this bounds the threads to twice the cap.
+  if (evicted_ >= limits_.max_connections) return false;
+  Served* victim = nullptr;
+  std::int64_t oldest = 0;
+  for (auto& [sock, served] : served_) {
+    const std::int64_t since = served.waiting_since->load();
+    if (served.evicted || since == 0) continue;
+    if (!victim || since < oldest) {
+      victim = &served;
+      oldest = since;
+    }
+  }
+  if (!victim) return false;  // every connection is being answered: nothing to take back
+  victim->evicted = true;
+  ++evicted_;
+  // Its thread wakes from poll at once and leaves; it closes the descriptor after unregistering.
+  ::shutdown(victim->sock, SHUT_RDWR);
+  GS_LOG(Debug, "connection cap reached: closed the connection that waited longest on its client");
+  return true;
+}
+
+void BoundedServer::register_connection(socket_t sock, std::atomic<std::int64_t>& waiting_since) {
+  std::lock_guard lock(mutex_);
+  served_[sock] = Served{sock, &waiting_since, false};
+}
+
+void BoundedServer::unregister_connection(socket_t sock) {
+  std::lock_guard lock(mutex_);
+  auto it = served_.find(sock);
+  if (it == served_.end()) return;
+  if (it->second.evicted) --evicted_;
+  served_.erase(it);
+}
+
 bool BoundedServer::process_and_close_socket(socket_t sock) {
-  if (t_refuse_connection) {
+  int port = 0;
+  const std::string client = peer_of(sock, port);
+  if (t_over_capacity) {
+    // At the cap: a newcomer (a health check, say) gets the place of a connection that waits on
+    // its client, so slow clients from many addresses cannot hold every place.
+    t_admitted = make_room(client);
+    if (t_admitted) return true;  // served next, on a thread of its own
     refuse(sock, tls_ == nullptr);
     return false;
   }
-  int port = 0;
-  const std::string client = peer_of(sock, port);
   if (!enter(client)) {
     GS_LOG(Debug, "refused a connection from %s: %zu open from that address", client.c_str(),
            limits_.max_connections_per_client);
@@ -433,8 +501,10 @@ void BoundedServer::serve_connection(socket_t sock) {
     }
     SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   }
+  std::atomic<std::int64_t> waiting_since{0};
+  register_connection(sock, waiting_since);
   {
-    Connection conn(sock, ssl, limits_, svr_sock_);
+    Connection conn(sock, ssl, limits_, svr_sock_, waiting_since);
     bool open = !ssl || conn.handshake();
     for (std::size_t served = 0; open && served < limits_.max_requests_per_connection; ++served) {
       if (svr_sock_ == INVALID_SOCKET || !conn.wait_for_request(limits_.idle_timeout)) break;
@@ -444,6 +514,8 @@ void BoundedServer::serve_connection(socket_t sock) {
       open = process_request(conn, last, closed, nullptr) && !closed && !conn.too_large();
     }
   }
+  // From here on make_room cannot reach the descriptor, so closing it cannot let it shut down a reused one.
+  unregister_connection(sock);
   if (ssl) {
     SSL_shutdown(ssl);
     SSL_free(ssl);

@@ -1,7 +1,8 @@
 // The HTTP(S) server under the daemon's API and the webhook: cpp-httplib's routing and request
 // parsing, with the connection handling replaced so that hostile clients cannot stop it.
-//   - one thread per connection up to a cap (and a smaller cap per client address); beyond it a
-//     connection is answered 503 and closed by the accept thread without waiting for it;
+//   - one thread per connection up to a cap (and a smaller cap per client address); at the cap a
+//     newcomer takes the place of the connection that has waited longest on its client (idle, or its
+//     request incomplete), else it is answered 503 and closed by the accept thread without waiting;
 //   - a whole request (headers and body) must arrive within request_timeout, however slowly it
 //     trickles in; an idle kept-alive connection is closed after idle_timeout;
 //   - header and body sizes are bounded while reading: a Content-Length over the limit is answered
@@ -13,9 +14,11 @@
 #include <httplib.h>
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -58,12 +61,27 @@ class BoundedServer : public httplib::Server {
   void serve_connection(socket_t sock);
   bool enter(const std::string& client);
   void leave(const std::string& client);
+  // Shuts down the connection that has waited longest on its client, for a newcomer from `client`;
+  // false when none waits or `client` is at its own cap.
+  bool make_room(const std::string& client);
+  void register_connection(socket_t sock, std::atomic<std::int64_t>& waiting_since);
+  void unregister_connection(socket_t sock);
+
+  // A connection being served: since when it waits on its client (see Connection), and whether
+  // make_room has shut it down already.
+  struct Served {
+    socket_t sock;
+    std::atomic<std::int64_t>* waiting_since;
+    bool evicted;
+  };
 
   ServerLimits limits_;
   SSL_CTX* tls_ = nullptr;
   std::thread thread_;
   std::mutex mutex_;
   std::map<std::string, std::size_t> per_client_;
+  std::map<socket_t, Served> served_;
+  std::size_t evicted_ = 0;  // in served_, shut down, their threads not yet gone
 };
 
 }  // namespace gpuslice::node

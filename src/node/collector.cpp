@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <set>
 
+#include "common/errno_text.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "node/allocation_record.h"
 
 namespace gpuslice::node {
@@ -22,52 +24,32 @@ namespace {
 // container's to fill; a deeper tree is left for the operator and reported).
 constexpr int kMaxRemoveDepth = 32;
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Reads <dir>/<name> (a regular file, never through a symlink or from a FIFO) up to `max_bytes`.
+// Reads <dir>/<name> up to `max_bytes` through the safe-open helpers: the container directory is
+// the tenant's to fill, so a symlink is never followed and a FIFO or device node is never opened.
 Result<std::string> read_small_regular_file(const std::string& dir, const char* name, std::size_t max_bytes) {
-  Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dirfd.get() < 0) return make_error(dir + ": " + std::strerror(errno));
-  Fd fd(::openat(dirfd.get(), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return make_error(dir + "/" + name + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return make_error(dir + "/" + name + ": not a regular file");
-  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return make_error(dir + "/" + name + ": too large");
-  std::string text(max_bytes + 1, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error(dir + "/" + name + ": " + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  if (got > max_bytes) return make_error(dir + "/" + name + ": too large");
-  text.resize(got);
+  auto dirfd = fs::open_dir(dir, fs::DirTrust::Any);
+  if (!dirfd) return make_error(dirfd.error());
+  fs::UniqueFd dir_guard(*dirfd);
+  auto fd = fs::open_in_dir(*dirfd, name, O_RDONLY);
+  if (!fd) return make_error(dir + "/" + fd.error());
+  fs::UniqueFd file_guard(*fd);
+  auto text = fs::read_fd_bounded(*fd, max_bytes);
+  if (!text) return make_error(dir + "/" + name + ": " + text.error());
   return text;
 }
 
 // True while some process holds a lock on the ledger `path` (every live process of the container
 // holds one on its slot). Unknown counts as held: a directory is never removed on a guess.
 bool ledger_held(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return errno != ENOENT && errno != ELOOP && errno != ENOTDIR;
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return true;
-  if (!S_ISREG(st.st_mode)) return false;  // not a ledger: no library process uses it
+  std::string dir, name;
+  if (!fs::split_path(path, &dir, &name)) return true;
+  fs::UniqueFd dirfd(fs::open_dir_raw(dir.c_str(), fs::DirTrust::Any));
+  if (!dirfd.valid()) return errno != ENOENT && errno != ELOOP && errno != ENOTDIR;
+  fs::UniqueFd fd(fs::open_in_dir_raw(dirfd.get(), name.c_str(), O_RDONLY));
+  if (!fd.valid()) {
+    // A link, FIFO, device node or directory is not a ledger: no library process uses it.
+    return errno != ENOENT && errno != ELOOP && errno != EINVAL && errno != EISDIR;
+  }
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
@@ -83,7 +65,7 @@ bool ledger_held(const std::string& path) {
 bool remove_tree_at(int dirfd, const std::string& name, int depth, std::string& error) {
   if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return true;
   if (errno != EISDIR && errno != EPERM) {
-    error = name + ": " + std::strerror(errno);
+    error = name + ": " + fs::errno_text(errno);
     return false;
   }
   if (depth <= 0) {
@@ -92,13 +74,13 @@ bool remove_tree_at(int dirfd, const std::string& name, int depth, std::string& 
   }
   int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    error = name + ": " + std::strerror(errno);
+    error = name + ": " + fs::errno_text(errno);
     return false;
   }
   DIR* dir = ::fdopendir(fd);
   if (!dir) {
     ::close(fd);
-    error = name + ": " + std::strerror(errno);
+    error = name + ": " + fs::errno_text(errno);
     return false;
   }
   std::vector<std::string> children;
@@ -111,7 +93,7 @@ bool remove_tree_at(int dirfd, const std::string& name, int depth, std::string& 
   ::closedir(dir);
   if (!ok) return false;
   if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
-    error = name + ": " + std::strerror(errno);
+    error = name + ": " + fs::errno_text(errno);
     return false;
   }
   return true;
@@ -344,7 +326,8 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
     c.state = ContainerState::Released;
     if (gc_grace_ns_ == 0 || now - since->second < gc_grace_ns_) continue;
     if (ledger_held(layout_.state_file(c.id))) continue;
-    Fd root(::open(layout_.containers_dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    fs::UniqueFd root(
+        ::open(layout_.containers_dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     std::string error;
     if (root.get() >= 0 && remove_tree_at(root.get(), c.id, kMaxRemoveDepth, error)) {
       GS_LOG(Info, "removed container directory %s: not listed by the kubelet and unused", c.id.c_str());
@@ -352,7 +335,7 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
       removed.insert(c.id);
     } else {
       c.error = "cannot remove released container directory: " +
-                (root.get() < 0 ? layout_.containers_dir() + ": " + std::strerror(errno) : error);
+                (root.get() < 0 ? layout_.containers_dir() + ": " + fs::errno_text(errno) : error);
     }
   }
   if (removed.empty()) return;

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
+#include "common/errno_text.h"
 #include "node/allocation_record.h"
 #include "node/limits_file.h"
 
@@ -46,7 +46,7 @@ Result<bool> make_dir(const std::string& path, mode_t mode) {
   std::filesystem::create_directories(path, ec);
   if (ec) return make_error(path + ": " + ec.message());
   // chmod after mkdir: the process umask must not narrow what containers may write.
-  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + std::strerror(errno));
+  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + fs::errno_text(errno));
   return true;
 }
 

@@ -14,6 +14,7 @@
 #include "node/device_catalog.h"
 #include "node/gpu_source.h"
 #include "node/host_layout.h"
+#include "node/kubelet_paths.h"
 #include "node/plugin_registration.h"
 
 namespace gpuslice::node {
@@ -25,7 +26,7 @@ inline constexpr const char* kUnhealthy = "Unhealthy";
 inline constexpr std::size_t kKubeletMaxMessageBytes = 4 * 1024 * 1024;
 
 struct PluginOptions {
-  std::string device_plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string device_plugin_dir = kKubeletDevicePluginDir;
   std::string kubelet_socket = "kubelet.sock";  // file name inside device_plugin_dir
   std::string socket_prefix = "gpuslice";       // our sockets: <prefix>-<resource>.sock
   std::string resource_domain = "gpuslice.io";

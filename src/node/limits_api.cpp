@@ -28,6 +28,36 @@ std::optional<ApiError> value_text(const json& value, const char* field, const c
   return std::nullopt;
 }
 
+// Sets the caps of `limits` on each device of the container's ledger at `state`, as every process of
+// the container applies them when it notices the new file; the container's own requests stay, and
+// the smaller of the two applies.
+void apply_to_ledger(const std::string& state, const Limits& limits, const LedgerOpener& opener,
+                     LimitsApplied& out) {
+  struct stat st {};
+  if (::lstat(state.c_str(), &st) != 0) return;  // nothing running yet: the file is enough
+  auto ledger = opener ? opener(state) : shm::Ledger::open(state, shm::Ledger::Mode::Observer);
+  if (!ledger) {
+    out.ledger_error = ledger.error();
+    return;
+  }
+  config::DeviceValues memory, compute;
+  if (limits.memory) memory = config::parse_limit_value(config::kMemoryLimitKey, *limits.memory)->values;
+  if (limits.compute) compute = config::parse_limit_value(config::kComputeLimitKey, *limits.compute)->values;
+  shm::Snapshot snap = (*ledger)->snapshot();
+  for (const shm::DeviceRow& row : snap.devices) {
+    const int record = row.record >= 0 ? row.record : (*ledger)->find_device(row.uuid);
+    if (record < 0) {
+      out.ledger_error = "device " + row.uuid + " vanished from " + state;
+      continue;
+    }
+    shm::DeviceLimits caps;
+    if (auto bytes = memory.lookup(row.index, row.uuid)) caps.quota = *bytes;
+    if (auto percent = compute.lookup(row.index, row.uuid)) caps.compute = static_cast<unsigned>(*percent);
+    (*ledger)->set_caps(record, caps);
+    ++out.devices_updated;
+  }
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_limits_request(std::string_view body, LimitsUpdate& out) {
@@ -61,40 +91,17 @@ std::optional<ApiError> apply_limits(const HostLayout& layout, const std::string
   if (::stat(layout.container_dir(id).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return ApiError{404, "no container '" + id + "' on this node"};
   }
-  auto written = update_limits_file(layout.limits_file(id), [&update](Limits& limits) {
-    if (update.memory) limits.memory = update.memory;
-    if (update.compute) limits.compute = update.compute;
-  });
+  // The ledger takes the caps under the file's lock: two PUTs at once then reach the ledger in the
+  // order they wrote the file, so the ledger cannot end up with the looser cap the file no longer says.
+  auto written = update_limits_file(
+      layout.limits_file(id),
+      [&update](Limits& limits) {
+        if (update.memory) limits.memory = update.memory;
+        if (update.compute) limits.compute = update.compute;
+      },
+      [&](const Limits& limits) { apply_to_ledger(layout.state_file(id), limits, opener, out); });
   if (!written) return ApiError{500, written.error()};
   out.limits = std::move(written).value();
-
-  std::string state = layout.state_file(id);
-  if (::stat(state.c_str(), &st) != 0) return std::nullopt;  // nothing running yet: the file is enough
-  auto ledger = opener ? opener(state) : shm::Ledger::open(state, shm::Ledger::Mode::Observer);
-  if (!ledger) {
-    out.ledger_error = ledger.error();
-    return std::nullopt;
-  }
-  // The file's caps, as every process of the container applies them when it notices the change;
-  // the container's own requests stay, and the smaller of the two applies.
-  config::DeviceValues memory, compute;
-  if (out.limits.memory)
-    memory = config::parse_limit_value(config::kMemoryLimitKey, *out.limits.memory)->values;
-  if (out.limits.compute)
-    compute = config::parse_limit_value(config::kComputeLimitKey, *out.limits.compute)->values;
-  shm::Snapshot snap = (*ledger)->snapshot();
-  for (const shm::DeviceRow& row : snap.devices) {
-    const int record = row.record >= 0 ? row.record : (*ledger)->find_device(row.uuid);
-    if (record < 0) {
-      out.ledger_error = "device " + row.uuid + " vanished from " + state;
-      continue;
-    }
-    shm::DeviceLimits caps;
-    if (auto bytes = memory.lookup(row.index, row.uuid)) caps.quota = *bytes;
-    if (auto percent = compute.lookup(row.index, row.uuid)) caps.compute = static_cast<unsigned>(*percent);
-    (*ledger)->set_caps(record, caps);
-    ++out.devices_updated;
-  }
   return std::nullopt;
 }
 

@@ -38,6 +38,24 @@ Limits text_of(const config::LimitsFile& file) {
   return limits;
 }
 
+// Moves the mtime of `fd` past that of the file at `path` it is about to replace, when the clock has not
+// already done so (a coarse filesystem clock, or a file dated ahead of it).
+bool mtime_after_replaced(int fd, const std::string& path) {
+  struct stat old {
+  }, now{};
+  if (::lstat(path.c_str(), &old) != 0) return true;  // nothing replaced
+  if (::fstat(fd, &now) != 0) return false;
+  const timespec& was = old.st_mtim;
+  const timespec& is = now.st_mtim;
+  if (is.tv_sec > was.tv_sec || (is.tv_sec == was.tv_sec && is.tv_nsec > was.tv_nsec)) return true;
+  timespec times[2] = {{0, UTIME_OMIT}, was};
+  if (++times[1].tv_nsec == 1'000'000'000) {
+    times[1].tv_nsec = 0;
+    ++times[1].tv_sec;
+  }
+  return ::futimens(fd, times) == 0;
+}
+
 // Holds an exclusive flock on a directory for its lifetime.
 class DirectoryLock {
  public:
@@ -99,7 +117,8 @@ Result<bool> write_file_atomically(const std::string& path, std::string_view con
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(rng()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return make_error(tmp + ": " + errno_text(errno));
-  bool ok = write_all(fd, content) && ::fchmod(fd, static_cast<mode_t>(mode)) == 0 && ::fsync(fd) == 0;
+  bool ok = write_all(fd, content) && ::fchmod(fd, static_cast<mode_t>(mode)) == 0 &&
+            mtime_after_replaced(fd, path) && ::fsync(fd) == 0;
   int saved = errno;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -116,7 +135,8 @@ Result<bool> write_file_atomically(const std::string& path, std::string_view con
   return true;
 }
 
-Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change) {
+Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change,
+                                  const std::function<void(const Limits&)>& written) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -130,8 +150,9 @@ Result<Limits> update_limits_file(const std::string& path, const std::function<v
   // Never write a file the library would refuse: every process of the container would fail closed.
   const std::string text = render_limits(limits);
   if (auto checked = config::parse_limits_file(text); !checked) return make_error(checked.error());
-  auto written = write_file_atomically(path, text);
-  if (!written) return make_error(written.error());
+  auto replaced = write_file_atomically(path, text);
+  if (!replaced) return make_error(replaced.error());
+  if (written) written(limits);
   return limits;
 }
 

@@ -34,12 +34,17 @@ std::string render_limits(const Limits& limits);
 Result<Limits> read_limits_file(const std::string& path);
 
 // Writes through a temporary file in the same directory and rename(2), so a reader sees either the
-// old or the new content, never a partial one. Creates the directory if needed.
+// old or the new content, never a partial one. Creates the directory if needed. The new file's mtime
+// is always later than the one it replaces (readers notice a change by mtime and size, and two writes
+// within one tick of the filesystem clock would otherwise look alike).
 Result<bool> write_file_atomically(const std::string& path, std::string_view content, unsigned mode = 0644);
 
 // Read-modify-write of the limits file at `path` under an exclusive flock on its directory, so
 // concurrent writers (two PUT /limits) serialise and none loses an acknowledged update. `change`
-// edits the current limits; the result is what was written.
-Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change);
+// edits the current limits; `written` (optional) runs after the write, still under the lock, so what it
+// derives from the file (the ledger's caps) lands in the same order as the writes. The result is what
+// was written.
+Result<Limits> update_limits_file(const std::string& path, const std::function<void(Limits&)>& change,
+                                  const std::function<void(const Limits&)>& written = {});
 
 }  // namespace gpuslice::node

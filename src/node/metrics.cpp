@@ -1,5 +1,6 @@
 #include "node/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -89,9 +90,53 @@ std::vector<Label> with(std::vector<Label> labels, const char* name, std::string
   return labels;
 }
 
+// Length of the well-formed UTF-8 sequence `s` starts with (Unicode table 3-7), 0 when it starts none.
+std::size_t utf8_sequence(std::string_view s) {
+  auto byte = [&s](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the second byte's range, narrower after some leads
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // overlong
+    if (lead == 0xed) high = 0x9f;  // surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // overlong
+    if (lead == 0xf4) high = 0x8f;  // above U+10FFFF
+  } else {
+    return 0;  // a continuation byte, C0/C1 (overlong) or F5..FF
+  }
+  if (s.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return length;
+}
+
 }  // namespace
 
-std::string escape_label_value(std::string_view value) {
+std::string valid_utf8(std::string_view text, std::size_t max_bytes) {
+  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t n = utf8_sequence(text.substr(i));
+    // One U+FFFD per byte that starts no sequence, as Prometheus's own (Go) decoder counts them.
+    const std::string_view piece = n ? text.substr(i, n) : kReplacement;
+    if (out.size() + piece.size() > max_bytes) break;
+    out += piece;
+    i += n ? n : 1;
+  }
+  return out;
+}
+
+std::string escape_label_value(std::string_view raw) {
+  const std::string value = valid_utf8(raw, kMaxLabelValueBytes);
   std::string out;
   out.reserve(value.size());
   for (char c : value) {

@@ -13,24 +13,28 @@
 #include "common/result.h"
 #include "node/device_plugin.h"
 #include "node/http_api.h"
+#include "node/kubelet_paths.h"
 #include "node/podresources.h"
 #include "node/webhook_server.h"
 
 namespace gpuslice::node {
 
+// What parse_serve_options fills in. The defaults are the flag table's (options.cpp), applied by
+// parsing; the members hold none of their own, so there is no second copy to drift from the table.
+// (`device_plugin` is on unless --no-device-plugin: a switch has no default in the table.)
 struct ServeOptions {
-  std::string root = kDefaultRoot;
+  std::string root;
   ApiOptions api;  // api.token from GPUSLICE_NODE_TOKEN, api.token_file from --token-file
-  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string nvml_library;
   std::string fake_gpus;  // "2x16Gi": no NVML, fixed GPUs (demos, tests)
   bool allow_no_gpu = false;
-  std::chrono::milliseconds scan_interval{1000};
+  std::chrono::milliseconds scan_interval{0};
   bool device_plugin = true;
   PluginOptions plugin;
-  std::string kubelet_pods_dir = "/var/lib/kubelet/pods";
-  std::string node_name;  // --node-name / NODE_NAME; empty: the host name
-  std::string podresources_socket = kDefaultPodResourcesSocket;  // empty: no pod attribution
-  std::chrono::milliseconds gc_grace_period{5 * 60 * 1000};      // 0: never remove directories
+  std::string kubelet_pods_dir;                  // empty: webhook-injected pods are not looked for
+  std::string node_name;                         // --node-name / NODE_NAME; empty: the host name
+  std::string podresources_socket;               // empty: no pod attribution
+  std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories
   std::string log_level;
 };
 

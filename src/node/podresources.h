@@ -1,5 +1,5 @@
 // Which pod container holds which device plugin devices, from the kubelet's PodResources API v1
-// (List on /var/lib/kubelet/pod-resources/kubelet.sock).
+// (List on the kubelet's pod-resources socket, kDefaultPodResourcesSocket by default).
 #pragma once
 
 #include <chrono>
@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "common/result.h"
+#include "node/kubelet_paths.h"
 
 namespace gpuslice::node {
-
-inline constexpr const char* kDefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 struct PodContainer {
   std::string namespace_name;

@@ -1,9 +1,15 @@
 #include "node/collector.h"
 
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "node/allocation_record.h"
 #include "node/metrics.h"
@@ -297,6 +303,93 @@ TEST(CollectorGc, RemovalDoesNotFollowALinkPlantedInTheStateDirectory) {
   EXPECT_TRUE(collector.refresh()->containers.empty());
   EXPECT_FALSE(std::filesystem::exists(layout.container_dir(id)));
   EXPECT_EQ(test::read_file(dir / "outside/keep"), "precious");
+}
+
+// Counts IN_OPEN events on the files it watches: opening a planted FIFO or device node can block
+// or act, so the daemon must refuse them without opening them at all.
+class OpenWatch {
+ public:
+  OpenWatch() : fd_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
+  ~OpenWatch() { ::close(fd_); }
+  OpenWatch(const OpenWatch&) = delete;
+  OpenWatch& operator=(const OpenWatch&) = delete;
+  bool watch(const std::string& path) {
+    const int wd = ::inotify_add_watch(fd_, path.c_str(), IN_OPEN | IN_DONT_FOLLOW);
+    if (wd >= 0) names_[wd] = path;
+    return wd >= 0;
+  }
+  // The watched paths opened since the last call.
+  std::vector<std::string> opened() {
+    std::vector<std::string> out;
+    alignas(inotify_event) char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      for (ssize_t at = 0; at < n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buf + at);
+        if (event->mask & IN_OPEN) out.push_back(names_[event->wd]);
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+      }
+    }
+    return out;
+  }
+
+ private:
+  int fd_;
+  std::map<int, std::string> names_;
+};
+
+// A tenant plants, in its own state directory, a FIFO or a device node as its ledger or a link to
+// another file; the allocation record is replaced by a FIFO. Attribution and garbage collection
+// read both: neither may open anything but a regular file, nor follow the link.
+TEST(CollectorGc, FifoAndSymlinkPlantedInAContainerDirectoryAreNeverOpened) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  OpenWatch watch;
+
+  const std::string fifo_ledger = allocate(layout, "alloc-fifo", {"k-m0"});
+  ASSERT_EQ(::mkfifo(layout.state_file(fifo_ledger).c_str(), 0666), 0);
+  ASSERT_TRUE(watch.watch(layout.state_file(fifo_ledger)));
+
+  const std::string fifo_record = allocate(layout, "alloc-record", {"k-m1"});
+  ASSERT_EQ(::unlink(layout.allocation_file(fifo_record).c_str()), 0);
+  ASSERT_EQ(::mkfifo(layout.allocation_file(fifo_record).c_str(), 0666), 0);
+  ASSERT_TRUE(watch.watch(layout.allocation_file(fifo_record)));
+
+  const std::string linked = allocate(layout, "alloc-link", {"k-m2"});
+  int dev = -1;
+  auto elsewhere = make_state(dir / "elsewhere", dev);  // a live ledger somebody holds
+  ASSERT_TRUE(elsewhere);
+  std::filesystem::create_symlink(dir / "elsewhere", layout.state_file(linked));
+  ASSERT_TRUE(watch.watch(dir / "elsewhere"));
+
+  const std::string device = allocate(layout, "alloc-dev", {"k-m3"});
+  const bool have_device = ::mknod(layout.state_file(device).c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
+  if (have_device) {
+    ASSERT_TRUE(watch.watch(layout.state_file(device)));
+  }
+  watch.opened();
+
+  FakeLister kubelet;  // lists none of them: every one is a candidate for removal
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  collector.refresh();
+  clock.advance_ns(kGrace);
+  auto view = collector.refresh();
+  EXPECT_EQ(watch.opened(), std::vector<std::string>{}) << "the daemon opened a file a tenant planted";
+
+  // Not ledgers, so nothing holds them: removed as unused, without following the link.
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(fifo_ledger)));
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(linked)));
+  EXPECT_TRUE(std::filesystem::exists(dir / "elsewhere"));
+  if (have_device) {
+    EXPECT_FALSE(std::filesystem::exists(layout.container_dir(device)));
+  }
+  // Without a readable record the directory is never attributed, so never removed.
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir(fifo_record)));
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].id, fifo_record);
 }
 
 TEST(CollectorErrors, OneContainerThatFailsToReadIsReportedAndSkippedNotFatal) {

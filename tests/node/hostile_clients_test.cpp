@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "node/collector.h"
@@ -128,6 +129,45 @@ TEST_F(HostileClientsTest, SlowClientsCannotStarveHealthz) {
   }
 }
 
+// Slowloris from several addresses: each stays under the per-address cap, together they hold more
+// connections than the server serves at once, each having sent part of a request and then nothing.
+// /healthz and the API still answer at once: at the cap the connection that has waited longest on
+// its client makes room for the newcomer instead of the newcomer being refused.
+TEST_F(HostileClientsTest, SlowClientsFromManyAddressesCannotStarveHealthz) {
+  ApiOptions options;
+  options.port = 0;  // the default caps: 128 connections, 32 per address
+  int port = -1;
+  auto server = start_api(options, port);
+  ASSERT_GT(port, 0);
+
+  std::vector<int> slow;
+  for (const char* source : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}) {
+    for (int i = 0; i < 32; ++i) {
+      int fd = connect_from(source, port);
+      ASSERT_GE(fd, 0) << source;
+      send_text(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n");
+      slow.push_back(fd);
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let every slow one be accepted
+
+  for (int i = 0; i < 5; ++i) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(2);
+    client.set_read_timeout(2);
+    auto begin = Clock::now();
+    auto res = client.Get("/healthz");
+    auto took = Clock::now() - begin;
+    ASSERT_TRUE(res) << "healthz got no answer: " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_LT(took, std::chrono::milliseconds(1000));
+    auto api = client.Get("/api/v1/status", {{"Authorization", "Bearer t0ken"}});
+    ASSERT_TRUE(api) << "the API got no answer: " << httplib::to_string(api.error());
+    EXPECT_EQ(api->status, 200) << api->body;
+  }
+  for (int fd : slow) ::close(fd);
+}
+
 TEST_F(HostileClientsTest, SlowClientsCannotStarveTheWebhookHealthz) {
   WebhookServerOptions options;
   options.host = "127.0.0.1";
@@ -194,6 +234,7 @@ TEST_F(HostileClientsTest, SecondDaemonCannotBindTheSamePort) {
   ASSERT_FALSE(bound.ok()) << "a second server bound port " << port;
   EXPECT_NE(bound.error().find(":" + std::to_string(port)), std::string::npos) << bound.error();
   EXPECT_NE(bound.error().find("in use"), std::string::npos) << bound.error();
+  EXPECT_NE(bound.error().find("(EADDRINUSE)"), std::string::npos) << "errno named as errno_text does";
 
   // The first one still answers everything.
   httplib::Client client("127.0.0.1", port);

@@ -405,6 +405,58 @@ TEST(NodeApi, NonUtf8CommandLineDoesNotBreakStatus) {
   EXPECT_EQ(doc["containers"][0]["id"], "latin1");
 }
 
+// Every member name in `doc`, at any depth.
+void collect_members(const json& doc, std::set<std::string>& out) {
+  if (doc.is_object()) {
+    for (const auto& [key, value] : doc.items()) {
+      out.insert(key);
+      collect_members(value, out);
+    }
+  } else if (doc.is_array()) {
+    for (const auto& value : doc) collect_members(value, out);
+  }
+}
+
+// docs/api.md is the contract clients read: every member the daemon's GET /api/v1/status sends, at
+// any depth, is named there (as `member`, `parent.member`, `member[]` or "member").
+TEST(NodeApi, TheApiDocumentNamesEveryMemberTheDaemonSends) {
+  NodeView view;
+  view.node = "gpu-node-1";
+  view.device_plugin = true;
+  view.plugins = {{"gpuslice.io/vram", RegistrationState::Registered, 1}};
+  view.podresources = AttributionState::Down;
+  view.podresources_error = "no socket";
+  view.containers_removed = 2;
+  view.gpu_error = "probe failed";
+  GpuInfo gpu;
+  gpu.uuid = "GPU-11111111-aaaa-4000-8000-000000000000";
+  gpu.utilization_percent = 3;
+  view.gpus.push_back(gpu);
+  ContainerView c;
+  c.id = "alloc-1";
+  c.owner = {"ml", "trainer-0", "main"};
+  c.has_state = true;
+  c.priority = 1;
+  c.limits.memory = "8Gi";
+  ContainerDevice d;
+  d.uuid = gpu.uuid;
+  c.devices.push_back(d);
+  ContainerProcess p;
+  p.pid = 7;
+  p.used_bytes = {1};
+  c.processes.push_back(p);
+  view.containers.push_back(c);
+  std::set<std::string> members;
+  collect_members(json::parse(status_json(view, "1.2.3")), members);
+
+  const std::string doc = test::read_file(std::string(GPUSLICE_NODE_FIXTURES) + "/../../../docs/api.md");
+  ASSERT_FALSE(doc.empty());
+  for (const std::string& member : members) {
+    const std::regex named("[`\".]" + member + "[`\"\\[.]");
+    EXPECT_TRUE(std::regex_search(doc, named)) << "docs/api.md does not describe member '" << member << "'";
+  }
+}
+
 TEST(NodeApi, WithoutATokenTheApiIsClosed) {
   test::TempDir dir;
   test::FakeClock clock;

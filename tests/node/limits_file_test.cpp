@@ -1,11 +1,15 @@
 #include "node/limits_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +17,7 @@
 #include "config/limits_file.h"
 #include "config/settings.h"
 #include "node/limits_api.h"
+#include "shared_state/ledger.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -174,6 +179,84 @@ TEST(LimitsFile, ConcurrentWritersNeverLoseAnAcknowledgedUpdate) {
   EXPECT_EQ(final_limits->memory, std::to_string(value(true, kRounds)));
   EXPECT_EQ(final_limits->compute, std::to_string(value(false, kRounds)));
   EXPECT_EQ(lost.load(), 0);
+}
+
+// Two PUT /limits at once, the looser one first: its ledger update must not land after the stricter
+// one's file write, or the processes run under the looser cap while the file says the stricter. The
+// looser request's ledger opener waits (boundedly) for the stricter request to finish: with the
+// ledger written outside the file's lock the stricter one runs in that gap and the looser cap lands
+// last; under the lock the stricter one has to wait, and lands last.
+TEST(LimitsFile, ConcurrentPutsCannotLeaveTheLedgerCapLooserThanTheFile) {
+  test::TempDir dir;
+  HostLayout layout(dir.path());
+  std::filesystem::create_directories(layout.config_dir("c1"));
+  auto process = shm::Ledger::open(layout.state_file("c1"), shm::Ledger::Mode::Process);
+  ASSERT_TRUE(process.ok()) << process.error();
+  ASSERT_TRUE(
+      (*process)
+          ->attach_device("GPU-11111111-aaaa-4000-8000-000000000000", 0, 80ULL << 30, shm::kUnlimited, 0)
+          .ok());
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool loose_in_opener = false, strict_done = false;
+  LedgerOpener loose_opener = [&](const std::string& path) {
+    std::unique_lock lock(mutex);
+    loose_in_opener = true;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::milliseconds(1500), [&] { return strict_done; });
+    return shm::Ledger::open(path, shm::Ledger::Mode::Observer);
+  };
+  LimitsUpdate loose, strict;
+  loose.memory = "16Gi";
+  strict.memory = "4Gi";
+  LimitsApplied loose_applied, strict_applied;
+  std::optional<ApiError> loose_error, strict_error;
+  std::thread first([&] { loose_error = apply_limits(layout, "c1", loose, loose_opener, loose_applied); });
+  {
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, std::chrono::seconds(10), [&] { return loose_in_opener; });
+  }
+  std::thread second([&] {
+    strict_error = apply_limits(layout, "c1", strict, {}, strict_applied);
+    std::lock_guard lock(mutex);
+    strict_done = true;
+    changed.notify_all();
+  });
+  first.join();
+  second.join();
+  ASSERT_FALSE(loose_error) << loose_error->message;
+  ASSERT_FALSE(strict_error) << strict_error->message;
+
+  auto file = read_limits_file(layout.limits_file("c1"));
+  ASSERT_TRUE(file.ok()) << file.error();
+  ASSERT_TRUE(file->memory);
+  const shm::Snapshot snap = (*process)->snapshot();
+  ASSERT_EQ(snap.devices.size(), 1u);
+  const std::uint64_t file_cap = *file->memory == "4Gi" ? 4ULL << 30 : 16ULL << 30;
+  EXPECT_EQ(snap.devices[0].cap.quota, file_cap)
+      << "the file says " << *file->memory << " but the processes are held to " << snap.devices[0].cap.quota;
+}
+
+// The library notices a new limits file by its mtime and size. Two writes of the same size within
+// one tick of the filesystem clock would look alike, so each write's mtime must pass the previous.
+TEST(LimitsFile, EveryUpdateMovesTheMtimeForward) {
+  test::TempDir dir;
+  const std::string path = dir / "limits";
+  ASSERT_TRUE(update_limits_file(path, [](Limits& l) { l.memory = "8Gi"; }).ok());
+  // A file whose mtime is ahead of the clock stands for one written within the current tick.
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  timespec ahead[2] = {{0, UTIME_OMIT}, {before.st_mtim.tv_sec + 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), ahead, 0), 0);
+  ASSERT_TRUE(update_limits_file(path, [](Limits& l) { l.memory = "4Gi"; }).ok());  // same size
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);
+  EXPECT_TRUE(after.st_mtim.tv_sec > ahead[1].tv_sec ||
+              (after.st_mtim.tv_sec == ahead[1].tv_sec && after.st_mtim.tv_nsec > ahead[1].tv_nsec))
+      << "a reader comparing mtime and size would miss this change";
+  EXPECT_NE(after.st_ino, before.st_ino) << "replaced by rename";
 }
 
 }  // namespace

@@ -178,6 +178,41 @@ TEST(Options, DefaultsComeFromTheSameTableAsTheUsageText) {
       << usage_webhook();
 }
 
+// Each flag's default is declared once, in the flag table: a second copy as a member initialiser
+// can drift from the table (and from the usage text printed from it) without any test noticing.
+TEST(Options, ServeOptionsHoldNoDefaultsOfTheirOwn) {
+  const ServeOptions bare;
+  EXPECT_EQ(bare.root, "");
+  EXPECT_EQ(bare.nvml_library, "");
+  EXPECT_EQ(bare.scan_interval, std::chrono::milliseconds(0));
+  EXPECT_EQ(bare.kubelet_pods_dir, "");
+  EXPECT_EQ(bare.podresources_socket, "");
+  EXPECT_EQ(bare.gc_grace_period, std::chrono::milliseconds(0));
+
+  Env env;
+  ServeOptions o;
+  ASSERT_EQ(parse_serve_options({}, env.fn(), o).message, "");
+  EXPECT_EQ(o.nvml_library, "libnvidia-ml.so.1");
+  EXPECT_EQ(o.gc_grace_period, std::chrono::minutes(5));
+}
+
+// The kubelet's paths have one home (node/kubelet_paths.h), which the flag table, PluginOptions and
+// PodResourcesOptions share.
+TEST(Options, KubeletPathsHaveOneHome) {
+  Env env;
+  ServeOptions o;
+  ASSERT_EQ(parse_serve_options({}, env.fn(), o).message, "");
+  EXPECT_EQ(o.kubelet_pods_dir, kKubeletPodsDir);
+  EXPECT_EQ(o.podresources_socket, kDefaultPodResourcesSocket);
+  EXPECT_EQ(o.plugin.device_plugin_dir, kKubeletDevicePluginDir);
+  EXPECT_EQ(PluginOptions{}.device_plugin_dir, kKubeletDevicePluginDir);
+  EXPECT_EQ(PodResourcesOptions{}.socket, kDefaultPodResourcesSocket);
+  const std::string usage = usage_serve();
+  for (const char* path : {kKubeletPodsDir, kDefaultPodResourcesSocket, kKubeletDevicePluginDir}) {
+    EXPECT_NE(usage.find(std::string("default ") + path + ")"), std::string::npos) << path << "\n" << usage;
+  }
+}
+
 TEST(Options, Durations) {
   EXPECT_EQ(*parse_duration("2s"), std::chrono::milliseconds(2000));
   EXPECT_EQ(*parse_duration("1m"), std::chrono::milliseconds(60000));
