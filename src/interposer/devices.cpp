@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 
@@ -55,6 +56,29 @@ bool any(const shm::DeviceLimits& l) {
   return l.quota != shm::kUnlimited || l.compute != shm::kNoComputeLimit;
 }
 
+// A per-device limit for an ordinal this process does not see limits nothing, although whoever set
+// it meant to limit something (HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<n> counts the devices the
+// process sees, not the host's): said once, at the first device attached.
+void warn_about_absent_ordinals(const config::Settings& s) {
+  static std::atomic<bool> checked{false};
+  if (checked.exchange(true, std::memory_order_relaxed)) return;
+  int count = 0;
+  const DriverOps& ops = driver_ops();
+  if (ops.device_count == nullptr || ops.device_count(&count) != CUDA_SUCCESS) return;
+  auto check = [&](const char* what, const config::DeviceValues& values) {
+    for (const auto& [index, value] : values.by_index) {
+      if (index < count) continue;
+      GS_LOG(Warn,
+             "a %s limit is set for CUDA device %d, but this process sees %d device(s) "
+             "(CUDA_VISIBLE_DEVICES='%s'): it limits nothing here; per-device limits count the devices the "
+             "process sees",
+             what, index, count, s.visible_devices.c_str());
+    }
+  };
+  check("memory", s.memory);
+  check("compute", s.compute);
+}
+
 // Describes device `dev` and attaches its ledger record; the phase it ends in.
 DevicePhase attach(Runtime& rt, CUdevice dev) {
   DeviceState& d = rt.devices[dev];
@@ -66,6 +90,7 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
   d.index = dev;
   format_uuid(uuid, d.uuid, sizeof d.uuid);
   d.physical_total = total;
+  warn_about_absent_ordinals(rt.settings);
   const int ledger_dev = attach_limits(d.uuid, dev, total);
   if (ledger_dev == -2) return DevicePhase::Unusable;
   d.ledger_dev = ledger_dev;

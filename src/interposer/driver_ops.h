@@ -13,6 +13,8 @@ namespace gpuslice::interposer {
 struct DriverOps {
   CUresult (*device_uuid)(CUuuid* uuid, CUdevice dev) = nullptr;
   CUresult (*device_total_mem)(std::size_t* bytes, CUdevice dev) = nullptr;
+  // How many CUDA devices this process sees.
+  CUresult (*device_count)(int* count) = nullptr;
   // The device of the calling thread's current context.
   CUresult (*current_device)(CUdevice* dev) = nullptr;
   // NVML's list of processes with a context on the GPU `uuid` (the driver's view, not ours):

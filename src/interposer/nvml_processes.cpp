@@ -14,92 +14,41 @@ template <class Info, class Real>
 nvmlReturn_t own_processes(Real real, nvmlDevice_t device, unsigned* infoCount, Info* infos) {
   if (gs::nvml_slice_record(device) < 0) return real(device, infoCount, infos);
   if (infoCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  gs::NvmlList<Info> all;
-  nvmlReturn_t r = all.fill([&](Info* buffer, unsigned* count) { return real(device, count, buffer); });
-  if (r != NVML_SUCCESS) return r;
-  gs::OwnPids own;
-  own.collect();
-  return gs::hand_out_own(all, own, infoCount, infos, [](const Info& e) { return e; });
+  return gs::hand_out_own_list<Info>(
+      [&](Info* buffer, unsigned* count) { return real(device, count, buffer); }, infoCount, infos);
 }
 
 }  // namespace
 
-GS_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
-                                                            nvmlProcessInfo_v1_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetComputeRunningProcesses);
-  return own_processes(real, device, infoCount, infos);
-}
+// One hook per list and version, each the same filter over its own entry layout. (Info is a type,
+// which cannot be parenthesised.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define GS_OWN_PROCESS_LIST_HOOK(name, Info)                                               \
+  GS_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, Info* infos) { \
+    GS_NVML_HOOK_PROLOGUE(name);                                                           \
+    return own_processes(real, device, infoCount, infos);                                  \
+  }
+// NOLINTEND(bugprone-macro-parentheses)
 
-GS_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
-                                                               nvmlProcessInfo_v2_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetComputeRunningProcesses_v2);
-  return own_processes(real, device, infoCount, infos);
-}
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetGraphicsRunningProcesses, nvmlProcessInfo_v1_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlProcessInfo_v2_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlProcessInfo_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetMPSComputeRunningProcesses, nvmlProcessInfo_v1_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetMPSComputeRunningProcesses_v2, nvmlProcessInfo_v2_t)
+GS_OWN_PROCESS_LIST_HOOK(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 
-GS_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
-                                                               nvmlProcessInfo_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetComputeRunningProcesses_v3);
-  return own_processes(real, device, infoCount, infos);
-}
+#undef GS_OWN_PROCESS_LIST_HOOK
 
-GS_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
-                                                             nvmlProcessInfo_v1_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetGraphicsRunningProcesses);
-  return own_processes(real, device, infoCount, infos);
-}
-
-GS_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
-                                                                nvmlProcessInfo_v2_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetGraphicsRunningProcesses_v2);
-  return own_processes(real, device, infoCount, infos);
-}
-
-GS_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
-                                                                nvmlProcessInfo_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetGraphicsRunningProcesses_v3);
-  return own_processes(real, device, infoCount, infos);
-}
-
-GS_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
-                                                               nvmlProcessInfo_v1_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetMPSComputeRunningProcesses);
-  return own_processes(real, device, infoCount, infos);
-}
-
-GS_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device,
-                                                                  unsigned int* infoCount,
-                                                                  nvmlProcessInfo_v2_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetMPSComputeRunningProcesses_v2);
-  return own_processes(real, device, infoCount, infos);
-}
-
-GS_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                  unsigned int* infoCount,
-                                                                  nvmlProcessInfo_t* infos) {
-  GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetMPSComputeRunningProcesses_v3);
-  return own_processes(real, device, infoCount, infos);
-}
-
-// The detail list carries its version, mode and array in one struct: the real library is asked
-// with a copy pointing at our buffer, so it still checks the version and mode itself.
+// The detail list carries its version, mode and array in one struct (hand_out_own_struct_list).
 GS_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
                                                              nvmlProcessDetailList_t* plist) {
   GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetRunningProcessDetailList);
   if (plist == nullptr || gs::nvml_slice_record(device) < 0) return real(device, plist);
-  gs::NvmlList<nvmlProcessDetail_v1_t> all;
-  nvmlReturn_t r = all.fill([&](nvmlProcessDetail_v1_t* buffer, unsigned* count) {
-    nvmlProcessDetailList_t ask = *plist;
-    ask.numProcArrayEntries = *count;
-    ask.procArray = buffer;
-    nvmlReturn_t answer = real(device, &ask);
-    *count = ask.numProcArrayEntries;
-    return answer;
-  });
-  if (r != NVML_SUCCESS) return r;
-  gs::OwnPids own;
-  own.collect();
-  return gs::hand_out_own(all, own, &plist->numProcArrayEntries, plist->procArray,
-                          [](const nvmlProcessDetail_v1_t& e) { return e; });
+  return gs::hand_out_own_struct_list(real, device, plist, &nvmlProcessDetailList_t::numProcArrayEntries,
+                                      &nvmlProcessDetailList_t::procArray, &plist->numProcArrayEntries);
 }
 
 // Accounting (when the administrator enabled it) keeps the pids of processes that ran: the
@@ -109,24 +58,8 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned
                                                    unsigned int* pids) {
   GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetAccountingPids);
   if (count == nullptr || gs::nvml_slice_record(device) < 0) return real(device, count, pids);
-  gs::NvmlList<unsigned> all;
-  nvmlReturn_t r = all.fill([&](unsigned* buffer, unsigned* n) { return real(device, n, buffer); });
-  if (r != NVML_SUCCESS) return r;
-  gs::OwnPids own;
-  own.collect();
-  unsigned kept = 0;
-  for (unsigned pid : all)
-    if (own.contains(pid)) ++kept;
-  if (*count < kept) {
-    *count = kept;
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  if (kept > 0 && pids == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  unsigned i = 0;
-  for (unsigned pid : all)
-    if (i < kept && own.contains(pid)) pids[i++] = pid;
-  *count = i;
-  return NVML_SUCCESS;
+  return gs::hand_out_own_list<unsigned>(
+      [&](unsigned* buffer, unsigned* n) { return real(device, n, buffer); }, count, pids);
 }
 
 // nvidia-smi (535 and later) reads its process table through NVML's internal export table, which

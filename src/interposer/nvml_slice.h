@@ -120,6 +120,13 @@ class NvmlList {
   unsigned count_ = 0;
 };
 
+// The pid an NVML list entry is about (a bare pid for the accounting list).
+inline unsigned pid_of(unsigned pid) { return pid; }
+template <class Entry>
+unsigned pid_of(const Entry& entry) {
+  return entry.pid;
+}
+
 // Keeps the entries of `list` that belong to the container and hands them to the caller's buffer
 // under NVML's size protocol, counting the filtered list: `*count` in is the caller's capacity,
 // out the number of own entries. `own.contains(pid)` says whose an entry is (OwnPids);
@@ -129,7 +136,7 @@ nvmlReturn_t hand_out_own(NvmlList<From, N>& list, const Own& own, unsigned* cou
                           Convert&& convert) {
   unsigned kept = 0;
   for (const From& e : list)
-    if (own.contains(e.pid)) ++kept;
+    if (own.contains(pid_of(e))) ++kept;
   if (*count < kept) {
     *count = kept;
     return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -141,9 +148,39 @@ nvmlReturn_t hand_out_own(NvmlList<From, N>& list, const Own& own, unsigned* cou
   if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   unsigned i = 0;
   for (const From& e : list)
-    if (i < kept && own.contains(e.pid)) out[i++] = convert(e);
+    if (i < kept && own.contains(pid_of(e))) out[i++] = convert(e);
   *count = i;
   return NVML_SUCCESS;
+}
+
+// The whole list through `query(buffer, &count)` (NVML's size protocol), then the container's
+// entries handed to the caller's buffer: `*count` in is its capacity, out the number handed out.
+template <class Entry, class Query>
+nvmlReturn_t hand_out_own_list(Query&& query, unsigned* count, Entry* out) {
+  NvmlList<Entry> all;
+  nvmlReturn_t r = all.fill(query);
+  if (r != NVML_SUCCESS) return r;
+  OwnPids own;
+  own.collect();
+  return hand_out_own(all, own, count, out, [](const Entry& e) { return e; });
+}
+
+// The same for a list NVML returns inside a struct of the caller's (version, count and array in
+// one): the real library is asked with a copy pointing at our buffer, so it still checks the
+// version and mode itself. `capacity` is what the caller's struct offers, out what was handed out.
+template <class Entry, class List, class Real>
+nvmlReturn_t hand_out_own_struct_list(Real real, nvmlDevice_t device, List* list, unsigned List::*count,
+                                      Entry* List::*array, unsigned* capacity) {
+  return hand_out_own_list<Entry>(
+      [&](Entry* buffer, unsigned* n) {
+        List ask = *list;
+        ask.*count = *n;
+        ask.*array = buffer;
+        nvmlReturn_t answer = real(device, &ask);
+        *n = ask.*count;
+        return answer;
+      },
+      capacity, list->*array);
 }
 
 }  // namespace gpuslice::interposer

@@ -22,16 +22,12 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
   GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetProcessUtilization);
   if (processSamplesCount == nullptr || gs::nvml_slice_record(device) < 0)
     return real(device, utilization, processSamplesCount, lastSeenTimeStamp);
-  gs::NvmlList<nvmlProcessUtilizationSample_t> all;
-  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationSample_t* buffer, unsigned* count) {
-    return real(device, buffer, count, lastSeenTimeStamp);
-  });
-  if (r != NVML_SUCCESS) return r;
-  gs::OwnPids own;
-  own.collect();
   unsigned capacity = utilization == nullptr ? 0 : *processSamplesCount;
-  r = gs::hand_out_own(all, own, &capacity, utilization,
-                       [](const nvmlProcessUtilizationSample_t& e) { return e; });
+  nvmlReturn_t r = gs::hand_out_own_list<nvmlProcessUtilizationSample_t>(
+      [&](nvmlProcessUtilizationSample_t* buffer, unsigned* count) {
+        return real(device, buffer, count, lastSeenTimeStamp);
+      },
+      &capacity, utilization);
   *processSamplesCount = capacity;
   if (r == NVML_SUCCESS && capacity == 0) return NVML_ERROR_NOT_FOUND;  // as NVML: no sample newer
   return r;
@@ -41,21 +37,10 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device
                                                              nvmlProcessesUtilizationInfo_t* info) {
   GS_NVML_HOOK_PROLOGUE(nvmlDeviceGetProcessesUtilizationInfo);
   if (info == nullptr || gs::nvml_slice_record(device) < 0) return real(device, info);
-  gs::NvmlList<nvmlProcessUtilizationInfo_v1_t> all;
-  nvmlReturn_t r = all.fill([&](nvmlProcessUtilizationInfo_v1_t* buffer, unsigned* count) {
-    nvmlProcessesUtilizationInfo_t ask = *info;
-    ask.processSamplesCount = *count;
-    ask.procUtilArray = buffer;
-    nvmlReturn_t answer = real(device, &ask);
-    *count = ask.processSamplesCount;
-    return answer;
-  });
-  if (r != NVML_SUCCESS) return r;
-  gs::OwnPids own;
-  own.collect();
   unsigned capacity = info->procUtilArray == nullptr ? 0 : info->processSamplesCount;
-  r = gs::hand_out_own(all, own, &capacity, info->procUtilArray,
-                       [](const nvmlProcessUtilizationInfo_v1_t& e) { return e; });
+  nvmlReturn_t r =
+      gs::hand_out_own_struct_list(real, device, info, &nvmlProcessesUtilizationInfo_t::processSamplesCount,
+                                   &nvmlProcessesUtilizationInfo_t::procUtilArray, &capacity);
   info->processSamplesCount = capacity;
   if (r == NVML_SUCCESS && capacity == 0) return NVML_ERROR_NOT_FOUND;
   return r;

@@ -15,6 +15,11 @@ CUresult real_device_total_mem(std::size_t* bytes, CUdevice dev) {
   return fn == nullptr ? CUDA_ERROR_NOT_INITIALIZED : fn(bytes, dev);
 }
 
+CUresult real_device_count(int* count) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuDeviceGetCount);
+  return fn == nullptr ? CUDA_ERROR_NOT_INITIALIZED : fn(count);
+}
+
 CUresult real_current_device(CUdevice* dev) {
   static auto fn = REAL_UNHOOKED(Cuda, cuCtxGetDevice);
   return fn == nullptr ? CUDA_ERROR_NOT_INITIALIZED : fn(dev);
@@ -50,6 +55,7 @@ bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* c
 DriverOps real_driver_ops() {
   return {.device_uuid = real_device_uuid,
           .device_total_mem = real_device_total_mem,
+          .device_count = real_device_count,
           .current_device = real_current_device,
           .device_processes = real_device_processes,
           .ctx_synchronize = real_ctx_synchronize,

@@ -393,6 +393,17 @@ TEST_F(E2E, APerDeviceVariableBeyondTheLastOrdinalFailsClosed) {
   EXPECT_NE(o.err.find("CUDA_DEVICE_SM_LIMIT_64"), std::string::npos) << o.err;
 }
 
+// HAMi-core's per-device variables count the devices the process sees: one for a device it does
+// not see limits nothing, which the operator hears about instead of a silent unlimited run.
+TEST_F(E2E, APerDeviceLimitForADeviceTheProcessDoesNotSeeIsReported) {
+  Env env = base_env();  // two devices
+  env["CUDA_DEVICE_MEMORY_LIMIT_5"] = "1Gi";
+  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(kGiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.err.find("limit is set for CUDA device 5, but this process sees 2 device(s)"), std::string::npos)
+      << o.err;
+}
+
 TEST_F(E2E, AnAllOnesQuotaFailsClosedInsteadOfMeaningUnlimited) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "18446744073709551615";

@@ -45,6 +45,10 @@ struct Simulation {
     *dev = current;
     return CUDA_SUCCESS;
   }
+  static CUresult count(int* devices) {
+    *devices = 2;
+    return CUDA_SUCCESS;
+  }
   static bool list(const char*, nvmlProcessInfo_t* out, unsigned* count) {
     std::lock_guard<std::mutex> lock(mutex);
     unsigned n = 0;
@@ -69,7 +73,11 @@ class MemoryBooks : public ::testing::Test {
     char pattern[] = "/tmp/gpuslice-books-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    set_driver_ops({Simulation::uuid, Simulation::total, Simulation::current_device, Simulation::list});
+    set_driver_ops({.device_uuid = Simulation::uuid,
+                    .device_total_mem = Simulation::total,
+                    .device_count = Simulation::count,
+                    .current_device = Simulation::current_device,
+                    .device_processes = Simulation::list});
     Simulation::processes.clear();
     Simulation::current = 0;
     clear_allocation_tables_after_fork();
