@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "common/enum_names.h"
+
 namespace gpuslice::log {
 
 std::atomic<int> g_level{static_cast<int>(Level::Warn)};
@@ -11,19 +13,8 @@ std::atomic<int> g_level{static_cast<int>(Level::Warn)};
 void set_level(Level level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
 const char* level_name(Level level) {
-  switch (level) {
-    case Level::Error:
-      return "ERROR";
-    case Level::Warn:
-      return "WARN";
-    case Level::Info:
-      return "INFO";
-    case Level::Debug:
-      return "DEBUG";
-    case Level::Trace:
-      return "TRACE";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+  return enum_name<Level::Trace>(level, kNames, "?");
 }
 
 void vwrite(Level level, const char* fmt, va_list args) {

@@ -271,17 +271,21 @@ Result<std::string> read_small_file(const std::string& path, std::size_t max_byt
   return data;
 }
 
-bool pread_exact(int fd, void* buffer, std::size_t length, off_t offset) {
-  auto* out = static_cast<char*>(buffer);
+namespace {
+
+// Calls `io(done)` (one pread or pwrite from byte `done` on) until `length` bytes are moved,
+// retrying EINTR. A call that moves nothing fails with errno `stalled`.
+template <class Io>
+bool move_exact(std::size_t length, int stalled, Io io) {
   std::size_t done = 0;
   while (done < length) {
-    ssize_t n = ::pread(fd, out + done, length - done, offset + static_cast<off_t>(done));
+    ssize_t n = io(done);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
     }
     if (n == 0) {
-      errno = 0;
+      errno = stalled;
       return false;
     }
     done += static_cast<std::size_t>(n);
@@ -289,22 +293,21 @@ bool pread_exact(int fd, void* buffer, std::size_t length, off_t offset) {
   return true;
 }
 
+}  // namespace
+
+bool pread_exact(int fd, void* buffer, std::size_t length, off_t offset) {
+  auto* out = static_cast<char*>(buffer);
+  // errno 0: the file ended first.
+  return move_exact(length, 0, [&](std::size_t done) {
+    return ::pread(fd, out + done, length - done, offset + static_cast<off_t>(done));
+  });
+}
+
 bool pwrite_exact(int fd, const void* buffer, std::size_t length, off_t offset) {
   const auto* in = static_cast<const char*>(buffer);
-  std::size_t done = 0;
-  while (done < length) {
-    ssize_t n = ::pwrite(fd, in + done, length - done, offset + static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = EIO;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
+  return move_exact(length, EIO, [&](std::size_t done) {
+    return ::pwrite(fd, in + done, length - done, offset + static_cast<off_t>(done));
+  });
 }
 
 }  // namespace gpuslice::fs

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/enum_names.h"
 #include "config/text_util.h"
 
 namespace gpuslice::config {
@@ -15,15 +16,8 @@ Result<Priority> parse_priority(std::string_view text) {
 }
 
 const char* priority_name(Priority priority) {
-  switch (priority) {
-    case Priority::Low:
-      return "low";
-    case Priority::Normal:
-      return "normal";
-    case Priority::High:
-      return "high";
-  }
-  return "normal";
+  static constexpr const char* kNames[] = {"low", "normal", "high"};
+  return enum_name<Priority::High>(priority, kNames, "normal");
 }
 
 }  // namespace gpuslice::config

@@ -147,11 +147,10 @@ void ComputeLimiter::wait_for_closer() {
 }
 
 void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_t budget) {
-  // Only the closer thread writes the sums and opens windows, so the two loads agree.
-  const std::uint64_t launches = cost_sum_launches_.load(kRelaxed);
+  // Only the closer thread adds to the cost and opens windows, so its two sums agree.
+  const std::uint64_t per_launch = launch_cost_.per_launch_ns();
   std::uint64_t cap = tuning_.initial_launch_cap;
-  if (launches != 0) {
-    const std::uint64_t per_launch = std::max<std::uint64_t>(1, cost_sum_ns_.load(kRelaxed) / launches);
+  if (per_launch != 0) {
     // Rounded to the nearest launch, so that windows of long kernels end on average on time.
     cap = std::clamp<std::uint64_t>((budget + per_launch / 2) / per_launch, 1,
                                     std::numeric_limits<std::uint32_t>::max() / 2);
@@ -229,17 +228,9 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
 
   if (reason == CloseReason::Budget && launches > 0) {
     // Wall time per launch of windows that were never idle: the device's cost when the queue was
-    // the bottleneck, the CPU's launch interval otherwise. Sums of time and launches, halved every
-    // window, so each window counts by its launches: a window of a few launches slowed by a CPU
-    // hiccup, or a short one of another thread's cheap launches, barely moves an estimate made of
-    // thousands, while a new workload takes over within a few windows. The first window's two
-    // launches make a rough sample, so the second window replaces it.
-    const std::uint64_t lasted = std::max<std::uint64_t>(elapsed(start, end), launches);
-    const bool replace = cost_samples_.fetch_add(1, kRelaxed) < 2;
-    const std::uint64_t sum_ns = (replace ? 0 : cost_sum_ns_.load(kRelaxed) / 2) + lasted;
-    const std::uint64_t sum_launches = (replace ? 0 : cost_sum_launches_.load(kRelaxed) / 2) + launches;
-    cost_sum_ns_.store(sum_ns, kRelaxed);
-    cost_sum_launches_.store(sum_launches, kRelaxed);
+    // the bottleneck, the CPU's launch interval otherwise. A short window of another thread's cheap
+    // launches barely moves it (see LaunchCost).
+    launch_cost_.add(std::max<std::uint64_t>(elapsed(start, end), launches), launches);
   }
   window_start_ns_.store(0, kRelease);
 }

@@ -11,6 +11,7 @@
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
+#include "limiter/launch_cost.h"
 #include "shared_state/compute_shared.h"
 
 namespace gpuslice::limiter {
@@ -124,12 +125,9 @@ class ComputeLimiter {
   std::atomic<std::uint32_t> launch_cap_{0};
   std::atomic<std::uint64_t> last_launch_ns_{0};
   std::atomic<std::uint64_t> last_sync_ns_{0};
-  // Wall time and launches of dense windows, both halved at every window (0 launches = not
-  // measured yet): their ratio, the cost of a launch, sizes launch_cap_ so that a deep queue of
-  // heavy kernels is drained before it can overrun the window.
-  std::atomic<std::uint32_t> cost_samples_{0};
-  std::atomic<std::uint64_t> cost_sum_ns_{0};
-  std::atomic<std::uint64_t> cost_sum_launches_{0};
+  // Measured over dense windows: sizes launch_cap_ so that a deep queue of heavy kernels is drained
+  // before it can overrun the window.
+  LaunchCost launch_cost_;
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> resume_at_ns_{0};

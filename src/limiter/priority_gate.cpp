@@ -245,9 +245,8 @@ bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, boo
 }
 
 std::uint64_t PriorityGate::launch_cap() const {
-  const std::uint64_t launches = cost_sum_launches_.load(kRelaxed);
-  if (launches == 0) return tuning_.initial_launch_cap;
-  const std::uint64_t cost = std::max<std::uint64_t>(1, cost_sum_ns_.load(kRelaxed) / launches);
+  const std::uint64_t cost = launch_cost_.per_launch_ns();
+  if (cost == 0) return tuning_.initial_launch_cap;
   return std::clamp<std::uint64_t>(tuning_.in_flight_bound_ns / cost, 1, kMaxLaunchCap);
 }
 
@@ -293,13 +292,8 @@ void PriorityGate::drain(CUstream stream) {
   const std::uint64_t end = clock_.now_ns();
   if (held || launches == 0 || end <= start) return;
   // The first sample may include a deep queue launched before any higher priority appeared; the
-  // second replaces it.
-  if (cost_samples_.fetch_add(1, kRelaxed) == 1) {
-    cost_sum_ns_.store(0, kRelaxed);
-    cost_sum_launches_.store(0, kRelaxed);
-  }
-  cost_sum_ns_.store(cost_sum_ns_.load(kRelaxed) / 2 + (end - start), kRelaxed);
-  cost_sum_launches_.store(cost_sum_launches_.load(kRelaxed) / 2 + launches, kRelaxed);
+  // second replaces it (LaunchCost).
+  launch_cost_.add(end - start, launches);
 }
 
 }  // namespace gpuslice::limiter

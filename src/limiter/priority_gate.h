@@ -20,6 +20,7 @@
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "limiter/compute_limiter.h"
+#include "limiter/launch_cost.h"
 
 namespace gpuslice::limiter {
 
@@ -172,14 +173,12 @@ class PriorityGate {
   std::atomic<std::uint64_t> floor_open_until_ns_{0};
 
   // In-flight bound: launches since the queue was last known empty, and the cost of a launch
-  // (wall time and launches of windows closed by the cap, both halved at every sample).
+  // (measured over windows closed by the cap).
   std::atomic<std::uint32_t> window_launches_{0};
   std::atomic<std::uint64_t> window_start_ns_{0};
   std::atomic<bool> window_held_{false};
   std::atomic<bool> draining_{false};
-  std::atomic<std::uint32_t> cost_samples_{0};
-  std::atomic<std::uint64_t> cost_sum_ns_{0};
-  std::atomic<std::uint64_t> cost_sum_launches_{0};
+  LaunchCost launch_cost_;
 
   std::atomic<std::uint64_t> held_back_ns_{0};
   std::atomic<std::uint64_t> holds_{0};

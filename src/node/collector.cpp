@@ -12,10 +12,12 @@
 #include <filesystem>
 #include <set>
 
+#include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "node/allocation_record.h"
+#include "status/container_status.h"
 
 namespace gpuslice::node {
 namespace {
@@ -112,15 +114,8 @@ std::string describe(const PodContainer& owner) {
 }  // namespace
 
 const char* container_state_name(ContainerState state) {
-  switch (state) {
-    case ContainerState::Ok:
-      return "ok";
-    case ContainerState::Error:
-      return "error";
-    case ContainerState::Released:
-      return "released";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"ok", "error", "released"};
+  return enum_name<ContainerState::Released>(state, kNames, "unknown");
 }
 
 Collector::Collector(HostLayout layout, GpuSource* gpus, Clock& clock, LedgerOpener opener)
@@ -197,15 +192,8 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
   for (std::size_t d = 0; d < snap.devices.size(); ++d) {
     const shm::DeviceRow& row = snap.devices[d];
     ContainerDevice dev;
-    dev.uuid = row.uuid;
-    dev.cuda_index = row.index;
-    dev.total_bytes = row.total_bytes;
-    if (row.quota != shm::kUnlimited) dev.quota_bytes = row.quota;
-    if (row.requested.quota != shm::kUnlimited) dev.requested_quota_bytes = row.requested.quota;
-    if (row.cap.quota != shm::kUnlimited) dev.quota_cap_bytes = row.cap.quota;
+    status::copy_row_figures(row, dev);
     dev.compute_limit = row.compute_limit;
-    dev.used_bytes = row.used;
-    dev.refused_allocations = row.refused_allocations;
     for (const GpuInfo& gpu : gpus) {
       if (same_uuid(gpu.uuid, row.uuid)) dev.gpu = gpu.index;
     }

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "node/allocation_record.h"
 #include "node/limits_file.h"
@@ -19,15 +20,8 @@ namespace gpuslice::node {
 namespace {
 
 char kind_letter(ResourceKind kind) {
-  switch (kind) {
-    case ResourceKind::Gpu:
-      return 'r';
-    case ResourceKind::Vram:
-      return 'm';
-    case ResourceKind::Cores:
-      return 'c';
-  }
-  return '?';
+  static constexpr char kLetters[] = {'r', 'm', 'c'};
+  return enum_name<ResourceKind::Cores>(kind, kLetters, '?');
 }
 
 std::string hex_of_uuid(const std::string& uuid) {
@@ -59,15 +53,8 @@ std::uint64_t realtime_ns() {
 }  // namespace
 
 const char* resource_suffix(ResourceKind kind) {
-  switch (kind) {
-    case ResourceKind::Gpu:
-      return "gpu";
-    case ResourceKind::Vram:
-      return "vram";
-    case ResourceKind::Cores:
-      return "cores";
-  }
-  return "?";
+  static constexpr const char* kSuffixes[] = {"gpu", "vram", "cores"};
+  return enum_name<ResourceKind::Cores>(kind, kSuffixes, "?");
 }
 
 std::optional<ResourceKind> parse_resource_kind(std::string_view name) {

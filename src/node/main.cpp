@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,17 +87,23 @@ std::string node_name(const std::string& configured) {
   return host;
 }
 
-int serve(const std::vector<std::string>& args) {
-  gs::ServeOptions options;
-  auto outcome = gs::parse_serve_options(args, lookup_env, options);
+// Exit code of a parse that ends the program (help: 0, a usage error: 2), none to run on.
+std::optional<int> stop_after(const gs::ParseOutcome& outcome, const char* who) {
   if (outcome.help) {
     std::fputs(outcome.message.c_str(), stdout);
     return 0;
   }
   if (!outcome.message.empty()) {
-    std::fprintf(stderr, "gpuslice-node serve: %s\n", outcome.message.c_str());
+    std::fprintf(stderr, "%s: %s\n", who, outcome.message.c_str());
     return 2;
   }
+  return std::nullopt;
+}
+
+int serve(const std::vector<std::string>& args) {
+  gs::ServeOptions options;
+  if (auto code = stop_after(gs::parse_serve_options(args, lookup_env, options), "gpuslice-node serve"))
+    return *code;
   apply_log_level(options.log_level);
   options.api.version = GPUSLICE_VERSION;
   sigset_t stop_signals = block_signals();
@@ -161,15 +168,8 @@ int serve(const std::vector<std::string>& args) {
 
 int webhook(const std::vector<std::string>& args) {
   gs::WebhookModeOptions options;
-  auto outcome = gs::parse_webhook_options(args, lookup_env, options);
-  if (outcome.help) {
-    std::fputs(outcome.message.c_str(), stdout);
-    return 0;
-  }
-  if (!outcome.message.empty()) {
-    std::fprintf(stderr, "gpuslice-webhook: %s\n", outcome.message.c_str());
-    return 2;
-  }
+  if (auto code = stop_after(gs::parse_webhook_options(args, lookup_env, options), "gpuslice-webhook"))
+    return *code;
   apply_log_level(options.log_level);
   sigset_t stop_signals = block_signals();
   gs::WebhookServer server(options.server, options.webhook);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/escape.h"
+
 namespace gpuslice::node {
 namespace {
 
@@ -136,21 +138,8 @@ std::string valid_utf8(std::string_view text, std::size_t max_bytes) {
 }
 
 std::string escape_label_value(std::string_view raw) {
-  const std::string value = valid_utf8(raw, kMaxLabelValueBytes);
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return text::escape_chars(valid_utf8(raw, kMaxLabelValueBytes),
+                            {{'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}});
 }
 
 std::string render_metrics(const NodeView& view, std::string_view version) {

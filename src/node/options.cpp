@@ -1,6 +1,7 @@
 #include "node/options.h"
 
 #include <functional>
+#include <initializer_list>
 #include <sstream>
 
 #include "config/settings.h"
@@ -213,90 +214,107 @@ Apply set_duration_or_zero(std::chrono::milliseconds& target) {
 
 const char* const kLogLevels = "error, warn, info, debug, trace";
 
-std::vector<Flag> serve_flags(ServeOptions& out) {
+// The connection limits of a BoundedServer: the daemon's API and the webhook take the same flags
+// under their own names.
+struct LimitFlagNames {
+  const char* threads;
+  const char* per_client;
+  const char* request_timeout;
+};
+
+std::vector<Flag> limit_flags(ServerLimits& limits, const LimitFlagNames& names,
+                              const char* threads_default) {
   return {
-      {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-container state",
-       set_text(out.root)},
-      {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", "0.0.0.0:9410", "/metrics and API address",
-       set_listen(out.api.host, out.api.port)},
-      {"token-file", "FILE", "GPUSLICE_NODE_TOKEN_FILE", nullptr,
-       "file holding the API's bearer token, read again when it changes (else the token itself "
-       "from GPUSLICE_NODE_TOKEN; with neither, the API answers 401)",
-       set_text(out.api.token_file)},
-      {"metrics-auth", nullptr, nullptr, nullptr, "require the token on /metrics too",
-       set_switch(out.api.metrics_require_token, true)},
-      {"http-threads", "N", nullptr, "128", "connections served at once, one thread each",
-       set_number(out.api.limits.max_connections, 1, 4096)},
-      {"http-connections-per-client", "N", nullptr, "32", "connections served at once per client address",
-       set_number(out.api.limits.max_connections_per_client, 1, 4096)},
-      {"http-request-timeout", "DURATION", nullptr, "10s", "time a client has to send a whole request",
-       set_duration(out.api.limits.request_timeout)},
-      {"nvml-library", "PATH", "GPUSLICE_NVML_LIBRARY", "libnvidia-ml.so.1", "NVML to dlopen",
-       set_text(out.nvml_library)},
-      {"fake-gpus", "NxSIZE", nullptr, nullptr,
-       "no NVML: N identical GPUs of SIZE memory, e.g. 2x16Gi (demos)", set_text(out.fake_gpus)},
-      {"allow-no-gpu", nullptr, nullptr, nullptr, "keep serving /metrics when NVML cannot be loaded",
-       set_switch(out.allow_no_gpu, true)},
-      {"scan-interval", "DURATION", nullptr, "1s", "how often state and GPUs are read",
-       set_duration(out.scan_interval)},
-      {"no-device-plugin", nullptr, nullptr, nullptr, "do not serve the kubelet device plugin",
-       set_switch(out.device_plugin, false)},
-      {"device-plugin-dir", "DIR", nullptr, kKubeletDevicePluginDir, "kubelet device plugin directory",
-       set_text(out.plugin.device_plugin_dir)},
-      {"resources", "LIST", nullptr, "gpu,vram,cores", "resources to advertise, of gpu,vram,cores",
-       set_resources(out.plugin.resources)},
-      {"resource-domain", "NAME", nullptr, "gpuslice.io", "resource name prefix",
-       set_text(out.plugin.resource_domain)},
-      {"replicas", "N", nullptr, "4", "gpuslice.io/gpu slots per GPU",
-       set_number(out.plugin.catalog.replicas, 1, 9999)},
-      {"vram-unit", "SIZE", nullptr, "1Mi", "memory per gpuslice.io/vram device",
-       set_size(out.plugin.catalog.vram_unit)},
-      {"placement", "binpack|spread", nullptr, "binpack", "how GetPreferredAllocation picks GPUs",
-       set_placement(out.plugin.catalog.placement)},
-      {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
-       set_text(out.plugin.catalog.dev_root)},
-      {"kubelet-pods-dir", "DIR", nullptr, kKubeletPodsDir,
-       "kubelet pods directory, for webhook-injected pods (empty to disable)",
-       set_text(out.kubelet_pods_dir)},
-      {"device-list-strategy", "envvar|cdi", nullptr, "envvar",
-       "how GPUs reach a container: NVIDIA_VISIBLE_DEVICES and device nodes (NVIDIA runtime), or CDI "
-       "device names <cdi-kind>=<GPU UUID> (CDI-enabled runtimes)",
-       set_device_list_strategy(out.plugin.catalog.cdi)},
-      {"cdi-kind", "KIND", nullptr, "nvidia.com/gpu", "CDI kind of the GPUs",
-       set_cdi_kind(out.plugin.catalog.cdi_kind)},
-      {"node-name", "NAME", "NODE_NAME", nullptr,
-       "node label of metrics and API answers (default the host name)", set_text(out.node_name)},
-      {"podresources-socket", "PATH", nullptr, kDefaultPodResourcesSocket,
-       "kubelet PodResources API, to label containers with their pod (empty to disable)",
-       set_text(out.podresources_socket)},
-      {"gc-grace-period", "DURATION", nullptr, "5m",
-       "remove a container directory once the kubelet has not listed its allocation for this long and no "
-       "process uses it (0: never)",
-       set_duration_or_zero(out.gc_grace_period)},
-      {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)},
+      {names.threads, "N", nullptr, threads_default, "connections served at once, one thread each",
+       set_number(limits.max_connections, 1, 4096)},
+      {names.per_client, "N", nullptr, "32", "connections served at once per client address",
+       set_number(limits.max_connections_per_client, 1, 4096)},
+      {names.request_timeout, "DURATION", nullptr, "10s", "time a client has to send a whole request",
+       set_duration(limits.request_timeout)},
   };
 }
 
+std::vector<Flag> joined(std::initializer_list<std::vector<Flag>> parts) {
+  std::vector<Flag> all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+std::vector<Flag> serve_flags(ServeOptions& out) {
+  return joined({
+      {{"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-container state",
+        set_text(out.root)},
+       {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", "0.0.0.0:9410", "/metrics and API address",
+        set_listen(out.api.host, out.api.port)},
+       {"token-file", "FILE", "GPUSLICE_NODE_TOKEN_FILE", nullptr,
+        "file holding the API's bearer token, read again when it changes (else the token itself "
+        "from GPUSLICE_NODE_TOKEN; with neither, the API answers 401)",
+        set_text(out.api.token_file)},
+       {"metrics-auth", nullptr, nullptr, nullptr, "require the token on /metrics too",
+        set_switch(out.api.metrics_require_token, true)}},
+      limit_flags(out.api.limits, {"http-threads", "http-connections-per-client", "http-request-timeout"},
+                  "128"),
+      {{"nvml-library", "PATH", "GPUSLICE_NVML_LIBRARY", "libnvidia-ml.so.1", "NVML to dlopen",
+        set_text(out.nvml_library)},
+       {"fake-gpus", "NxSIZE", nullptr, nullptr,
+        "no NVML: N identical GPUs of SIZE memory, e.g. 2x16Gi (demos)", set_text(out.fake_gpus)},
+       {"allow-no-gpu", nullptr, nullptr, nullptr, "keep serving /metrics when NVML cannot be loaded",
+        set_switch(out.allow_no_gpu, true)},
+       {"scan-interval", "DURATION", nullptr, "1s", "how often state and GPUs are read",
+        set_duration(out.scan_interval)},
+       {"no-device-plugin", nullptr, nullptr, nullptr, "do not serve the kubelet device plugin",
+        set_switch(out.device_plugin, false)},
+       {"device-plugin-dir", "DIR", nullptr, kKubeletDevicePluginDir, "kubelet device plugin directory",
+        set_text(out.plugin.device_plugin_dir)},
+       {"resources", "LIST", nullptr, "gpu,vram,cores", "resources to advertise, of gpu,vram,cores",
+        set_resources(out.plugin.resources)},
+       {"resource-domain", "NAME", nullptr, "gpuslice.io", "resource name prefix",
+        set_text(out.plugin.resource_domain)},
+       {"replicas", "N", nullptr, "4", "gpuslice.io/gpu slots per GPU",
+        set_number(out.plugin.catalog.replicas, 1, 9999)},
+       {"vram-unit", "SIZE", nullptr, "1Mi", "memory per gpuslice.io/vram device",
+        set_size(out.plugin.catalog.vram_unit)},
+       {"placement", "binpack|spread", nullptr, "binpack", "how GetPreferredAllocation picks GPUs",
+        set_placement(out.plugin.catalog.placement)},
+       {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
+        set_text(out.plugin.catalog.dev_root)},
+       {"kubelet-pods-dir", "DIR", nullptr, kKubeletPodsDir,
+        "kubelet pods directory, for webhook-injected pods (empty to disable)",
+        set_text(out.kubelet_pods_dir)},
+       {"device-list-strategy", "envvar|cdi", nullptr, "envvar",
+        "how GPUs reach a container: NVIDIA_VISIBLE_DEVICES and device nodes (NVIDIA runtime), or CDI "
+        "device names <cdi-kind>=<GPU UUID> (CDI-enabled runtimes)",
+        set_device_list_strategy(out.plugin.catalog.cdi)},
+       {"cdi-kind", "KIND", nullptr, "nvidia.com/gpu", "CDI kind of the GPUs",
+        set_cdi_kind(out.plugin.catalog.cdi_kind)},
+       {"node-name", "NAME", "NODE_NAME", nullptr,
+        "node label of metrics and API answers (default the host name)", set_text(out.node_name)},
+       {"podresources-socket", "PATH", nullptr, kDefaultPodResourcesSocket,
+        "kubelet PodResources API, to label containers with their pod (empty to disable)",
+        set_text(out.podresources_socket)},
+       {"gc-grace-period", "DURATION", nullptr, "5m",
+        "remove a container directory once the kubelet has not listed its allocation for this long and no "
+        "process uses it (0: never)",
+        set_duration_or_zero(out.gc_grace_period)},
+       {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
+  });
+}
+
 std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
-  return {
-      {"listen", "HOST:PORT", "GPUSLICE_WEBHOOK_LISTEN", "0.0.0.0:8443", "HTTPS address",
-       set_listen(out.server.host, out.server.port)},
-      {"tls-cert", "FILE", "GPUSLICE_WEBHOOK_TLS_CERT", "/etc/gpuslice/tls/tls.crt", "PEM certificate chain",
-       set_text(out.server.tls_cert_file)},
-      {"tls-key", "FILE", "GPUSLICE_WEBHOOK_TLS_KEY", "/etc/gpuslice/tls/tls.key", "PEM private key",
-       set_text(out.server.tls_key_file)},
-      {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot,
-       "gpuslice root on the nodes; the library is DIR/lib", set_text(out.webhook.host_root)},
-      {"resource-domain", "NAME", nullptr, "gpuslice.io", "device plugin resource prefix",
-       set_text(out.webhook.resource_domain)},
-      {"threads", "N", nullptr, "64", "connections served at once, one thread each",
-       set_number(out.server.limits.max_connections, 1, 4096)},
-      {"connections-per-client", "N", nullptr, "32", "connections served at once per client address",
-       set_number(out.server.limits.max_connections_per_client, 1, 4096)},
-      {"request-timeout", "DURATION", nullptr, "10s", "time a client has to send a whole request",
-       set_duration(out.server.limits.request_timeout)},
-      {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)},
-  };
+  return joined({
+      {{"listen", "HOST:PORT", "GPUSLICE_WEBHOOK_LISTEN", "0.0.0.0:8443", "HTTPS address",
+        set_listen(out.server.host, out.server.port)},
+       {"tls-cert", "FILE", "GPUSLICE_WEBHOOK_TLS_CERT", "/etc/gpuslice/tls/tls.crt", "PEM certificate chain",
+        set_text(out.server.tls_cert_file)},
+       {"tls-key", "FILE", "GPUSLICE_WEBHOOK_TLS_KEY", "/etc/gpuslice/tls/tls.key", "PEM private key",
+        set_text(out.server.tls_key_file)},
+       {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot,
+        "gpuslice root on the nodes; the library is DIR/lib", set_text(out.webhook.host_root)},
+       {"resource-domain", "NAME", nullptr, "gpuslice.io", "device plugin resource prefix",
+        set_text(out.webhook.resource_domain)}},
+      limit_flags(out.server.limits, {"threads", "connections-per-client", "request-timeout"}, "64"),
+      {{"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
+  });
 }
 
 const char* const kServeHead = "usage: gpuslice-node serve [flags]\n";

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "common/enum_names.h"
+
 namespace gpuslice::node {
 
 enum class RegistrationState {
@@ -13,15 +15,8 @@ enum class RegistrationState {
 };
 
 inline const char* registration_state_name(RegistrationState state) {
-  switch (state) {
-    case RegistrationState::WaitingForKubelet:
-      return "waiting_for_kubelet";
-    case RegistrationState::Registering:
-      return "registering";
-    case RegistrationState::Registered:
-      return "registered";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"waiting_for_kubelet", "registering", "registered"};
+  return enum_name<RegistrationState::Registered>(state, kNames, "unknown");
 }
 
 inline constexpr RegistrationState kRegistrationStates[] = {

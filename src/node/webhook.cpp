@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/escape.h"
 #include "common/log.h"
 #include "config/priority.h"
 #include "config/text_util.h"
@@ -22,6 +23,26 @@ const json* member(const json& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
+// Whether `list` (absent or not a list: no) holds an object whose `key` equals `value`.
+bool lists(const json* list, const char* key, const json& value) {
+  if (!list || !list->is_array()) return false;
+  for (const auto& item : *list) {
+    const json* v = member(item, key);
+    if (v && *v == value) return true;
+  }
+  return false;
+}
+
+// Patch operations appending `items` to the list at `path`, creating it where it is absent.
+void append_to_list(json& patch, const std::string& path, const json* existing,
+                    const std::vector<json>& items) {
+  if (!existing || existing->is_null()) {
+    if (!items.empty()) patch.push_back({{"op", "add"}, {"path", path}, {"value", items}});
+  } else {
+    for (const auto& item : items) patch.push_back({{"op", "add"}, {"path", path + "/-"}, {"value", item}});
+  }
+}
+
 std::string base64(std::string_view data) {
   std::string out(4 * ((data.size() + 2) / 3), '\0');
   int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -32,17 +53,7 @@ std::string base64(std::string_view data) {
 
 // JSON Pointer escaping of one reference token (RFC 6901).
 std::string pointer_token(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return text::escape_chars(token, {{'~', "~0"}, {'/', "~1"}});
 }
 
 using config::detail::printable;
@@ -186,27 +197,14 @@ std::optional<std::string> mutate_container(const json& container, const std::st
     return where + ": volumeMounts is not a list";
   std::vector<json> to_add;
   for (const auto& mount : mounts) {
-    bool taken = false;
-    if (existing && existing->is_array()) {
-      for (const auto& m : *existing) {
-        const json* mount_path = member(m, "mountPath");
-        if (mount_path && *mount_path == mount["mountPath"]) taken = true;
-      }
-    }
-    if (taken) {
+    if (lists(existing, "mountPath", mount["mountPath"])) {
       warnings.push_back(where + " already mounts " + mount["mountPath"].get<std::string>() +
                          "; left as it is");
     } else {
       to_add.push_back(mount);
     }
   }
-  if (!existing || existing->is_null()) {
-    if (!to_add.empty())
-      patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts"}, {"value", to_add}});
-  } else {
-    for (const auto& m : to_add)
-      patch.push_back({{"op", "add"}, {"path", path + "/volumeMounts/-"}, {"value", m}});
-  }
+  append_to_list(patch, path + "/volumeMounts", existing, to_add);
   return std::nullopt;
 }
 
@@ -308,21 +306,9 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
       return deny(uid, "spec.volumes is not a list");
     std::vector<json> to_add;
     for (const auto& v : volumes) {
-      bool present = false;
-      if (existing && existing->is_array()) {
-        for (const auto& e : *existing) {
-          const json* n = member(e, "name");
-          if (n && *n == v["name"]) present = true;
-        }
-      }
-      if (!present) to_add.push_back(v);
+      if (!lists(existing, "name", v["name"])) to_add.push_back(v);
     }
-    if (!existing || existing->is_null()) {
-      patch.push_back({{"op", "add"}, {"path", "/spec/volumes"}, {"value", to_add}});
-    } else {
-      for (const auto& v : to_add)
-        patch.push_back({{"op", "add"}, {"path", "/spec/volumes/-"}, {"value", v}});
-    }
+    append_to_list(patch, "/spec/volumes", existing, to_add);
   }
   if (!metadata || !metadata->is_object()) {
     patch.push_back({{"op", "add"},

@@ -15,15 +15,8 @@ ContainerStatus from_snapshot(const shm::Snapshot& snap) {
   for (const shm::DeviceRow& row : snap.devices) {
     DeviceStatus d;
     d.record = row.record;
-    d.cuda_index = row.index;
-    d.uuid = row.uuid;
-    d.total_bytes = row.total_bytes;
-    if (row.quota != shm::kUnlimited) d.quota_bytes = row.quota;
-    if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
-    if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
-    d.used_bytes = row.used;
+    copy_row_figures(row, d);
     if (row.compute_limit != shm::kNoComputeLimit) d.compute_limit_percent = row.compute_limit;
-    d.refused_allocations = row.refused_allocations;
     d.busy_ns = 0;
     out.devices.push_back(std::move(d));
   }

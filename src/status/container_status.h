@@ -63,6 +63,20 @@ struct ContainerStatus {
 // Everything a ledger snapshot says (rates left empty).
 ContainerStatus from_snapshot(const shm::Snapshot& snap);
 
+// The figures of a ledger device row that DeviceStatus and the daemon's ContainerDevice name alike,
+// read one way for both; a quota of shm::kUnlimited stays absent.
+template <class Device>
+void copy_row_figures(const shm::DeviceRow& row, Device& d) {
+  d.uuid = row.uuid;
+  d.cuda_index = row.index;
+  d.total_bytes = row.total_bytes;
+  if (row.quota != shm::kUnlimited) d.quota_bytes = row.quota;
+  if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
+  if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
+  d.used_bytes = row.used;
+  d.refused_allocations = row.refused_allocations;
+}
+
 // Remembers the previous look at each container and fills in the rates of the next one. A busy
 // time or refusal count that went down (a process left, a ledger was recreated) gives no rate for
 // that interval.
