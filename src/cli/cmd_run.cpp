@@ -6,14 +6,15 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/defaults.h"
 #include "cli/format.h"
 #include "cli/library_check.h"
+#include "common/errno_text.h"
 #include "config/settings.h"
 #include "shared_state/ledger.h"
 
@@ -34,6 +35,8 @@ const CommandSpec& run_spec() {
       "quota in force; change it with 'gpuslice set --memory SIZE' or use another --shared-dir.\n"
       "The library is looked up in: --library, $GPUSLICE_LIBRARY, ../lib/gpuslice/libgpuslice.so and\n"
       "../lib/libgpuslice.so next to this executable, /usr/local/lib/gpuslice/libgpuslice.so.\n"
+      "It must be a shared library the dynamic loader preloads (this machine's, its dependencies\n"
+      "found, at a path without spaces or ':'); otherwise run exits 1 and the command does not run.\n"
       "Exit status: COMMAND's; 127 if it is not found, 126 if it cannot be executed, 1 or 2 for\n"
       "gpuslice's own runtime or usage errors.",
       {
@@ -84,10 +87,11 @@ Result<std::string> find_library(const ParsedArgs& args) {
   std::vector<std::string> candidates;
   std::string dir = executable_dir();
   if (!dir.empty()) {
-    candidates.push_back(dir + "/../lib/gpuslice/libgpuslice.so");  // installed (cmake --install, packages)
-    candidates.push_back(dir + "/../lib/libgpuslice.so");           // build tree
+    candidates.push_back(dir + "/../lib/gpuslice/" +
+                         kLibraryFileName);                     // installed (cmake --install, packages)
+    candidates.push_back(dir + "/../lib/" + kLibraryFileName);  // build tree
   }
-  candidates.emplace_back("/usr/local/lib/gpuslice/libgpuslice.so");
+  candidates.emplace_back(kDefaultLibrary);
   for (const std::string& candidate : candidates) {
     if (readable_file(candidate)) return canonical(candidate);
   }
@@ -232,8 +236,7 @@ int cmd_run(int argc, char** argv) {
   if (auto dir = args.value("--profile-dir")) {
     ok = ok && setenv("GPUSLICE_PROFILE_DIR", absolute_path(*dir).c_str(), 1) == 0;
   }
-  if (!ok)
-    return runtime_error(spec.name, std::string("cannot set the environment: ") + std::strerror(errno));
+  if (!ok) return runtime_error(spec.name, "cannot set the environment: " + fs::errno_text(errno));
 
   std::vector<char*> command;
   for (const std::string& arg : args.positionals) command.push_back(const_cast<char*>(arg.c_str()));
@@ -243,7 +246,7 @@ int cmd_run(int argc, char** argv) {
   // Only reached when exec failed; follow the shells' convention for the status.
   int err = errno;
   std::fprintf(stderr, "gpuslice run: %s: %s\n", command[0],
-               err == ENOENT ? "command not found" : std::strerror(err));
+               err == ENOENT ? "command not found" : fs::errno_text(err).c_str());
   return err == ENOENT ? 127 : 126;
 }
 

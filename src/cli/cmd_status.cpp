@@ -7,10 +7,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/defaults.h"
 #include "cli/status_source.h"
 #include "cli/status_text.h"
 #include "cli/top_view.h"
@@ -18,8 +20,6 @@
 
 namespace gpuslice::cli {
 namespace {
-
-constexpr const char* kDefaultNodeRoot = "/var/lib/gpuslice";
 
 volatile sig_atomic_t g_interrupted = 0;
 
@@ -30,8 +30,8 @@ std::vector<OptionSpec> status_options(bool watch_flag) {
       {"--shared-dir", "DIR", "state directory (default: $GPUSLICE_SHARED_DIR, else /tmp/gpuslice-<uid>)"},
       {"--file", "PATH", "state file itself (default: DIR/state, or $CUDA_DEVICE_MEMORY_SHARED_CACHE)"},
       {"--node", "ROOT",
-       "every container of the node: ROOT/containers/*/state/state (default ROOT: "
-       "$GPUSLICE_NODE_ROOT, else /var/lib/gpuslice)",
+       "every container of the node (ROOT/containers/*); without ROOT the daemon's API if it answers, "
+       "else $GPUSLICE_NODE_ROOT or /var/lib/gpuslice",
        true},
       {"--api", "URL", "every container of the node from the daemon's API, e.g. http://127.0.0.1:9410"},
       {"--token-file", "FILE", "bearer token for --api (default: $GPUSLICE_NODE_TOKEN_FILE)"},
@@ -51,6 +51,10 @@ const CommandSpec& status_spec() {
       "the process that first used it; SHARE is the process's part of the device time the\n"
       "container consumed. When watching, NOW is the device's compute rate over the last interval\n"
       "and REFUSED/INT the allocations refused in it.\n"
+      "--node without ROOT asks the node daemon first: GET /api/v1/status at $GPUSLICE_NODE_LISTEN\n"
+      "(default 0.0.0.0:9410, reached on 127.0.0.1) with the token of $GPUSLICE_NODE_TOKEN_FILE\n"
+      "(default /etc/gpuslice/node-token), when that file is readable; when no daemon accepts within\n"
+      "0.3 s it reads the node root itself. --json names the one used as \"source\".\n"
       "Exit status: 0, 1 if the state file (or node root, or API) cannot be read, 2 for usage errors.",
       status_options(true)};
   return spec;
@@ -66,7 +70,8 @@ const CommandSpec& top_spec() {
       "memory, current share of the device). Not a terminal, or --json: the plain output of\n"
       "'gpuslice status' once per interval.\n"
       "Without --file, --shared-dir or --api, top shows every container of the node when the node\n"
-      "root ($GPUSLICE_NODE_ROOT, else /var/lib/gpuslice) is readable, else the container's own state.",
+      "root ($GPUSLICE_NODE_ROOT, else /var/lib/gpuslice) is readable, else the container's own state.\n"
+      "The node is read as 'status --node' reads it: from the daemon's API when it answers.",
       status_options(false)};
   return spec;
 }
@@ -78,9 +83,11 @@ std::uint64_t monotonic_ns() {
 }
 
 // One refresh. Returns false (after printing why) when the source is unusable.
+// `prefetched`: this refresh's view, already read while choosing the source.
 bool show_once(const StatusSource& source, bool node, bool json, bool clear_screen,
-               status::RateTracker* rates, std::string_view command) {
-  StatusView view = read_status(source);
+               status::RateTracker* rates, std::string_view command,
+               std::optional<StatusView> prefetched = std::nullopt) {
+  StatusView view = prefetched ? std::move(*prefetched) : read_status(source);
   if (rates != nullptr) {
     std::uint64_t now = monotonic_ns();
     for (auto& c : view.containers) rates->update(c, now);
@@ -155,6 +162,7 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool is_top) {
   }
 
   StatusSource source;
+  std::optional<StatusView> first;  // read while choosing the source
   bool node = false;
   if (auto url = args.value("--api")) {
     node = true;
@@ -167,8 +175,15 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool is_top) {
   } else if (args.has("--node") || (is_top && sources == 0 && node_root_readable())) {
     node = true;
     source.kind = StatusSource::Kind::NodeRoot;
-    std::string root = args.value("--node").value_or("");
-    source.path = absolute_path(root.empty() ? env_or("GPUSLICE_NODE_ROOT", kDefaultNodeRoot) : root);
+    if (std::string root = args.value("--node").value_or(""); !root.empty()) {
+      source.path = absolute_path(root);
+    } else {
+      NodeSourceChoice choice =
+          choose_node_source(absolute_path(env_or("GPUSLICE_NODE_ROOT", kDefaultNodeRoot)));
+      if (!choice.note.empty()) runtime_error(spec.name, choice.note);
+      source = std::move(choice.source);
+      first = std::move(choice.first);
+    }
   } else {
     auto path = resolve_state_file(args);
     if (!path) return runtime_error(spec.name, path.error());
@@ -176,12 +191,15 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool is_top) {
   }
   bool json = args.has("--json");
 
-  if (!watch) return show_once(source, node, json, false, nullptr, spec.name) ? kExitOk : kExitRuntime;
+  if (!watch) {
+    return show_once(source, node, json, false, nullptr, spec.name, std::move(first)) ? kExitOk
+                                                                                      : kExitRuntime;
+  }
 
   if (is_top && !json && isatty(STDOUT_FILENO) == 1 && top_view_available()) {
     // A source that cannot be read at the start is an error, as for the plain output.
-    StatusView first = read_status(source);
-    if (!first.error.empty() && first.containers.empty()) return runtime_error(spec.name, first.error);
+    StatusView start = first ? std::move(*first) : read_status(source);
+    if (!start.error.empty() && start.containers.empty()) return runtime_error(spec.name, start.error);
     return run_top_view({source, node, interval_ns, iterations});
   }
 
@@ -193,7 +211,7 @@ int status_main(const CommandSpec& spec, int argc, char** argv, bool is_top) {
   bool clear = !json && isatty(STDOUT_FILENO) == 1;
   status::RateTracker rates;
   // A missing file at the start is an error; later it may come and go with the container.
-  if (!show_once(source, node, json, clear, &rates, spec.name)) return kExitRuntime;
+  if (!show_once(source, node, json, clear, &rates, spec.name, std::move(first))) return kExitRuntime;
   for (std::uint64_t done = 1; !g_interrupted && (iterations == 0 || done < iterations); ++done) {
     sleep_interruptibly(interval_ns);
     if (g_interrupted) break;

@@ -1,10 +1,9 @@
-// Human and machine output for the CLI: sizes, durations, aligned tables and JSON strings.
+// Human output for the CLI: sizes, durations and aligned tables (JSON is status/status_json.h's).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace gpuslice::cli {
@@ -13,8 +12,6 @@ namespace gpuslice::cli {
 std::string format_bytes(std::uint64_t bytes);
 // "850 ns", "12.3 us", "4.56 ms", "1.23 s".
 std::string format_duration_ns(double ns);
-// A JSON string literal (quotes included); invalid UTF-8 becomes U+FFFD.
-std::string json_string(std::string_view text);
 
 // Left-aligned text columns, numbers right-aligned, two spaces apart.
 class Table {

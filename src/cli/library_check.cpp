@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "cli/loader_trace.h"
 #include "common/errno_text.h"
 
 namespace gpuslice::cli {
@@ -28,6 +30,8 @@ constexpr const char* kMachineName = "AArch64";
 static_assert(sizeof(void*) == 8, "the library check assumes a 64-bit build");
 
 constexpr std::size_t kMaxProgramHeaders = 4096;
+// Real dynamic sections have a few dozen entries; DT_FLAGS_1 is among the first.
+constexpr std::uint64_t kMaxDynamicBytes = 64 * 1024;
 
 bool read_exact(int fd, void* out, std::size_t size, std::uint64_t offset) {
   auto* p = static_cast<char*>(out);
@@ -58,6 +62,11 @@ Result<bool> check_open(int fd, std::uint64_t file_size, const std::string& path
   if (header.e_ident[EI_DATA] != ELFDATA2MSB) return fail("little-endian ELF object");
 #endif
   if (header.e_ident[EI_VERSION] != EV_CURRENT) return fail("unknown ELF version");
+  // glibc's loader maps only these and skips anything else with a warning.
+  if (header.e_ident[EI_OSABI] != ELFOSABI_SYSV && header.e_ident[EI_OSABI] != ELFOSABI_GNU) {
+    return fail("ELF OS ABI " + std::to_string(header.e_ident[EI_OSABI]) +
+                ": the dynamic loader does not preload it");
+  }
   if (header.e_type != ET_DYN)
     return fail("not a shared object (ELF type " + std::to_string(header.e_type) + ")");
   if (header.e_machine != kMachine) {
@@ -74,9 +83,11 @@ Result<bool> check_open(int fd, std::uint64_t file_size, const std::string& path
   if (!read_exact(fd, headers.data(), table_bytes, header.e_phoff))
     return fail("cannot read the program headers");
   bool loadable = false;
-  bool dynamic = false;
+  const Elf64_Phdr* dynamic = nullptr;
   for (const Elf64_Phdr& ph : headers) {
-    if (ph.p_type == PT_DYNAMIC) dynamic = true;
+    // A program (a PIE is ET_DYN too): the loader refuses to preload it or maps it wrongly.
+    if (ph.p_type == PT_INTERP) return fail("not a shared library but a program (it has PT_INTERP)");
+    if (ph.p_type == PT_DYNAMIC) dynamic = &ph;
     if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
     if (ph.p_type == PT_LOAD) loadable = true;
     if (ph.p_offset > file_size || ph.p_filesz > file_size - ph.p_offset) {
@@ -85,13 +96,29 @@ Result<bool> check_open(int fd, std::uint64_t file_size, const std::string& path
     }
   }
   if (!loadable) return fail("no loadable segment");
-  if (!dynamic) return fail("no dynamic section (not a shared library)");
+  if (dynamic == nullptr) return fail("no dynamic section (not a shared library)");
+  std::vector<Elf64_Dyn> entries(std::min<std::uint64_t>(dynamic->p_filesz, kMaxDynamicBytes) /
+                                 sizeof(Elf64_Dyn));
+  if (!read_exact(fd, entries.data(), entries.size() * sizeof(Elf64_Dyn), dynamic->p_offset))
+    return fail("cannot read the dynamic section");
+  for (const Elf64_Dyn& entry : entries) {
+    if (entry.d_tag == DT_NULL) break;
+    if (entry.d_tag == DT_FLAGS_1 && (entry.d_un.d_val & DF_1_PIE) != 0)
+      return fail("not a shared library but a position-independent executable (DF_1_PIE)");
+  }
   return true;
 }
 
 }  // namespace
 
 Result<bool> check_preloadable_library(const std::string& path) {
+  // The loader splits LD_PRELOAD at spaces and colons: it would look for the pieces, find none and
+  // run the command with no limit.
+  if (path.find_first_of(" :") != std::string::npos) {
+    return make_error("library " + path +
+                      " cannot be preloaded: its path has a space or ':', where LD_PRELOAD is split; "
+                      "link or copy it to a path without them");
+  }
   // The operator names this path, so a symlink is fine (libraries are often reached through one);
   // what it points to must be a regular file, opened without blocking on a FIFO.
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -103,7 +130,12 @@ Result<bool> check_preloadable_library(const std::string& path) {
   }
   auto checked = check_open(fd, static_cast<std::uint64_t>(st.st_size), path);
   ::close(fd);
-  return checked;
+  if (!checked) return checked;
+  // Only the loader knows whether it finds every dependency (and what else it refuses): ask it.
+  if (auto traced = trace_with_loader(path); !traced) {
+    return make_error("library " + path + " cannot be preloaded: " + traced.error());
+  }
+  return true;
 }
 
 }  // namespace gpuslice::cli

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -119,12 +120,19 @@ Result<std::string> decode_chunked(std::string_view body) {
 
 }  // namespace
 
-Result<std::string> http_get(const std::string& url_text, const std::string& path, const std::string& token) {
+Result<std::string> http_get(const std::string& url_text, const std::string& path, const std::string& token,
+                             int connect_timeout_ms, bool* unreachable) {
+  if (unreachable != nullptr) *unreachable = false;
   auto url = parse_url(url_text);
   if (!url) return make_error(url.error());
-  std::uint64_t deadline = now_ms() + kApiTimeoutMs;
-  auto fd = connect_with_deadline(*url, deadline);
-  if (!fd) return make_error(fd.error());
+  const std::uint64_t start = now_ms();
+  const std::uint64_t deadline = start + kApiTimeoutMs;
+  auto fd = connect_with_deadline(
+      *url, std::min(deadline, start + static_cast<std::uint64_t>(std::max(connect_timeout_ms, 0))));
+  if (!fd) {
+    if (unreachable != nullptr) *unreachable = true;
+    return make_error(fd.error());
+  }
   std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + url->host + "\r\nAuthorization: Bearer " +
                         token + "\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
   if (!send_all(*fd, request, deadline)) {
@@ -220,7 +228,8 @@ Result<StatusView> parse_node_status(const std::string& body) {
   return view;
 }
 
-StatusView read_node_api(const NodeApi& api) {
+StatusView read_node_api(const NodeApi& api, int connect_timeout_ms, bool* unreachable) {
+  if (unreachable != nullptr) *unreachable = false;
   StatusView view;
   auto token_text = fs::read_small_file(api.token_file, 4096);
   if (!token_text) {
@@ -233,7 +242,7 @@ StatusView read_node_api(const NodeApi& api) {
     view.error = "the token file " + api.token_file + " is empty";
     return view;
   }
-  auto body = http_get(api.url, "/api/v1/status", token);
+  auto body = http_get(api.url, "/api/v1/status", token, connect_timeout_ms, unreachable);
   if (!body) {
     view.error = body.error();
     return view;

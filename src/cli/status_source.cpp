@@ -6,10 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
+#include "cli/defaults.h"
 #include "cli/node_api_client.h"
 #include "common/errno_text.h"
 #include "common/safe_file.h"
+#include "config/limits_file.h"
 #include "shared_state/ledger.h"
 #include "status/status_json.h"
 
@@ -57,21 +62,15 @@ StatusView read_node_root(const std::string& root) {
   for (const std::string& id : list_node_containers(root, error)) {
     status::ContainerStatus c = read_ledger(root + "/containers/" + id + "/state/state", nullptr);
     c.id = id;
-    auto limits = fs::read_small_file(root + "/containers/" + id + "/config/limits", 64 * 1024);
+    // The library's own reader (quotes, spaces, comments), so the view shows the caps it enforces;
+    // a file it cannot read makes the container's CUDA calls fail, which the view says.
+    const std::string limits_path = root + "/containers/" + id + "/config/limits";
+    auto limits = config::read_limits_file(limits_path);
     if (limits) {
-      // KEY=VALUE lines; only what the view shows.
-      std::size_t pos = 0;
-      while (pos < limits->size()) {
-        std::size_t end = limits->find('\n', pos);
-        if (end == std::string::npos) end = limits->size();
-        std::string line = limits->substr(pos, end - pos);
-        pos = end + 1;
-        auto eq = line.find('=');
-        if (eq == std::string::npos) continue;
-        std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-        if (key == "GPUSLICE_MEMORY_LIMIT") c.memory_limit = value;
-        if (key == "GPUSLICE_COMPUTE_LIMIT") c.compute_limit = value;
-      }
+      if (limits->memory) c.memory_limit = limits->memory->text;
+      if (limits->compute) c.compute_limit = limits->compute->text;
+    } else {
+      c.error = c.error ? *c.error + "; " + limits.error() : limits.error();
     }
     view.containers.push_back(std::move(c));
   }
@@ -79,7 +78,51 @@ StatusView read_node_root(const std::string& root) {
   return view;
 }
 
+// http://HOST:PORT for a client of a daemon listening on `listen` (HOST:PORT, as the daemon
+// parses it); nothing when it is malformed.
+std::optional<std::string> local_api_url(std::string_view listen) {
+  const std::size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string_view port = listen.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  std::string_view host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  // A daemon bound to every address is reached on loopback.
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  const bool v6 = host.find(':') != std::string_view::npos;
+  return "http://" + std::string(v6 ? "[" : "") + std::string(host) + (v6 ? "]:" : ":") + std::string(port);
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+
 }  // namespace
+
+NodeSourceChoice choose_node_source(const std::string& root) {
+  NodeSourceChoice choice;
+  choice.source.kind = StatusSource::Kind::NodeRoot;
+  choice.source.path = root;
+  const std::string token_file = env_or("GPUSLICE_NODE_TOKEN_FILE", kDefaultNodeTokenFile);
+  auto url = local_api_url(env_or("GPUSLICE_NODE_LISTEN", kDefaultNodeListen));
+  if (!url || ::access(token_file.c_str(), R_OK) != 0) return choice;
+  NodeApi api{*url, token_file};
+  bool unreachable = false;
+  StatusView view = read_node_api(api, kNodeApiProbeConnectMs, &unreachable);
+  if (unreachable) return choice;
+  if (!view.error.empty()) {
+    choice.note = "node daemon: " + view.error + "; reading " + root + " instead";
+    return choice;
+  }
+  choice.source.kind = StatusSource::Kind::Api;
+  choice.source.path.clear();
+  choice.source.api = std::move(api);
+  choice.first = std::move(view);
+  return choice;
+}
 
 std::vector<std::string> list_node_containers(const std::string& root, std::string& error) {
   std::vector<std::string> ids;

@@ -38,6 +38,17 @@ struct StatusView {
 // One look. Reaps dead processes of each ledger first (as the daemon does), so freed memory shows.
 StatusView read_status(const StatusSource& source);
 
+// `--node` without ROOT: the daemon's API at $GPUSLICE_NODE_LISTEN (0.0.0.0 and :: mean loopback)
+// when the token file ($GPUSLICE_NODE_TOKEN_FILE, else cli/defaults.h's) is readable and the daemon
+// accepts within kNodeApiProbeConnectMs; else the node root `root`, without a word when no daemon
+// answered. The API's pod names and GPUs are what the root lacks.
+struct NodeSourceChoice {
+  StatusSource source;
+  std::optional<StatusView> first;  // the daemon's answer: the first refresh, so it is asked once
+  std::string note;                 // why a daemon that answered is not used (its error)
+};
+NodeSourceChoice choose_node_source(const std::string& root);
+
 // The containers of a node root, sorted by id. Exposed for tests.
 std::vector<std::string> list_node_containers(const std::string& root, std::string& error);
 

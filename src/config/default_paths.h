@@ -26,5 +26,9 @@ inline constexpr const char* kContainerLimitsFile = kDefaultLimitsFile;
 inline constexpr const char* kContainerLibraryDir = "/usr/local/lib/gpuslice";
 inline constexpr const char* kLibraryFileName = "libgpuslice.so";
 inline constexpr const char* kContainerLibrary = "/usr/local/lib/gpuslice/libgpuslice.so";
+// The daemon's /metrics and API address (gpuslice-node serve --listen), which `gpuslice status
+// --node` also asks first, and the token file its Debian package configures.
+inline constexpr const char* kDefaultNodeListen = "0.0.0.0:9410";
+inline constexpr const char* kDefaultNodeTokenFile = "/etc/gpuslice/node-token";
 
 }  // namespace gpuslice::config

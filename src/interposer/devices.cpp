@@ -94,6 +94,8 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
   const int ledger_dev = attach_limits(d.uuid, dev, total);
   if (ledger_dev == -2) return DevicePhase::Unusable;
   d.ledger_dev = ledger_dev;
+  if (ledger_dev >= 0 && rt.capped_late.load(std::memory_order_relaxed))
+    d.has_context.store(true, std::memory_order_relaxed);
   if (ledger_dev >= 0) {
     GS_LOG(Info, "device %d (%s): quota %" PRIu64 " bytes, compute %u%%", dev, d.uuid,
            ledger()->quota(ledger_dev), ledger()->compute_limit(ledger_dev));

@@ -70,6 +70,7 @@ void* watcher_main(void*) {
     Runtime& rt = *runtime();
     // A process that started without any limit waits for the limits file's first cap.
     if (refresh_limits_file()) {
+      rt.capped_late.store(true, std::memory_order_relaxed);
       if (!bring_up_ledger(rt)) {
         g_phase.store(Phase::Broken, std::memory_order_release);
         g_watcher_running.store(false, std::memory_order_relaxed);

@@ -61,6 +61,9 @@ struct Runtime {
   DeviceState devices[kMaxDevices];
   std::atomic<DevicePhase> phases[kMaxDevices] = {};
   std::uint64_t container_key = 0;  // identity of this container's state file (node-wide turns)
+  // The ledger came after the process started (a cap written later): what it already holds on a
+  // device, from before the device had a record, is found by the footprint reconciliation.
+  std::atomic<bool> capped_late{false};
 
   // Attaching a device and applying a new limits file exclude each other, so no device misses a
   // cap. Rare on both sides; a spin lock so that a forked child can simply reset it.

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "config/default_paths.h"
 #include "config/settings.h"
 
 namespace gpuslice::node {
@@ -244,7 +245,7 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
   return joined({
       {{"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-container state",
         set_text(out.root)},
-       {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", "0.0.0.0:9410", "/metrics and API address",
+       {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", config::kDefaultNodeListen, "/metrics and API address",
         set_listen(out.api.host, out.api.port)},
        {"token-file", "FILE", "GPUSLICE_NODE_TOKEN_FILE", nullptr,
         "file holding the API's bearer token, read again when it changes (else the token itself "

@@ -397,10 +397,11 @@ TEST_F(E2E, APerDeviceVariableBeyondTheLastOrdinalFailsClosed) {
 // not see limits nothing, which the operator hears about instead of a silent unlimited run.
 TEST_F(E2E, APerDeviceLimitForADeviceTheProcessDoesNotSeeIsReported) {
   Env env = base_env();  // two devices
-  env["CUDA_DEVICE_MEMORY_LIMIT_5"] = "1Gi";
+  env["CUDA_DEVICE_MEMORY_LIMIT_5"] = "1g";
   Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(kGiB)}, env);
   ASSERT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_NE(o.err.find("limit is set for CUDA device 5, but this process sees 2 device(s)"), std::string::npos)
+  EXPECT_NE(o.err.find("limit is set for CUDA device 5, but this process sees 2 device(s)"),
+            std::string::npos)
       << o.err;
 }
 

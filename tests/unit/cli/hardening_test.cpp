@@ -149,6 +149,41 @@ TEST_F(CliHardeningTest, RunRefusesAFifoAsLibraryWithoutBlocking) {
   EXPECT_TRUE(contains(o.err, "not a regular file")) << o.err;
 }
 
+// A PIE is ET_DYN with loadable segments and a dynamic section, like a library, but ld.so
+// refuses to preload it ("cannot be preloaded ... ignored") and runs the command with no limit.
+TEST_F(CliHardeningTest, RunRefusesAnExecutableAsLibrary) {
+  expect_refused(GPUSLICE_CLI_PATH, "not a shared library");
+  expect_refused("/bin/true", "not a shared library");
+}
+
+// A file every static check accepts but ld.so skips (here: an OS ABI it does not know): only
+// asking the loader itself shows that the command would run with no limit.
+TEST_F(CliHardeningTest, RunRefusesALibraryTheLoaderIgnores) {
+  std::string lib = make_library("libgpuslice.so");
+  {
+    std::fstream f(lib, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(EI_OSABI);
+    f.put(static_cast<char>(0x42));
+  }
+  expect_refused(lib, "the dynamic loader does not preload it");
+}
+
+TEST_F(CliHardeningTest, RunRefusesALibraryWhoseDependencyIsMissing) {
+  std::string lib = dir_ + "/libgpuslice.so";
+  std::filesystem::copy_file(GPUSLICE_TEST_NEEDS_MISSING_LIBRARY, lib);
+  expect_refused(lib, "libcli_test_missing_dep.so not found");
+}
+
+// LD_PRELOAD splits at spaces and colons: the loader would look for two files, find neither and
+// run the command with no limit.
+TEST_F(CliHardeningTest, RunRefusesALibraryPathTheLoaderWouldSplit) {
+  std::filesystem::create_directories(dir_ + "/my libs");
+  std::string spaced = make_library("my libs/libgpuslice.so");
+  expect_refused(spaced, "LD_PRELOAD");
+  std::filesystem::create_directories(dir_ + "/a:b");
+  expect_refused(make_library("a:b/libgpuslice.so"), "LD_PRELOAD");
+}
+
 TEST_F(CliHardeningTest, RunAcceptsARealSharedLibrary) {
   std::string lib = make_library("libgpuslice.so");
   Outcome o = run_bounded({"run", "--library", lib, "--", "sh", "-c", "echo \"$LD_PRELOAD\""}, 20);

@@ -128,6 +128,33 @@ TEST_F(NodeStatusTest, StatusNodeOfAMissingRootIsAnError) {
   EXPECT_TRUE(contains(o.err, dir_ + "/nothing/containers")) << o.err;
 }
 
+// The library and the daemon read the limits file with config::parse_limits_file (spaces around
+// '=', quoted values): the node view must show what they enforce, not the raw text.
+TEST_F(NodeStatusTest, StatusNodeReadsAQuotedLimitsFileAsTheLibraryDoes) {
+  auto a = make_container("alpha", kGi);
+  std::ofstream(dir_ + "/root/containers/alpha/config/limits")
+      << "# caps\n  GPUSLICE_MEMORY_LIMIT = \"8Gi\"\nGPUSLICE_COMPUTE_LIMIT='30'\n";
+  Outcome o = run({"status", "--node", dir_ + "/root", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json doc = json::parse(o.out);
+  EXPECT_EQ(doc["containers"][0]["limits"]["memory"], "8Gi") << o.out;
+  EXPECT_EQ(doc["containers"][0]["limits"]["compute"], "30") << o.out;
+  EXPECT_TRUE(doc["containers"][0]["error"].is_null()) << o.out;
+}
+
+// A limits file the library cannot parse makes its CUDA calls fail; the view says why instead of
+// showing the malformed text as a cap.
+TEST_F(NodeStatusTest, StatusNodeReportsAMalformedLimitsFile) {
+  auto a = make_container("alpha", kGi);
+  std::ofstream(dir_ + "/root/containers/alpha/config/limits") << "GPUSLICE_MEMORY_LIMIT=lots\n";
+  Outcome o = run({"status", "--node", dir_ + "/root", "--json"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json doc = json::parse(o.out);
+  EXPECT_TRUE(doc["containers"][0]["limits"]["memory"].is_null()) << o.out;
+  ASSERT_TRUE(doc["containers"][0]["error"].is_string()) << o.out;
+  EXPECT_TRUE(contains(doc["containers"][0]["error"].get<std::string>(), "/config/limits")) << o.out;
+}
+
 // A one-request HTTP server on loopback answering `body`; records the request it got.
 class FakeDaemon {
  public:
@@ -208,6 +235,48 @@ TEST_F(NodeStatusTest, StatusApiReadsTheDaemonWithItsToken) {
   EXPECT_TRUE(contains(o.out, "3 GiB")) << o.out;
   EXPECT_TRUE(contains(o.out, "3456")) << o.out;
   EXPECT_TRUE(contains(o.out, "Priority: low, held back 2.500 s")) << o.out;
+}
+
+std::string one_container_body(const std::string& id) {
+  json container = {
+      {"id", id}, {"has_state", false}, {"devices", json::array()}, {"processes", json::array()}};
+  return json{{"version", "0.1.0"}, {"gpus", json::array()}, {"containers", {container}}}.dump();
+}
+
+// --node without ROOT reads the daemon's API when its token file is readable and it answers.
+TEST_F(NodeStatusTest, StatusNodePrefersTheDaemonApiWithItsTokenFile) {
+  auto a = make_container("on-disk", kGi);
+  FakeDaemon daemon(one_container_body("from-api"));
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  Outcome o = run({"status", "--node", "--json"},
+                  {"GPUSLICE_NODE_ROOT=" + dir_ + "/root", "GPUSLICE_NODE_TOKEN_FILE=" + dir_ + "/token",
+                   "GPUSLICE_NODE_LISTEN=0.0.0.0:" + std::to_string(daemon.port())});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json doc = json::parse(o.out);
+  ASSERT_EQ(doc["source"], "http://127.0.0.1:" + std::to_string(daemon.port())) << o.out;
+  ASSERT_EQ(doc["containers"].size(), 1u) << o.out;
+  EXPECT_EQ(doc["containers"][0]["id"], "from-api");
+  EXPECT_TRUE(contains(daemon.request(), "Authorization: Bearer s3cret\r\n")) << daemon.request();
+}
+
+// No daemon answers (or no token file): --node reads the root directly, as before.
+TEST_F(NodeStatusTest, StatusNodeFallsBackToTheRootWhenTheDaemonDoesNotAnswer) {
+  auto a = make_container("on-disk", kGi);
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  int closed_port = 0;
+  {
+    FakeDaemon gone(one_container_body("unused"));  // a port nothing listens on once it is closed
+    closed_port = gone.port();
+  }
+  Outcome o = run({"status", "--node", "--json"},
+                  {"GPUSLICE_NODE_ROOT=" + dir_ + "/root", "GPUSLICE_NODE_TOKEN_FILE=" + dir_ + "/token",
+                   "GPUSLICE_NODE_LISTEN=127.0.0.1:" + std::to_string(closed_port)});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json doc = json::parse(o.out);
+  EXPECT_EQ(doc["source"], dir_ + "/root") << o.out;
+  ASSERT_EQ(doc["containers"].size(), 1u) << o.out;
+  EXPECT_EQ(doc["containers"][0]["id"], "on-disk");
+  EXPECT_EQ(o.err, "") << "an absent daemon is no error";
 }
 
 TEST_F(NodeStatusTest, StatusApiWithoutATokenFileIsAUsageError) {
