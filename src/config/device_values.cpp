@@ -1,5 +1,6 @@
-// Per-device values: the three written forms, lookup, and the merges that implement precedence
-// (compatibility dialects) and caps (limits file) exactly per device.
+// Per-device values: the three written forms, lookup, and the merge that implements precedence
+// (compatibility dialects) exactly per device. Caps are not merged in: the ledger keeps request and
+// cap apart (shm::effective_quota).
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -124,7 +125,7 @@ Result<DeviceValues> parse_list(std::string_view text, ValueKind kind, SizeDiale
   return values;
 }
 
-bool is_flat(const DeviceValues& values) { return values.fallbacks.empty() && values.caps.empty(); }
+bool is_flat(const DeviceValues& values) { return values.fallbacks.empty(); }
 
 // True when every possible device gets a value, so nothing of lower precedence can matter.
 bool covers_every_device(const DeviceValues& values) {
@@ -132,53 +133,7 @@ bool covers_every_device(const DeviceValues& values) {
   for (const DeviceValues& fallback : values.fallbacks) {
     if (covers_every_device(fallback)) return true;
   }
-  for (const DeviceValues& cap : values.caps) {
-    if (covers_every_device(cap)) return true;
-  }
   return false;
-}
-
-std::optional<std::uint64_t> min_of(std::optional<std::uint64_t> a, std::optional<std::uint64_t> b) {
-  if (!a) return b;
-  if (!b) return a;
-  return std::min(*a, *b);
-}
-
-// Value of a flat table for one key, falling back to `all` like lookup() does.
-std::optional<std::uint64_t> index_or_all(const DeviceValues& values, int index) {
-  if (const std::uint64_t* v = find_index(values, index)) return *v;
-  return values.all;
-}
-std::optional<std::uint64_t> uuid_or_all(const DeviceValues& values, std::string_view uuid) {
-  if (const std::uint64_t* v = find_uuid(values, uuid)) return *v;
-  return values.all;
-}
-
-// min(values(d), cap) for every device, exact because the cap is the same for all of them.
-DeviceValues cap_flat_by_constant(DeviceValues values, std::uint64_t cap) {
-  for (auto& entry : values.by_index) entry.second = std::min(entry.second, cap);
-  for (auto& entry : values.by_uuid) entry.second = std::min(entry.second, cap);
-  values.all = min_of(values.all, cap);
-  return values;
-}
-
-// Per-key minimum of two flat tables keyed the same way (both by index or both by UUID).
-DeviceValues min_flat_same_keys(const DeviceValues& a, const DeviceValues& b) {
-  DeviceValues out;
-  out.all = min_of(a.all, b.all);
-  for (const DeviceValues* side : {&a, &b}) {
-    for (const auto& [index, unused] : side->by_index) {
-      if (find_index(out, index) == nullptr) {
-        out.by_index.emplace_back(index, *min_of(index_or_all(a, index), index_or_all(b, index)));
-      }
-    }
-    for (const auto& [uuid, unused] : side->by_uuid) {
-      if (find_uuid(out, uuid) == nullptr) {
-        out.by_uuid.emplace_back(uuid, *min_of(uuid_or_all(a, uuid), uuid_or_all(b, uuid)));
-      }
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -193,7 +148,6 @@ std::optional<std::uint64_t> DeviceValues::lookup(int index, std::string_view uu
   }
   if (!value) value = all;
   for (auto it = fallbacks.begin(); !value && it != fallbacks.end(); ++it) value = it->lookup(index, uuid);
-  for (const DeviceValues& cap : caps) value = min_of(value, cap.lookup(index, uuid));
   return value;
 }
 
@@ -246,31 +200,8 @@ DeviceValues merge_by_precedence(DeviceValues higher, DeviceValues lower) {
       return higher;
     }
   }
-  if (higher.caps.empty()) {
-    higher.fallbacks.push_back(std::move(lower));
-    return higher;
-  }
-  // A capped source counts as having a value wherever its cap does, so it must stay whole.
-  DeviceValues layered;
-  layered.fallbacks.push_back(std::move(higher));
-  layered.fallbacks.push_back(std::move(lower));
-  return layered;
-}
-
-DeviceValues merge_min(DeviceValues a, DeviceValues b) {
-  if (a.empty()) return b;
-  if (b.empty()) return a;
-  if (is_flat(a) && is_flat(b)) {
-    const bool a_keyed = !a.by_index.empty() || !a.by_uuid.empty();
-    const bool b_keyed = !b.by_index.empty() || !b.by_uuid.empty();
-    if (!a_keyed) return cap_flat_by_constant(std::move(b), *a.all);
-    if (!b_keyed) return cap_flat_by_constant(std::move(a), *b.all);
-    const bool index_only = a.by_uuid.empty() && b.by_uuid.empty();
-    const bool uuid_only = a.by_index.empty() && b.by_index.empty();
-    if (index_only || uuid_only) return min_flat_same_keys(a, b);
-  }
-  a.caps.push_back(std::move(b));
-  return a;
+  higher.fallbacks.push_back(std::move(lower));
+  return higher;
 }
 
 }  // namespace gpuslice::config

@@ -41,15 +41,12 @@ struct DeviceValues {
   std::optional<std::uint64_t> all;
   std::vector<std::pair<int, std::uint64_t>> by_index;
   std::vector<std::pair<std::string, std::uint64_t>> by_uuid;  // lower-case, as given ("gpu-…")
-  // Filled only by merge_by_precedence / merge_min when sources key devices differently (one by
-  // index, another by UUID) so that no single table answers every device exactly; lookup()
-  // consults them. Read limits through lookup(), not by walking the tables.
+  // Filled only by merge_by_precedence when sources key devices differently (one by index, another
+  // by UUID) so that no single table answers every device exactly; lookup() consults them. Read
+  // limits through lookup(), not by walking the tables.
   std::vector<DeviceValues> fallbacks = {};  // lower-precedence sources, for devices without a value above
-  std::vector<DeviceValues> caps = {};       // each caps the value per device (the smaller wins)
 
-  bool empty() const {
-    return !all && by_index.empty() && by_uuid.empty() && fallbacks.empty() && caps.empty();
-  }
+  bool empty() const { return !all && by_index.empty() && by_uuid.empty() && fallbacks.empty(); }
   // The value for a device, by UUID first (case-insensitive), then index, then `all`.
   std::optional<std::uint64_t> lookup(int index, std::string_view uuid) const;
 };
@@ -61,8 +58,6 @@ Result<DeviceValues> parse_json_device_values(std::string_view text, ValueKind k
 
 // Per device, the first of `higher`, `lower` that has a value for the device wins.
 DeviceValues merge_by_precedence(DeviceValues higher, DeviceValues lower);
-// Per device, the smaller of the two values; a device with a value in only one keeps it.
-DeviceValues merge_min(DeviceValues a, DeviceValues b);
 
 // Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4 (error..trace).
 Result<log::Level> parse_log_level(std::string_view text);

@@ -185,26 +185,7 @@ TEST(Merge, IndexAboveUuidStaysExact) {
   EXPECT_EQ(merged.lookup(2, "gpu-other"), std::nullopt);
 }
 
-TEST(Merge, MinCapsPerDevice) {
-  DeviceValues merged = merge_min(parse_ok("0=8Gi,1=2Gi"), parse_ok("4Gi"));
-  EXPECT_EQ(merged.lookup(0, ""), 4 * kGi);
-  EXPECT_EQ(merged.lookup(1, ""), 2 * kGi);
-  EXPECT_EQ(merged.lookup(2, ""), 4 * kGi);  // limited only by the cap
-  EXPECT_TRUE(merged.caps.empty());
-
-  merged = merge_min(DeviceValues{}, parse_ok("1=1Gi"));
-  EXPECT_EQ(merged.lookup(1, ""), kGi);
-  EXPECT_EQ(merged.lookup(0, ""), std::nullopt);
-}
-
-TEST(Merge, MinAcrossKeyKindsStaysExact) {
-  DeviceValues merged = merge_min(parse_ok(std::string(kUuid0) + "=8Gi"), parse_ok("0=2Gi,1=16Gi"));
-  EXPECT_EQ(merged.lookup(0, kUuid0), 2 * kGi);
-  EXPECT_EQ(merged.lookup(1, kUuid1), 16 * kGi);
-  EXPECT_EQ(merged.lookup(2, "gpu-x"), std::nullopt);
-}
-
-// Random sources over a small universe of devices, checked against the definitions of both merges.
+// Random sources over a small universe of devices, checked against the definition of the merge.
 class MergeProperty : public ::testing::Test {
  protected:
   struct Device {
@@ -250,34 +231,10 @@ TEST_F(MergeProperty, PrecedenceChainMatchesDefinition) {
   }
 }
 
-TEST_F(MergeProperty, MinOfPrecedenceMergesMatchesDefinition) {
-  for (int round = 0; round < 500; ++round) {
-    std::vector<DeviceValues> env = {random_values(), random_values()};
-    std::vector<DeviceValues> file = {random_values(), random_values()};
-    DeviceValues merged =
-        merge_min(merge_by_precedence(env[0], env[1]), merge_by_precedence(file[0], file[1]));
-    // And a precedence merge on top of a capped value (a capped source is whole).
-    DeviceValues lower = random_values();
-    DeviceValues layered = merge_by_precedence(merged, lower);
-    for (const Device& d : devices_) {
-      auto first = [&](const std::vector<DeviceValues>& s) {
-        auto v = s[0].lookup(d.index, d.uuid);
-        return v ? v : s[1].lookup(d.index, d.uuid);
-      };
-      std::optional<std::uint64_t> e = first(env);
-      std::optional<std::uint64_t> f = first(file);
-      std::optional<std::uint64_t> expected = e && f ? std::min(*e, *f) : (e ? e : f);
-      ASSERT_EQ(merged.lookup(d.index, d.uuid), expected) << "round " << round;
-      std::optional<std::uint64_t> expected_layered = expected ? expected : lower.lookup(d.index, d.uuid);
-      ASSERT_EQ(layered.lookup(d.index, d.uuid), expected_layered) << "round " << round;
-    }
-  }
-}
-
 TEST(Merge, EmptyReportsNestedValues) {
   DeviceValues v;
   EXPECT_TRUE(v.empty());
-  v.caps.push_back(parse_ok("1Gi"));
+  v.fallbacks.push_back(parse_ok("1Gi"));
   EXPECT_FALSE(v.empty());
 }
 
