@@ -70,6 +70,11 @@ class Loader {
   }
 
   // GPUSLICE_MEMORY_LIMIT / GPUSLICE_COMPUTE_LIMIT: any of the three forms.
+  void note_ordinals(const char* name, std::string_view text, const DeviceValues& values) {
+    for (const auto& [index, unused] : values.by_index)
+      settings_.named_ordinals.push_back({name, std::string(text), index});
+  }
+
   DeviceValues device_values(const char* name, ValueKind kind, SizeDialect dialect) {
     auto text = get(name);
     if (!text) return {};
@@ -78,6 +83,7 @@ class Loader {
       fail(name, *text, parsed.error());
       return {};
     }
+    note_ordinals(name, *text, *parsed);
     return std::move(parsed).value();
   }
 
@@ -94,6 +100,7 @@ class Loader {
       fail(name, *text, parsed.error());
       return {};
     }
+    note_ordinals(name, *text, *parsed);
     return std::move(parsed).value();
   }
 
@@ -132,7 +139,9 @@ class Loader {
       std::snprintf(variable, sizeof variable, "%s_%d", name, i);
       std::optional<std::uint64_t> value;
       parse(variable, value);
-      if (value) values.by_index.emplace_back(i, *value);
+      if (!value) continue;
+      values.by_index.emplace_back(i, *value);
+      settings_.named_ordinals.push_back({variable, std::string(get(variable).value_or("")), i});
     }
     parse(name, values.all);
     return values;

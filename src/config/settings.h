@@ -69,6 +69,14 @@ Result<log::Level> parse_libcuda_log_level(std::string_view text);
 // (shm::layout::kMaxDevices): a process needs one only per limited device.
 inline constexpr int kMaxCudaDevices = 64;
 
+// A device ordinal named by a variable (CUDA_DEVICE_MEMORY_LIMIT_5, GPUSLICE_MEMORY_LIMIT=5=8Gi, a
+// TENSOR_FUSION_* key): checked against the devices the process sees once the driver is up.
+struct NamedOrdinal {
+  std::string variable;
+  std::string value;
+  int ordinal = 0;
+};
+
 struct Settings {
   // What the process asks for (environment); `gpuslice set` changes the same value live.
   DeviceValues memory;   // bytes
@@ -86,7 +94,8 @@ struct Settings {
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
-  std::vector<std::string> errors;   // one line per malformed variable: "VAR='value': why"
+  std::vector<NamedOrdinal> named_ordinals;  // every ordinal a limit variable names
+  std::vector<std::string> errors;           // one line per malformed variable: "VAR='value': why"
 
   bool ok() const { return errors.empty(); }
   bool has_limits() const {

@@ -1,13 +1,21 @@
-// Initialisation and context hooks: cuInit brings gpuslice up (failing closed on bad configuration);
+// Initialisation and context hooks: cuInit brings gpuslice up (failing closed on bad configuration,
+// including a limit for a device the process does not see);
 // creating a context charges its footprint, as the driver reports it, to the container.
+#include "interposer/devices.h"
 #include "interposer/hook_prologue.h"
+#include "interposer/lifecycle.h"
 #include "interposer/memory_books.h"
 
 namespace gs = gpuslice::interposer;
 
 GS_EXPORT CUresult cuInit(unsigned int Flags) {
   GS_CUDA_HOOK_PROLOGUE(cuInit);
-  return real(Flags);
+  CUresult r = real(Flags);
+  if (r == CUDA_SUCCESS && !gs::named_devices_exist()) {
+    gs::fail_closed();
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  return r;
 }
 
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {

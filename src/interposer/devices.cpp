@@ -3,7 +3,6 @@
 #include <sched.h>
 #include <sys/stat.h>
 
-#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 
@@ -56,29 +55,6 @@ bool any(const shm::DeviceLimits& l) {
   return l.quota != shm::kUnlimited || l.compute != shm::kNoComputeLimit;
 }
 
-// A per-device limit for an ordinal this process does not see limits nothing, although whoever set
-// it meant to limit something (HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<n> counts the devices the
-// process sees, not the host's): said once, at the first device attached.
-void warn_about_absent_ordinals(const config::Settings& s) {
-  static std::atomic<bool> checked{false};
-  if (checked.exchange(true, std::memory_order_relaxed)) return;
-  int count = 0;
-  const DriverOps& ops = driver_ops();
-  if (ops.device_count == nullptr || ops.device_count(&count) != CUDA_SUCCESS) return;
-  auto check = [&](const char* what, const config::DeviceValues& values) {
-    for (const auto& [index, value] : values.by_index) {
-      if (index < count) continue;
-      GS_LOG(Warn,
-             "a %s limit is set for CUDA device %d, but this process sees %d device(s) "
-             "(CUDA_VISIBLE_DEVICES='%s'): it limits nothing here; per-device limits count the devices the "
-             "process sees",
-             what, index, count, s.visible_devices.c_str());
-    }
-  };
-  check("memory", s.memory);
-  check("compute", s.compute);
-}
-
 // Describes device `dev` and attaches its ledger record; the phase it ends in.
 DevicePhase attach(Runtime& rt, CUdevice dev) {
   DeviceState& d = rt.devices[dev];
@@ -90,7 +66,6 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
   d.index = dev;
   format_uuid(uuid, d.uuid, sizeof d.uuid);
   d.physical_total = total;
-  warn_about_absent_ordinals(rt.settings);
   const int ledger_dev = attach_limits(d.uuid, dev, total);
   if (ledger_dev == -2) return DevicePhase::Unusable;
   d.ledger_dev = ledger_dev;
@@ -138,6 +113,33 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   books->set_caps(dev, cap);
   remember(*rt, dev, cuda_index, uuid);
   return dev;
+}
+
+bool named_devices_exist() {
+  Runtime* rt = runtime();
+  int count = 0;
+  const DriverOps& ops = driver_ops();
+  if (rt == nullptr || ops.device_count == nullptr || ops.device_count(&count) != CUDA_SUCCESS) return true;
+  const config::Settings& s = rt->settings;
+  // With CUDA_VISIBLE_DEVICES a process chose to see part of the container's devices (a launcher's
+  // worker, say): the container's other limits are not its concern, so only say so.
+  const bool subset = !s.visible_devices.empty();
+  bool all_exist = true;
+  for (const config::NamedOrdinal& named : s.named_ordinals) {
+    if (named.ordinal < count) continue;
+    if (subset) {
+      GS_LOG(Warn,
+             "%s='%s' names CUDA device %d, but CUDA_VISIBLE_DEVICES='%s' shows this process %d device(s)",
+             named.variable.c_str(), named.value.c_str(), named.ordinal, s.visible_devices.c_str(), count);
+      continue;
+    }
+    GS_LOG(Error,
+           "invalid configuration: %s='%s': names CUDA device %d, but this process sees %d device(s) "
+           "(per-device limits count the devices the process sees); CUDA calls will fail until it is fixed",
+           named.variable.c_str(), named.value.c_str(), named.ordinal, count);
+    all_exist = false;
+  }
+  return all_exist;
 }
 
 DeviceState* device_state(CUdevice dev) {

@@ -20,6 +20,13 @@ DeviceState* device_state_if_attached(CUdevice dev);
 // The device of the calling thread's current context, or null when there is none.
 DeviceState* current_device_state(CUdevice* out_dev = nullptr);
 
+// Whether every device ordinal a limit variable names exists in this process (asked once the
+// driver is initialised); false after logging, per variable, which device it names and how many the
+// process sees. A limit for a device the container does not have means its configuration is wrong
+// (the device it has may be left unlimited): the caller fails closed. Under CUDA_VISIBLE_DEVICES
+// the process chose a subset, so an absent device is only reported (true).
+bool named_devices_exist();
+
 // Finds or attaches the ledger record of a device known by UUID only (NVML callers), with its
 // request and cap; the record index, -1 if not limited, -2 if the ledger refused it.
 int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total);

@@ -190,6 +190,8 @@ void rebuild_after_fork() {
 
 }  // namespace
 
+void fail_closed() { g_phase.store(Phase::Broken, std::memory_order_release); }
+
 CUresult ensure_initialized() {
   Phase phase = g_phase.load(std::memory_order_acquire);
   if (phase == Phase::Ready) [[likely]] {

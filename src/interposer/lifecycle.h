@@ -11,4 +11,8 @@ namespace gpuslice::interposer {
 // state is unusable (fail closed: the message was logged once, naming the variable or file).
 CUresult ensure_initialized();
 
+// From now on every hooked call fails as ensure_initialized() does for a bad configuration (the
+// caller has logged why).
+void fail_closed();
+
 }  // namespace gpuslice::interposer

@@ -393,16 +393,33 @@ TEST_F(E2E, APerDeviceVariableBeyondTheLastOrdinalFailsClosed) {
   EXPECT_NE(o.err.find("CUDA_DEVICE_SM_LIMIT_64"), std::string::npos) << o.err;
 }
 
-// HAMi-core's per-device variables count the devices the process sees: one for a device it does
-// not see limits nothing, which the operator hears about instead of a silent unlimited run.
-TEST_F(E2E, APerDeviceLimitForADeviceTheProcessDoesNotSeeIsReported) {
-  Env env = base_env();  // two devices
+// Per-device variables count the devices the process sees: one for a device the container does not
+// have means a wrong configuration (the device it has may be left unlimited), so CUDA fails closed,
+// naming the variable.
+TEST_F(E2E, APerDeviceLimitForADeviceTheProcessDoesNotSeeFailsClosed) {
+  for (const auto& [variable, value] : std::vector<std::pair<std::string, std::string>>{
+           {"CUDA_DEVICE_MEMORY_LIMIT_5", "1g"}, {"GPUSLICE_MEMORY_LIMIT", "0=1Gi,2=1Gi"}}) {
+    Env env = base_env();  // two devices
+    env[variable] = value;
+    Outcome o = probe({"--scenario", "fill"}, env);
+    EXPECT_EQ(o.exit_code, 4) << variable << ": cuInit must fail\n" << o.err;
+    EXPECT_NE(o.err.find(variable + "='" + value + "': names CUDA device"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("this process sees 2 device(s)"), std::string::npos) << o.err;
+  }
+  // Every device named exists: runs.
+  Env env = base_env();
+  env["CUDA_DEVICE_MEMORY_LIMIT_1"] = "1g";
+  EXPECT_EQ(probe({"--scenario", "fill"}, env).exit_code, 0);
+  // A process that chose to see part of the container's devices (a launcher's worker) runs, told.
+  // (The simulated driver shows both devices whatever CUDA_VISIBLE_DEVICES says.)
+  env["CUDA_VISIBLE_DEVICES"] = "0,1";
   env["CUDA_DEVICE_MEMORY_LIMIT_5"] = "1g";
-  Outcome o = probe({"--scenario", "fill", "--chunk", std::to_string(kGiB)}, env);
-  ASSERT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_NE(o.err.find("limit is set for CUDA device 5, but this process sees 2 device(s)"),
-            std::string::npos)
-      << o.err;
+  Outcome subset = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(subset.exit_code, 0) << subset.err;
+  EXPECT_NE(
+      subset.err.find("CUDA_DEVICE_MEMORY_LIMIT_5='1g' names CUDA device 5, but CUDA_VISIBLE_DEVICES='0,1'"),
+      std::string::npos)
+      << subset.err;
 }
 
 TEST_F(E2E, AnAllOnesQuotaFailsClosedInsteadOfMeaningUnlimited) {
