@@ -75,16 +75,20 @@ class Loader {
       settings_.named_ordinals.push_back({name, std::string(text), index});
   }
 
+  // A per-device variable as parsed: its values (their ordinals noted), or none and an error.
+  DeviceValues accepted(const char* name, std::string_view text, Result<DeviceValues> parsed) {
+    if (!parsed) {
+      fail(name, text, parsed.error());
+      return {};
+    }
+    note_ordinals(name, text, *parsed);
+    return std::move(parsed).value();
+  }
+
   DeviceValues device_values(const char* name, ValueKind kind, SizeDialect dialect) {
     auto text = get(name);
     if (!text) return {};
-    auto parsed = parse_device_values(*text, kind, dialect);
-    if (!parsed) {
-      fail(name, *text, parsed.error());
-      return {};
-    }
-    note_ordinals(name, *text, *parsed);
-    return std::move(parsed).value();
+    return accepted(name, *text, parse_device_values(*text, kind, dialect));
   }
 
   // TENSOR_FUSION_*: JSON objects only, values in bytes / percent.
@@ -95,13 +99,7 @@ class Loader {
       fail(name, *text, "value longer than 65536 bytes");
       return {};
     }
-    auto parsed = parse_json_device_values(*text, kind, SizeDialect::Bytes);
-    if (!parsed) {
-      fail(name, *text, parsed.error());
-      return {};
-    }
-    note_ordinals(name, *text, *parsed);
-    return std::move(parsed).value();
+    return accepted(name, *text, parse_json_device_values(*text, kind, SizeDialect::Bytes));
   }
 
   // HCS_VRAM_QUOTA, VCUDA_MEMORY_LIMIT: one size for every device.
