@@ -139,11 +139,17 @@ void fill_header(Header& h) {
 Result<bool> create_state_file(int dirfd, const struct stat& dir, const std::string& name,
                                const std::string& path) {
   static std::atomic<unsigned> counter{0};
-  char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%u", static_cast<int>(getpid()), counter.fetch_add(1));
-  std::string temp = name + suffix;
   const mode_t mode = state_file_mode(dir);
-  auto opened = fs::open_in_dir(dirfd, temp.c_str(), O_RDWR | O_CREAT | O_EXCL, mode);
+  std::string temp;
+  Result<int> opened = make_error("no temporary name tried");
+  // A name can be taken by a creator that died with our pid (pids are reused): try the next.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    char suffix[64];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%d.%u", static_cast<int>(getpid()), counter.fetch_add(1));
+    temp = name + suffix;
+    opened = fs::open_in_dir(dirfd, temp.c_str(), O_RDWR | O_CREAT | O_EXCL, mode);
+    if (opened || errno != EEXIST) break;
+  }
   if (!opened) return make_error("cannot create a state file in " + path + ": " + opened.error());
   int fd = *opened;
   // The umask may have narrowed the mode; a group-shared file must really be group-writable.

@@ -76,7 +76,9 @@ TEST_F(ProfileDirAttack, ProfilerDoesNotCreateFilesThroughASymlinkedMetricsLock)
 }
 
 TEST_F(ProfileDirAttack, AFifoPlantedAsAMetricsFileDoesNotBlockTheMerge) {
-  ASSERT_EQ(mkfifo(path("metrics.4242.log").c_str(), 0666), 0);
+  // Named after pid 1, which the profiled child can never have (a fixed pid such as 4242 can be the
+  // child's own on a fresh machine, and then its own metrics file is the FIFO).
+  ASSERT_EQ(mkfifo(path("metrics.1.log").c_str(), 0666), 0);
   const std::string dir = dir_.path().string();
   pid_t child = test::run_in_child([dir] {
     if (!start(dir.c_str(), kNames, 2, quiet())) _exit(2);

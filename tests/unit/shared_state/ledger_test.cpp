@@ -246,6 +246,20 @@ TEST_F(LedgerTest, ProcessModeRegistersOnFirstReservation) {
   EXPECT_EQ(b->used_by_self(dev_), 5u);
 }
 
+// A creator that died with the pid this process now has left its temporary files: the creation
+// takes the next free name instead of failing (and failing every CUDA call of the process).
+TEST_F(LedgerTest, TemporaryNamesLeftByADeadCreatorWithOurPidDoNotBlockCreation) {
+  const std::string fresh_path = dir_.file("fresh-state");
+  for (int n = 0; n < 8; ++n) {
+    const std::string left = fresh_path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(n);
+    int fd = ::open(left.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0) << left;
+    close(fd);
+  }
+  auto created = Ledger::open(fresh_path, Ledger::Mode::Process);
+  ASSERT_TRUE(created.ok()) << created.error();
+}
+
 TEST_F(LedgerTest, TemporaryFilesOfDeadCreatorsAreRemovedAndFreshOnesKept) {
   std::string abandoned = path_ + ".tmp.4242.0";
   std::string fresh = path_ + ".tmp.4243.0";
