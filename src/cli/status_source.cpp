@@ -14,6 +14,7 @@
 #include "cli/node_api_client.h"
 #include "common/errno_text.h"
 #include "common/safe_file.h"
+#include "common/text.h"
 #include "config/limits_file.h"
 #include "shared_state/ledger.h"
 #include "status/status_json.h"
@@ -22,14 +23,6 @@ namespace gpuslice::cli {
 namespace {
 
 constexpr std::size_t kMaxContainers = 4096;
-
-bool valid_container_id(std::string_view id) {
-  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-  });
-}
 
 status::ContainerStatus read_ledger(const std::string& path, bool* missing) {
   status::ContainerStatus out;
@@ -140,7 +133,7 @@ std::vector<std::string> list_node_containers(const std::string& root, std::stri
   }
   while (dirent* entry = ::readdir(listing)) {
     std::string name = entry->d_name;
-    if (!valid_container_id(name)) continue;
+    if (!text::is_plain_name(name)) continue;
     if (ids.size() >= kMaxContainers) {
       error =
           dir + " holds more than " + std::to_string(kMaxContainers) + " containers; the rest are not shown";

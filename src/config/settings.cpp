@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.h"
 #include "config/default_paths.h"
 #include "config/parse_internal.h"
 #include "config/text_util.h"
@@ -248,11 +249,7 @@ class Loader {
     settings_.node_dir = node_dir ? *node_dir : kDefaultNodeDir;
     if (auto writer = get("GPUSLICE_NODE_WRITER")) {
       // One file name: the device plugin sets it to the container's own directory.
-      const bool component =
-          !writer->empty() && writer->size() <= 128 && *writer != "." && *writer != ".." &&
-          writer->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
-              std::string_view::npos;
-      if (component) {
+      if (text::is_plain_name(*writer)) {
         settings_.node_writer = *writer;
       } else {
         fail("GPUSLICE_NODE_WRITER", *writer, "expected one file name of letters, digits, '-', '_' and '.'");

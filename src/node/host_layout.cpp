@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/text.h"
 #include "node/allocation_record.h"
 
 namespace gpuslice::node {
@@ -38,12 +39,6 @@ std::vector<std::string> HostLayout::list_containers() const {
   return ids;
 }
 
-bool valid_container_id(std::string_view id) {
-  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-  });
-}
+bool valid_container_id(std::string_view id) { return text::is_plain_name(id); }
 
 }  // namespace gpuslice::node

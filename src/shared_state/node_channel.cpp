@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/errno_text.h"
 #include "common/safe_file.h"
+#include "common/text.h"
 #include "shared_state/layout.h"
 #include "shared_state/peer_record.h"
 
@@ -52,16 +53,6 @@ using detail::PeerRecord;
 // Record files of our own writer directory untouched for this long belong to containers that are
 // gone; the directory's owner removes them so it does not grow without bound.
 constexpr std::int64_t kAbandonedRecordSeconds = 600;
-
-bool valid_component(std::string_view name) {
-  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 std::string record_name(std::string_view uuid, std::uint64_t key) {
   char hex[24];
@@ -287,10 +278,10 @@ void NodeChannel::forget_known() {
 Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_dir, std::string_view gpu_uuid,
                                                        std::uint64_t container_key, std::string_view writer) {
   if (container_key == 0) return make_error("the node channel needs a container key");
-  if (!valid_component(gpu_uuid))
+  if (!text::is_plain_name(gpu_uuid))
     return make_error("GPU UUID '" + std::string(gpu_uuid) + "' is not a file name");
   std::string writer_name = writer.empty() ? "uid-" + std::to_string(::geteuid()) : std::string(writer);
-  if (!valid_component(writer_name))
+  if (!text::is_plain_name(writer_name))
     return make_error("node channel writer '" + writer_name + "' is not a file name");
   // Created shared and sticky if missing: every user of the host adds its own writer directory.
   if (::mkdir(node_dir.c_str(), 01777) == 0) (void)::chmod(node_dir.c_str(), 01777);
