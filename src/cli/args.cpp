@@ -195,4 +195,9 @@ Result<std::string> resolve_state_file(const ParsedArgs& args) {
   return settings.shared_file;
 }
 
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+
 }  // namespace gpuslice::cli

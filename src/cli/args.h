@@ -77,4 +77,7 @@ Result<std::string> resolve_state_file(const ParsedArgs& args);
 // Makes a relative path absolute against the current directory (no symlink resolution).
 std::string absolute_path(const std::string& path);
 
+// $name when set and not empty, else `fallback`.
+std::string env_or(const char* name, const char* fallback);
+
 }  // namespace gpuslice::cli

@@ -122,11 +122,6 @@ void sleep_interruptibly(std::uint64_t ns) {
   }
 }
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
-}
-
 // On a node (the daemon's root is readable), top shows every container unless told otherwise.
 bool node_root_readable() {
   std::string containers = env_or("GPUSLICE_NODE_ROOT", kDefaultNodeRoot) + "/containers";

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <optional>
 #include <string_view>
 
+#include "cli/args.h"
 #include "cli/defaults.h"
 #include "cli/node_api_client.h"
 #include "common/errno_text.h"
@@ -86,11 +86,6 @@ std::optional<std::string> local_api_url(std::string_view listen) {
   if (host == "::") host = "::1";
   const bool v6 = host.find(':') != std::string_view::npos;
   return "http://" + std::string(v6 ? "[" : "") + std::string(host) + (v6 ? "]:" : ":") + std::string(port);
-}
-
-std::string env_or(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
 }
 
 }  // namespace

@@ -67,7 +67,6 @@ class DirListing {
   struct Entry {
     const char* name = nullptr;
     unsigned char type = DT_UNKNOWN;
-    std::uint64_t next_offset = 0;  // where the listing continues after this entry (lseek)
   };
   DirListing(int fd, char* buffer, std::size_t size) : fd_(fd), buffer_(buffer), size_(size) {}
 
@@ -83,15 +82,12 @@ class DirListing {
       position_ = 0;
     }
     // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
-    constexpr std::size_t kOffsetAt = 8, kLengthAt = 16, kTypeAt = 18, kNameAt = 19;
+    constexpr std::size_t kLengthAt = 16, kTypeAt = 18, kNameAt = 19;
     const char* raw = buffer_ + position_;
     std::uint16_t length = 0;
     if (filled_ - position_ < kNameAt + 1) return false;
     std::memcpy(&length, raw + kLengthAt, sizeof length);
     if (length < kNameAt + 1 || length > filled_ - position_) return false;
-    std::int64_t offset = 0;
-    std::memcpy(&offset, raw + kOffsetAt, sizeof offset);
-    entry->next_offset = static_cast<std::uint64_t>(offset);
     entry->type = static_cast<unsigned char>(raw[kTypeAt]);
     entry->name = raw + kNameAt;
     position_ += length;
@@ -239,13 +235,6 @@ void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->heartbeat_ns = record.heartbeat_ns;
   peer->busy_until_ns = record.busy_until_ns;
   peer->held_back_ns = record.held_back_ns;
-}
-
-// Already in out[from, count): a record listed twice within one writer directory.
-bool listed(const PeerState* out, std::size_t from, std::size_t count, std::uint64_t key) {
-  for (std::size_t i = from; i < count; ++i)
-    if (out[i].container_key == key) return true;
-  return false;
 }
 
 }  // namespace
@@ -411,7 +400,6 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       continue;
     }
     ++writers;
-    const std::size_t writer_start = count;
     alignas(8) char buffer[2048];
     DirListing records(writer_fd, buffer, sizeof buffer);
     DirListing::Entry entry;
@@ -427,13 +415,10 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       PeerRecord record;
       struct stat identity {};
       fs::UniqueFd fd(open_record(writer_fd, entry.name, uuid_hash_, &record, &identity));
-      // The key inside must be the one the name carries, so a writer has one record per key; a
-      // copy of another container's key in another writer directory is listed beside the
-      // original, never instead of it.
-      if (fd.get() < 0 || record.container_key != key || !fresh_peer(&record, now_ns, stale_ns) ||
-          listed(out, writer_start, count, key)) {
-        continue;
-      }
+      // The key inside must be the one the name carries. Names are unique in a directory, so a
+      // writer has one record per key; a copy of another container's key in another writer
+      // directory is listed beside the original, never instead of it.
+      if (fd.get() < 0 || record.container_key != key || !fresh_peer(&record, now_ns, stale_ns)) continue;
       copy_peer(record, &out[count++]);
       if (keep != nullptr && *kept < kMaxKnownPeers) {
         KnownPeer& known = keep[(*kept)++];
