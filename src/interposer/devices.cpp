@@ -210,9 +210,10 @@ bool refresh_limits_file() {
     rt->limits_inode = st.st_ino;
     rt->limits_size = size;
   }
-  if (books == nullptr) return false;
-  // A device that attached without any limit gets a record once a cap covers it. What it already
-  // holds is charged by the next footprint reconciliation (the driver's own figure).
+  // A device that attached without any limit gets a record once a cap covers it (it had no request,
+  // so nothing else can limit it: without caps there is nothing to look at). What it already holds
+  // is charged by the next footprint reconciliation (the driver's own figure).
+  if (books == nullptr || (s.memory_cap.empty() && s.compute_cap.empty())) return false;
   for_each_ready_device([&s](DeviceState& d) {
     if (d.ledger_dev.load(std::memory_order_relaxed) >= 0) return;
     const int dev = attach_limits(d.uuid, d.index, d.physical_total);
@@ -221,7 +222,8 @@ bool refresh_limits_file() {
     d.ledger_dev.store(dev, std::memory_order_release);
     GS_LOG(Info, "device %d (%s): capped by %s after it attached", d.index, d.uuid, s.limits_file.c_str());
   });
-  if (!s.memory.empty() || !s.memory_cap.empty()) g_memory_active.store(true, std::memory_order_release);
+  // A request turned the memory hooks on at start; a cap that came later turns them on here.
+  if (!s.memory_cap.empty()) g_memory_active.store(true, std::memory_order_release);
   return false;
 }
 

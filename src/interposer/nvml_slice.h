@@ -25,8 +25,7 @@ bool nvml_slice_active();
 bool slice_memory(nvmlDevice_t device, unsigned long long physical_total, std::uint64_t* quota,
                   std::uint64_t* used);
 
-// The slice's view of a successful nvmlDeviceGetMemoryInfo(_v2) answer, in place.
-// Both memory queries: the real answer, then the slice's view of it, consistent with
+// The slice's view of a successful nvmlDeviceGetMemoryInfo(_v2) answer, in place, consistent with
 // cuMemGetInfo_v2: total = the quota (or the card, if smaller); used = the container's use (at
 // most total); free = what is left of the quota, but never more than the card really has free
 // (other tenants and the driver's own reservation use it too). The part of the slice the card
