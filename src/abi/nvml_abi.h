@@ -169,6 +169,9 @@ nvmlReturn_t nvmlShutdown(void);
 const char* nvmlErrorString(nvmlReturn_t result);
 nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length);
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length);
+// Undocumented, exported by libnvidia-ml.so.1 and used by nvidia-smi: a table of internal
+// functions chosen by a 16-byte id. What is known of one table is in abi/nvml_export_table.h.
+nvmlReturn_t nvmlInternalGetExportTable(const void** ppExportTable, const void* pExportTableId);
 nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount);
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount);
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device);

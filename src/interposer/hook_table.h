@@ -93,6 +93,8 @@
   X(nvmlDeviceGetDecoderUtilization, nvmlDeviceGetDecoderUtilization, 0, Plain, "nvmlDeviceGetUtilization") \
   X(nvmlDeviceGetSamples, nvmlDeviceGetSamples, 0, Plain, "nvmlDeviceGetUtilization") \
   X(nvmlDeviceGetAccountingPids, nvmlDeviceGetAccountingPids, 0, Plain, "nvmlDeviceGetRunningProcesses") \
-  X(nvmlSystemGetProcessName, nvmlSystemGetProcessName, 0, Plain, "nvmlDeviceGetRunningProcesses")
+  X(nvmlSystemGetProcessName, nvmlSystemGetProcessName, 0, Plain, "nvmlDeviceGetRunningProcesses") \
+  /* nvidia-smi's route to the same lists (nvml_export_table.cpp) */                \
+  X(nvmlInternalGetExportTable, nvmlInternalGetExportTable, 0, Plain, "nvmlDeviceGetRunningProcesses")
 // clang-format on
 // NOLINTEND(cppcoreguidelines-macro-usage)

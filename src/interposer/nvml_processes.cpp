@@ -62,9 +62,8 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned
       [&](unsigned* buffer, unsigned* n) { return real(device, n, buffer); }, count, pids);
 }
 
-// nvidia-smi (535 and later) reads its process table through NVML's internal export table, which
-// no hook sees, and then asks each pid's name here: inside a slice another tenant's pid has no
-// name, as it has no place in the lists above.
+// A pid's name: inside a slice another tenant's pid has none, as it has no place in the lists
+// above. (nvidia-smi 580 takes its names from its own process table: nvml_export_table.cpp.)
 GS_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length) {
   GS_NVML_HOOK_PROLOGUE(nvmlSystemGetProcessName);
   if (!gs::nvml_slice_active()) return real(pid, name, length);

@@ -5,12 +5,16 @@
 //   nvml_view_app query [PID...]
 //     what nvidia-smi asks NVML about device 0, every list in every version, as key=value lines
 //     (pid lists sorted, comma-separated; "<fn>_rc" the return code; "<fn>_count" the size query),
-//     and "name_<PID>_rc" / "name_<PID>" for each PID given (nvmlSystemGetProcessName).
+//     and "name_<PID>_rc" / "name_<PID>" for each PID given (nvmlSystemGetProcessName); then the
+//     process lists of nvidia-smi's internal export table (slots 213-215) as "export<slot>..." keys,
+//     the table found through the library's handle, and as "export_global<slot>..." through the
+//     process's global scope (the preloaded library's export, when there is one).
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +23,7 @@
 
 #include "abi/cuda_abi.h"
 #include "abi/nvml_abi.h"
+#include "abi/nvml_export_table.h"
 
 namespace {
 
@@ -114,6 +119,50 @@ void detail_list(void* h, nvmlDevice_t dev, unsigned mode) {
   std::printf("detail_bad_version_rc=%d\n", fn(dev, &plist));
 }
 
+// nvidia-smi's route to its process table: nvmlInternalGetExportTable, then the list slots with
+// its capacity (250), and once with room for a single entry ("<slot>_short").
+void export_table(void* scope, nvmlDevice_t dev, const char* prefix) {
+  namespace ex = gpuslice::nvml_export;
+  using GetTable = decltype(&nvmlInternalGetExportTable);
+  auto get_table = reinterpret_cast<GetTable>(dlsym(scope, "nvmlInternalGetExportTable"));
+  if (get_table == nullptr) {
+    std::printf("%s_found=0\n", prefix);
+    return;
+  }
+  const unsigned char other_id[16] = {0x01, 0x02, 0x03, 0x04};
+  const void* table = nullptr;
+  std::printf("%s_found=1\n%s_other_rc=%d\n", prefix, prefix, get_table(&table, other_id));
+  nvmlReturn_t r = get_table(&table, ex::kProcessTableId);
+  std::printf("%s_rc=%d\n", prefix, r);
+  if (r != NVML_SUCCESS || table == nullptr) return;
+  const auto* words = static_cast<const std::uint64_t*>(table);
+  std::printf("%s_size=%llu\n", prefix, static_cast<unsigned long long>(words[0]));
+  constexpr unsigned kCapacity = 250;
+  std::vector<unsigned char> entries(kCapacity * ex::kEntryStride);
+  for (unsigned slot = ex::kFirstProcessListSlot; slot <= ex::kLastProcessListSlot; ++slot) {
+    auto list = reinterpret_cast<ex::ProcessListFn>(static_cast<std::uintptr_t>(words[slot]));
+    unsigned count = kCapacity;
+    r = list(dev, &count, entries.data(), nullptr);
+    std::printf("%s%u_rc=%d\n%s%u_count=%u\n", prefix, slot, r, prefix, slot, count);
+    std::vector<unsigned> pids;
+    for (unsigned i = 0; r == NVML_SUCCESS && i < count && i < kCapacity; ++i) {
+      const unsigned char* e = entries.data() + static_cast<std::size_t>(i) * ex::kEntryStride;
+      std::uint32_t pid = 0;
+      std::uint64_t used = 0;
+      std::memcpy(&pid, e + ex::kPidOffset, sizeof pid);
+      std::memcpy(&used, e + ex::kUsedMemoryOffset, sizeof used);
+      pids.push_back(pid);
+      std::printf("%s%u_name_%u=%.64s\n%s%u_used_%u=%llu\n", prefix, slot, pid,
+                  reinterpret_cast<const char*>(e + ex::kNameOffset), prefix, slot, pid,
+                  static_cast<unsigned long long>(used));
+    }
+    std::printf("%s%u=%s\n", prefix, slot, joined(pids).c_str());
+    count = 1;
+    r = list(dev, &count, entries.data(), nullptr);
+    std::printf("%s%u_short_rc=%d\n%s%u_short_count=%u\n", prefix, slot, r, prefix, slot, count);
+  }
+}
+
 int query(int npids, char** name_pids) {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) die("dlopen_nvml", 0);
@@ -206,6 +255,8 @@ int query(int npids, char** name_pids) {
     r = name_fn(pid, name, sizeof name);
     std::printf("name_%u_rc=%d\nname_%u=%s\n", pid, r, pid, name);
   }
+  export_table(h, dev, "export");
+  export_table(RTLD_DEFAULT, dev, "export_global");
   return 0;
 }
 

@@ -170,6 +170,19 @@ bool load_config(MockConfig* config) {
              static_cast<unsigned long long>(config->nvml_pid_offset));
     return false;
   }
+  if (const char* nvml_version = std::getenv("GPUSLICE_MOCK_NVML_DRIVER_VERSION");
+      nvml_version != nullptr && *nvml_version != '\0') {
+    const std::size_t length = std::strlen(nvml_version);
+    bool plain = length < sizeof config->nvml_driver_version;
+    for (std::size_t i = 0; plain && i < length; ++i)
+      plain = std::isgraph(static_cast<unsigned char>(nvml_version[i]));
+    if (!plain) {
+      MOCK_LOG("GPUSLICE_MOCK_NVML_DRIVER_VERSION=%s: expected up to %zu printable characters", nvml_version,
+               sizeof config->nvml_driver_version - 1);
+      return false;
+    }
+    std::memcpy(config->nvml_driver_version, nvml_version, length + 1);
+  }
   std::uint64_t driver_version = static_cast<std::uint64_t>(config->driver_version);
   if (!read_u64("GPUSLICE_MOCK_DRIVER_VERSION", &driver_version)) return false;
   if (driver_version < 2000 || driver_version > 99990) {

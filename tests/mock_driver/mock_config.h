@@ -27,6 +27,8 @@ struct MockConfig {
   std::uint64_t fake_clock_start_ns = 0;  // 0: the real CLOCK_MONOTONIC
   // Added to every pid NVML reports: a process in a PID namespace whose NVML shows host pids.
   std::uint64_t nvml_pid_offset = 0;
+  // What nvmlSystemGetDriverVersion reports (gpuslice reads nvidia-smi's process table only on 580).
+  char nvml_driver_version[32] = "580.00.00-mock";
   char state_dir[1024] = {};
 };
 

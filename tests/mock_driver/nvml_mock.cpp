@@ -4,12 +4,14 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
 
 #include "abi/nvml_abi.h"
+#include "abi/nvml_export_table.h"
 #include "mock_config.h"
 #include "mock_log.h"
 #include "mock_state.h"
@@ -21,7 +23,6 @@ struct nvmlDevice_st {
 namespace gpuslice::mock {
 namespace {
 
-constexpr const char* kDriverVersion = "580.00.00-mock";
 constexpr std::uint64_t kUtilizationWindowNs = 1'000'000'000;
 constexpr unsigned kNotAvailable = 0xFFFFFFFFu;  // NVML_VALUE_NOT_AVAILABLE: no MIG instance
 constexpr std::uint64_t kBar1BytesPerProcess = 2ULL << 20;
@@ -126,6 +127,71 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* i
   return NVML_SUCCESS;
 }
 
+// nvidia-smi's internal process table (abi/nvml_export_table.h): slots 213-215 list the same
+// processes as the lists above, in the entry layout nvidia-smi reads, named as
+// nvmlSystemGetProcessName names them; every other slot does nothing and succeeds.
+constexpr unsigned kExportSlots = 240;
+
+nvmlReturn_t export_nothing(nvmlDevice_t, unsigned*, void*, void*) { return NVML_SUCCESS; }
+
+void put_export_entry(unsigned char* entry, unsigned pid, std::uint64_t used) {
+  namespace ex = gpuslice::nvml_export;
+  std::memset(entry, 0, ex::kEntryStride);
+  const std::uint32_t pid32 = pid;
+  const std::uint32_t no_instance = kNotAvailable;
+  const std::uint64_t protected_bytes = 0;
+  std::memcpy(entry + ex::kPidOffset, &pid32, sizeof pid32);
+  std::memcpy(entry + ex::kUsedMemoryOffset, &used, sizeof used);
+  std::memcpy(entry + ex::kGpuInstanceOffset, &no_instance, sizeof no_instance);
+  std::memcpy(entry + ex::kComputeInstanceOffset, &no_instance, sizeof no_instance);
+  std::memcpy(entry + ex::kProtectedMemoryOffset, &protected_bytes, sizeof protected_bytes);
+  std::snprintf(reinterpret_cast<char*>(entry + ex::kNameOffset), ex::kNameBytes, "process-%u", pid);
+}
+
+// `*count` in: the capacity of `entries` in entries; too small: NVML_ERROR_INSUFFICIENT_SIZE with the
+// number needed, as the public lists answer (what the real driver does then is not known).
+nvmlReturn_t export_process_list(nvmlDevice_t device, unsigned* count, void* entries, void*) {
+  Nvml& state = nvml();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  unsigned index = 0;
+  nvmlReturn_t status = device_index(state, device, &index);
+  if (status != NVML_SUCCESS) return status;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  state.shared.reclaim_dead();
+  ProcessUsage usage[kMaxProcesses];
+  const unsigned n = usage_by_pid(state.shared, index, usage);
+  if (*count < n) {
+    *count = n;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (n > 0 && entries == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  auto* out = static_cast<unsigned char*>(entries);
+  for (unsigned i = 0; i < n; ++i)
+    put_export_entry(out + static_cast<std::size_t>(i) * gpuslice::nvml_export::kEntryStride,
+                     reported_pid(state, usage[i].pid), usage[i].used_bytes);
+  *count = n;
+  return NVML_SUCCESS;
+}
+
+struct ExportTable {
+  std::uint64_t words[kExportSlots + 1];
+};
+
+const ExportTable& process_export_table() {
+  static const ExportTable table = [] {
+    ExportTable t{};
+    t.words[0] = sizeof t.words;
+    for (unsigned slot = 1; slot <= kExportSlots; ++slot) {
+      const bool list = slot >= gpuslice::nvml_export::kFirstProcessListSlot &&
+                        slot <= gpuslice::nvml_export::kLastProcessListSlot;
+      gpuslice::nvml_export::ProcessListFn fn = list ? &export_process_list : &export_nothing;
+      t.words[slot] = reinterpret_cast<std::uintptr_t>(fn);
+    }
+    return t;
+  }();
+  return table;
+}
+
 nvmlReturn_t init() {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
@@ -195,7 +261,7 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
-  return copy_string(kDriverVersion, version, length);
+  return copy_string(state.config.nvml_driver_version, version, length);
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
@@ -416,6 +482,19 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
   samples[0].timeStamp = stamp;
   samples[0].sampleValue.uiVal = percent(state.shared.device_busy(index, from, now), now - from);
   *sampleCount = 1;
+  return NVML_SUCCESS;
+}
+
+// Only the process table nvidia-smi uses (its id in abi/nvml_export_table.h); it does not need
+// nvmlInit, its list slots do.
+nvmlReturn_t nvmlInternalGetExportTable(const void** ppExportTable, const void* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::memcmp(pExportTableId, gpuslice::nvml_export::kProcessTableId,
+                  sizeof gpuslice::nvml_export::kProcessTableId) != 0) {
+    *ppExportTable = nullptr;
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  *ppExportTable = process_export_table().words;
   return NVML_SUCCESS;
 }
 

@@ -6,7 +6,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "abi/nvml_export_table.h"
 #include "mock_fixture.h"
 
 namespace gpuslice::mock::testing {
@@ -110,6 +113,60 @@ TEST_F(NvmlTest, ListsThisProcessWithItsContextAndMemory) {
   ASSERT_EQ(nvmlDeviceGetMemoryInfo(device_at(1), &memory), NVML_SUCCESS);
   EXPECT_EQ(memory.used, 11 * kMiB);
   EXPECT_EQ(memory.free, 4 * kGiB - 11 * kMiB);
+}
+
+// nvidia-smi's process table (abi/nvml_export_table.h): the same processes as the public lists, in
+// its own entry layout and with names; the other slots answer without doing anything.
+TEST_F(NvmlTest, TheProcessExportTableListsTheSameProcessesInItsLayout) {
+  namespace ex = gpuslice::nvml_export;
+  start({{"GPUSLICE_MOCK_MEMORY", "4294967296"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "1048576"}}, 1);
+  CUdeviceptr pointer = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&pointer, 10 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  const void* table = nullptr;
+  const unsigned char other_id[16] = {1, 2, 3};
+  EXPECT_EQ(nvmlInternalGetExportTable(&table, other_id), NVML_ERROR_NOT_SUPPORTED);
+  ASSERT_EQ(nvmlInternalGetExportTable(&table, ex::kProcessTableId), NVML_SUCCESS);
+  const auto* words = static_cast<const std::uint64_t*>(table);
+  ASSERT_GT(words[0], 8u * ex::kLastProcessListSlot);
+  for (unsigned slot = ex::kFirstProcessListSlot; slot <= ex::kLastProcessListSlot; ++slot) {
+    SCOPED_TRACE(slot);
+    auto list = reinterpret_cast<ex::ProcessListFn>(static_cast<std::uintptr_t>(words[slot]));
+    std::vector<unsigned char> entries(4 * ex::kEntryStride);
+    unsigned count = 4;
+    ASSERT_EQ(list(device_at(0), &count, entries.data(), nullptr), NVML_SUCCESS);
+    EXPECT_EQ(count, 0u);
+    count = 4;
+    ASSERT_EQ(list(device_at(1), &count, entries.data(), nullptr), NVML_SUCCESS);
+    ASSERT_EQ(count, 1u);
+    std::uint32_t pid = 0;
+    std::uint64_t used = 0;
+    std::uint32_t instance = 0;
+    std::memcpy(&pid, entries.data() + ex::kPidOffset, sizeof pid);
+    std::memcpy(&used, entries.data() + ex::kUsedMemoryOffset, sizeof used);
+    std::memcpy(&instance, entries.data() + ex::kGpuInstanceOffset, sizeof instance);
+    EXPECT_EQ(pid, static_cast<unsigned>(getpid()));
+    EXPECT_EQ(used, 11 * kMiB);
+    EXPECT_EQ(instance, 0xFFFFFFFFu);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(entries.data() + ex::kNameOffset)),
+              "process-" + std::to_string(getpid()));
+    count = 0;
+    EXPECT_EQ(list(device_at(1), &count, entries.data(), nullptr), NVML_ERROR_INSUFFICIENT_SIZE);
+    EXPECT_EQ(count, 1u);
+  }
+  auto other = reinterpret_cast<nvmlReturn_t (*)(void*, void*)>(static_cast<std::uintptr_t>(words[230]));
+  EXPECT_EQ(other(nullptr, nullptr), NVML_SUCCESS);
+}
+
+TEST_F(NvmlTest, TheDriverVersionCanBeSimulated) {
+  set_env({{"GPUSLICE_MOCK_NVML_DRIVER_VERSION", "590.10.01"}});
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  char text[96] = {};
+  ASSERT_EQ(nvmlSystemGetDriverVersion(text, sizeof text), NVML_SUCCESS);
+  EXPECT_STREQ(text, "590.10.01");
+  ASSERT_EQ(nvmlShutdown(), NVML_SUCCESS);
+  set_env({{"GPUSLICE_MOCK_NVML_DRIVER_VERSION", "590 10"}});
+  EXPECT_EQ(nvmlInit_v2(), NVML_ERROR_UNKNOWN);
 }
 
 // A child process that allocates on device 1 and reports 'R' (or 'E') through *ready_fd. Then it
