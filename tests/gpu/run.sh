@@ -26,7 +26,7 @@ mkdir -p build/gpu
 # The e2e probe, linked to libcuda.so.1 by soname: here that resolves to the real driver.
 g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mock/libcuda.so.1 -ldl -lpthread \
   >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu bench/gpu/paired.cu; do
+for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu bench/gpu/paired.cu bench/gpu/launch_ab.cu; do
   nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" -ldl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done
 # Two processes sharing memory (ipc): the driver API too.
@@ -52,6 +52,21 @@ for w in $what; do
           GPUSLICE_SHARED_DIR=$(mktemp -d) build/gpu/paired 30
         echo "## memory quota + profiler"; LD_PRELOAD=$lib GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR=$(mktemp -d) \
           GPUSLICE_PROFILE_DIR=$(mktemp -d) build/gpu/paired 30; } 2>&1 | tee "$out/paired.txt" ;;
+    launchab)
+      # Launch and alloc/free through the same A/B stub, hooked vs straight to the driver, in one
+      # process pinned to one core (bench/gpu/launch_ab.cu; about 10 s a configuration): no limit,
+      # a quota, quota + compute limit 100, quota + profiler, and the A/A control (both sides bypassed).
+      lib=$PWD/build/lib/libgpuslice-ab.so cpu=${AB_CPU:-4} n=${AB_ROUNDS:-400}
+      { echo "## no limit"; taskset -c "$cpu" env LD_PRELOAD="$lib" build/gpu/launch_ab "$n"
+        echo "## memory quota"; taskset -c "$cpu" env LD_PRELOAD="$lib" GPUSLICE_MEMORY_LIMIT=60Gi \
+          GPUSLICE_SHARED_DIR="$(mktemp -d)" build/gpu/launch_ab "$n"
+        echo "## memory quota + compute limit 100"; taskset -c "$cpu" env LD_PRELOAD="$lib" GPUSLICE_MEMORY_LIMIT=60Gi \
+          GPUSLICE_COMPUTE_LIMIT=100 GPUSLICE_SHARED_DIR="$(mktemp -d)" build/gpu/launch_ab "$n"
+        echo "## memory quota + profiler"; taskset -c "$cpu" env LD_PRELOAD="$lib" GPUSLICE_MEMORY_LIMIT=60Gi \
+          GPUSLICE_SHARED_DIR="$(mktemp -d)" GPUSLICE_PROFILE_DIR="$(mktemp -d)" build/gpu/launch_ab "$n"
+        echo "## A/A control (no limit, both sides bypassed)"; taskset -c "$cpu" env LD_PRELOAD="$lib" \
+          build/gpu/launch_ab "$n" aa; } 2>&1 | tee "$out/launch_ab.txt"
+      [ "$(grep -c '^errors=0' "$out/launch_ab.txt")" = 5 ] || rc=1 ;;
     ab) python3 bench/gpu/ab_overhead.py --lib build/lib/libgpuslice-ab.so --out "$out" | tee "$out/ab_overhead.txt" || rc=1 ;;
     overhead) python3 bench/gpu/overhead.py --build build --out "$out" --reps "${REPS:-7}" ${OVERHEAD_SKIP:+--skip "$OVERHEAD_SKIP"} | tee "$out/overhead.txt" ;;
     accuracy) python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out "$out" | tee "$out/accuracy.txt" ;;
