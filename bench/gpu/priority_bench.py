@@ -240,7 +240,7 @@ class Bench:
                 "--cpus", SERVER_CPUS if role in ("server", "calibrate") else TRAINER_CPUS]
         return argv + extra
 
-    def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None):
+    def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None, own_env=None):
         """One process; managed: under gpuslice as its own container in `node_dir`."""
         self.count += 1
         name = f"{self.count:02d}-{tag}-{role}"
@@ -266,6 +266,7 @@ class Bench:
                     env["GPUSLICE_PRIORITY"] = priority
                 if limit:
                     env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
+            env.update(own_env or {})  # a variant's tunables (GPUSLICE_PRIORITY_GRACE, ...)
         log = open(os.path.join(self.logs, name + ".log"), "w")
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return {"proc": proc, "report": report, "log": log, "name": name, "shared": shared, "role": role}
@@ -329,13 +330,15 @@ class Bench:
         node_dir = tempfile.mkdtemp(prefix="gs-prio-node-")
         runs, ready = [], []
         try:
-            for i, (role, managed, priority, limit) in enumerate(members):
+            for i, member in enumerate(members):
+                role, managed, priority, limit = member[:4]
+                own_env = member[4] if len(member) > 4 else None
                 ready_file = os.path.join(work, f"ready{i}")
                 extra = ["--ready-file", ready_file, "--go-file", os.path.join(work, "go"),
                          "--go-timeout", str(self.args.ready_timeout + 30)]
                 if role == "server":
                     extra += ["--rate", repr(rate), "--seed", str(self.args.seed)]
-                runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit))
+                runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit, own_env))
                 ready.append(ready_file)
             self.wait_ready(runs, ready)
             start = time.monotonic() + 0.5
@@ -430,6 +433,11 @@ def main_parent(args):
             ("limits 50/50", [("server", True, None, 50), ("trainer", True, None, 50)]),
             ("priorities high/low", [("server", True, "high", None), ("trainer", True, "low", None)]),
         ]
+        if args.only_priorities:
+            configs = [c for c in configs if c[0].startswith("priorities")]
+        for label, server_env, trainer_env in args.variants:
+            configs.append((f"priorities high/low {label}",
+                            [("server", True, "high", None, server_env), ("trainer", True, "low", None, trainer_env)]))
         for load in loads:
             rate = load / 100.0 / service
             tag = f"load{load}"
@@ -441,7 +449,8 @@ def main_parent(args):
             print(f"load {load}%: {rate:.1f} requests/s; server alone p50 {alone_server['p50_ms']:.2f} ms, "
                   f"p99 {alone_server['p99_ms']:.2f} ms", flush=True)
             for name, members in configs:
-                results, util = bench.measure(f"{tag}-{name.split()[0]}", members, rate)
+                results, util = bench.measure(f"{tag}-{name.split()[0]}{name.split()[-1] if len(name.split()) > 2 else ''}",
+                                              members, rate)
                 row = summarize(name, load, results, util, alone)
                 data["runs"][f"{tag}-{name}"] = results
                 rows.append(row)
@@ -478,6 +487,24 @@ def main_parent(args):
     return 0
 
 
+def parse_variant(text, ap):
+    """'label;server:K=V,K=V;trainer:K=V' -> (label, server env, trainer env)."""
+    label, *parts = text.split(";")
+    envs = {"server": {}, "trainer": {}}
+    for part in parts:
+        role, _, assignments = part.partition(":")
+        if role not in envs or not assignments:
+            ap.error(f"--variant {text!r}: expected LABEL;server:K=V,...;trainer:K=V,...")
+        for assignment in assignments.split(","):
+            key, eq, value = assignment.partition("=")
+            if not eq or not key.startswith("GPUSLICE_"):
+                ap.error(f"--variant {text!r}: {assignment!r} is not GPUSLICE_NAME=value")
+            envs[role][key] = value
+    if not label or " " in label:
+        ap.error(f"--variant {text!r}: the label must be one word")
+    return label, envs["server"], envs["trainer"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build/lib/libgpuslice.so")
@@ -497,6 +524,11 @@ def main():
                     help="time after the window to serve requests that arrived in it")
     ap.add_argument("--ready-timeout", type=float, default=180.0, help="seconds allowed for start-up and warm-up")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--only-priorities", action="store_true",
+                    help="measure the alone baselines and the priority configurations only")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
+                    help="one more priorities configuration with these variables for the server (high) and the "
+                         "trainer (low), e.g. 'grace1ms;server:GPUSLICE_PRIORITY_GRACE=1ms' (repeatable)")
     # Worker-side options.
     ap.add_argument("--worker", choices=("server", "trainer", "calibrate"), help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -506,6 +538,7 @@ def main():
     ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.variants = [parse_variant(v, ap) for v in args.variant]
     if args.worker:
         worker(args)
         return 0

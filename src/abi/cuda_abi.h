@@ -174,6 +174,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext* pctx);
 CUresult cuCtxGetDevice(CUdevice* device);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSynchronize_v2(CUcontext ctx);  // CUDA 13: what cuGetProcAddress("cuCtxSynchronize") gives
 
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total);
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize);

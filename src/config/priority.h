@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "common/result.h"
@@ -15,5 +16,17 @@ enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
 // error naming the accepted values.
 Result<Priority> parse_priority(std::string_view text);
 const char* priority_name(Priority priority);
+
+// A duration for the priority tunables: a whole number followed by ns, us, ms or s ("500us",
+// "2ms"), surrounding blanks ignored; within [min_ns, max_ns], else an error naming the range.
+Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min_ns, std::uint64_t max_ns);
+
+// The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _GRACE, _FLOOR); unset: the
+// defaults documented in docs/priority.md.
+struct PriorityTunables {
+  std::optional<std::uint64_t> in_flight_ns;  // lower-priority work it keeps queued beside a higher one
+  std::optional<std::uint64_t> grace_ns;      // how long it still counts as busy after its work ended
+  std::optional<unsigned> floor_percent;      // its minimum admission share while held (0 = none)
+};
 
 }  // namespace gpuslice::config

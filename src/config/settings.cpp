@@ -212,6 +212,27 @@ class Loader {
     settings_.priority = *parsed;
   }
 
+  // Read whether or not GPUSLICE_PRIORITY is set: `gpuslice set --priority` may give the
+  // container a level later, and a malformed value must fail closed either way.
+  void load_priority_tuning() {
+    PriorityTunables& t = settings_.priority_tuning;
+    const auto duration = [this](const char* name, std::uint64_t min_ns, std::uint64_t max_ns,
+                                 std::optional<std::uint64_t>& out) {
+      auto text = get(name);
+      if (!text) return;
+      auto parsed = parse_duration_ns(*text, min_ns, max_ns);
+      if (!parsed) return fail(name, *text, parsed.error());
+      out = *parsed;
+    };
+    duration("GPUSLICE_PRIORITY_IN_FLIGHT", 100'000, 100'000'000, t.in_flight_ns);
+    duration("GPUSLICE_PRIORITY_GRACE", 0, 10'000'000, t.grace_ns);
+    if (auto text = get("GPUSLICE_PRIORITY_FLOOR")) {
+      auto percent = detail::parse_percent_value(*text, /*allow_zero=*/true);
+      if (!percent) return fail("GPUSLICE_PRIORITY_FLOOR", *text, percent.error());
+      t.floor_percent = *percent;
+    }
+  }
+
   void load_paths() {
     settings_.shared_dir = default_shared_dir();
     auto shared_dir = path("GPUSLICE_SHARED_DIR", /*absolute=*/true);
@@ -273,6 +294,7 @@ Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string
   loader.load_log_level();
   loader.load_paths();
   loader.load_priority();
+  loader.load_priority_tuning();
   return settings;
 }
 

@@ -66,6 +66,7 @@
   X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, Ptsz, "cuGraphLaunch")              \
   /* host synchronisation: tells the compute limiter the queue drained (launch.cpp) */ \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, Plain, "cuCtxSynchronize")            \
+  X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, Plain, "cuCtxSynchronize")        \
   X(cuStreamSynchronize, cuStreamSynchronize, 2000, Plain, "cuStreamSynchronize")   \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, Ptsz, "cuStreamSynchronize") \
   X(cuEventSynchronize, cuEventSynchronize, 2000, Plain, "cuEventSynchronize")

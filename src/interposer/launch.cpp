@@ -55,6 +55,23 @@ GS_GRAPH_LAUNCH(cuGraphLaunch)
 GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 
 GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
+
+// CUDA 13's cudaDeviceSynchronize (and cuGetProcAddress("cuCtxSynchronize") at 13000) reach this
+// one. It names its context: a sync of a context other than the calling thread's current one says
+// nothing about the device the gates look at (they follow the current context), so it is passed on.
+GS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  GS_CUDA_HOOK_PROLOGUE(cuCtxSynchronize_v2);
+  bool gated = ::gpuslice::interposer::compute_active();
+  if (gated && ctx != nullptr) {
+    CUcontext current = nullptr;
+    static auto get_current = REAL_UNHOOKED(Cuda, cuCtxGetCurrent);
+    gated = get_current != nullptr && get_current(&current) == CUDA_SUCCESS && current == ctx;
+  }
+  if (gated) ::gpuslice::interposer::note_sync_begin();
+  const CUresult r = real(ctx);
+  if (r == CUDA_SUCCESS && gated) ::gpuslice::interposer::note_host_sync();
+  return r;
+}
 GS_SYNC_HOOK(cuStreamSynchronize, (CUstream hStream), (hStream))
 GS_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
 GS_SYNC_HOOK(cuEventSynchronize, (CUevent hEvent), (hEvent))

@@ -68,6 +68,19 @@ void sync_end() {
   if (limiter::PriorityGate* gate = current_gate()) gate->note_host_sync();
 }
 
+namespace {
+
+// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _GRACE and _FLOOR.
+limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
+  limiter::PriorityTuning tuning;
+  if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
+  if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;
+  if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
+  return tuning;
+}
+
+}  // namespace
+
 void tick(DeviceState& d, const config::Settings& settings, std::uint64_t container_key) {
   if (!enabled() || d.index < 0 || d.index >= kMaxDevices) return;
   Slot& slot = g_slots[d.index];
@@ -95,7 +108,8 @@ void tick(DeviceState& d, const config::Settings& settings, std::uint64_t contai
   slot.board = new (std::nothrow) limiter::ChannelBoard(*slot.channel, &slot.compute_limit);
   if (slot.board == nullptr) return;
   const limiter::DriverOps ops = gate_driver_ops();
-  auto* gate = new (std::nothrow) limiter::PriorityGate(gate_clock(), ops, slot.board, &g_priority);
+  auto* gate = new (std::nothrow) limiter::PriorityGate(gate_clock(), ops, slot.board, &g_priority,
+                                                        tuning_from(settings.priority_tuning));
   if (gate == nullptr) return;
   gate->heartbeat();
   slot.gate.store(gate, std::memory_order_release);

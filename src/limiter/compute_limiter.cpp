@@ -62,8 +62,11 @@ std::uint64_t ComputeLimiter::window_budget_ns(unsigned limit) const {
 // Idle time banks at most (1-L) of max_bank_ns, so a container waking from idle cannot start with
 // a long burst. The bank only absorbs the jitter of sleeps and of windows that end early.
 std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
-  return static_cast<std::int64_t>(std::min(window_budget_ns(limit), tuning_.max_bank_ns) / 100 *
-                                   (100 - limit));
+  const std::uint64_t jitter = std::min(window_budget_ns(limit), tuning_.max_bank_ns) / 100 * (100 - limit);
+  // Half a launch too, so that a part which had to leave less than half a launch unused can pass it
+  // on (see wait_for_turn): with 100 ms kernels the parts' rounding is what sets the share.
+  const std::uint64_t half_launch = std::min(launch_cost_.per_launch_ns() / 2, window_budget_ns(limit));
+  return static_cast<std::int64_t>(std::max(jitter, half_launch));
 }
 
 void ComputeLimiter::gate(CUstream stream) {
@@ -319,8 +322,15 @@ std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
     // Position of `now` in the cycle, counted from the start of this container's on part.
     const std::uint64_t into_turn = (now % period + period - phase % period) % period;
     const std::int64_t deficit = -tokens - static_cast<std::int64_t>(into_turn);
-    const bool in_turn = into_turn < budget && budget - into_turn >= tuning_.min_window_ns;
-    if (in_turn && deficit <= 0) return budget - into_turn;
+    // A window admits whole launches. When less than half a launch's measured cost is left of the
+    // on part, a launch there would run mostly past it (a 100 ms kernel at 30% would get 150 ms
+    // twice per cycle); the part is over, and its leftover stays in the budget for later parts.
+    // The banked credit counts with it, so what one part could not use because the launches did
+    // not fit is used by a later one (error diffusion): long kernels average the limit exactly.
+    const std::uint64_t left = into_turn < budget ? budget - into_turn : 0;
+    const std::uint64_t credit = tokens > 0 ? static_cast<std::uint64_t>(tokens) : 0;
+    const bool in_turn = left >= tuning_.min_window_ns && left + credit >= launch_cost_.per_launch_ns() / 2;
+    if (in_turn && deficit <= 0) return left + credit;
     // In the on part, the allowance grows by 1 + limit% per ns; off it, the next on part comes
     // (and, unless strict, the end of the debt, at limit% per ns).
     std::uint64_t nap =

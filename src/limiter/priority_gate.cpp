@@ -121,9 +121,11 @@ void PriorityGate::note_sync_begin() {
   const std::uint64_t now = clock_.now_ns();
   sync_begin_ns_.store(now, kRelaxed);
   if (priority() == Priority::Low) return;
-  // Only work this container launched keeps it busy while it waits; an idle sync says nothing.
+  // Only work this container launched keeps it busy while it waits; an idle sync says nothing (nor
+  // does one in the grace after a wait, when nothing was launched since).
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   if (until <= now || until >= now + tuning_.sync_lease_ns / 2) return;
+  if (until == grace_until_ns_.load(kRelaxed)) return;
   busy_until_ns_.store(now + tuning_.sync_lease_ns, kRelaxed);
   publish_own(now);
 }
@@ -135,11 +137,14 @@ void PriorityGate::note_host_sync() {
     window_launches_.store(0, kRelaxed);
     window_held_.store(false, kRelaxed);
   }
-  // Idle at once when nothing was launched since the wait began, so lower priorities resume
-  // without waiting for the horizon to pass.
+  // Idle at once (or after the grace) when nothing was launched since the wait began, so lower
+  // priorities resume without waiting for the horizon to pass.
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
-  if (busy_until_ns_.load(kRelaxed) == 0) return;
-  busy_until_ns_.store(0, kRelaxed);
+  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
+  const std::uint64_t idle_at = tuning_.resume_grace_ns == 0 ? 0 : now + tuning_.resume_grace_ns;
+  if (until <= std::max(idle_at, now)) return;  // already idle, or idle within the grace
+  grace_until_ns_.store(idle_at, kRelaxed);
+  busy_until_ns_.store(idle_at, kRelaxed);
   publish_own(now);
 }
 

@@ -78,6 +78,10 @@ struct PriorityTuning {
   // While an application thread waits in a host synchronisation for work it launched, the
   // container counts as busy up to this long (the work is running); the sync's return ends it.
   std::uint64_t sync_lease_ns = 1'000'000'000;
+  // After that return (nothing launched meanwhile), the container still counts as busy this long:
+  // a server's next request, queued behind the one that just ended, starts within it, and lower
+  // priorities would otherwise slip their bounded in-flight work in front of it. 0 = idle at once.
+  std::uint64_t resume_grace_ns = 0;
   // Records whose heartbeat is older than this are ignored: a container killed mid-burst
   // releases the others this long after its last heartbeat.
   std::uint64_t stale_ns = 500'000'000;
@@ -157,6 +161,7 @@ class PriorityGate {
   std::atomic<std::uint64_t> busy_until_ns_{0};
   std::atomic<std::uint64_t> last_launch_ns_{0};
   std::atomic<std::uint64_t> sync_begin_ns_{0};
+  std::atomic<std::uint64_t> grace_until_ns_{0};  // busy_until set by the last wait's return (its grace)
 
   // Cached summary of the peers, refreshed by one thread at a time (every refresh_ns while a higher
   // priority is alive, every absent_refresh_ns otherwise).

@@ -488,6 +488,26 @@ TEST_F(E2E, ProfilerWritesAlnairFiles) {
   EXPECT_EQ(launches, 50);
 }
 
+// CUDA 13's runtime asks cuGetProcAddress for "cuCtxSynchronize" at version 13000 and gets
+// cuCtxSynchronize_v2 (it names its context): that sync must reach the hook too, or the compute
+// and priority gates never see cudaDeviceSynchronize (the profile shows the call either way only
+// when it went through the library).
+TEST_F(E2E, TheCuda13ContextSynchronizeGoesThroughTheHook) {
+  for (const char* version : {"13000", "12000"}) {
+    Env env = base_env();
+    env["PFLOG"] = dir_ + "/profile-" + version;
+    Outcome o = probe(
+        {"--path", "procaddress", "--cuda-version", version, "--scenario", "launch", "--iterations", "3"},
+        env);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    std::ifstream metrics(dir_ + "/profile-" + version + "/metrics.log");
+    std::stringstream ss;
+    ss << metrics.rdbuf();
+    EXPECT_NE(ss.str().find("name:cuCtxSynchronize\ncount:1\n"), std::string::npos) << version << "\n"
+                                                                                    << ss.str();
+  }
+}
+
 // The simulated device runs each kernel for its nominal time; under a 25% limit the same work must
 // take at least about four times as long. Only a lower bound is asserted: a loaded machine can
 // only make the run slower, never make throttling look stronger than it is.

@@ -71,6 +71,7 @@ struct Driver {
   decltype(&cuModuleGetFunction) get_function = nullptr;
   decltype(&cuLaunchKernel) launch = nullptr;
   decltype(&cuCtxSynchronize) synchronize = nullptr;
+  decltype(&cuCtxSynchronize_v2) synchronize_v2 = nullptr;  // what CUDA 13 asks for
   decltype(&cuMemcpyHtoD_v2) copy_h2d = nullptr;
   decltype(&cuMemcpyDtoH_v2) copy_d2h = nullptr;
   decltype(&cuIpcGetMemHandle) ipc_get = nullptr;
@@ -149,7 +150,13 @@ void load_driver() {
   R(module_load, cuModuleLoadData, cuModuleLoadData);
   R(get_function, cuModuleGetFunction, cuModuleGetFunction);
   R(launch, cuLaunchKernel, cuLaunchKernel);
-  R(synchronize, cuCtxSynchronize, cuCtxSynchronize);
+  // From CUDA 13 on, "cuCtxSynchronize" is the _v2 that names its context (as cudaDeviceSynchronize
+  // gets it); the probe then calls that one, through the same path.
+  if (g_opt.path == "procaddress" && g_opt.cuda_version >= 13000) {
+    R(synchronize_v2, cuCtxSynchronize, cuCtxSynchronize_v2);
+  } else {
+    R(synchronize, cuCtxSynchronize, cuCtxSynchronize);
+  }
   R(copy_h2d, cuMemcpyHtoD, cuMemcpyHtoD_v2);
   R(copy_d2h, cuMemcpyDtoH, cuMemcpyDtoH_v2);
   R(ipc_get, cuIpcGetMemHandle, cuIpcGetMemHandle);
@@ -426,7 +433,8 @@ int launches() {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < g_opt.iterations; ++i)
     check(g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
-  check(g_drv.synchronize(), "cuCtxSynchronize");
+  check(g_drv.synchronize_v2 != nullptr ? g_drv.synchronize_v2(nullptr) : g_drv.synchronize(),
+        "cuCtxSynchronize");
   auto wall = std::chrono::steady_clock::now() - t0;
   std::printf("launch_wall_ns=%lld\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()));

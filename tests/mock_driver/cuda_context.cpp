@@ -333,6 +333,14 @@ CUresult cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+// CUDA 13: the context is named; null means the current one.
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (ctx == nullptr) return cuCtxSynchronize();
+  if (!is_live(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  driver().shared.wait_until(ctx->last_end_ns.load(std::memory_order_acquire));
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   CUctx_st* context = nullptr;
   CUresult status = current_context(&context);

@@ -23,6 +23,24 @@ TEST(ParsePriority, RejectsEverythingElseNamingTheAcceptedValues) {
   }
 }
 
+TEST(ParseDuration, AcceptsWholeNumbersWithAUnitWithinTheRange) {
+  EXPECT_EQ(*parse_duration_ns("500us", 0, 10'000'000), 500'000U);
+  EXPECT_EQ(*parse_duration_ns(" 2ms\n", 0, 10'000'000), 2'000'000U);
+  EXPECT_EQ(*parse_duration_ns("0ns", 0, 10'000'000), 0U);
+  EXPECT_EQ(*parse_duration_ns("1s", 0, 1'000'000'000), 1'000'000'000U);
+}
+
+TEST(ParseDuration, RejectsMissingUnitsFractionsSignsOverflowAndOutOfRangeNamingTheRange) {
+  for (const char* bad : {"", "2", "ms", "1.5ms", "-1ms", "2 ms extra", "2MS", "20ms",
+                          "99999999999999999999s", "18446744073709551615s", "50us"}) {
+    const auto parsed = parse_duration_ns(bad, 100'000, 10'000'000);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    if (!parsed.ok()) {
+      EXPECT_NE(parsed.error().find("100us to 10000us"), std::string::npos) << bad << parsed.error();
+    }
+  }
+}
+
 TEST(ParsePriority, NamesRoundTrip) {
   for (const Priority p : {Priority::Low, Priority::Normal, Priority::High}) {
     EXPECT_EQ(*parse_priority(priority_name(p)), p);
@@ -39,6 +57,38 @@ Settings load_with(const char* priority) {
   return load_settings([priority](const char* name) -> const char* {
     return std::string_view(name) == "GPUSLICE_PRIORITY" ? priority : nullptr;
   });
+}
+
+Settings load_tuning(const char* in_flight, const char* grace, const char* floor) {
+  return load_settings([=](const char* name) -> const char* {
+    const std::string_view n(name);
+    if (n == "GPUSLICE_PRIORITY_IN_FLIGHT") return in_flight;
+    if (n == "GPUSLICE_PRIORITY_GRACE") return grace;
+    if (n == "GPUSLICE_PRIORITY_FLOOR") return floor;
+    return nullptr;
+  });
+}
+
+TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
+  const Settings none = load_tuning(nullptr, nullptr, nullptr);
+  EXPECT_TRUE(none.ok());
+  EXPECT_FALSE(none.priority_tuning.in_flight_ns || none.priority_tuning.grace_ns ||
+               none.priority_tuning.floor_percent);
+  const Settings s = load_tuning("1ms", "500us", "0");
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.priority_tuning.in_flight_ns, 1'000'000U);
+  EXPECT_EQ(s.priority_tuning.grace_ns, 500'000U);
+  EXPECT_EQ(s.priority_tuning.floor_percent, 0U);
+}
+
+// Each malformed tunable is one error naming the variable and its value (the library then fails
+// closed), never a silent default.
+TEST(PriorityTunables, MalformedOrOutOfRangeValuesFailClosedNamingTheVariable) {
+  const Settings s = load_tuning("50us", "2", "101");
+  ASSERT_EQ(s.errors.size(), 3U);
+  EXPECT_NE(s.errors[0].find("GPUSLICE_PRIORITY_IN_FLIGHT='50us'"), std::string::npos) << s.errors[0];
+  EXPECT_NE(s.errors[1].find("GPUSLICE_PRIORITY_GRACE='2'"), std::string::npos) << s.errors[1];
+  EXPECT_NE(s.errors[2].find("GPUSLICE_PRIORITY_FLOOR='101'"), std::string::npos) << s.errors[2];
 }
 
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {

@@ -133,6 +133,44 @@ TEST(PriorityGateMechanics, AHighSyncThatReturnsAfterAnotherThreadLaunchedKeepsT
   EXPECT_EQ(board.published.back().busy_until_ns, 0U);
 }
 
+// GPUSLICE_PRIORITY_GRACE: after its wait returns, a server still counts as busy for the grace, so
+// its next request (already queued) starts before lower priorities slip work in front of it; a
+// launch within the grace keeps it busy, and after the grace it is idle without another publish.
+TEST(PriorityGateMechanics, AGraceKeepsTheRecordBusyForThatLongAfterTheWaitReturned) {
+  ManualClock clock;
+  FakeBoard board;
+  auto prio = source(Priority::High);
+  PriorityTuning tuning;
+  tuning.resume_grace_ns = 1 * kMs;
+  PriorityGate gate(clock, counting_ops(), &board, &prio, tuning);
+  gate.gate(nullptr);
+  gate.note_sync_begin();
+  clock.now += 2 * kMs;
+  gate.note_host_sync();
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now + 1 * kMs);
+  const std::size_t publishes = board.published.size();
+  gate.note_sync_begin();  // an idle wait within the grace says nothing new
+  gate.note_host_sync();
+  EXPECT_EQ(board.published.size(), publishes);
+  clock.now += 500 * kUs;
+  gate.gate(nullptr);  // the next request: busy again, published at once
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.busy_horizon_ns);
+}
+
+// The lower side of the same rule: held while the grace runs, released when it ends.
+TEST(PriorityGateMechanics, ALowContainerResumesOnlyWhenTheHighGraceHasPassed) {
+  ManualClock clock;
+  FakeBoard board;
+  const std::uint64_t grace_end = clock.now + 2 * kMs;
+  board.peers.push_back(peer(Priority::High, clock.now, grace_end));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);
+  EXPECT_GE(clock.now, grace_end);
+  EXPECT_LT(clock.now, grace_end + PriorityTuning{}.held_poll_ns + 1);
+  EXPECT_EQ(gate.stats().holds, 1U);
+}
+
 TEST(PriorityGateMechanics, PeersAreReadAtMostOncePerRefresh) {
   ManualClock clock;
   FakeBoard board;

@@ -218,6 +218,53 @@ INSTANTIATE_TEST_SUITE_P(Lengths, LimiterLongKernels, ::testing::ValuesIn([] {
                                   (c.host_sync ? "_sync" : "_queued");
                          });
 
+// (c'') The same kernels as the accuracy benchmark runs them on a GPU: the container runs unlimited,
+// `gpuslice set --compute` lowers the limit live, it takes turns (a container with a compute limit
+// publishes its turn on the node channel), and the share is judged over 5 s after a 1 s settling,
+// not over a long run. Before the fix the windows re-opened in the rest of every on part for one
+// more kernel whatever was left (100 ms at 30%: 2 kernels per 150 ms part, 0.40), and a window's
+// single long launch doubled its measured cost (LaunchCost halved a sum of 1).
+class LimiterLongKernelsAfterALiveChange : public ::testing::TestWithParam<LongKernelCase> {};
+
+TEST_P(LimiterLongKernelsAfterALiveChange, HoldTheNewLimitWithinThreePoints) {
+  const LongKernelCase c = GetParam();
+  constexpr std::uint64_t kChange = 2 * kSec;
+  constexpr std::uint64_t kFrom = kChange + 1 * kSec;
+  constexpr std::uint64_t kRun = kFrom + 5 * kSec;
+  Scenario s;
+  Container& box = s.add_container(100);
+  Process& p = s.add_process(box);
+  std::atomic<std::uint64_t> turn{0};  // this container's offset in the node-wide cycle
+  p.limiter->set_phase_source(&turn);
+  auto loop = [&c, &box](Process& proc, World& world) {
+    while (world.now() < kRun) {
+      if (world.now() >= kChange) box.limit.store(c.limit);
+      proc.limiter->gate(nullptr);
+      world.launch(c.kernel_ns);
+      world.synchronize();
+      proc.limiter->note_host_sync();
+      world.sleep(20 * kUs);
+    }
+  };
+  const double baseline = unthrottled_rate_of(loop, kRun);
+  s.add_thread(p, [&] { loop(p, s.world); });
+  s.run();
+  const double share = s.world.work_done(p.ctx, kFrom, kRun) / (baseline * static_cast<double>(kRun - kFrom));
+  EXPECT_NEAR(share, c.limit / 100.0, 0.03) << "kernel " << c.kernel_ns / kMs << " ms, limit " << c.limit;
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, LimiterLongKernelsAfterALiveChange, ::testing::ValuesIn([] {
+                           std::vector<LongKernelCase> cases;
+                           for (std::uint64_t ms : {10, 40, 100})
+                             for (unsigned limit : {20u, 30u, 50u, 80u})
+                               cases.push_back({ms * kMs, limit, true});
+                           return cases;
+                         }()),
+                         [](const auto& param_info) {
+                           const LongKernelCase& c = param_info.param;
+                           return std::to_string(c.kernel_ns / kMs) + "ms_limit" + std::to_string(c.limit);
+                         });
+
 // (d) 10 ms of GPU work, a host sync, then 40 ms on the CPU: 20% natural occupancy.
 int gapped_iterations(unsigned limit, bool notify_sync, double* occupancy) {
   Scenario s;
