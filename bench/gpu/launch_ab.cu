@@ -16,6 +16,10 @@
 // hooked blocks minus the mean of its two bypassed blocks, which cancels a linear drift. Reported:
 // the mean of the samples with a 95 % confidence interval (t distribution), for the mean cost per
 // call and, less sensitive to interrupts and preemption, for the median call of each block.
+// Then the same again in interleaved blocks (`launch_x`, `alloc_free_x`): the side flips before
+// every call (untimed), so the two sides of each pair of calls meet the same queue, caches and
+// machine; one sample is a block's hooked mean minus its bypassed mean. Block-to-block noise of a
+// virtual machine (about +-100 ns per launch between ABBA blocks on an H100 guest) cancels there.
 // `aa` is the control: both sides bypassed (the switch is flipped to the same value), so the
 // difference must be 0 within its interval.
 #include <cpuid.h>
@@ -120,8 +124,10 @@ struct Summary {
   size_t n = 0;
 };
 
-// ABBA quads of rounds (2q, 2q + 1): hooked minus bypassed, averaged over the quad.
-Summary summarise(const Series& s, double ns_per_tick, bool use_median) {
+// ABBA quads of rounds (2q, 2q + 1): hooked minus bypassed, averaged over the quad. With
+// `within_round`, each round's own pair instead (interleaved blocks: both sides ran in the same
+// block, call by call, so the block itself is the pair).
+Summary summarise(const Series& s, double ns_per_tick, bool use_median, bool within_round = false) {
   Summary out;
   const size_t rounds = s.side[0].size();
   std::vector<double> diffs;
@@ -130,9 +136,12 @@ Summary summarise(const Series& s, double ns_per_tick, bool use_median) {
     sum_h += use_median ? s.side[0][r].median : s.side[0][r].mean;
     sum_b += use_median ? s.side[1][r].median : s.side[1][r].mean;
   }
-  for (size_t r = 0; r + 1 < rounds; r += 2) {
-    auto v = [&](int side, size_t k) { return use_median ? s.side[side][k].median : s.side[side][k].mean; };
-    diffs.push_back(ns_per_tick * (v(0, r) + v(0, r + 1) - v(1, r) - v(1, r + 1)) / 2);
+  auto v = [&](int side, size_t k) { return use_median ? s.side[side][k].median : s.side[side][k].mean; };
+  if (within_round) {
+    for (size_t r = 0; r < rounds; ++r) diffs.push_back(ns_per_tick * (v(0, r) - v(1, r)));
+  } else {
+    for (size_t r = 0; r + 1 < rounds; r += 2)
+      diffs.push_back(ns_per_tick * (v(0, r) + v(0, r + 1) - v(1, r) - v(1, r + 1)) / 2);
   }
   out.n = diffs.size();
   out.hooked = ns_per_tick * sum_h / static_cast<double>(rounds);
@@ -149,14 +158,15 @@ Summary summarise(const Series& s, double ns_per_tick, bool use_median) {
   return out;
 }
 
-void report(const char* name, const Series& s, double ns_per_tick) {
-  Summary m = summarise(s, ns_per_tick, false), md = summarise(s, ns_per_tick, true);
+void report(const char* name, const Series& s, double ns_per_tick, bool within_round = false) {
+  Summary m = summarise(s, ns_per_tick, false, within_round),
+          md = summarise(s, ns_per_tick, true, within_round);
   std::printf(
       "%-10s hooked_ns=%.1f bypassed_ns=%.1f added_ns=%+.1f ci95_ns=%.1f added_pct=%+.3f ci95_pct=%.3f "
-      "n_abba=%zu | "
+      "%s=%zu | "
       "median_call: hooked_ns=%.1f bypassed_ns=%.1f added_ns=%+.1f ci95_ns=%.1f\n",
-      name, m.hooked, m.bypassed, m.added, m.ci95, 100 * m.added / m.bypassed, 100 * m.ci95 / m.bypassed, m.n,
-      md.hooked, md.bypassed, md.added, md.ci95);
+      name, m.hooked, m.bypassed, m.added, m.ci95, 100 * m.added / m.bypassed, 100 * m.ci95 / m.bypassed,
+      within_round ? "n_blocks" : "n_abba", m.n, md.hooked, md.bypassed, md.added, md.ci95);
 }
 
 }  // namespace
@@ -241,6 +251,11 @@ int main(int argc, char** argv) {
   std::vector<std::uint32_t> ticks(kLaunchGroups * kLaunchesPerGroup);
   std::vector<std::uint32_t> a_ticks(kAllocsPerBlock), f_ticks(kAllocsPerBlock), af_ticks(kAllocsPerBlock);
   Series s_launch, s_alloc, s_free, s_alloc_free;
+  // Interleaved blocks: the side flips before every call (untimed), so both sides of a pair meet
+  // the same driver, queue and machine state; the block's hooked mean minus its bypassed mean is
+  // one sample. This is the figure that resolves tens of ns on a noisy virtual machine.
+  Series x_launch, x_alloc_free;
+  std::vector<std::uint32_t> x_ticks[2], x_af_ticks[2];
   int errors = 0;
   const std::uint64_t clock0 = monotonic_ns(), stamp0 = stamp_begin();
   for (int r = 0; r < warmup + rounds; ++r) {
@@ -277,6 +292,38 @@ int main(int argc, char** argv) {
       s_alloc_free.side[side].push_back(stats_of(af_ticks));
     }
   }
+  for (int r = 0; r < warmup + rounds; ++r) {
+    for (auto* v : {&x_ticks[0], &x_ticks[1], &x_af_ticks[0], &x_af_ticks[1]}) v->clear();
+    sync();
+    for (int g = 0; g < kLaunchGroups; ++g) {
+      for (int i = 0; i < kLaunchesPerGroup; ++i) {
+        const int side = (i + g + r) % 2;  // alternating, starting on either side
+        set_bypass(aa ? 1 : side);
+        const std::uint64_t t0 = stamp_begin();
+        CUresult rc = launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+        const std::uint64_t t1 = stamp_end();
+        x_ticks[side].push_back(static_cast<std::uint32_t>(t1 - t0));
+        errors += rc != CUDA_SUCCESS;
+      }
+      sync();
+    }
+    for (int i = 0; i < kAllocsPerBlock; ++i) {
+      const int side = (i + r) % 2;
+      set_bypass(aa ? 1 : side);
+      CUdeviceptr p = 0;
+      const std::uint64_t t0 = stamp_begin();
+      CUresult rc = alloc(&p, kAllocBytes);
+      CUresult rc2 = release(p);
+      const std::uint64_t t2 = stamp_end();
+      x_af_ticks[side].push_back(static_cast<std::uint32_t>(t2 - t0));
+      errors += (rc != CUDA_SUCCESS) + (rc2 != CUDA_SUCCESS);
+    }
+    if (r < warmup) continue;
+    for (int side = 0; side < 2; ++side) {
+      x_launch.side[side].push_back(stats_of(x_ticks[side]));
+      x_alloc_free.side[side].push_back(stats_of(x_af_ticks[side]));
+    }
+  }
   set_bypass(0);
   const std::uint64_t clock1 = monotonic_ns(), stamp1 = stamp_end();
   const double ns_per_tick =
@@ -287,6 +334,8 @@ int main(int argc, char** argv) {
   report("alloc_free", s_alloc_free, ns_per_tick);
   report("alloc", s_alloc, ns_per_tick);
   report("free", s_free, ns_per_tick);
+  report("launch_x", x_launch, ns_per_tick, /*within_round=*/true);
+  report("alloc_free_x", x_alloc_free, ns_per_tick, /*within_round=*/true);
   std::printf("errors=%d\n", errors);
   return errors == 0 ? 0 : 1;
 }
