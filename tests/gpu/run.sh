@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool call: build gpuslice and the CUDA test programs on the GPU machine, then run the
 # functional scenarios and the overhead benchmark. Logs go to $OUT (or ./gpu-out).
-#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two] [tools] [ab] [priority] [nvml] [ipc]
+#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two] [tools] [ab] [launchab] [priority] [nvml] [ipc]
 # (GPU_SKIP: functional groups to skip; TWO_ARGS: extra two_containers.py arguments;
 #  PRIORITY_ARGS: extra priority_bench.py arguments)
 set -uo pipefail
@@ -54,7 +54,7 @@ for w in $what; do
           GPUSLICE_PROFILE_DIR=$(mktemp -d) build/gpu/paired 30; } 2>&1 | tee "$out/paired.txt" ;;
     launchab)
       # Launch and alloc/free through the same A/B stub, hooked vs straight to the driver, in one
-      # process pinned to one core (bench/gpu/launch_ab.cu; about 10 s a configuration): no limit,
+      # process pinned to one core (bench/gpu/launch_ab.cu; about 20 s a configuration): no limit,
       # a quota, quota + compute limit 100, quota + profiler, and the A/A control (both sides bypassed).
       lib=$PWD/build/lib/libgpuslice-ab.so cpu=${AB_CPU:-4} n=${AB_ROUNDS:-400}
       { echo "## no limit"; taskset -c "$cpu" env LD_PRELOAD="$lib" build/gpu/launch_ab "$n"
