@@ -428,15 +428,16 @@ def main_parent(args):
         data["runs"]["trainer-alone"] = results
         rows.append(alone_trainer)
         print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
+        # (name in the table, name of its runs' logs, members)
         configs = [
-            ("un-managed", [("server", False, None, None), ("trainer", False, None, None)]),
-            ("limits 50/50", [("server", True, None, 50), ("trainer", True, None, 50)]),
-            ("priorities high/low", [("server", True, "high", None), ("trainer", True, "low", None)]),
+            ("un-managed", "un-managed", [("server", False, None, None), ("trainer", False, None, None)]),
+            ("limits 50/50", "limits", [("server", True, None, 50), ("trainer", True, None, 50)]),
+            ("priorities high/low", "priorities", [("server", True, "high", None), ("trainer", True, "low", None)]),
         ]
         if args.only_priorities:
             configs = [c for c in configs if c[0].startswith("priorities")]
         for label, server_env, trainer_env in args.variants:
-            configs.append((f"priorities high/low {label}",
+            configs.append((f"priorities high/low {label}", f"priorities{label}",
                             [("server", True, "high", None, server_env), ("trainer", True, "low", None, trainer_env)]))
         for load in loads:
             rate = load / 100.0 / service
@@ -448,9 +449,8 @@ def main_parent(args):
             alone = {"server": alone_server, "trainer": alone_trainer}
             print(f"load {load}%: {rate:.1f} requests/s; server alone p50 {alone_server['p50_ms']:.2f} ms, "
                   f"p99 {alone_server['p99_ms']:.2f} ms", flush=True)
-            for name, members in configs:
-                results, util = bench.measure(f"{tag}-{name.split()[0]}{name.split()[-1] if len(name.split()) > 2 else ''}",
-                                              members, rate)
+            for name, run_name, members in configs:
+                results, util = bench.measure(f"{tag}-{run_name}", members, rate)
                 row = summarize(name, load, results, util, alone)
                 data["runs"][f"{tag}-{name}"] = results
                 rows.append(row)

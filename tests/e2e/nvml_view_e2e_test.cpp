@@ -75,6 +75,11 @@ class NvmlView : public ::testing::Test {
 
 std::string pid_text(pid_t pid, long long offset = 0) { return std::to_string(pid + offset); }
 
+// Two pids as the probe prints a list holding both: ascending, comma-separated.
+std::string both_pids(pid_t x, pid_t y) {
+  return x < y ? pid_text(x) + "," + pid_text(y) : pid_text(y) + "," + pid_text(x);
+}
+
 // Container a runs kernels back to back with 1 GiB under an 8 GiB quota; container b holds 512 MiB
 // under 4 GiB and stays idle. Each sees itself alone; the host sees both.
 TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
@@ -85,8 +90,7 @@ TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
 
   Outcome host = query(card());
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
-  std::string both = a.pid() < b.pid() ? pid_text(a.pid()) + "," + pid_text(b.pid())
-                                       : pid_text(b.pid()) + "," + pid_text(a.pid());
+  const std::string both = both_pids(a.pid(), b.pid());
   Outcome in_a = query(container("a", "8Gi"));
   Outcome in_b = query(container("b", "4Gi"));
   ASSERT_EQ(in_a.exit_code, 0) << in_a.out << in_a.err;
@@ -150,7 +154,7 @@ TEST_F(NvmlView, NvidiaSmisProcessTableListsOnlyTheContainersOwnProcesses) {
   ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
   ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
   const std::string pa = pid_text(a.pid()), pb = pid_text(b.pid());
-  const std::string both = a.pid() < b.pid() ? pa + "," + pb : pb + "," + pa;
+  const std::string both = both_pids(a.pid(), b.pid());
   Outcome host = query(card());
   Outcome in_a = query(container("a", "8Gi"));
   Outcome in_b = query(container("b", "4Gi"));
@@ -194,7 +198,7 @@ TEST_F(NvmlView, OnAnotherDriverBranchNvidiaSmisProcessTableIsLeftAlone) {
   ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
   ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
   const std::string pa = pid_text(a.pid()), pb = pid_text(b.pid());
-  const std::string both = a.pid() < b.pid() ? pa + "," + pb : pb + "," + pa;
+  const std::string both = both_pids(a.pid(), b.pid());
   Env env = container("a", "8Gi");
   env["GPUSLICE_MOCK_NVML_DRIVER_VERSION"] = "590.10.01";
   env["GPUSLICE_LOG_LEVEL"] = "info";

@@ -94,37 +94,46 @@ unsigned reported_pid(const Nvml& state, std::int32_t pid) {
   return static_cast<unsigned>(pid) + static_cast<unsigned>(state.config.nvml_pid_offset);
 }
 
-// The three running-process lists of every version: the simulated device shows each process with
-// a context in all of them (a "C+G" process that is also an MPS client), so that tests can check
-// every list. `Info` is one of the entry layouts; each starts with pid and usedGpuMemory.
-template <class Info>
-nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* infos) {
+// Every live process with a context on `device`, under NVML's size protocol: `*count` in is the
+// caller's capacity; too small gives NVML_ERROR_INSUFFICIENT_SIZE with the number needed.
+// `put(i, pid, used_bytes)` writes entry i in the caller's layout (pid as the caller sees it).
+template <class Put>
+nvmlReturn_t list_processes(nvmlDevice_t device, unsigned* count, bool has_buffer, Put put) {
   Nvml& state = nvml();
   std::lock_guard<std::mutex> lock(state.mutex);
   unsigned index = 0;
   nvmlReturn_t status = device_index(state, device, &index);
   if (status != NVML_SUCCESS) return status;
-  if (infoCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   state.shared.reclaim_dead();
   ProcessUsage usage[kMaxProcesses];
-  unsigned count = usage_by_pid(state.shared, index, usage);
-  if (*infoCount < count) {
-    *infoCount = count;
+  const unsigned n = usage_by_pid(state.shared, index, usage);
+  if (*count < n) {
+    *count = n;
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
-  if (count > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  for (unsigned i = 0; i < count; ++i) {
-    Info info{};
-    info.pid = reported_pid(state, usage[i].pid);
-    info.usedGpuMemory = usage[i].used_bytes;
-    if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
-      info.gpuInstanceId = kNotAvailable;
-      info.computeInstanceId = kNotAvailable;
-    }
-    infos[i] = info;
-  }
-  *infoCount = count;
+  if (n > 0 && !has_buffer) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < n; ++i) put(i, reported_pid(state, usage[i].pid), usage[i].used_bytes);
+  *count = n;
   return NVML_SUCCESS;
+}
+
+// The three running-process lists of every version: the simulated device shows each process with
+// a context in all of them (a "C+G" process that is also an MPS client), so that tests can check
+// every list. `Info` is one of the entry layouts; each starts with pid and usedGpuMemory.
+template <class Info>
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* infos) {
+  return list_processes(device, infoCount, infos != nullptr,
+                        [infos](unsigned i, unsigned pid, std::uint64_t used) {
+                          Info info{};
+                          info.pid = pid;
+                          info.usedGpuMemory = used;
+                          if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
+                            info.gpuInstanceId = kNotAvailable;
+                            info.computeInstanceId = kNotAvailable;
+                          }
+                          infos[i] = info;
+                        });
 }
 
 // nvidia-smi's internal process table (abi/nvml_export_table.h): slots 213-215 list the same
@@ -151,26 +160,10 @@ void put_export_entry(unsigned char* entry, unsigned pid, std::uint64_t used) {
 // `*count` in: the capacity of `entries` in entries; too small: NVML_ERROR_INSUFFICIENT_SIZE with the
 // number needed, as the public lists answer (what the real driver does then is not known).
 nvmlReturn_t export_process_list(nvmlDevice_t device, unsigned* count, void* entries, void*) {
-  Nvml& state = nvml();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  unsigned index = 0;
-  nvmlReturn_t status = device_index(state, device, &index);
-  if (status != NVML_SUCCESS) return status;
-  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  state.shared.reclaim_dead();
-  ProcessUsage usage[kMaxProcesses];
-  const unsigned n = usage_by_pid(state.shared, index, usage);
-  if (*count < n) {
-    *count = n;
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  if (n > 0 && entries == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   auto* out = static_cast<unsigned char*>(entries);
-  for (unsigned i = 0; i < n; ++i)
-    put_export_entry(out + static_cast<std::size_t>(i) * gpuslice::nvml_export::kEntryStride,
-                     reported_pid(state, usage[i].pid), usage[i].used_bytes);
-  *count = n;
-  return NVML_SUCCESS;
+  return list_processes(device, count, out != nullptr, [out](unsigned i, unsigned pid, std::uint64_t used) {
+    put_export_entry(out + static_cast<std::size_t>(i) * gpuslice::nvml_export::kEntryStride, pid, used);
+  });
 }
 
 struct ExportTable {
@@ -507,23 +500,8 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int
 
 // Accounting as if enabled: every live process with a context on the device.
 nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int* count, unsigned int* pids) {
-  Nvml& state = nvml();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  unsigned index = 0;
-  nvmlReturn_t status = device_index(state, device, &index);
-  if (status != NVML_SUCCESS) return status;
-  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  state.shared.reclaim_dead();
-  ProcessUsage usage[kMaxProcesses];
-  unsigned n = usage_by_pid(state.shared, index, usage);
-  if (*count < n) {
-    *count = n;
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  if (n > 0 && pids == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  for (unsigned i = 0; i < n; ++i) pids[i] = reported_pid(state, usage[i].pid);
-  *count = n;
-  return NVML_SUCCESS;
+  return list_processes(device, count, pids != nullptr,
+                        [pids](unsigned i, unsigned pid, std::uint64_t) { pids[i] = pid; });
 }
 
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
