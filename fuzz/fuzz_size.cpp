@@ -1,9 +1,11 @@
-// Fuzzes the scalar grammars: parse_size in every dialect, parse_percent and the log levels.
+// Fuzzes the scalar grammars: parse_size in every dialect, parse_percent, the log levels, the
+// priority and the priority tunables' durations.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "config/priority.h"
 #include "config/settings.h"
 #include "fuzz_check.h"
 
@@ -42,5 +44,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (level) FUZZ_CHECK(static_cast<int>(*level) >= 0 && static_cast<int>(*level) <= 4);
   const auto libcuda = gpuslice::config::parse_libcuda_log_level(text);
   if (libcuda) FUZZ_CHECK(static_cast<int>(*libcuda) >= 0 && static_cast<int>(*libcuda) <= 3);
+
+  const auto priority = gpuslice::config::parse_priority(text);
+  if (priority) FUZZ_CHECK(gpuslice::config::parse_priority(gpuslice::config::priority_name(*priority)).ok());
+  // GPUSLICE_PRIORITY_IN_FLIGHT's range; a value in range written back in ns parses to itself.
+  const auto duration = gpuslice::config::parse_duration_ns(text, 100'000, 100'000'000);
+  if (duration) {
+    FUZZ_CHECK(*duration >= 100'000 && *duration <= 100'000'000);
+    const auto again =
+        gpuslice::config::parse_duration_ns(std::to_string(*duration) + "ns", 100'000, 100'000'000);
+    FUZZ_CHECK(again && *again == *duration);
+  } else {
+    FUZZ_CHECK(!duration.error().empty());
+  }
   return 0;
 }
