@@ -10,14 +10,21 @@ One call measures, in the same run, five configurations per load:
   un-managed          both at once, no gpuslice
   limits 50/50        both under gpuslice with GPUSLICE_COMPUTE_LIMIT=50 each
   priorities          both under gpuslice, server GPUSLICE_PRIORITY=high, trainer low
+and, once, the trainer (low) beside a high-priority container that is alive on the GPU but never
+works: what the in-flight bound and the record re-reads cost a best-effort tenant when the higher
+priority is idle (work conservation).
 Every gpuslice process is its own container (its own GPUSLICE_SHARED_DIR); the two containers of a
 pair share one GPUSLICE_NODE_DIR, so they see each other's priority.
 
 The server is a GPT-2-sized model (GPT2Config defaults: 12 layers, 768 wide, built from the config,
 no download) answering short requests (--server-batch x --server-tokens tokens, one forward pass,
 the next token read back to the host) with Poisson arrivals. Load L means arrivals at
-L / (service time alone), the service time measured by a calibration process first; latency is
-from a request's arrival to its answer on the host, queueing included. The trainer runs GPT-2
+L / (service time alone), the service time measured by a calibration process first, on requests
+that each follow a pause as in the measured runs (a request after a pause pays the host's and the
+device's wake-up; back-to-back requests are faster and would understate the load). Each row shows
+the load the server really had (its share of time inside requests, "server busy %"). Latency is
+from a request's arrival to its answer on the host, queueing included; the server's garbage
+collector is off in the measured window, in every configuration. The trainer runs GPT-2
 training steps (bf16 autocast, AdamW) and reads its loss every step. Both processes build and warm
 up their model, then start together; each measures --seconds.
 
@@ -29,6 +36,7 @@ configuration meets the goal (server p99 <= 1.10x alone; trainer >= 0.5x alone a
 Default total: about 7 minutes on an H100.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -51,6 +59,9 @@ GOAL_P99 = 1.10
 GOAL_TRAINER = {30: 0.5, 60: 0.25}
 SERVER_CPUS = "2,3"
 TRAINER_CPUS = "4,5,6,7"
+IDLE_CPUS = "8"
+# Mean pause before each calibration request of the second half (capped at 50 ms).
+CALIBRATE_GAP_S = 0.015
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,14 +163,21 @@ def worker(args):
         while time.monotonic() < t_end:
             request()
         if args.worker == "calibrate":
-            times = []
-            for _ in range(args.calibrate_requests):
+            # Back to back, then after idle gaps as in the measured runs (a request after a pause pays
+            # the host's and the device's wake-up; the rate is calibrated from that one, so that a
+            # load is the share of time the server is busy alone).
+            hot, gapped = [], []
+            rng = random.Random(args.seed + 1)
+            for i in range(2 * args.calibrate_requests):
+                if i >= args.calibrate_requests:
+                    sleep_until(time.monotonic() + min(0.05, rng.expovariate(1 / CALIBRATE_GAP_S)))
                 t0 = time.monotonic()
                 request()
-                times.append(time.monotonic() - t0)
-            times.sort()
-            report.update(service_mean_s=sum(times) / len(times), service_p50_s=times[len(times) // 2],
-                          requests=len(times))
+                (hot if i < args.calibrate_requests else gapped).append(time.monotonic() - t0)
+            hot.sort()
+            gapped.sort()
+            report.update(service_mean_s=sum(gapped) / len(gapped), service_p50_s=gapped[len(gapped) // 2],
+                          service_hot_mean_s=sum(hot) / len(hot), requests=len(gapped))
         else:
             rng = random.Random(args.seed)
             start = signal_ready_and_wait(args)
@@ -171,19 +189,35 @@ def worker(args):
                 arrivals.append(t)
                 t += rng.expovariate(args.rate)
             served = 0
+            busy = 0.0
+            # No collector pauses inside the measured window, in every configuration alike.
+            gc.collect()
+            gc.disable()
             for arrival in arrivals:
                 if time.monotonic() > hard_end:
                     break
                 sleep_until(arrival)
+                began = time.monotonic()
                 request()
-                latencies.append(time.monotonic() - arrival)
+                done = time.monotonic()
+                latencies.append(done - arrival)
+                busy += done - began
                 served += 1
+            gc.enable()
             now = time.monotonic()
             # Requests still waiting when the drain time ran out count with their waiting time so
             # far (a lower bound): an overloaded configuration shows up in p99 instead of vanishing.
             unserved = [now - a for a in arrivals[served:]]
             report.update(start=start, seconds=args.seconds, rate=args.rate, arrivals=len(arrivals),
-                          served=served, unserved=len(unserved), latencies_s=latencies + unserved)
+                          served=served, unserved=len(unserved), latencies_s=latencies + unserved,
+                          busy_s=busy)
+    elif args.worker == "idle":
+        # Alive on the GPU (a context, one kernel), then nothing: a higher priority that never works.
+        x = torch.ones(1024, device="cuda")
+        (x * 2).sum().item()
+        start = signal_ready_and_wait(args)
+        sleep_until(start + args.seconds)
+        report.update(start=start, seconds=args.seconds)
     else:
         step = build_trainer(args)
         t_end = time.monotonic() + args.warmup
@@ -237,7 +271,7 @@ class Bench:
                 "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
                 "--drain-seconds", str(a.drain_seconds),
-                "--cpus", SERVER_CPUS if role in ("server", "calibrate") else TRAINER_CPUS]
+                "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
         return argv + extra
 
     def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None, own_env=None):
@@ -319,8 +353,9 @@ class Bench:
         run = self.start("calibrate", "calibrate", False, None,
                          ["--calibrate-requests", str(self.args.calibrate_requests)])
         data = self.finish(run, self.args.ready_timeout + 120)
-        print(f"calibration: service time alone {data['service_mean_s'] * 1e3:.2f} ms mean, "
-              f"{data['service_p50_s'] * 1e3:.2f} ms median ({data['requests']} requests)", flush=True)
+        print(f"calibration: service time alone after a pause {data['service_mean_s'] * 1e3:.2f} ms mean, "
+              f"{data['service_p50_s'] * 1e3:.2f} ms median; back to back {data['service_hot_mean_s'] * 1e3:.2f} ms "
+              f"mean ({data['requests']} requests each)", flush=True)
         return data
 
     def measure(self, tag, members, rate):
@@ -369,6 +404,8 @@ def summarize(tag, load, results, util, alone):
         lat = server["latencies_s"]
         row.update(p50_ms=percentile(lat, 0.5) * 1e3, p99_ms=percentile(lat, 0.99) * 1e3,
                    requests=server["arrivals"], unserved=server["unserved"])
+        if "busy_s" in server:  # the load the server really was: its share of time inside requests
+            row["server_busy_pct"] = 100.0 * server["busy_s"] / server["seconds"]
         if alone.get("server"):
             row["p50_x"] = row["p50_ms"] / alone["server"]["p50_ms"]
             row["p99_x"] = row["p99_ms"] / alone["server"]["p99_ms"]
@@ -385,13 +422,14 @@ def fmt(value, spec):
 
 
 def table(rows):
-    lines = ["| load | configuration | server p50 ms | p99 ms | p50 ÷ alone | p99 ÷ alone | trainer steps/s "
-             "| trainer ÷ alone | device util % | unserved |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| load | configuration | server p50 ms | p99 ms | p50 ÷ alone | p99 ÷ alone | server busy % "
+             "| trainer steps/s | trainer ÷ alone | device util % | unserved |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {fmt(r['load'], 'd') if r['load'] is not None else '-'} | {r['config']} "
                      f"| {fmt(r.get('p50_ms'), '.2f')} | {fmt(r.get('p99_ms'), '.2f')} "
                      f"| {fmt(r.get('p50_x'), '.2f')} | {fmt(r.get('p99_x'), '.2f')} "
+                     f"| {fmt(r.get('server_busy_pct'), '.0f')} "
                      f"| {fmt(r.get('trainer_steps_per_s'), '.2f')} | {fmt(r.get('trainer_x'), '.2f')} "
                      f"| {fmt(r.get('device_util_pct'), '.0f')} | {r.get('unserved', '-')} |")
     return "\n".join(lines)
@@ -428,6 +466,15 @@ def main_parent(args):
         data["runs"]["trainer-alone"] = results
         rows.append(alone_trainer)
         print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
+        # What the in-flight bound and the record re-reads cost: the trainer (low) beside a high-priority
+        # container that is alive on the GPU and never works, so the trainer is never held.
+        results, util = bench.measure("beside-idle-high", [("idle", True, "high", None),
+                                                           ("trainer", True, "low", None)], None)
+        row = summarize("trainer beside an idle high", None, results, util, {"trainer": alone_trainer})
+        data["runs"]["beside-idle-high"] = results
+        rows.append(row)
+        print(f"trainer beside an idle high-priority container: {fmt(row.get('trainer_x'), '.3f')} of alone",
+              flush=True)
         # (name in the table, name of its runs' logs, members)
         configs = [
             ("un-managed", "un-managed", [("server", False, None, None), ("trainer", False, None, None)]),
@@ -530,7 +577,7 @@ def main():
                     help="one more priorities configuration with these variables for the server (high) and the "
                          "trainer (low), e.g. 'grace1ms;server:GPUSLICE_PRIORITY_GRACE=1ms' (repeatable)")
     # Worker-side options.
-    ap.add_argument("--worker", choices=("server", "trainer", "calibrate"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("server", "trainer", "calibrate", "idle"), help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
     ap.add_argument("--ready-file", help=argparse.SUPPRESS)
     ap.add_argument("--go-file", help=argparse.SUPPRESS)

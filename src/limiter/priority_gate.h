@@ -63,7 +63,7 @@ struct PriorityTuning {
   std::uint64_t in_flight_bound_ns = 2'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
-  std::uint64_t refresh_ns = 1'000'000;
+  std::uint64_t refresh_ns = 250'000;
   // All records are looked at (a scan of the node channel) at most this often; in between, only
   // the records of the higher-priority containers the last look found are re-read (every
   // refresh_ns), and none when there were none. A container that starts or rises above this one is
