@@ -180,6 +180,10 @@ def worker(args):
                           service_hot_mean_s=sum(hot) / len(hot), requests=len(gapped))
         else:
             rng = random.Random(args.seed)
+            # No collector pauses inside the measured window, in every configuration alike (collected
+            # before the start: a full collection takes about 200 ms here).
+            gc.collect()
+            gc.disable()
             start = signal_ready_and_wait(args)
             end = start + args.seconds
             hard_end = end + args.drain_seconds
@@ -190,9 +194,6 @@ def worker(args):
                 t += rng.expovariate(args.rate)
             served = 0
             busy = 0.0
-            # No collector pauses inside the measured window, in every configuration alike.
-            gc.collect()
-            gc.disable()
             for arrival in arrivals:
                 if time.monotonic() > hard_end:
                     break
@@ -468,13 +469,19 @@ def main_parent(args):
         print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
         # What the in-flight bound and the record re-reads cost: the trainer (low) beside a high-priority
         # container that is alive on the GPU and never works, so the trainer is never held.
-        results, util = bench.measure("beside-idle-high", [("idle", True, "high", None),
-                                                           ("trainer", True, "low", None)], None)
-        row = summarize("trainer beside an idle high", None, results, util, {"trainer": alone_trainer})
-        data["runs"]["beside-idle-high"] = results
-        rows.append(row)
-        print(f"trainer beside an idle high-priority container: {fmt(row.get('trainer_x'), '.3f')} of alone",
-              flush=True)
+        seen = []
+        for label, _, trainer_env in [("", {}, {})] + args.variants:
+            if trainer_env in seen:
+                continue  # the same trainer: measured already
+            seen.append(trainer_env)
+            name = "trainer beside an idle high" + (f" {label}" if label else "")
+            results, util = bench.measure(f"beside-idle-high{label}", [("idle", True, "high", None),
+                                                                     ("trainer", True, "low", None, trainer_env)],
+                                          None)
+            row = summarize(name, None, results, util, {"trainer": alone_trainer})
+            data["runs"][name] = results
+            rows.append(row)
+            print(f"{name}: {fmt(row.get('trainer_x'), '.3f')} of alone", flush=True)
         # (name in the table, name of its runs' logs, members)
         configs = [
             ("un-managed", "un-managed", [("server", False, None, None), ("trainer", False, None, None)]),

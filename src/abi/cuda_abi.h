@@ -172,6 +172,7 @@ CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext* pctx);
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId);
 CUresult cuCtxGetDevice(CUdevice* device);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxSynchronize_v2(CUcontext ctx);  // CUDA 13: what cuGetProcAddress("cuCtxSynchronize") gives

@@ -25,6 +25,13 @@ struct DriverOps {
   CUresult (*ctx_synchronize)() = nullptr;
   CUresult (*stream_synchronize)(CUstream stream) = nullptr;
   CUresult (*stream_capture_status)(CUstream stream, int* status) = nullptr;
+  // The priority gate's pipelined in-flight bound (all or none): the current context's unique id
+  // and timing events (see limiter::DriverOps).
+  CUresult (*ctx_id)(std::uint64_t* id) = nullptr;
+  CUresult (*event_create)(CUevent* event) = nullptr;
+  CUresult (*event_record)(CUevent event, CUstream stream) = nullptr;
+  CUresult (*event_synchronize)(CUevent event) = nullptr;
+  CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
 };
 
 // The ops in use: the real ones once lifecycle installed them, or a test's simulation.

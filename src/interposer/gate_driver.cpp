@@ -35,6 +35,11 @@ limiter::DriverOps gate_driver_ops() {
   ops.ctx_synchronize = driver.ctx_synchronize;
   ops.stream_synchronize = driver.stream_synchronize;
   ops.stream_is_capturing = driver.stream_capture_status;
+  ops.ctx_id = driver.ctx_id;
+  ops.event_create = driver.event_create;
+  ops.event_record = driver.event_record;
+  ops.event_synchronize = driver.event_synchronize;
+  ops.event_elapsed_ns = driver.event_elapsed_ns;
   return ops;
 }
 

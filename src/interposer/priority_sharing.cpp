@@ -140,9 +140,10 @@ void settle_at_exit() {
     const limiter::PriorityStats s = gate->stats();
     GS_LOG(Info,
            "priority gate, device %d: %.3f s held back (%" PRIu64 " launches held), %" PRIu64
-           " drains, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64 " re-reads",
-           i, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.floor_slices, s.scans,
-           s.rereads);
+           " drains, %" PRIu64 " event waits, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64
+           " re-reads",
+           i, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.event_waits, s.floor_slices,
+           s.scans, s.rereads);
   }
 }
 

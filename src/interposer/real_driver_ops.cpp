@@ -35,6 +35,49 @@ CUresult real_stream_synchronize(CUstream stream) {
   return fn == nullptr ? CUDA_ERROR_NOT_INITIALIZED : fn(stream);
 }
 
+// The driver's own functions, never the hooks: the gate's events are not the application's work.
+CUresult real_ctx_id(std::uint64_t* id) {
+  static auto current = REAL_UNHOOKED(Cuda, cuCtxGetCurrent);
+  static auto get_id = REAL_UNHOOKED(Cuda, cuCtxGetId);
+  if (current == nullptr || get_id == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  CUcontext ctx = nullptr;
+  const CUresult r = current(&ctx);
+  if (r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  unsigned long long value = 0;
+  const CUresult got = get_id(ctx, &value);
+  *id = value;
+  return got;
+}
+
+CUresult real_event_create(CUevent* event) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuEventCreate);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event, 0);  // timing on: its elapsed time is read
+}
+
+CUresult real_event_record(CUevent event, CUstream stream) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuEventRecord);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event, stream);
+}
+
+CUresult real_event_synchronize(CUevent event) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuEventSynchronize);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event);
+}
+
+CUresult real_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
+  using Elapsed = CUresult (*)(float*, CUevent, CUevent);
+  static Elapsed fn = [] {
+    auto v2 = REAL_UNHOOKED(Cuda, cuEventElapsedTime_v2);  // CUDA 12.8 and later
+    return v2 != nullptr ? v2 : reinterpret_cast<Elapsed>(real_unhooked(Library::Cuda, "cuEventElapsedTime"));
+  }();
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  float ms = 0;
+  const CUresult r = fn(&ms, start, end);
+  *ns = r == CUDA_SUCCESS && ms > 0 ? static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6) : 0;
+  return r;
+}
+
 bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) {
   static auto nvml_init = REAL(nvmlInit_v2);
   static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
@@ -60,7 +103,12 @@ DriverOps real_driver_ops() {
           .device_processes = real_device_processes,
           .ctx_synchronize = real_ctx_synchronize,
           .stream_synchronize = real_stream_synchronize,
-          .stream_capture_status = stream_capture_status};
+          .stream_capture_status = stream_capture_status,
+          .ctx_id = real_ctx_id,
+          .event_create = real_event_create,
+          .event_record = real_event_record,
+          .event_synchronize = real_event_synchronize,
+          .event_elapsed_ns = real_event_elapsed_ns};
 }
 
 }  // namespace gpuslice::interposer

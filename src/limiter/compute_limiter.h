@@ -24,6 +24,14 @@ struct DriverOps {
   // When set, the limiter never drains while the launching stream is being captured into a graph
   // (a synchronize there would invalidate the capture).
   CUresult (*stream_is_capturing)(CUstream, int* capture_status) = nullptr;
+  // Optional, for the priority gate's pipelined in-flight bound (all or none): the unique id of the
+  // calling thread's current context (cuCtxGetCurrent + cuCtxGetId), and timing events
+  // (cuEventCreate with flags 0, cuEventRecord, cuEventSynchronize, cuEventElapsedTime in ns).
+  CUresult (*ctx_id)(std::uint64_t* id) = nullptr;
+  CUresult (*event_create)(CUevent* event) = nullptr;
+  CUresult (*event_record)(CUevent event, CUstream stream) = nullptr;
+  CUresult (*event_synchronize)(CUevent event) = nullptr;
+  CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
 };
 
 // Controller constants. The defaults are what the library uses; tests may shorten them.

@@ -25,6 +25,9 @@ std::uint64_t elapsed(std::uint64_t from, std::uint64_t to) { return to > from ?
 
 std::atomic<bool> g_drain_error_logged{false};
 
+// Its address tells the launching threads apart (a window's launches from one thread only).
+thread_local char t_thread_marker = 0;
+
 }  // namespace
 
 PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
@@ -57,6 +60,7 @@ PriorityStats PriorityGate::stats() const {
   s.held_back_ns = held_back_ns_.load(kRelaxed);
   s.holds = holds_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
+  s.event_waits = event_waits_.load(kRelaxed);
   s.floor_slices = floor_slices_.load(kRelaxed);
   s.publishes = publishes_.load(kRelaxed);
   s.scans = scans_.load(kRelaxed);
@@ -136,6 +140,7 @@ void PriorityGate::note_host_sync() {
   if (!draining_.load(kAcquire)) {
     window_launches_.store(0, kRelaxed);
     window_held_.store(false, kRelaxed);
+    ring_stale_.store(true, kRelaxed);  // the ring's next wait and sample would span the sync
   }
   // Idle at once (or after the grace) when nothing was launched since the wait began, so lower
   // priorities resume without waiting for the horizon to pass.
@@ -255,7 +260,14 @@ std::uint64_t PriorityGate::launch_cap() const {
   return std::clamp<std::uint64_t>(tuning_.in_flight_bound_ns / cost, 1, kMaxLaunchCap);
 }
 
-// Keeps at most launch_cap() launches (about in_flight_bound_ns of device time) between drains.
+bool PriorityGate::pipelining() const {
+  return ops_.ctx_id != nullptr && ops_.event_create != nullptr && ops_.event_record != nullptr &&
+         ops_.event_synchronize != nullptr && ops_.event_elapsed_ns != nullptr && !events_off_.load(kRelaxed);
+}
+
+// Keeps at most launch_cap() launches (about in_flight_bound_ns of device time) queued: a step every
+// launch_cap() launches (a drain), or every half of it when pipelined (an event per half window,
+// waiting only for the previous half's).
 void PriorityGate::bound_in_flight(CUstream stream, std::uint64_t now) {
   for (;;) {
     if (draining_.load(kAcquire)) {
@@ -263,27 +275,102 @@ void PriorityGate::bound_in_flight(CUstream stream, std::uint64_t now) {
       now = clock_.now_ns();
       continue;
     }
-    if (window_launches_.load(kRelaxed) < launch_cap()) break;
+    const std::uint64_t cap = launch_cap();
+    const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
+    if (window_launches_.load(kRelaxed) < step_at) break;
     if (draining_.exchange(true, kAcquire)) continue;
-    drain(stream);
+    step(stream);
     draining_.store(false, kRelease);
     now = clock_.now_ns();
     break;
   }
-  if (window_launches_.fetch_add(1, kRelaxed) == 0) window_start_ns_.store(now, kRelaxed);
+  // Which stream and thread the window's launches use: a pipelined step needs them all on the
+  // stream (and thread, for the per-thread default stream) of the launch that closes the window.
+  if (window_launches_.fetch_add(1, kRelaxed) == 0) {
+    window_start_ns_.store(now, kRelaxed);
+    window_stream_.store(stream, kRelaxed);
+    window_thread_.store(&t_thread_marker, kRelaxed);
+    window_mixed_.store(false, kRelaxed);
+  } else if (window_stream_.load(kRelaxed) != stream || window_thread_.load(kRelaxed) != &t_thread_marker) {
+    window_mixed_.store(true, kRelaxed);
+  }
 }
 
-void PriorityGate::drain(CUstream stream) {
+// One step of the bound, by the thread holding draining_, before its launch on `stream`.
+void PriorityGate::step(CUstream stream) {
   const std::uint32_t launches = window_launches_.load(kRelaxed);
   const std::uint64_t start = window_start_ns_.load(kRelaxed);
   const bool held = window_held_.load(kRelaxed);
+  const bool single = !window_mixed_.load(kRelaxed) && window_stream_.load(kRelaxed) == stream &&
+                      window_thread_.load(kRelaxed) == &t_thread_marker;
   window_launches_.store(0, kRelaxed);
   window_held_.store(false, kRelaxed);
   int capture = 0;
   if (ops_.stream_is_capturing != nullptr && ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS &&
       capture != 0) {
-    return;  // captured launches run nothing yet, and a synchronize would invalidate the capture
+    return;  // captured launches run nothing yet; a synchronize or an event would change the capture
   }
+  if (pipelining() && single && pipelined_step(stream, launches, held)) return;
+  // The ring's events may be behind this drain's: none of them is waited for after it.
+  for (bool& pending : ring_pending_) pending = false;
+  drain(launches, start, held);
+}
+
+// Events are created once, in the context current at the first step; they are used only while that
+// context (by its unique id, so not a later one at the same address) is current.
+bool PriorityGate::events_usable() {
+  std::uint64_t id = 0;
+  if (ops_.ctx_id(&id) != CUDA_SUCCESS || id == 0) return false;
+  if (!events_created_) {
+    for (CUevent& event : ring_) {
+      if (ops_.event_create(&event) != CUDA_SUCCESS) {
+        events_off_.store(true, kRelaxed);  // the ones created stay: a handful of bytes, once
+        return false;
+      }
+    }
+    events_created_ = true;
+    events_ctx_id_ = id;
+  }
+  return id == events_ctx_id_;
+}
+
+// Records an event after the window just closed on `stream`, then waits for the previous window's
+// event: what stays queued is this window and the launches until the next step, at most the cap.
+// The previous window's device time (between the completions of its event and the one before it)
+// is a sample of the launch cost. False when events cannot be used here (the caller drains).
+bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool held) {
+  if (!events_usable()) return false;
+  if (ring_stale_.exchange(false, kRelaxed)) {
+    for (bool& pending : ring_pending_) pending = false;
+  }
+  const int cur = ring_next_;
+  const int prev = (cur + kRing - 1) % kRing;
+  const int before = (cur + kRing - 2) % kRing;
+  if (ops_.event_record(ring_[cur], stream) != CUDA_SUCCESS) {
+    events_off_.store(true, kRelaxed);
+    return false;
+  }
+  ring_pending_[cur] = true;
+  ring_launches_[cur] = launches;
+  ring_held_[cur] = held;
+  ring_next_ = (cur + 1) % kRing;
+  if (!ring_pending_[prev]) return true;  // nothing queued before this window
+  if (ops_.event_synchronize(ring_[prev]) != CUDA_SUCCESS) {
+    events_off_.store(true, kRelaxed);
+    return false;
+  }
+  event_waits_.fetch_add(1, kRelaxed);
+  std::uint64_t ns = 0;
+  // A window interrupted by a hold measured the higher priority's time, not the cost of a launch.
+  if (ring_pending_[before] && !ring_held_[prev] && ring_launches_[prev] != 0 &&
+      ops_.event_elapsed_ns(ring_[before], ring_[prev], &ns) == CUDA_SUCCESS && ns != 0) {
+    launch_cost_.add(ns, ring_launches_[prev]);
+  }
+  ring_pending_[before] = false;
+  return true;
+}
+
+void PriorityGate::drain(std::uint32_t launches, std::uint64_t start, bool held) {
   if (ops_.ctx_synchronize == nullptr) return;
   const CUresult r = ops_.ctx_synchronize();
   drains_.fetch_add(1, kRelaxed);

@@ -99,6 +99,7 @@ struct PriorityStats {
   std::uint64_t held_back_ns = 0;  // time launching threads of this process were held back
   std::uint64_t holds = 0;         // launches that were held back at least once
   std::uint64_t drains = 0;        // queue drains to keep in-flight work within the bound
+  std::uint64_t event_waits = 0;   // of the bound's steps, those that waited for an event instead
   std::uint64_t floor_slices = 0;  // floor slices granted while a higher priority was busy
   std::uint64_t publishes = 0;     // records published (busy transitions and heartbeats)
   std::uint64_t scans = 0;         // full looks at the records (read_peers)
@@ -148,7 +149,11 @@ class PriorityGate {
   PeerSummary peers(std::uint64_t now, bool force);
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
   void bound_in_flight(CUstream stream, std::uint64_t now);
-  void drain(CUstream stream);
+  void step(CUstream stream);
+  bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
+  bool events_usable();
+  void drain(std::uint32_t launches, std::uint64_t start, bool held);
+  bool pipelining() const;
   std::uint64_t launch_cap() const;
 
   Clock& clock_;
@@ -177,17 +182,36 @@ class PriorityGate {
   std::atomic<std::int64_t> floor_credit_ns_{0};
   std::atomic<std::uint64_t> floor_open_until_ns_{0};
 
-  // In-flight bound: launches since the queue was last known empty, and the cost of a launch
-  // (measured over windows closed by the cap).
+  // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
+  // went to one stream from one thread, and the cost of a launch (measured over steps' windows).
   std::atomic<std::uint32_t> window_launches_{0};
   std::atomic<std::uint64_t> window_start_ns_{0};
   std::atomic<bool> window_held_{false};
-  std::atomic<bool> draining_{false};
+  std::atomic<CUstream> window_stream_{nullptr};
+  std::atomic<const void*> window_thread_{nullptr};
+  std::atomic<bool> window_mixed_{false};
+  std::atomic<bool> draining_{false};  // one thread steps at a time
   LaunchCost launch_cost_;
+
+  // Pipelined bound (when the driver ops have events): every half of the launch cap, the stepping
+  // thread records an event after the half window and waits for the previous half window's event
+  // only, so the queue never runs dry at a step while at most the cap stays in flight. The ring
+  // and its fields belong to the thread holding draining_.
+  static constexpr int kRing = 3;
+  CUevent ring_[kRing] = {};
+  bool ring_pending_[kRing] = {};
+  bool ring_held_[kRing] = {};
+  std::uint32_t ring_launches_[kRing] = {};
+  int ring_next_ = 0;
+  std::uint64_t events_ctx_id_ = 0;
+  bool events_created_ = false;
+  std::atomic<bool> events_off_{false};     // creating or using them failed: drains only
+  std::atomic<bool> ring_stale_{false};     // an application sync emptied the queue meanwhile
 
   std::atomic<std::uint64_t> held_back_ns_{0};
   std::atomic<std::uint64_t> holds_{0};
   std::atomic<std::uint64_t> drains_{0};
+  std::atomic<std::uint64_t> event_waits_{0};
   std::atomic<std::uint64_t> floor_slices_{0};
   std::atomic<std::uint64_t> publishes_{0};
   std::atomic<std::uint64_t> scans_{0};

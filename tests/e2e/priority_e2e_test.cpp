@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstdlib>
 #include <ctime>
@@ -140,6 +141,38 @@ TEST_F(PriorityE2E, LowPriorityIsHeldWhileHighPrioritySubmitsAndRunsFreelyWhenIt
   std::string all;
   for (const long n : b) all += std::to_string(n) + " ";
   std::printf("trainer kernels per 50 ms: %s\n", all.c_str());
+}
+
+// Beside a high-priority container that is alive but never works, a trainer that never synchronises
+// is bounded by events through the real driver calls (the simulated driver's cuCtxGetId and events):
+// its exit statistics show event waits and no drain, and it keeps running.
+TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDraining) {
+  const long long epoch = monotonic_ns() + 1'500'000'000LL;
+  const std::string seconds = std::to_string(kSeconds);
+  Background idle({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds,
+                   "--kernel-us", "1000", "--step", "5", "--busy-from-ms", seconds + "000", "--busy-to-ms", seconds + "000"},
+                  container_env("server", "high"), dir_ + "/server.out");
+  Env env = container_env("trainer", "low");
+  env["GPUSLICE_LOG_LEVEL"] = "info";
+  // 100 kernels of 200 us between synchronisations: 20 ms, ten times the in-flight bound.
+  const Outcome trainer = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds,
+                               "--kernel-us", "200", "--step", "100"},
+                              env, 60);
+  EXPECT_EQ(idle.wait(), 0) << idle.output();
+  ASSERT_EQ(trainer.exit_code, 0) << trainer.out << trainer.err;
+  const std::size_t at = trainer.err.find("priority gate, device 0:");
+  ASSERT_NE(at, std::string::npos) << trainer.err;
+  unsigned long long drains = 0;
+  unsigned long long waits = 0;
+  const std::size_t held = trainer.err.find("launches held), ", at);
+  ASSERT_NE(held, std::string::npos) << trainer.err;
+  ASSERT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits", &drains, &waits),
+            2)
+      << trainer.err;
+  EXPECT_GT(waits, 100U) << trainer.err;
+  EXPECT_EQ(drains, 0U) << "one stream, one thread: every step waits for an event\n" << trainer.err;
+  const std::vector<long> b = buckets_of(trainer);
+  EXPECT_GT(rate(b, 200, kSeconds * 1000 - 100), 100) << "200 us kernels: about 250 per 50 ms when unbounded";
 }
 
 // The control: the same pair without priorities time-slices the device, so the check above fails.

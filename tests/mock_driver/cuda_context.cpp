@@ -32,6 +32,8 @@ CUresult create_context_locked(Driver& state, unsigned device, bool primary, CUc
   CUctx_st* context = state.contexts.acquire();
   context->device = device;
   context->primary = primary;
+  static std::uint64_t next_id = 0;  // under Driver::mutex, like the pool
+  context->id = ++next_id;
   context->last_end_ns.store(0, std::memory_order_relaxed);
   context->null_stream.context = context;
   context->null_stream.last_end_ns.store(0, std::memory_order_relaxed);
@@ -313,6 +315,20 @@ CUresult cuCtxGetCurrent(CUcontext* pctx) {
   if (ready != CUDA_SUCCESS) return ready;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = is_live(t_current_context) ? t_current_context : nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (ctxId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* context = ctx;
+  if (context == nullptr) {
+    CUresult status = current_context(&context);
+    if (status != CUDA_SUCCESS) return status;
+  }
+  if (!is_live(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *ctxId = context->id;
   return CUDA_SUCCESS;
 }
 

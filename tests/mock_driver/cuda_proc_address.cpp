@@ -53,6 +53,7 @@ const ProcEntry* find_entry(const char* name) {
       {"cuCtxSetCurrent", {{address(&cuCtxSetCurrent), 4000}}},
       {"cuCtxGetCurrent", {{address(&cuCtxGetCurrent), 4000}}},
       {"cuCtxGetDevice", {{address(&cuCtxGetDevice), 2000}}},
+      {"cuCtxGetId", {{address(&cuCtxGetId), 12000}}},
       {"cuCtxSynchronize", {{address(&cuCtxSynchronize), 2000}, {address(&cuCtxSynchronize_v2), 13000}}},
       {"cuMemGetInfo", {{address(&cuMemGetInfo), 2000}, {address(&cuMemGetInfo_v2), 3020}}},
       {"cuMemAlloc", {{address(&cuMemAlloc), 2000}, {address(&cuMemAlloc_v2), 3020}}},

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <vector>
 
 namespace gpuslice::limiter {
@@ -351,6 +353,199 @@ TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) 
   }
   EXPECT_GE(g_syncs, 95);
   EXPECT_LE(g_syncs, 110);
+}
+
+// A device for the pipelined bound: kernels run one after another from their launch;
+// events complete with the last kernel launched before them. The clock is the test's.
+class FakeDevice {
+ public:
+  static FakeDevice* current;
+
+  explicit FakeDevice(ManualClock& clock) : clock_(clock) { current = this; }
+  ~FakeDevice() { current = nullptr; }
+
+  void launch(std::uint64_t kernel_ns) {
+    free_at_ = std::max(free_at_, clock_.now) + kernel_ns;
+    const std::uint64_t queued = free_at_ - clock_.now;
+    max_queued = std::max(max_queued, queued);
+  }
+  std::uint64_t queued() const { return free_at_ > clock_.now ? free_at_ - clock_.now : 0; }
+
+  DriverOps ops() {
+    DriverOps o;
+    o.ctx_synchronize = [] {
+      ++current->ctx_syncs;
+      current->clock_.now = std::max(current->clock_.now, current->free_at_);
+      return CUDA_SUCCESS;
+    };
+    o.stream_is_capturing = [](CUstream, int* status) {
+      *status = current->capturing ? 1 : 0;
+      return CUDA_SUCCESS;
+    };
+    o.ctx_id = [](std::uint64_t* id) {
+      *id = current->ctx;
+      return CUDA_SUCCESS;
+    };
+    o.event_create = [](CUevent* e) {
+      if (current->fail_create) return CUDA_ERROR_OUT_OF_MEMORY;
+      current->done_at.push_back(0);
+      *e = reinterpret_cast<CUevent>(current->done_at.size());  // 1-based index
+      return CUDA_SUCCESS;
+    };
+    o.event_record = [](CUevent e, CUstream s) {
+      ++current->records;
+      current->recorded_on.push_back(s);
+      current->done_at[index(e)] = std::max(current->clock_.now, current->free_at_);
+      return CUDA_SUCCESS;
+    };
+    o.event_synchronize = [](CUevent e) {
+      ++current->event_syncs;
+      if (current->fail_sync) return CUDA_ERROR_LAUNCH_FAILED;
+      current->clock_.now = std::max(current->clock_.now, current->done_at[index(e)]);
+      return CUDA_SUCCESS;
+    };
+    o.event_elapsed_ns = [](CUevent a, CUevent b, std::uint64_t* ns) {
+      *ns = current->done_at[index(b)] - current->done_at[index(a)];
+      return CUDA_SUCCESS;
+    };
+    return o;
+  }
+
+  std::uint64_t ctx = 7;
+  bool capturing = false;
+  bool fail_create = false;
+  bool fail_sync = false;
+  int ctx_syncs = 0;
+  int records = 0;
+  int event_syncs = 0;
+  std::uint64_t max_queued = 0;
+  std::vector<std::uint64_t> done_at;
+  std::vector<CUstream> recorded_on;
+
+ private:
+  static std::size_t index(CUevent e) { return reinterpret_cast<std::size_t>(e) - 1; }
+  ManualClock& clock_;
+  std::uint64_t free_at_ = 0;
+};
+FakeDevice* FakeDevice::current = nullptr;
+
+// A loop beside an idle higher priority, on one stream from one thread: 50 us of host time per
+// launch, kernels of 10 us four times then one of 360 us (80 us on average). Alone it keeps the
+// device busy: the long kernels' queue covers the short ones' host time, so an empty queue (after a
+// drain) costs device time. Returns the device's busy share over the loop.
+double launch_loop(ManualClock& clock, FakeDevice& device, FakeBoard& board, PriorityGate& gate, int n,
+                   CUstream stream = nullptr) {
+  const std::uint64_t from = clock.now;
+  std::uint64_t busy = 0;
+  for (int i = 0; i < n; ++i) {
+    clock.now += 50 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(stream);
+    const std::uint64_t kernel = i % 5 == 4 ? 360 * kUs : 10 * kUs;
+    device.launch(kernel);
+    busy += kernel;
+  }
+  clock.now += device.queued();
+  return static_cast<double>(busy) / static_cast<double>(clock.now - from);
+}
+
+TEST(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDeviceBusyAndTheBound) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  FakeDevice device(clock);
+  PriorityGate gate(clock, device.ops(), &board, &prio);
+  auto* stream = reinterpret_cast<CUstream>(0x10);
+  const double busy = launch_loop(clock, device, board, gate, 5000, stream);
+  EXPECT_EQ(device.ctx_syncs, 0) << "never a drain";
+  EXPECT_GT(gate.stats().event_waits, 400U);
+  EXPECT_EQ(gate.stats().drains, 0U);
+  for (CUstream s : device.recorded_on) ASSERT_EQ(s, stream) << "events go on the launches' stream";
+  // The cost is learnt from the events (80 us per launch): 2 ms is 25 launches, a step every 12.
+  EXPECT_GE(device.records, 5000 / 13);
+  EXPECT_LE(device.records, 5000 / 11);
+  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs)
+      << "never more than the bound (plus the launch being made) in flight";
+  std::printf("device busy with events: %.4f\n", busy);
+  EXPECT_GT(busy, 0.99) << "the queue never runs dry at a step";
+}
+
+TEST(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEachDrain) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  FakeDevice device(clock);
+  DriverOps ops = device.ops();
+  ops.event_record = nullptr;  // all or none
+  PriorityGate gate(clock, ops, &board, &prio);
+  const double busy = launch_loop(clock, device, board, gate, 5000);
+  EXPECT_EQ(device.records, 0);
+  EXPECT_GE(device.ctx_syncs, 5000 / 26);
+  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
+  std::printf("device busy with drains: %.4f\n", busy);
+  EXPECT_LT(busy, 0.98) << "the host's launch after each drain finds the device idle (the pipelined test's contrast)";
+}
+
+TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBackSafely) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  FakeDevice device(clock);
+  PriorityGate gate(clock, device.ops(), &board, &prio);
+  auto* a = reinterpret_cast<CUstream>(0x10);
+  auto* b = reinterpret_cast<CUstream>(0x20);
+  launch_loop(clock, device, board, gate, 200, a);  // learns the cost
+  const int records = device.records;
+  // Alternating streams: an event on one would not cover the other's work, so the steps drain.
+  for (int i = 0; i < 200; ++i) {
+    clock.now += 50 * kUs;
+    board.peers[0].heartbeat_ns = clock.now;
+    gate.gate(i % 2 == 0 ? a : b);
+    device.launch(i % 5 == 4 ? 360 * kUs : 10 * kUs);
+  }
+  EXPECT_EQ(device.records, records);
+  EXPECT_GT(device.ctx_syncs, 5);
+  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
+  // Another context current (or the events' one destroyed: its unique id never comes back): drains.
+  device.ctx = 8;
+  int syncs = device.ctx_syncs;
+  launch_loop(clock, device, board, gate, 200, a);
+  EXPECT_EQ(device.records, records);
+  EXPECT_GT(device.ctx_syncs, syncs);
+  // A stream being captured: neither an event nor a drain.
+  device.ctx = 7;
+  device.capturing = true;
+  syncs = device.ctx_syncs;
+  launch_loop(clock, device, board, gate, 200, a);
+  EXPECT_EQ(device.records, records);
+  EXPECT_EQ(device.ctx_syncs, syncs);
+  // An event that fails: drains from then on.
+  device.capturing = false;
+  device.fail_sync = true;
+  launch_loop(clock, device, board, gate, 200, a);
+  const int records_after_failure = device.records;
+  syncs = device.ctx_syncs;
+  device.fail_sync = false;
+  launch_loop(clock, device, board, gate, 200, a);
+  EXPECT_EQ(device.records, records_after_failure) << "events stay off after a failure";
+  EXPECT_GT(device.ctx_syncs, syncs);
+}
+
+TEST(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  FakeDevice device(clock);
+  device.fail_create = true;
+  PriorityGate gate(clock, device.ops(), &board, &prio);
+  launch_loop(clock, device, board, gate, 1000);
+  EXPECT_EQ(device.records, 0);
+  EXPECT_GE(device.ctx_syncs, 1000 / 26);
+  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
 }
 
 TEST(PriorityGateMechanics, SettlePublishesIdleAndHeartbeatCarriesALivePriorityChange) {
