@@ -81,6 +81,13 @@ std::atomic<std::uint32_t> source(Priority p) {
   return std::atomic<std::uint32_t>(static_cast<std::uint32_t>(p));
 }
 
+// The arithmetic of the bound's tests is written for a 2 ms bound, whatever the default.
+PriorityTuning two_ms_bound() {
+  PriorityTuning t;
+  t.in_flight_bound_ns = 2 * kMs;
+  return t;
+}
+
 PeerView peer(Priority p, std::uint64_t heartbeat, std::uint64_t busy_until = 0) {
   PeerView v;
   v.priority = p;
@@ -343,7 +350,7 @@ TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) 
   FakeBoard board;
   board.peers.push_back(peer(Priority::High, clock.now));
   auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  PriorityGate gate(clock, counting_ops(), &board, &prio, two_ms_bound());
   // Launches every 100 us: the cost of a launch is measured as 100 us, so the 2 ms bound allows
   // 20 launches between drains once learned.
   for (int i = 0; i < 2000; ++i) {
@@ -455,7 +462,7 @@ TEST(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDev
   board.peers.push_back(peer(Priority::High, clock.now));
   auto prio = source(Priority::Low);
   FakeDevice device(clock);
-  PriorityGate gate(clock, device.ops(), &board, &prio);
+  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
   auto* stream = reinterpret_cast<CUstream>(0x10);
   const double busy = launch_loop(clock, device, board, gate, 5000, stream);
   EXPECT_EQ(device.ctx_syncs, 0) << "never a drain";
@@ -465,7 +472,7 @@ TEST(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDev
   // The cost is learnt from the events (80 us per launch): 2 ms is 25 launches, a step every 12.
   EXPECT_GE(device.records, 5000 / 13);
   EXPECT_LE(device.records, 5000 / 11);
-  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs)
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs)
       << "never more than the bound (plus the launch being made) in flight";
   std::printf("device busy with events: %.4f\n", busy);
   EXPECT_GT(busy, 0.99) << "the queue never runs dry at a step";
@@ -479,11 +486,11 @@ TEST(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEac
   FakeDevice device(clock);
   DriverOps ops = device.ops();
   ops.event_record = nullptr;  // all or none
-  PriorityGate gate(clock, ops, &board, &prio);
+  PriorityGate gate(clock, ops, &board, &prio, two_ms_bound());
   const double busy = launch_loop(clock, device, board, gate, 5000);
   EXPECT_EQ(device.records, 0);
   EXPECT_GE(device.ctx_syncs, 5000 / 26);
-  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
   std::printf("device busy with drains: %.4f\n", busy);
   EXPECT_LT(busy, 0.98) << "the host's launch after each drain finds the device idle (the pipelined test's contrast)";
 }
@@ -494,7 +501,7 @@ TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBac
   board.peers.push_back(peer(Priority::High, clock.now));
   auto prio = source(Priority::Low);
   FakeDevice device(clock);
-  PriorityGate gate(clock, device.ops(), &board, &prio);
+  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
   auto* a = reinterpret_cast<CUstream>(0x10);
   auto* b = reinterpret_cast<CUstream>(0x20);
   launch_loop(clock, device, board, gate, 200, a);  // learns the cost
@@ -508,7 +515,7 @@ TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBac
   }
   EXPECT_EQ(device.records, records);
   EXPECT_GT(device.ctx_syncs, 5);
-  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
   // Another context current (or the events' one destroyed: its unique id never comes back): drains.
   device.ctx = 8;
   int syncs = device.ctx_syncs;
@@ -541,11 +548,11 @@ TEST(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
   auto prio = source(Priority::Low);
   FakeDevice device(clock);
   device.fail_create = true;
-  PriorityGate gate(clock, device.ops(), &board, &prio);
+  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
   launch_loop(clock, device, board, gate, 1000);
   EXPECT_EQ(device.records, 0);
   EXPECT_GE(device.ctx_syncs, 1000 / 26);
-  EXPECT_LE(device.max_queued, PriorityTuning{}.in_flight_bound_ns + 360 * kUs);
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
 }
 
 TEST(PriorityGateMechanics, SettlePublishesIdleAndHeartbeatCarriesALivePriorityChange) {

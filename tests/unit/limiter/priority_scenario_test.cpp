@@ -95,10 +95,12 @@ TEST_P(PriorityServerBesideTrainer, ServerKeepsItsLatencyAndTrainerGetsTheIdleDe
       prio.device_busy, static_cast<unsigned long long>(prio.trainer_stats.drains),
       static_cast<double>(prio.trainer_stats.held_back_ns) / 1e9);
   std::printf("%s\n", table);
-  EXPECT_LE(prio.p99, alone.p99 + kBound + kRefresh) << table;
-  EXPECT_LE(prio.p50, alone.p50 + kBound + kRefresh) << table;
+  // In front of a request: the bounded in-flight work, plus the trainer kernel being launched when
+  // the count reached the bound, plus what it launched before its next re-read of the records.
+  EXPECT_LE(prio.p99, alone.p99 + kBound + kStepKernelNs + kRefresh) << table;
+  EXPECT_LE(prio.p50, alone.p50 + kBound + kStepKernelNs + kRefresh) << table;
   // Un-managed sharing is what the gate fixes: the same check fails there.
-  EXPECT_GT(unmanaged.p99, alone.p99 + kBound + kRefresh) << table;
+  EXPECT_GT(unmanaged.p99, alone.p99 + kBound + kStepKernelNs + kRefresh) << table;
   // The trainer gets nearly all the time the server leaves idle, and the device stays busy.
   EXPECT_GE(prio.trainer_work / trainer_alone.trainer_work, 0.9 * (1.0 - load)) << table;
   EXPECT_GE(prio.device_busy, 0.9) << table;
