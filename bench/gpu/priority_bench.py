@@ -20,8 +20,8 @@ The server is a GPT-2-sized model (GPT2Config defaults: 12 layers, 768 wide, bui
 no download) answering short requests (--server-batch x --server-tokens tokens, one forward pass,
 the next token read back to the host) with Poisson arrivals. Load L means arrivals at
 L / (service time alone), the service time measured by a calibration process first, on requests
-that each follow a pause as in the measured runs (a request after a pause pays the host's and the
-device's wake-up; back-to-back requests are faster and would understate the load). Each row shows
+with Poisson arrivals at 30% as in the measured runs (a request after a pause pays the host's and
+the device's wake-up; back-to-back requests are faster and would understate the load). Each row shows
 the load the server really had (its share of time inside requests, "server busy %"). Latency is
 from a request's arrival to its answer on the host, queueing included; the server's garbage
 collector is off in the measured window, in every configuration. The trainer runs GPT-2
@@ -60,8 +60,8 @@ GOAL_TRAINER = {30: 0.5, 60: 0.25}
 SERVER_CPUS = "2,3"
 TRAINER_CPUS = "4,5,6,7"
 IDLE_CPUS = "8"
-# Mean pause before each calibration request of the second half (capped at 50 ms).
-CALIBRATE_GAP_S = 0.015
+# Load of the calibration's second part (Poisson arrivals, as in the runs).
+CALIBRATE_LOAD = 0.3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,21 +163,29 @@ def worker(args):
         while time.monotonic() < t_end:
             request()
         if args.worker == "calibrate":
-            # Back to back, then after idle gaps as in the measured runs (a request after a pause pays
-            # the host's and the device's wake-up; the rate is calibrated from that one, so that a
-            # load is the share of time the server is busy alone).
-            hot, gapped = [], []
-            rng = random.Random(args.seed + 1)
-            for i in range(2 * args.calibrate_requests):
-                if i >= args.calibrate_requests:
-                    sleep_until(time.monotonic() + min(0.05, rng.expovariate(1 / CALIBRATE_GAP_S)))
+            # Back to back first (a first estimate), then Poisson arrivals at CALIBRATE_LOAD of it, as in
+            # the measured runs: a request after a pause pays the host's and the device's wake-up, so
+            # the service time that sets the rate is the one measured that way, and a load is the
+            # share of time the server is busy alone.
+            hot = []
+            for _ in range(args.calibrate_requests):
                 t0 = time.monotonic()
                 request()
-                (hot if i < args.calibrate_requests else gapped).append(time.monotonic() - t0)
-            hot.sort()
-            gapped.sort()
-            report.update(service_mean_s=sum(gapped) / len(gapped), service_p50_s=gapped[len(gapped) // 2],
-                          service_hot_mean_s=sum(hot) / len(hot), requests=len(gapped))
+                hot.append(time.monotonic() - t0)
+            rate = CALIBRATE_LOAD / (sum(hot) / len(hot))
+            rng = random.Random(args.seed + 1)
+            served = []
+            t = time.monotonic()
+            for _ in range(args.calibrate_requests):
+                t += rng.expovariate(rate)
+                sleep_until(t)
+                t0 = time.monotonic()
+                request()
+                served.append(time.monotonic() - t0)
+                t = max(t, t0)
+            served.sort()
+            report.update(service_mean_s=sum(served) / len(served), service_p50_s=served[len(served) // 2],
+                          service_hot_mean_s=sum(hot) / len(hot), requests=len(served))
         else:
             rng = random.Random(args.seed)
             # No collector pauses inside the measured window, in every configuration alike (collected
@@ -354,7 +362,7 @@ class Bench:
         run = self.start("calibrate", "calibrate", False, None,
                          ["--calibrate-requests", str(self.args.calibrate_requests)])
         data = self.finish(run, self.args.ready_timeout + 120)
-        print(f"calibration: service time alone after a pause {data['service_mean_s'] * 1e3:.2f} ms mean, "
+        print(f"calibration: service time alone at {CALIBRATE_LOAD:.0%} load {data['service_mean_s'] * 1e3:.2f} ms mean, "
               f"{data['service_p50_s'] * 1e3:.2f} ms median; back to back {data['service_hot_mean_s'] * 1e3:.2f} ms "
               f"mean ({data['requests']} requests each)", flush=True)
         return data
