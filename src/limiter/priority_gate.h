@@ -205,8 +205,8 @@ class PriorityGate {
   int ring_next_ = 0;
   std::uint64_t events_ctx_id_ = 0;
   bool events_created_ = false;
-  std::atomic<bool> events_off_{false};     // creating or using them failed: drains only
-  std::atomic<bool> ring_stale_{false};     // an application sync emptied the queue meanwhile
+  std::atomic<bool> events_off_{false};  // creating or using them failed: drains only
+  std::atomic<bool> ring_stale_{false};  // an application sync emptied the queue meanwhile
 
   std::atomic<std::uint64_t> held_back_ns_{0};
   std::atomic<std::uint64_t> holds_{0};

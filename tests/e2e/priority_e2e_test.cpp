@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <sstream>
@@ -149,14 +149,15 @@ TEST_F(PriorityE2E, LowPriorityIsHeldWhileHighPrioritySubmitsAndRunsFreelyWhenIt
 TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDraining) {
   const long long epoch = monotonic_ns() + 1'500'000'000LL;
   const std::string seconds = std::to_string(kSeconds);
-  Background idle({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds,
-                   "--kernel-us", "1000", "--step", "5", "--busy-from-ms", seconds + "000", "--busy-to-ms", seconds + "000"},
-                  container_env("server", "high"), dir_ + "/server.out");
+  Background idle(
+      {GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds, "--kernel-us",
+       "1000", "--step", "5", "--busy-from-ms", seconds + "000", "--busy-to-ms", seconds + "000"},
+      container_env("server", "high"), dir_ + "/server.out");
   Env env = container_env("trainer", "low");
   env["GPUSLICE_LOG_LEVEL"] = "info";
   // 100 kernels of 200 us between synchronisations: 20 ms, ten times the in-flight bound.
-  const Outcome trainer = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds,
-                               "--kernel-us", "200", "--step", "100"},
+  const Outcome trainer = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds",
+                               seconds, "--kernel-us", "200", "--step", "100"},
                               env, 60);
   EXPECT_EQ(idle.wait(), 0) << idle.output();
   ASSERT_EQ(trainer.exit_code, 0) << trainer.out << trainer.err;
@@ -166,7 +167,8 @@ TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDrai
   unsigned long long waits = 0;
   const std::size_t held = trainer.err.find("launches held), ", at);
   ASSERT_NE(held, std::string::npos) << trainer.err;
-  ASSERT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits", &drains, &waits),
+  ASSERT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits", &drains,
+                        &waits),
             2)
       << trainer.err;
   EXPECT_GT(waits, 100U) << trainer.err;

@@ -492,7 +492,8 @@ TEST(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEac
   EXPECT_GE(device.ctx_syncs, 5000 / 26);
   EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
   std::printf("device busy with drains: %.4f\n", busy);
-  EXPECT_LT(busy, 0.98) << "the host's launch after each drain finds the device idle (the pipelined test's contrast)";
+  EXPECT_LT(busy, 0.98)
+      << "the host's launch after each drain finds the device idle (the pipelined test's contrast)";
 }
 
 TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBackSafely) {
