@@ -59,7 +59,8 @@ class PeerBoard {
 struct PriorityTuning {
   // Device work a lower-priority process may have queued while a higher-priority container is
   // alive: what a higher one's first kernel may find in front of it (plus one kernel longer than
-  // this). Reaching it drains the queue (cuCtxSynchronize), so smaller costs more drains.
+  // this). Kept by waiting for an event every half of it (or by a drain, cuCtxSynchronize, where an
+  // event cannot cover the window), so smaller costs more waits.
   std::uint64_t in_flight_bound_ns = 1'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
