@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "common/duration_scan.h"
 #include "config/default_paths.h"
 #include "config/settings.h"
 
@@ -324,24 +325,14 @@ const char* const kWebhookHead = "usage: gpuslice-node webhook [flags]   (or: gp
 }  // namespace
 
 Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 9)
+  // A bare number is seconds; no blanks, and at most 9 digits (leading zeros included).
+  static constexpr text::DurationUnit kUnits[] = {{"ms", 1}, {"s", 1000}, {"", 1000}, {"m", 60000}};
+  const text::DurationScan scan = text::scan_duration(text, kUnits, text::Blanks::NotAllowed);
+  if (scan.status != text::DurationScan::Status::Ok || scan.digits > 9)
     return make_error("'" + std::string(text) + "' is not a duration like 500ms, 2s or 1m");
-  long long value = std::stoll(std::string(text.substr(0, digits)));
-  std::string_view unit = text.substr(digits);
-  long long ms = 0;
-  if (unit == "ms") {
-    ms = value;
-  } else if (unit == "s" || unit.empty()) {
-    ms = value * 1000;
-  } else if (unit == "m") {
-    ms = value * 60000;
-  } else {
-    return make_error("'" + std::string(text) + "' is not a duration like 500ms, 2s or 1m");
-  }
-  if (ms <= 0) return make_error("duration must be positive");
-  return std::chrono::milliseconds(ms);
+  if (scan.value == 0) return make_error("duration must be positive");
+  // At most 999999999 minutes in milliseconds: far inside the representation.
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(scan.value));
 }
 
 Result<bool> parse_listen(std::string_view text, std::string& host, int& port) {
