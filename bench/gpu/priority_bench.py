@@ -33,7 +33,7 @@ configuration, the device utilization (NVML, sampled by this parent), and whethe
 configuration meets the goal (server p99 <= 1.10x alone; trainer >= 0.5x alone at 30% load,
 >= 0.25x at 60%). Outputs under --out (default $OUT, else ./priority-out): priority_bench.json
 (every run, with latencies), priority_bench.md (the table), logs/<run>.log.
-Default total: about 7 minutes on an H100.
+Default total: about 8 minutes on an H100.
 """
 import argparse
 import gc

@@ -76,7 +76,7 @@ for w in $what; do
     ipc) python3 tests/gpu/ipc.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice --out "$out" | tee "$out/ipc.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" ${TWO_ARGS:-} | tee "$out/two_containers.txt" ;;
     # A latency-critical server beside a best-effort trainer: alone, un-managed, 50/50 limits,
-    # priorities (about 7 minutes).
+    # priorities (about 8 minutes).
     priority) python3 bench/gpu/priority_bench.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice \
       --out "$out" ${PRIORITY_ARGS:-} | tee "$out/priority.txt" ;;
   esac
