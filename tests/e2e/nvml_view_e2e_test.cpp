@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
 
 #include "process.h"
@@ -32,7 +33,21 @@ class NvmlView : public ::testing::Test {
     dir_ = make_temp_dir("gpuslice-nvml-");
     ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override { remove_tree(dir_); }
+  void TearDown() override {
+    b_.reset();  // the tenants end before their directories go
+    a_.reset();
+    remove_tree(dir_);
+  }
+
+  // Container a holds 1 GiB under an 8 GiB quota (running kernels back to back when `a_busy`);
+  // container b holds 512 MiB under `b_limit` and stays idle. Both are ready when this returns and
+  // run until the test ends.
+  void start_tenants(bool a_busy, const std::string& b_limit = "4Gi") {
+    a_.emplace(work(kGiB, a_busy), container("a", "8Gi"), dir_ + "/a.out");
+    b_.emplace(work(512 * kMiB, false), container("b", b_limit), dir_ + "/b.out");
+    ASSERT_TRUE(a_->wait_for_output("ready=1", 10000)) << a_->output();
+    ASSERT_TRUE(b_->wait_for_output("ready=1", 10000)) << b_->output();
+  }
 
   // A process of container `name` (its own shared-state directory) on the machine's one mock GPU.
   Env container(const std::string& name, const std::string& memory_limit) const {
@@ -71,6 +86,8 @@ class NvmlView : public ::testing::Test {
 
   std::string dir_;
   std::string pid_offset_;
+  std::optional<Background> a_;
+  std::optional<Background> b_;
 };
 
 std::string pid_text(pid_t pid, long long offset = 0) { return std::to_string(pid + offset); }
@@ -83,14 +100,11 @@ std::string both_pids(pid_t x, pid_t y) {
 // Container a runs kernels back to back with 1 GiB under an 8 GiB quota; container b holds 512 MiB
 // under 4 GiB and stays idle. Each sees itself alone; the host sees both.
 TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
-  Background a(work(kGiB, true), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
+  ASSERT_NO_FATAL_FAILURE(start_tenants(true));
 
   Outcome host = query(card());
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
-  const std::string both = both_pids(a.pid(), b.pid());
+  const std::string both = both_pids(a_->pid(), b_->pid());
   Outcome in_a = query(container("a", "8Gi"));
   Outcome in_b = query(container("b", "4Gi"));
   ASSERT_EQ(in_a.exit_code, 0) << in_a.out << in_a.err;
@@ -101,8 +115,8 @@ TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
     EXPECT_EQ(host.values.at(f), both) << "the simulated card lists both tenants";
     EXPECT_EQ(host.num(f + "_count"), 2);
     EXPECT_EQ(in_a.num(f + "_rc"), kSuccess);
-    EXPECT_EQ(in_a.values.at(f), pid_text(a.pid()));
-    EXPECT_EQ(in_b.values.at(f), pid_text(b.pid()));
+    EXPECT_EQ(in_a.values.at(f), pid_text(a_->pid()));
+    EXPECT_EQ(in_b.values.at(f), pid_text(b_->pid()));
     // The driver's per-process figure is kept: allocation plus context.
     EXPECT_EQ(in_a.num(f + "_used0"), kGiB + kContextBytes);
     EXPECT_EQ(in_b.num(f + "_used0"), 512 * kMiB + kContextBytes);
@@ -110,16 +124,16 @@ TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
   for (const char* mode : {"detail0", "detail1", "detail2"}) {
     SCOPED_TRACE(mode);
     EXPECT_EQ(host.values.at(mode), both);
-    EXPECT_EQ(in_a.values.at(mode), pid_text(a.pid()));
-    EXPECT_EQ(in_b.values.at(mode), pid_text(b.pid()));
+    EXPECT_EQ(in_a.values.at(mode), pid_text(a_->pid()));
+    EXPECT_EQ(in_b.values.at(mode), pid_text(b_->pid()));
   }
   EXPECT_EQ(host.values.at("accounting"), both);
-  EXPECT_EQ(in_a.values.at("accounting"), pid_text(a.pid()));
-  EXPECT_EQ(in_b.values.at("accounting"), pid_text(b.pid()));
+  EXPECT_EQ(in_a.values.at("accounting"), pid_text(a_->pid()));
+  EXPECT_EQ(in_b.values.at("accounting"), pid_text(b_->pid()));
   EXPECT_EQ(in_a.num("accounting_count"), 1);
-  EXPECT_EQ(in_a.values.at("samples"), pid_text(a.pid()));
-  EXPECT_EQ(in_a.values.at("util_info"), pid_text(a.pid()));
-  EXPECT_EQ(host.values.at("samples"), pid_text(a.pid())) << "only a used the SMs";
+  EXPECT_EQ(in_a.values.at("samples"), pid_text(a_->pid()));
+  EXPECT_EQ(in_a.values.at("util_info"), pid_text(a_->pid()));
+  EXPECT_EQ(host.values.at("samples"), pid_text(a_->pid())) << "only a used the SMs";
   // b's process never ran a kernel: it has no sample, and a's is not b's to see.
   EXPECT_EQ(in_b.num("samples_rc"), kNotFound);
   EXPECT_EQ(in_b.num("util_info_rc"), kNotFound);
@@ -128,11 +142,8 @@ TEST_F(NvmlView, EachContainerListsOnlyItsOwnProcessesInEveryListVersion) {
 // A program that asks a pid's name (nvmlSystemGetProcessName): inside a slice another tenant's pid
 // has none; the host names both.
 TEST_F(NvmlView, AnotherTenantsPidHasNoNameInsideASlice) {
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
-  const std::string pa = pid_text(a.pid()), pb = pid_text(b.pid());
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false));
+  const std::string pa = pid_text(a_->pid()), pb = pid_text(b_->pid());
   Outcome host = query(card(), {pa, pb});
   Outcome in_a = query(container("a", "8Gi"), {pa, pb});
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
@@ -149,12 +160,9 @@ TEST_F(NvmlView, AnotherTenantsPidHasNoNameInsideASlice) {
 // own entries only, reached the way nvidia-smi reaches them (dlopen + dlsym) and through the
 // global scope; the host sees both tenants.
 TEST_F(NvmlView, NvidiaSmisProcessTableListsOnlyTheContainersOwnProcesses) {
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
-  const std::string pa = pid_text(a.pid()), pb = pid_text(b.pid());
-  const std::string both = both_pids(a.pid(), b.pid());
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false));
+  const std::string pa = pid_text(a_->pid()), pb = pid_text(b_->pid());
+  const std::string both = both_pids(a_->pid(), b_->pid());
   Outcome host = query(card());
   Outcome in_a = query(container("a", "8Gi"));
   Outcome in_b = query(container("b", "4Gi"));
@@ -193,12 +201,9 @@ TEST_F(NvmlView, NvidiaSmisProcessTableListsOnlyTheContainersOwnProcesses) {
 // The table's layout is known for the 580 driver branch only: on another one nvidia-smi's table is
 // handed out as the library made it (said once, at info level); the public lists stay filtered.
 TEST_F(NvmlView, OnAnotherDriverBranchNvidiaSmisProcessTableIsLeftAlone) {
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
-  const std::string pa = pid_text(a.pid()), pb = pid_text(b.pid());
-  const std::string both = both_pids(a.pid(), b.pid());
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false));
+  const std::string pa = pid_text(a_->pid()), pb = pid_text(b_->pid());
+  const std::string both = both_pids(a_->pid(), b_->pid());
   Env env = container("a", "8Gi");
   env["GPUSLICE_MOCK_NVML_DRIVER_VERSION"] = "590.10.01";
   env["GPUSLICE_LOG_LEVEL"] = "info";
@@ -243,10 +248,7 @@ TEST_F(NvmlView, TheSizeProtocolCountsOnlyTheContainersEntries) {
 // GPU utilisation is the container's own share: the busy tenant sees its work, the idle one 0 %,
 // though the card is busy.
 TEST_F(NvmlView, UtilizationIsTheContainersOwnShare) {
-  Background a(work(kGiB, true), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
+  ASSERT_NO_FATAL_FAILURE(start_tenants(true));
   usleep(1200000);  // a full sampling second of a's work
   Outcome host = query(card());
   Outcome in_a = query(container("a", "8Gi"));
@@ -275,10 +277,7 @@ TEST_F(NvmlView, UtilizationIsTheContainersOwnShare) {
 // Every memory surface agrees with the quota: total = quota, used + free + reserved = total,
 // BAR1 no larger than the quota.
 TEST_F(NvmlView, EveryMemorySurfaceIsConsistentWithTheQuota) {
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false));
   Outcome host = query(card());
   EXPECT_EQ(host.num("mem_total"), 16 * kGiB);
   EXPECT_EQ(host.num("bar1_total"), 16 * kGiB);
@@ -336,29 +335,23 @@ TEST_F(NvmlView, OnAFullCardTheQuotaTheCardCannotGiveIsShownAsReserved) {
 TEST_F(NvmlView, InAPidNamespaceTheContainerIsRecognisedByItsHostPids) {
   constexpr long long kOffset = 1000000;
   pid_offset_ = std::to_string(kOffset);
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", "4Gi"), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false));
   Outcome in_a = query(container("a", "8Gi"));
   Outcome in_b = query(container("b", "4Gi"));
   for (const char* fn : kLists) {
     SCOPED_TRACE(fn);
-    EXPECT_EQ(in_a.values.at(fn), pid_text(a.pid(), kOffset));
-    EXPECT_EQ(in_b.values.at(fn), pid_text(b.pid(), kOffset));
+    EXPECT_EQ(in_a.values.at(fn), pid_text(a_->pid(), kOffset));
+    EXPECT_EQ(in_b.values.at(fn), pid_text(b_->pid(), kOffset));
   }
 }
 
 // Without a limit gpuslice changes nothing: the preloaded library forwards every answer.
 TEST_F(NvmlView, AContainerWithoutLimitsSeesTheCard) {
-  Background a(work(kGiB, false), container("a", "8Gi"), dir_ + "/a.out");
-  Background b(work(512 * kMiB, false), container("b", ""), dir_ + "/b.out");
-  ASSERT_TRUE(a.wait_for_output("ready=1", 10000)) << a.output();
-  ASSERT_TRUE(b.wait_for_output("ready=1", 10000)) << b.output();
+  ASSERT_NO_FATAL_FAILURE(start_tenants(false, ""));
   Outcome host = query(card());
-  Outcome unlimited = query(container("b", ""), {pid_text(a.pid())});
+  Outcome unlimited = query(container("b", ""), {pid_text(a_->pid())});
   ASSERT_EQ(unlimited.exit_code, 0) << unlimited.out << unlimited.err;
-  EXPECT_EQ(unlimited.num("name_" + pid_text(a.pid()) + "_rc"), kSuccess) << "another tenant's name";
+  EXPECT_EQ(unlimited.num("name_" + pid_text(a_->pid()) + "_rc"), kSuccess) << "another tenant's name";
   for (const char* key : {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses",
                           "detail0", "export213", "mem_total", "mem_used", "bar1_total"}) {
     SCOPED_TRACE(key);
