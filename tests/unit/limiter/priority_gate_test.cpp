@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 namespace gpuslice::limiter {
@@ -436,18 +437,19 @@ class FakeDevice {
 };
 FakeDevice* FakeDevice::current = nullptr;
 
-// A loop beside an idle higher priority, on one stream from one thread: 50 us of host time per
-// launch, kernels of 10 us four times then one of 360 us (80 us on average). Alone it keeps the
-// device busy: the long kernels' queue covers the short ones' host time, so an empty queue (after a
-// drain) costs device time. Returns the device's busy share over the loop.
+// A loop beside an idle higher priority, from one thread: 50 us of host time per launch, kernels
+// of 10 us four times then one of 360 us (80 us on average). Alone it keeps the device busy: the
+// long kernels' queue covers the short ones' host time, so an empty queue (after a drain) costs
+// device time. Even launches go to `stream`, odd ones to `odd` (the same stream unless given).
+// Returns the device's busy share over the loop.
 double launch_loop(ManualClock& clock, FakeDevice& device, FakeBoard& board, PriorityGate& gate, int n,
-                   CUstream stream = nullptr) {
+                   CUstream stream = nullptr, std::optional<CUstream> odd = std::nullopt) {
   const std::uint64_t from = clock.now;
   std::uint64_t busy = 0;
   for (int i = 0; i < n; ++i) {
     clock.now += 50 * kUs;
     board.peers[0].heartbeat_ns = clock.now;
-    gate.gate(stream);
+    gate.gate(i % 2 == 1 ? odd.value_or(stream) : stream);
     const std::uint64_t kernel = i % 5 == 4 ? 360 * kUs : 10 * kUs;
     device.launch(kernel);
     busy += kernel;
@@ -456,13 +458,25 @@ double launch_loop(ManualClock& clock, FakeDevice& device, FakeBoard& board, Pri
   return static_cast<double>(busy) / static_cast<double>(clock.now - from);
 }
 
-TEST(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDeviceBusyAndTheBound) {
+// A low-priority gate beside a high-priority container that stays idle, on the model device.
+class PriorityGatePipelined : public ::testing::Test {
+ protected:
+  PriorityGatePipelined() { board.peers.push_back(peer(Priority::High, clock.now)); }
+  PriorityGate& make_gate(const DriverOps& ops) {
+    gate_.emplace(clock, ops, &board, &prio, two_ms_bound());
+    return *gate_;
+  }
+  PriorityGate& make_gate() { return make_gate(device.ops()); }
+
   ManualClock clock;
   FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  FakeDevice device(clock);
-  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
+  std::atomic<std::uint32_t> prio = source(Priority::Low);
+  FakeDevice device{clock};
+  std::optional<PriorityGate> gate_;
+};
+
+TEST_F(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDeviceBusyAndTheBound) {
+  PriorityGate& gate = make_gate();
   auto* stream = reinterpret_cast<CUstream>(0x10);
   const double busy = launch_loop(clock, device, board, gate, 5000, stream);
   EXPECT_EQ(device.ctx_syncs, 0) << "never a drain";
@@ -478,15 +492,10 @@ TEST(PriorityGatePipelined, StepsWaitForThePreviousHalfWindowsEventKeepingTheDev
   EXPECT_GT(busy, 0.99) << "the queue never runs dry at a step";
 }
 
-TEST(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEachDrain) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  FakeDevice device(clock);
+TEST_F(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEachDrain) {
   DriverOps ops = device.ops();
   ops.event_record = nullptr;  // all or none
-  PriorityGate gate(clock, ops, &board, &prio, two_ms_bound());
+  PriorityGate& gate = make_gate(ops);
   const double busy = launch_loop(clock, device, board, gate, 5000);
   EXPECT_EQ(device.records, 0);
   EXPECT_GE(device.ctx_syncs, 5000 / 26);
@@ -496,24 +505,14 @@ TEST(PriorityGatePipelined, WithoutEventsTheBoundDrainsAndTheDeviceIdlesAfterEac
       << "the host's launch after each drain finds the device idle (the pipelined test's contrast)";
 }
 
-TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBackSafely) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  FakeDevice device(clock);
-  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
+TEST_F(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBackSafely) {
+  PriorityGate& gate = make_gate();
   auto* a = reinterpret_cast<CUstream>(0x10);
   auto* b = reinterpret_cast<CUstream>(0x20);
   launch_loop(clock, device, board, gate, 200, a);  // learns the cost
   const int records = device.records;
   // Alternating streams: an event on one would not cover the other's work, so the steps drain.
-  for (int i = 0; i < 200; ++i) {
-    clock.now += 50 * kUs;
-    board.peers[0].heartbeat_ns = clock.now;
-    gate.gate(i % 2 == 0 ? a : b);
-    device.launch(i % 5 == 4 ? 360 * kUs : 10 * kUs);
-  }
+  launch_loop(clock, device, board, gate, 200, a, b);
   EXPECT_EQ(device.records, records);
   EXPECT_GT(device.ctx_syncs, 5);
   EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
@@ -542,14 +541,9 @@ TEST(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallBac
   EXPECT_GT(device.ctx_syncs, syncs);
 }
 
-TEST(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  FakeDevice device(clock);
+TEST_F(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
   device.fail_create = true;
-  PriorityGate gate(clock, device.ops(), &board, &prio, two_ms_bound());
+  PriorityGate& gate = make_gate();
   launch_loop(clock, device, board, gate, 1000);
   EXPECT_EQ(device.records, 0);
   EXPECT_GE(device.ctx_syncs, 1000 / 26);
