@@ -311,9 +311,14 @@ void PriorityGate::step(CUstream stream) {
     return;  // captured launches run nothing yet; a synchronize or an event would change the capture
   }
   if (pipelining() && single && pipelined_step(stream, launches, held)) return;
-  // The ring's events may be behind this drain's: none of them is waited for after it.
-  for (bool& pending : ring_pending_) pending = false;
+  forget_ring();  // its events are behind this drain
   drain(launches, start, held);
+}
+
+// None of the ring's events is waited for or sampled again: the queue was emptied since they were
+// recorded (a drain, or an application's synchronisation).
+void PriorityGate::forget_ring() {
+  for (bool& pending : ring_pending_) pending = false;
 }
 
 // Events are created once, in the context current at the first step; they are used only while that
@@ -340,9 +345,7 @@ bool PriorityGate::events_usable() {
 // is a sample of the launch cost. False when events cannot be used here (the caller drains).
 bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool held) {
   if (!events_usable()) return false;
-  if (ring_stale_.exchange(false, kRelaxed)) {
-    for (bool& pending : ring_pending_) pending = false;
-  }
+  if (ring_stale_.exchange(false, kRelaxed)) forget_ring();
   const int cur = ring_next_;
   const int prev = (cur + kRing - 1) % kRing;
   const int before = (cur + kRing - 2) % kRing;

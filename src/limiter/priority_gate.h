@@ -153,6 +153,7 @@ class PriorityGate {
   void step(CUstream stream);
   bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
   bool events_usable();
+  void forget_ring();
   void drain(std::uint32_t launches, std::uint64_t start, bool held);
   bool pipelining() const;
   std::uint64_t launch_cap() const;
