@@ -70,10 +70,11 @@ void sync_end() {
 
 namespace {
 
-// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _GRACE and _FLOOR.
+// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE and _FLOOR.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
+  if (own.ramp_ns) tuning.in_flight_ramp_ns = *own.ramp_ns;
   if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;
   if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
   return tuning;

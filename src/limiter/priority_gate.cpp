@@ -87,26 +87,41 @@ void PriorityGate::gate(CUstream stream) {
   }
   const std::uint64_t hold_start = now;
   bool held = false;
-  while (summary.higher_busy_until_ns > now) {
-    if (floor_admits(now, hold_start, true)) break;
-    if (!held) {
-      held = true;
-      holds_.fetch_add(1, kRelaxed);
-      window_held_.store(true, kRelaxed);
+  std::uint64_t held_ns = 0;
+  for (;;) {
+    const std::uint64_t round_start = now;
+    bool held_now = false;
+    while (summary.higher_busy_until_ns > now) {
+      if (floor_admits(now, hold_start, true)) break;
+      if (!held) {
+        held = true;
+        holds_.fetch_add(1, kRelaxed);
+        window_held_.store(true, kRelaxed);
+      }
+      held_now = true;
+      clock_.sleep_ns(
+          std::max(kMinNapNs, std::min(tuning_.held_poll_ns, summary.higher_busy_until_ns - now)));
+      now = clock_.now_ns();
+      summary = peers(now, true);
     }
-    clock_.sleep_ns(std::max(kMinNapNs, std::min(tuning_.held_poll_ns, summary.higher_busy_until_ns - now)));
+    if (held_now) held_ns += elapsed(round_start, now);
+    if (!step_if_due(stream)) break;
     now = clock_.now_ns();
+    // While the bound ramps up, the higher one went idle moments ago and may resume any time (a
+    // server between two requests of a burst): each step, a wait for the device, is also a look
+    // at its record, so this launch does not go in front of its next request.
+    if (bound_now(now) >= tuning_.in_flight_bound_ns) break;
     summary = peers(now, true);
+    if (summary.higher_busy_until_ns <= now) break;
   }
   if (held) {
-    const std::uint64_t waited = elapsed(hold_start, now);
-    held_back_ns_.fetch_add(waited, kRelaxed);
+    held_back_ns_.fetch_add(held_ns, kRelaxed);
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);
   } else {
     floor_admits(now, now, false);
   }
-  bound_in_flight(stream, now);
+  count_launch(stream, now);
   last_launch_ns_.store(now, kRelaxed);
 }
 
@@ -146,8 +161,9 @@ void PriorityGate::note_host_sync() {
   // priorities resume without waiting for the horizon to pass.
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
-  const std::uint64_t idle_at = tuning_.resume_grace_ns == 0 ? 0 : now + tuning_.resume_grace_ns;
-  if (until <= std::max(idle_at, now)) return;  // already idle, or idle within the grace
+  // Published as is: once past, it tells lower priorities since when this container is idle.
+  const std::uint64_t idle_at = now + tuning_.resume_grace_ns;
+  if (until <= idle_at) return;  // already idle, or idle within the grace
   grace_until_ns_.store(idle_at, kRelaxed);
   busy_until_ns_.store(idle_at, kRelaxed);
   publish_own(now);
@@ -165,8 +181,7 @@ void PriorityGate::publish_own(std::uint64_t now) {
   PeerView own;
   own.priority = priority();
   own.heartbeat_ns = now;
-  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
-  own.busy_until_ns = until > now ? until : 0;
+  own.busy_until_ns = busy_until_ns_.load(kRelaxed);  // past: idle since then
   own.held_back_ns = held_back_ns_.load(kRelaxed);
   board_->publish(own);
   publishes_.fetch_add(1, kRelaxed);
@@ -254,10 +269,23 @@ bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, boo
   return admit;
 }
 
-std::uint64_t PriorityGate::launch_cap() const {
+// The in-flight bound now: the whole of it while a higher priority is busy (a floor slice) or has
+// never been busy, else in proportion to how long the most recent one has been idle, up to the
+// whole after in_flight_ramp_ns.
+std::uint64_t PriorityGate::bound_now(std::uint64_t now) const {
+  const std::uint64_t bound = tuning_.in_flight_bound_ns;
+  const std::uint64_t ramp = tuning_.in_flight_ramp_ns;
+  const std::uint64_t idle_since = higher_busy_until_ns_.load(kAcquire);
+  if (ramp == 0 || idle_since == 0 || idle_since >= now) return bound;
+  const std::uint64_t idle = now - idle_since;
+  if (idle >= ramp) return bound;
+  return static_cast<std::uint64_t>(static_cast<unsigned __int128>(bound) * idle / ramp);
+}
+
+std::uint64_t PriorityGate::launch_cap(std::uint64_t now) const {
   const std::uint64_t cost = launch_cost_.per_launch_ns();
   if (cost == 0) return tuning_.initial_launch_cap;
-  return std::clamp<std::uint64_t>(tuning_.in_flight_bound_ns / cost, 1, kMaxLaunchCap);
+  return std::clamp<std::uint64_t>(bound_now(now) / cost, 1, kMaxLaunchCap);
 }
 
 bool PriorityGate::pipelining() const {
@@ -265,27 +293,29 @@ bool PriorityGate::pipelining() const {
          ops_.event_synchronize != nullptr && ops_.event_elapsed_ns != nullptr && !events_off_.load(kRelaxed);
 }
 
-// Keeps at most launch_cap() launches (about in_flight_bound_ns of device time) queued: a step every
+// Keeps at most launch_cap() launches (about bound_now() of device time) queued: a step every
 // launch_cap() launches (a drain), or every half of it when pipelined (an event per half window,
-// waiting only for the previous half's).
-void PriorityGate::bound_in_flight(CUstream stream, std::uint64_t now) {
+// waiting only for the previous half's). True when this thread stepped (it waited for the device).
+bool PriorityGate::step_if_due(CUstream stream) {
   for (;;) {
     if (draining_.load(kAcquire)) {
       clock_.sleep_ns(kDrainPollNs);
-      now = clock_.now_ns();
       continue;
     }
-    const std::uint64_t cap = launch_cap();
+    const std::uint64_t cap = launch_cap(clock_.now_ns());
     const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
-    if (window_launches_.load(kRelaxed) < step_at) break;
+    if (window_launches_.load(kRelaxed) < step_at) return false;
     if (draining_.exchange(true, kAcquire)) continue;
     step(stream);
     draining_.store(false, kRelease);
-    now = clock_.now_ns();
-    break;
+    return true;
   }
-  // Which stream and thread the window's launches use: a pipelined step needs them all on the
-  // stream (and thread, for the per-thread default stream) of the launch that closes the window.
+}
+
+// Counts the launch about to go in the window, and which stream and thread the window's launches
+// use: a pipelined step needs them all on the stream (and thread, for the per-thread default
+// stream) of the launch that closes the window.
+void PriorityGate::count_launch(CUstream stream, std::uint64_t now) {
   if (window_launches_.fetch_add(1, kRelaxed) == 0) {
     window_start_ns_.store(now, kRelaxed);
     window_stream_.store(stream, kRelaxed);

@@ -30,9 +30,11 @@ enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
 // What one container publishes about itself on one GPU.
 struct PeerView {
   Priority priority = Priority::Normal;
-  std::uint64_t heartbeat_ns = 0;   // CLOCK_MONOTONIC of the publish
-  std::uint64_t busy_until_ns = 0;  // work queued or running at least until then; 0 = idle
-  std::uint64_t held_back_ns = 0;   // total time the container's launches were held back
+  std::uint64_t heartbeat_ns = 0;  // CLOCK_MONOTONIC of the publish
+  // Work queued or running at least until then; a time already past: idle since then (a lower
+  // priority's bound ramps up with that idle time); 0: never busy.
+  std::uint64_t busy_until_ns = 0;
+  std::uint64_t held_back_ns = 0;  // total time the container's launches were held back
 };
 
 // The other containers on the same GPU, and this container's own record.
@@ -62,6 +64,11 @@ struct PriorityTuning {
   // this). Kept by waiting for an event every half of it (or by a drain, cuCtxSynchronize, where an
   // event cannot cover the window), so smaller costs more waits.
   std::uint64_t in_flight_bound_ns = 1'000'000;
+  // A higher priority that just went idle is likely to submit again soon (a server between two
+  // requests of a burst): the bound grows in proportion to its idle time, reaching
+  // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one
+  // lower-priority kernel in front of it and one after a pause the whole bound. 0 = no ramp.
+  std::uint64_t in_flight_ramp_ns = 4'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
   std::uint64_t refresh_ns = 250'000;
@@ -149,14 +156,16 @@ class PriorityGate {
   void publish_own(std::uint64_t now);
   PeerSummary peers(std::uint64_t now, bool force);
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
-  void bound_in_flight(CUstream stream, std::uint64_t now);
+  bool step_if_due(CUstream stream);
+  void count_launch(CUstream stream, std::uint64_t now);
   void step(CUstream stream);
   bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
   bool events_usable();
   void forget_ring();
   void drain(std::uint32_t launches, std::uint64_t start, bool held);
   bool pipelining() const;
-  std::uint64_t launch_cap() const;
+  std::uint64_t launch_cap(std::uint64_t now) const;
+  std::uint64_t bound_now(std::uint64_t now) const;
 
   Clock& clock_;
   DriverOps ops_;

@@ -59,10 +59,12 @@ Settings load_with(const char* priority) {
   });
 }
 
-Settings load_tuning(const char* in_flight, const char* grace, const char* floor) {
+Settings load_tuning(const char* in_flight, const char* grace, const char* floor,
+                     const char* ramp = nullptr) {
   return load_settings([=](const char* name) -> const char* {
     const std::string_view n(name);
     if (n == "GPUSLICE_PRIORITY_IN_FLIGHT") return in_flight;
+    if (n == "GPUSLICE_PRIORITY_RAMP") return ramp;
     if (n == "GPUSLICE_PRIORITY_GRACE") return grace;
     if (n == "GPUSLICE_PRIORITY_FLOOR") return floor;
     return nullptr;
@@ -73,10 +75,12 @@ TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
   const Settings none = load_tuning(nullptr, nullptr, nullptr);
   EXPECT_TRUE(none.ok());
   EXPECT_FALSE(none.priority_tuning.in_flight_ns || none.priority_tuning.grace_ns ||
-               none.priority_tuning.floor_percent);
-  const Settings s = load_tuning("1ms", "500us", "0");
+               none.priority_tuning.floor_percent || none.priority_tuning.ramp_ns);
+  const Settings s = load_tuning("1ms", "500us", "0", "8ms");
   ASSERT_TRUE(s.ok()) << s.errors[0];
   EXPECT_EQ(s.priority_tuning.in_flight_ns, 1'000'000U);
+  EXPECT_EQ(s.priority_tuning.ramp_ns, 8'000'000U);
+  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, "0ms").priority_tuning.ramp_ns, 0U) << "0: no ramp";
   EXPECT_EQ(s.priority_tuning.grace_ns, 500'000U);
   EXPECT_EQ(s.priority_tuning.floor_percent, 0U);
 }
@@ -84,11 +88,12 @@ TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
 // Each malformed tunable is one error naming the variable and its value (the library then fails
 // closed), never a silent default.
 TEST(PriorityTunables, MalformedOrOutOfRangeValuesFailClosedNamingTheVariable) {
-  const Settings s = load_tuning("50us", "2", "101");
-  ASSERT_EQ(s.errors.size(), 3U);
+  const Settings s = load_tuning("50us", "2", "101", "2s");
+  ASSERT_EQ(s.errors.size(), 4U);
   EXPECT_NE(s.errors[0].find("GPUSLICE_PRIORITY_IN_FLIGHT='50us'"), std::string::npos) << s.errors[0];
-  EXPECT_NE(s.errors[1].find("GPUSLICE_PRIORITY_GRACE='2'"), std::string::npos) << s.errors[1];
-  EXPECT_NE(s.errors[2].find("GPUSLICE_PRIORITY_FLOOR='101'"), std::string::npos) << s.errors[2];
+  EXPECT_NE(s.errors[1].find("GPUSLICE_PRIORITY_RAMP='2s'"), std::string::npos) << s.errors[1];
+  EXPECT_NE(s.errors[2].find("GPUSLICE_PRIORITY_GRACE='2'"), std::string::npos) << s.errors[2];
+  EXPECT_NE(s.errors[3].find("GPUSLICE_PRIORITY_FLOOR='101'"), std::string::npos) << s.errors[3];
 }
 
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {

@@ -53,7 +53,7 @@ class FakeBoard final : public PeerBoard {
   }
   PeerView view(std::size_t i, std::uint64_t now_ns) const {
     PeerView v = peers[i];
-    if (now_ns >= idle_from) v.busy_until_ns = 0;  // the peer's sync returned: it published idle
+    if (now_ns >= idle_from) v.busy_until_ns = idle_from;  // its sync returned: it published idle since
     return v;
   }
   void publish(const PeerView& own) override { published.push_back(own); }
@@ -118,7 +118,7 @@ TEST(PriorityGateMechanics, BusyIsPublishedOnTheIdleToBusyTransitionAndRenewedOn
   EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.sync_lease_ns);
   clock.now += 3 * kMs;
   gate.note_host_sync();
-  EXPECT_EQ(board.published.back().busy_until_ns, 0U);
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now) << "idle since now: a time already past";
 }
 
 // A high-priority server with two threads: one waits for its work while the other launches more.
@@ -140,7 +140,7 @@ TEST(PriorityGateMechanics, AHighSyncThatReturnsAfterAnotherThreadLaunchedKeepsT
   gate.note_sync_begin();
   clock.now += 1 * kMs;
   gate.note_host_sync();
-  EXPECT_EQ(board.published.back().busy_until_ns, 0U);
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now);
 }
 
 // GPUSLICE_PRIORITY_GRACE: after its wait returns, a server still counts as busy for the grace, so
@@ -361,6 +361,86 @@ TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) 
   }
   EXPECT_GE(g_syncs, 95);
   EXPECT_LE(g_syncs, 110);
+}
+
+// The ramp's tests: the whole 2 ms bound after 4 ms of the higher one's idle time. Records are
+// re-read on their own only every 10 ms, so the reads seen are the ramp's.
+class PriorityGateRamp : public ::testing::Test {
+ protected:
+  static constexpr std::uint64_t kRamp = 4 * kMs;
+
+  PriorityGateRamp() {
+    board.peers.push_back(peer(Priority::High, clock.now));  // alive, never busy
+    PriorityTuning t = two_ms_bound();
+    t.in_flight_ramp_ns = kRamp;
+    t.refresh_ns = 10 * kMs;
+    t.held_poll_ns = 100 * kUs;
+    gate.emplace(clock, counting_ops(), &board, &prio, t);
+    launch_for(200 * kMs);  // learns the cost of a launch: 100 us, so 20 launches per 2 ms
+  }
+
+  void launch_for(std::uint64_t span) {  // a launch every 100 us
+    const std::uint64_t end = clock.now + span;
+    while (clock.now < end) {
+      clock.now += 100 * kUs;
+      board.peers[0].heartbeat_ns = clock.now;
+      gate->gate(nullptr);
+    }
+  }
+
+  // The higher one serves a 20 ms request: a launch is held from the next refresh until its record
+  // says idle.
+  void higher_request() {
+    board.peers[0].busy_until_ns = clock.now + 20 * kMs;
+    const std::uint64_t holds = gate->stats().holds;
+    for (int i = 0; i < 200 && gate->stats().holds == holds; ++i) launch_for(100 * kUs);
+    ASSERT_EQ(gate->stats().holds, holds + 1);
+    ASSERT_GE(clock.now, board.peers[0].busy_until_ns);
+  }
+
+  ManualClock clock;
+  FakeBoard board;
+  std::atomic<std::uint32_t> prio = source(Priority::Low);
+  std::optional<PriorityGate> gate;
+};
+
+// Right after the higher one went idle its next request may come any moment, so the bound is in
+// proportion to its idle time (the whole of it after in_flight_ramp_ns): more, smaller steps, each
+// of which also re-reads its record. A higher one never busy gets the whole bound.
+TEST_F(PriorityGateRamp, TheBoundGrowsWithTheHigherOnesIdleTimeAndEachStepLooksAtItsRecord) {
+  g_syncs = 0;
+  launch_for(kRamp);
+  const int never_busy = g_syncs;
+  higher_request();  // released: idle since its end
+  g_syncs = 0;
+  int rereads = board.rereads;
+  launch_for(kRamp);
+  const int ramping = g_syncs;
+  const int ramp_rereads = board.rereads - rereads;
+  g_syncs = 0;
+  rereads = board.rereads;
+  launch_for(kRamp);
+  const int after = g_syncs;
+  const int after_rereads = board.rereads - rereads;
+  std::printf("drains per 4 ms: never busy %d, ramping %d, after %d; re-reads ramping %d, after %d\n",
+              never_busy, ramping, after, ramp_rereads, after_rereads);
+  EXPECT_LE(never_busy, 3) << "the whole bound: 40 launches of 100 us in two drains";
+  EXPECT_LE(after, 3);
+  EXPECT_GE(ramping, 3 * after) << "a bound of idle/4 ms x 2 ms: one launch per drain at first";
+  EXPECT_GE(ramp_rereads, ramping - 1) << "each step of the ramp looks at the record";
+  EXPECT_LE(after_rereads, 1) << "after the ramp, one re-read per refresh_ns (10 ms) only";
+}
+
+// A higher one whose record says busy again at a step of the ramp holds the launch there, long
+// before the next refresh.
+TEST_F(PriorityGateRamp, AHigherOneResumingDuringTheRampHoldsTheNextLaunchAtTheStep) {
+  higher_request();
+  launch_for(100 * kUs);  // a window of one launch: the next one steps
+  const std::uint64_t holds = gate->stats().holds;
+  board.peers[0].busy_until_ns = clock.now + 3 * kMs;  // its next request
+  launch_for(100 * kUs);
+  EXPECT_EQ(gate->stats().holds, holds + 1) << "the step's look saw it busy";
+  EXPECT_GE(clock.now, board.peers[0].busy_until_ns);
 }
 
 // A device for the pipelined bound: kernels run one after another from their launch;

@@ -171,6 +171,54 @@ TEST(PrioritySharing, NewlyStartedHighPriorityContainerIsSeenWithinTheAbsentRefr
   EXPECT_LT(s.world().occupancy(low.container->id, clear, kStart + 900 * kMs), 0.001);
 }
 
+// A burst: requests queued behind one another, each taking 300 us of host time between the
+// previous one's synchronisation and its first launch. The low-priority trainer (50 us kernels) is
+// released in each of those gaps. With the ramp its bound is a quarter of the gap's idle time
+// (about one kernel), so each request finds little in front of it; without it, the whole bound.
+TEST(PrioritySharing, RequestsOfABurstFindAboutOneLowKernelInFrontWithTheRamp) {
+  constexpr int kRequests = 100;
+  constexpr std::uint64_t kBurst = 200 * kMs;
+  constexpr std::uint64_t kTrainerKernel = 50 * kUs;
+  RequestShape shape;
+  shape.prep_ns = 300 * kUs;
+  // Extra time per request of the burst beside the trainer, against the same burst alone.
+  auto burst_ns = [&](bool trainer, std::uint64_t ramp_ns, PriorityStats* stats) {
+    PriorityTuning tuning;
+    tuning.in_flight_ramp_ns = ramp_ns;
+    PriorityScenario s(tuning);
+    Tenant& high = s.add_tenant(Priority::High);
+    std::vector<std::uint64_t> latencies;
+    const std::vector<std::uint64_t> arrivals(kRequests, kBurst);
+    s.add_thread(high, [&] { serve(high, s.world(), arrivals, shape, &latencies); });
+    s.add_heartbeat(high, kSec);
+    if (trainer) {
+      Tenant& low = s.add_tenant(Priority::Low);
+      s.add_thread(low, [&] {
+        train(low, s.world(), 1000000, kTrainerKernel, 2 * kUs, kSec);
+        *stats = low.gate->stats();
+      });
+      s.add_heartbeat(low, kSec);
+    }
+    s.run();
+    return latencies.back();  // the last request's: the whole burst
+  };
+  PriorityStats ramped{};
+  PriorityStats whole{};
+  const std::uint64_t alone = burst_ns(false, 0, nullptr);
+  const double ramp_extra =
+      static_cast<double>(burst_ns(true, PriorityTuning{}.in_flight_ramp_ns, &ramped) - alone) / kRequests;
+  const double whole_extra = static_cast<double>(burst_ns(true, 0, &whole) - alone) / kRequests;
+  std::printf(
+      "burst of %d requests: extra per request %.0f us with the ramp, %.0f us without; trainer "
+      "drains %llu / %llu\n",
+      kRequests, ramp_extra / 1e3, whole_extra / 1e3, static_cast<unsigned long long>(ramped.drains),
+      static_cast<unsigned long long>(whole.drains));
+  EXPECT_GT(ramped.holds, static_cast<std::uint64_t>(kRequests / 2)) << "released between requests";
+  // One step of the bound at most: a kernel being launched and the one after it.
+  EXPECT_LE(ramp_extra, 2.0 * kTrainerKernel + 20 * kUs);
+  EXPECT_GT(whole_extra, 3.0 * ramp_extra) << "the check fails without the ramp";
+}
+
 // Work conservation: with a higher-priority container alive but idle, the low-priority trainer
 // keeps the device busy; the only cost is a drain per in-flight bound.
 TEST(PrioritySharing, LowPriorityRunsUnthrottledWhileHigherPrioritiesIdle) {

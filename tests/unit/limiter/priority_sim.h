@@ -135,12 +135,14 @@ class PriorityScenario {
   std::vector<std::unique_ptr<Tenant>> tenants_;
 };
 
-// A request: `kernels` kernels of `kernel_ns`, `cpu_ns` of host work after each launch, then a
-// host synchronisation (what a model's forward pass and reading its result do).
+// A request: `prep_ns` of host work before its first launch (taking it, preparing its input),
+// `kernels` kernels of `kernel_ns`, `cpu_ns` of host work after each launch, then a host
+// synchronisation (what a model's forward pass and reading its result do).
 struct RequestShape {
   int kernels = 20;
   std::uint64_t kernel_ns = 250 * kUs;
   std::uint64_t cpu_ns = 10 * kUs;
+  std::uint64_t prep_ns = 0;
 };
 
 // Poisson arrival times in [0, until) at `rate_per_s`, deterministic for a seed.
@@ -164,6 +166,7 @@ inline void serve(Tenant& tenant, World& world, const std::vector<std::uint64_t>
                   const RequestShape& shape, std::vector<std::uint64_t>* latencies) {
   for (const std::uint64_t arrival : arrivals) {
     if (world.now() < arrival) world.sleep(arrival - world.now());
+    if (shape.prep_ns != 0) world.sleep(shape.prep_ns);
     for (int k = 0; k < shape.kernels; ++k) {
       tenant.before_launch();
       world.launch(shape.kernel_ns);
