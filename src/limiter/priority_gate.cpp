@@ -250,6 +250,9 @@ bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, boo
   const auto cap = static_cast<std::int64_t>(tuning_.floor_window_ns / 100 * percent);
   std::int64_t credit = floor_credit_ns_.load(kRelaxed);
   if (held) {
+    // Up to this hold, the container was admitted (launching, or not launching at all): spent.
+    credit -= static_cast<std::int64_t>(elapsed(last, held_since) / 100 * (100 - percent));
+    credit = std::max<std::int64_t>(credit, 0);
     credit += static_cast<std::int64_t>(elapsed(std::max(last, held_since), now) / 100 * percent);
   } else {
     credit -= static_cast<std::int64_t>(elapsed(last, now) / 100 * (100 - percent));

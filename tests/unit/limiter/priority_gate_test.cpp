@@ -363,6 +363,26 @@ TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) 
   EXPECT_LE(g_syncs, 110);
 }
 
+// The floor is for a container held nearly all the time. One held half of the time (a server at
+// 50% load) is admitted far longer than floor_percent, including while it launches nothing (its own
+// host work, its own waits): that time spends the credit, so it never gets a slice in the middle of
+// the higher one's work.
+TEST(PriorityGateMechanics, ALowContainerHeldHalfTheTimeNeverGetsAFloorSlice) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  for (int cycle = 0; cycle < 500; ++cycle) {  // 5 s
+    board.peers[0].heartbeat_ns = clock.now;
+    board.peers[0].busy_until_ns = clock.now + 5 * kMs;  // the higher one serves for 5 ms
+    gate.gate(nullptr);                                  // one launch, held until then
+    clock.now += 5 * kMs;                                // then host work, no launch
+  }
+  EXPECT_GE(gate.stats().holds, 450U);
+  EXPECT_EQ(gate.stats().floor_slices, 0U);
+}
+
 // The ramp's tests: the whole 2 ms bound after 4 ms of the higher one's idle time. Records are
 // re-read on their own only every 10 ms, so the reads seen are the ramp's.
 class PriorityGateRamp : public ::testing::Test {
