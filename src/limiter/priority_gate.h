@@ -63,12 +63,12 @@ struct PriorityTuning {
   // alive: what a higher one's first kernel may find in front of it (plus one kernel longer than
   // this). Kept by waiting for an event every half of it (or by a drain, cuCtxSynchronize, where an
   // event cannot cover the window), so smaller costs more waits.
-  std::uint64_t in_flight_bound_ns = 1'000'000;
+  std::uint64_t in_flight_bound_ns = 2'000'000;
   // A higher priority that just went idle is likely to submit again soon (a server between two
   // requests of a burst): the bound grows in proportion to its idle time, reaching
   // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one
   // lower-priority kernel in front of it and one after a pause the whole bound. 0 = no ramp.
-  std::uint64_t in_flight_ramp_ns = 4'000'000;
+  std::uint64_t in_flight_ramp_ns = 8'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
   std::uint64_t refresh_ns = 250'000;
