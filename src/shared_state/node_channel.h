@@ -27,9 +27,11 @@ struct PeerState {                          // what one container publishes abou
   std::uint64_t container_key = 0;          // identity of the container (its ledger file); set by the channel
   std::uint32_t compute_limit_percent = 0;  // 0 = none
   Priority priority = Priority::Normal;
-  std::uint64_t heartbeat_ns = 0;   // CLOCK_MONOTONIC of the last publish (0: publish() stamps it)
-  std::uint64_t busy_until_ns = 0;  // priority: work queued/running at least until this time; 0 = idle
-  std::uint64_t held_back_ns = 0;   // priority: total time this container's submissions were held back
+  std::uint64_t heartbeat_ns = 0;  // CLOCK_MONOTONIC of the last publish (0: publish() stamps it)
+  // Priority: work queued/running at least until this time; a time already past: idle since then;
+  // 0 = never busy.
+  std::uint64_t busy_until_ns = 0;
+  std::uint64_t held_back_ns = 0;  // priority: total time this container's submissions were held back
 };
 
 class NodeChannel {
