@@ -36,6 +36,10 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
+// Stream handles with a meaning of their own (cuda.h's values): the legacy default stream and the
+// calling thread's default stream.
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 typedef struct CUevent_st* CUevent;
 typedef struct CUarray_st* CUarray;
 typedef struct CUmipmappedArray_st* CUmipmappedArray;

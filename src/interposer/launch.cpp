@@ -12,47 +12,56 @@ inline void gate(CUstream stream) {
   if (gs::compute_active()) [[unlikely]]
     gs::gate_launch(stream);
 }
+
+// What a launch's stream handle means: a _ptsz entry point reads 0 as the calling thread's default
+// stream, the others as the legacy one. The gates pass the handle on to the driver (a capture
+// query, an event, a synchronisation), so a _ptsz launch's 0 goes to them as CU_STREAM_PER_THREAD.
+constexpr bool kLegacy = false;
+constexpr bool kPerThread = true;
+inline CUstream gated_stream(CUstream stream, bool per_thread) {
+  return per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream;
+}
 }  // namespace
 
-#define GS_LAUNCH_KERNEL(sym)                                                                              \
+#define GS_LAUNCH_KERNEL(sym, per_thread)                                                                  \
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams, void** extra) {                                              \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
-    gate(hStream);                                                                                         \
+    gate(gated_stream(hStream, per_thread));                                                               \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
   }
-GS_LAUNCH_KERNEL(cuLaunchKernel)
-GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
+GS_LAUNCH_KERNEL(cuLaunchKernel, kLegacy)
+GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
 
-#define GS_LAUNCH_KERNEL_EX(sym)                                                                          \
+#define GS_LAUNCH_KERNEL_EX(sym, per_thread)                                                              \
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
-    gate(config != nullptr ? config->hStream : nullptr);                                                  \
+    gate(gated_stream(config != nullptr ? config->hStream : nullptr, per_thread));                        \
     return real(config, f, kernelParams, extra);                                                          \
   }
-GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx)
-GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
+GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx, kLegacy)
+GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
 
-#define GS_LAUNCH_COOPERATIVE(sym)                                                                         \
+#define GS_LAUNCH_COOPERATIVE(sym, per_thread)                                                             \
   GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams) {                                                            \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
-    gate(hStream);                                                                                         \
+    gate(gated_stream(hStream, per_thread));                                                               \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
   }
-GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
-GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
+GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kLegacy)
+GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
 
-#define GS_GRAPH_LAUNCH(sym)                                         \
+#define GS_GRAPH_LAUNCH(sym, per_thread)                             \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
-    gate(hStream);                                                   \
+    gate(gated_stream(hStream, per_thread));                         \
     return real(hGraphExec, hStream);                                \
   }
-GS_GRAPH_LAUNCH(cuGraphLaunch)
-GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+GS_GRAPH_LAUNCH(cuGraphLaunch, kLegacy)
+GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz, kPerThread)
 
 GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
 

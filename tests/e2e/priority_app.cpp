@@ -1,9 +1,11 @@
 // A CUDA "application" for the priority end-to-end test, linked to libcuda.so.1 (the mock driver).
 //   priority_app --epoch-ns E --seconds S --kernel-us K --step N [--busy-from-ms A --busy-to-ms B]
+//                [--ptsz 1]
 // Without --busy-*: a trainer that launches steps of N kernels of K us and synchronises after each,
 // for S seconds from E (CLOCK_MONOTONIC), and prints the kernels completed per 50 ms bucket since E
 // ("buckets=n0,n1,..."). With --busy-*: a server that idles until E + A, then runs steps until
-// E + B (busy), then idles until E + S.
+// E + B (busy), then idles until E + S. --ptsz 1 launches through cuLaunchKernel_ptsz on stream 0
+// (the calling thread's default stream, as a program built for per-thread default streams does).
 #include <time.h>
 
 #include <cstdint>
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   int step = 10;
   long busy_from_ms = -1;
   long busy_to_ms = -1;
+  bool ptsz = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
       busy_from_ms = std::atol(v);
     } else if (a == "--busy-to-ms") {
       busy_to_ms = std::atol(v);
+    } else if (a == "--ptsz") {
+      ptsz = std::atoi(v) != 0;
     } else {
       std::printf("error=unknown_option %s\n", a.c_str());
       return 2;
@@ -98,8 +103,11 @@ int main(int argc, char** argv) {
   std::vector<long> buckets((end - epoch) / kBucketNs + 1, 0);
   sleep_until(from);
   while (now_ns() < until) {
-    for (int k = 0; k < step; ++k)
-      check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "launch");
+    for (int k = 0; k < step; ++k) {
+      check(ptsz ? cuLaunchKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr)
+                 : cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            "launch");
+    }
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     const std::uint64_t t = now_ns();
     if (t >= epoch && t < end) buckets[(t - epoch) / kBucketNs] += step;

@@ -53,6 +53,14 @@ double rate(const std::vector<long>& buckets, long from_ms, long to_ms) {
   return n > 0 ? static_cast<double>(sum) / static_cast<double>(n) : 0.0;
 }
 
+// A low-priority trainer's gate statistics (from its exit log line) and histogram.
+struct BoundedTrainer {
+  unsigned long long drains = 0;
+  unsigned long long waits = 0;
+  std::vector<long> buckets;
+  std::string err;
+};
+
 class PriorityE2E : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -101,6 +109,46 @@ class PriorityE2E : public ::testing::Test {
     return buckets_of(trainer);
   }
 
+  // The trainer beside a high-priority container that never works after its first kernel: 100
+  // kernels of 200 us between synchronisations (20 ms, ten times the in-flight bound), so only
+  // the bound acts. `extra_args` go to the trainer's priority_app, `extra_env` to its environment.
+  BoundedTrainer trainer_beside_idle_high(const std::vector<std::string>& extra_args, const Env& extra_env) {
+    const long long epoch = monotonic_ns() + 1'500'000'000LL;
+    const std::string seconds = std::to_string(kSeconds);
+    Background idle(
+        {GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds, "--kernel-us",
+         "1000", "--step", "5", "--busy-from-ms", seconds + "000", "--busy-to-ms", seconds + "000"},
+        container_env("server", "high"), dir_ + "/server.out");
+    Env env = container_env("trainer", "low");
+    env["GPUSLICE_LOG_LEVEL"] = "info";
+    for (const auto& [name, value] : extra_env) env[name] = value;
+    std::vector<std::string> argv{GPUSLICE_PRIORITY_APP,
+                                  "--epoch-ns",
+                                  std::to_string(epoch),
+                                  "--seconds",
+                                  seconds,
+                                  "--kernel-us",
+                                  "200",
+                                  "--step",
+                                  "100"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    const Outcome trainer = run(argv, env, 60);
+    EXPECT_EQ(idle.wait(), 0) << idle.output();
+    BoundedTrainer out;
+    out.err = trainer.err;
+    EXPECT_EQ(trainer.exit_code, 0) << trainer.out << trainer.err;
+    const std::size_t at = trainer.err.find("priority gate, device 0:");
+    const std::size_t held = trainer.err.find("launches held), ", at == std::string::npos ? 0 : at);
+    EXPECT_TRUE(at != std::string::npos && held != std::string::npos) << trainer.err;
+    if (at == std::string::npos || held == std::string::npos) return out;
+    EXPECT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits",
+                          &out.drains, &out.waits),
+              2)
+        << trainer.err;
+    out.buckets = buckets_of(trainer);
+    return out;
+  }
+
   // The priorities published in the node directory's records (one per container and GPU).
   std::vector<unsigned> published_priorities() const {
     std::vector<unsigned> out;
@@ -143,38 +191,29 @@ TEST_F(PriorityE2E, LowPriorityIsHeldWhileHighPrioritySubmitsAndRunsFreelyWhenIt
   std::printf("trainer kernels per 50 ms: %s\n", all.c_str());
 }
 
-// Beside a high-priority container that is alive but never works, a trainer that never synchronises
-// is bounded by events through the real driver calls (the simulated driver's cuCtxGetId and events):
-// its exit statistics show event waits and no drain, and it keeps running.
+// Beside a high-priority container that is alive but never works, a trainer that synchronises only
+// every 20 ms is bounded by events through the real driver calls (the simulated driver's cuCtxGetId and
+// events): its exit statistics show event waits and no drain, and it keeps running.
 TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDraining) {
-  const long long epoch = monotonic_ns() + 1'500'000'000LL;
-  const std::string seconds = std::to_string(kSeconds);
-  Background idle(
-      {GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds, "--kernel-us",
-       "1000", "--step", "5", "--busy-from-ms", seconds + "000", "--busy-to-ms", seconds + "000"},
-      container_env("server", "high"), dir_ + "/server.out");
-  Env env = container_env("trainer", "low");
-  env["GPUSLICE_LOG_LEVEL"] = "info";
-  // 100 kernels of 200 us between synchronisations: 20 ms, ten times the in-flight bound.
-  const Outcome trainer = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds",
-                               seconds, "--kernel-us", "200", "--step", "100"},
-                              env, 60);
-  EXPECT_EQ(idle.wait(), 0) << idle.output();
-  ASSERT_EQ(trainer.exit_code, 0) << trainer.out << trainer.err;
-  const std::size_t at = trainer.err.find("priority gate, device 0:");
-  ASSERT_NE(at, std::string::npos) << trainer.err;
-  unsigned long long drains = 0;
-  unsigned long long waits = 0;
-  const std::size_t held = trainer.err.find("launches held), ", at);
-  ASSERT_NE(held, std::string::npos) << trainer.err;
-  ASSERT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits", &drains,
-                        &waits),
-            2)
-      << trainer.err;
-  EXPECT_GT(waits, 100U) << trainer.err;
-  EXPECT_EQ(drains, 0U) << "one stream, one thread: every step waits for an event\n" << trainer.err;
-  const std::vector<long> b = buckets_of(trainer);
-  EXPECT_GT(rate(b, 200, kSeconds * 1000 - 100), 100) << "200 us kernels: about 250 per 50 ms when unbounded";
+  const BoundedTrainer trainer = trainer_beside_idle_high({}, {});
+  EXPECT_GT(trainer.waits, 100U) << trainer.err;
+  EXPECT_EQ(trainer.drains, 0U) << "one stream, one thread: every step waits for an event\n" << trainer.err;
+  EXPECT_GT(rate(trainer.buckets, 200, kSeconds * 1000 - 100), 100)
+      << "200 us kernels: about 250 per 50 ms when unbounded";
+}
+
+// A program built for per-thread default streams launches through the _ptsz entry points on stream
+// 0: its thread's own stream, which the gate's events and capture queries must name as such. The
+// events then go to that stream; and while it is being captured into a graph the gate leaves it
+// alone (an event or a synchronisation there would change the capture).
+TEST_F(PriorityE2E, PerThreadStreamLaunchesAreBoundOnTheirOwnStreamAndLeftAloneWhileCaptured) {
+  const BoundedTrainer plain = trainer_beside_idle_high({"--ptsz", "1"}, {});
+  EXPECT_GT(plain.waits, 100U) << plain.err;
+  EXPECT_EQ(plain.drains, 0U) << plain.err;
+  const BoundedTrainer captured =
+      trainer_beside_idle_high({"--ptsz", "1"}, {{"GPUSLICE_MOCK_CAPTURING", "per-thread"}});
+  EXPECT_EQ(captured.waits, 0U) << "no event on a stream being captured\n" << captured.err;
+  EXPECT_EQ(captured.drains, 0U) << "no synchronisation either\n" << captured.err;
 }
 
 // The control: the same pair without priorities time-slices the device, so the check above fails.

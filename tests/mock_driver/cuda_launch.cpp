@@ -236,18 +236,22 @@ CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
   return cuStreamSynchronize(hStream == nullptr ? reinterpret_cast<CUstream>(kStreamPerThread) : hStream);
 }
 
-// Graph capture is not simulated: no stream is ever capturing.
+// Graph capture is not simulated: no stream is capturing, except the calling thread's default
+// stream under GPUSLICE_MOCK_CAPTURING=per-thread (it says so; the work still runs).
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   CUstream_st* stream = nullptr;
   CUresult status = resolve_stream(hStream, &stream);
   if (status != CUDA_SUCCESS) return status;
   if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+  const bool per_thread = reinterpret_cast<std::uintptr_t>(hStream) == kStreamPerThread;
+  *captureStatus = per_thread && driver().config.per_thread_capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                                      : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  return cuStreamIsCapturing(hStream, captureStatus);
+  return cuStreamIsCapturing(hStream == nullptr ? reinterpret_cast<CUstream>(kStreamPerThread) : hStream,
+                             captureStatus);
 }
 
 CUresult cuStreamQuery(CUstream hStream) {

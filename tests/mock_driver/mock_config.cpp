@@ -183,6 +183,14 @@ bool load_config(MockConfig* config) {
     }
     std::memcpy(config->nvml_driver_version, nvml_version, length + 1);
   }
+  if (const char* capturing = std::getenv("GPUSLICE_MOCK_CAPTURING");
+      capturing != nullptr && *capturing != '\0') {
+    if (std::strcmp(capturing, "per-thread") != 0) {
+      MOCK_LOG("GPUSLICE_MOCK_CAPTURING=%s: expected per-thread", capturing);
+      return false;
+    }
+    config->per_thread_capturing = true;
+  }
   std::uint64_t driver_version = static_cast<std::uint64_t>(config->driver_version);
   if (!read_u64("GPUSLICE_MOCK_DRIVER_VERSION", &driver_version)) return false;
   if (driver_version < 2000 || driver_version > 99990) {

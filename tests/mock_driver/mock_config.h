@@ -30,6 +30,9 @@ struct MockConfig {
   // What nvmlSystemGetDriverVersion reports (gpuslice reads nvidia-smi's process table only on 580).
   char nvml_driver_version[32] = "580.00.00-mock";
   char state_dir[1024] = {};
+  // The calling thread's default stream says it is being captured into a graph (the mock captures
+  // nothing): what a gate must then leave alone.
+  bool per_thread_capturing = false;
 };
 
 // Reads the environment. On a malformed variable it logs (if enabled) and returns false: the mock

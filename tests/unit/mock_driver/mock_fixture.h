@@ -25,7 +25,8 @@ inline constexpr const char* kMockVariables[] = {
     "GPUSLICE_MOCK_UUIDS",          "GPUSLICE_MOCK_CONTEXT_BYTES",
     "GPUSLICE_MOCK_KERNEL_NS",      "GPUSLICE_MOCK_FAKE_CLOCK",
     "GPUSLICE_MOCK_DRIVER_VERSION", "GPUSLICE_MOCK_QUEUE_DEPTH",
-    "GPUSLICE_MOCK_STATE_DIR",      "GPUSLICE_MOCK_NVML_DRIVER_VERSION"};
+    "GPUSLICE_MOCK_STATE_DIR",      "GPUSLICE_MOCK_NVML_DRIVER_VERSION",
+    "GPUSLICE_MOCK_CAPTURING"};
 
 using Env = std::initializer_list<std::pair<const char*, const char*>>;
 

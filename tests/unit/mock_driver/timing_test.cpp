@@ -175,6 +175,28 @@ TEST_F(TimingTest, EventsBehaveLikeTheDriver) {
   EXPECT_EQ(cuEventDestroy_v2(timed), CUDA_ERROR_INVALID_HANDLE);
 }
 
+// GPUSLICE_MOCK_CAPTURING=per-thread: the calling thread's default stream says it is being captured
+// (CU_STREAM_PER_THREAD, or 0 through the _ptsz entry point); the legacy and created streams do
+// not. Any other value refuses to initialise.
+TEST_F(TimingTest, ThePerThreadStreamSaysItIsCapturedOnlyWhenAsked) {
+  start({{"GPUSLICE_MOCK_CAPTURING", "per-thread"}});
+  CUstream created = nullptr;
+  ASSERT_EQ(cuStreamCreate(&created, 0), CUDA_SUCCESS);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(cuStreamIsCapturing_ptsz(nullptr, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  for (CUstream other : {static_cast<CUstream>(nullptr), CU_STREAM_LEGACY, created}) {
+    EXPECT_EQ(cuStreamIsCapturing(other, &status), CUDA_SUCCESS);
+    EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  }
+  EXPECT_EQ(cuStreamDestroy_v2(created), CUDA_SUCCESS);
+  gpuslice_mock_reset();
+  set_env({{"GPUSLICE_MOCK_CAPTURING", "yes"}});
+  EXPECT_NE(cuInit(0), CUDA_SUCCESS);
+}
+
 TEST_F(TimingTest, SynchronousCopiesWaitForQueuedKernels) {
   start({{"GPUSLICE_MOCK_FAKE_CLOCK", kStart}});
   CUdeviceptr pointer = 0;
