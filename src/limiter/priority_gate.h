@@ -90,7 +90,7 @@ struct PriorityTuning {
   // After that return (nothing launched meanwhile), the container still counts as busy this long:
   // a server's next request, queued behind the one that just ended, starts within it, and lower
   // priorities would otherwise slip their bounded in-flight work in front of it. 0 = idle at once.
-  std::uint64_t resume_grace_ns = 0;
+  std::uint64_t resume_grace_ns = 500'000;
   // Records whose heartbeat is older than this are ignored: a container killed mid-burst
   // releases the others this long after its last heartbeat.
   std::uint64_t stale_ns = 500'000'000;

@@ -118,7 +118,8 @@ TEST(PriorityGateMechanics, BusyIsPublishedOnTheIdleToBusyTransitionAndRenewedOn
   EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.sync_lease_ns);
   clock.now += 3 * kMs;
   gate.note_host_sync();
-  EXPECT_EQ(board.published.back().busy_until_ns, clock.now) << "idle since now: a time already past";
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.resume_grace_ns)
+      << "idle from the end of the grace: once past, the time it went idle";
 }
 
 // A high-priority server with two threads: one waits for its work while the other launches more.
@@ -140,7 +141,7 @@ TEST(PriorityGateMechanics, AHighSyncThatReturnsAfterAnotherThreadLaunchedKeepsT
   gate.note_sync_begin();
   clock.now += 1 * kMs;
   gate.note_host_sync();
-  EXPECT_EQ(board.published.back().busy_until_ns, clock.now);
+  EXPECT_EQ(board.published.back().busy_until_ns, clock.now + PriorityTuning{}.resume_grace_ns);
 }
 
 // GPUSLICE_PRIORITY_GRACE: after its wait returns, a server still counts as busy for the grace, so

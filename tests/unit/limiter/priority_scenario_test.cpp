@@ -172,19 +172,19 @@ TEST(PrioritySharing, NewlyStartedHighPriorityContainerIsSeenWithinTheAbsentRefr
 }
 
 // A burst: requests queued behind one another, each taking 300 us of host time between the
-// previous one's synchronisation and its first launch. The low-priority trainer (50 us kernels) is
-// released in each of those gaps. With the ramp its bound is a quarter of the gap's idle time
-// (about one kernel), so each request finds little in front of it; without it, the whole bound.
-TEST(PrioritySharing, RequestsOfABurstFindAboutOneLowKernelInFrontWithTheRamp) {
+// previous one's synchronisation and its first launch. The server's grace (500 us by default)
+// keeps the low-priority trainer (50 us kernels) held across those gaps. Without the grace the
+// trainer is released in each gap; the ramp then bounds it to a quarter of the gap's idle time
+// (about one kernel), so each request finds little in front of it; without the ramp too, the
+// whole bound.
+TEST(PrioritySharing, RequestsOfABurstFindNothingWithTheGraceAndAboutOneLowKernelWithTheRampAlone) {
   constexpr int kRequests = 100;
   constexpr std::uint64_t kBurst = 200 * kMs;
   constexpr std::uint64_t kTrainerKernel = 50 * kUs;
   RequestShape shape;
   shape.prep_ns = 300 * kUs;
-  // Extra time per request of the burst beside the trainer, against the same burst alone.
-  auto burst_ns = [&](bool trainer, std::uint64_t ramp_ns, PriorityStats* stats) {
-    PriorityTuning tuning;
-    tuning.in_flight_ramp_ns = ramp_ns;
+  // The whole burst's time (its last request's latency), and the trainer's statistics.
+  auto burst_ns = [&](bool trainer, const PriorityTuning& tuning, PriorityStats* stats) {
     PriorityScenario s(tuning);
     Tenant& high = s.add_tenant(Priority::High);
     std::vector<std::uint64_t> latencies;
@@ -200,19 +200,28 @@ TEST(PrioritySharing, RequestsOfABurstFindAboutOneLowKernelInFrontWithTheRamp) {
       s.add_heartbeat(low, kSec);
     }
     s.run();
-    return latencies.back();  // the last request's: the whole burst
+    return latencies.back();
   };
+  PriorityTuning ramp_only;
+  ramp_only.resume_grace_ns = 0;
+  PriorityTuning neither = ramp_only;
+  neither.in_flight_ramp_ns = 0;
+  PriorityStats graced{};
   PriorityStats ramped{};
   PriorityStats whole{};
-  const std::uint64_t alone = burst_ns(false, 0, nullptr);
-  const double ramp_extra =
-      static_cast<double>(burst_ns(true, PriorityTuning{}.in_flight_ramp_ns, &ramped) - alone) / kRequests;
-  const double whole_extra = static_cast<double>(burst_ns(true, 0, &whole) - alone) / kRequests;
+  const std::uint64_t alone = burst_ns(false, PriorityTuning{}, nullptr);
+  const auto extra = [&](std::uint64_t total) { return static_cast<double>(total - alone) / kRequests; };
+  const double grace_extra = extra(burst_ns(true, PriorityTuning{}, &graced));
+  const double ramp_extra = extra(burst_ns(true, ramp_only, &ramped));
+  const double whole_extra = extra(burst_ns(true, neither, &whole));
   std::printf(
-      "burst of %d requests: extra per request %.0f us with the ramp, %.0f us without; trainer "
-      "drains %llu / %llu\n",
-      kRequests, ramp_extra / 1e3, whole_extra / 1e3, static_cast<unsigned long long>(ramped.drains),
-      static_cast<unsigned long long>(whole.drains));
+      "burst of %d requests: extra per request %.0f us with the defaults (grace and ramp), %.0f us with "
+      "the ramp alone, %.0f us with neither; launches held %llu / %llu / %llu\n",
+      kRequests, grace_extra / 1e3, ramp_extra / 1e3, whole_extra / 1e3,
+      static_cast<unsigned long long>(graced.holds), static_cast<unsigned long long>(ramped.holds),
+      static_cast<unsigned long long>(whole.holds));
+  EXPECT_LE(graced.holds, 2U) << "held once for the whole burst, not released between requests";
+  EXPECT_LE(grace_extra, 1.0 * kTrainerKernel) << "at most what was in front of the burst's first request";
   EXPECT_GT(ramped.holds, static_cast<std::uint64_t>(kRequests / 2)) << "released between requests";
   // One step of the bound at most: a kernel being launched and the one after it.
   EXPECT_LE(ramp_extra, 2.0 * kTrainerKernel + 20 * kUs);
