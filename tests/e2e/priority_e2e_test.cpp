@@ -57,6 +57,7 @@ double rate(const std::vector<long>& buckets, long from_ms, long to_ms) {
 struct BoundedTrainer {
   unsigned long long drains = 0;
   unsigned long long waits = 0;
+  unsigned long long rereads = 0;  // of the higher records: nonzero only while one was seen
   std::vector<long> buckets;
   std::string err;
 };
@@ -141,9 +142,14 @@ class PriorityE2E : public ::testing::Test {
     const std::size_t held = trainer.err.find("launches held), ", at == std::string::npos ? 0 : at);
     EXPECT_TRUE(at != std::string::npos && held != std::string::npos) << trainer.err;
     if (at == std::string::npos || held == std::string::npos) return out;
-    EXPECT_EQ(std::sscanf(trainer.err.c_str() + held, "launches held), %llu drains, %llu event waits",
-                          &out.drains, &out.waits),
-              2)
+    unsigned long long slices = 0;
+    unsigned long long scans = 0;
+    EXPECT_EQ(
+        std::sscanf(
+            trainer.err.c_str() + held,
+            "launches held), %llu drains, %llu event waits, %llu floor slices, %llu scans, %llu re-reads",
+            &out.drains, &out.waits, &slices, &scans, &out.rereads),
+        5)
         << trainer.err;
     out.buckets = buckets_of(trainer);
     return out;
@@ -212,6 +218,7 @@ TEST_F(PriorityE2E, PerThreadStreamLaunchesAreBoundOnTheirOwnStreamAndLeftAloneW
   EXPECT_EQ(plain.drains, 0U) << plain.err;
   const BoundedTrainer captured =
       trainer_beside_idle_high({"--ptsz", "1"}, {{"GPUSLICE_MOCK_CAPTURING", "per-thread"}});
+  EXPECT_GT(captured.rereads, 0U) << "the high-priority container was seen\n" << captured.err;
   EXPECT_EQ(captured.waits, 0U) << "no event on a stream being captured\n" << captured.err;
   EXPECT_EQ(captured.drains, 0U) << "no synchronisation either\n" << captured.err;
 }
