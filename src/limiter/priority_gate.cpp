@@ -105,7 +105,7 @@ void PriorityGate::gate(CUstream stream) {
       summary = peers(now, true);
     }
     if (held_now) held_ns += elapsed(round_start, now);
-    if (!step_if_due(stream)) break;
+    if (!step_if_due(stream, now)) break;
     now = clock_.now_ns();
     // While the bound ramps up, the higher one went idle moments ago and may resume any time (a
     // server between two requests of a burst): each step, a wait for the device, is also a look
@@ -299,13 +299,14 @@ bool PriorityGate::pipelining() const {
 // Keeps at most launch_cap() launches (about bound_now() of device time) queued: a step every
 // launch_cap() launches (a drain), or every half of it when pipelined (an event per half window,
 // waiting only for the previous half's). True when this thread stepped (it waited for the device).
-bool PriorityGate::step_if_due(CUstream stream) {
+bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now) {
   for (;;) {
     if (draining_.load(kAcquire)) {
       clock_.sleep_ns(kDrainPollNs);
+      now = clock_.now_ns();
       continue;
     }
-    const std::uint64_t cap = launch_cap(clock_.now_ns());
+    const std::uint64_t cap = launch_cap(now);
     const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
     if (window_launches_.load(kRelaxed) < step_at) return false;
     if (draining_.exchange(true, kAcquire)) continue;

@@ -157,7 +157,7 @@ class PriorityGate {
   void publish_own(std::uint64_t now);
   PeerSummary peers(std::uint64_t now, bool force);
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
-  bool step_if_due(CUstream stream);
+  bool step_if_due(CUstream stream, std::uint64_t now);
   void count_launch(CUstream stream, std::uint64_t now);
   void step(CUstream stream);
   bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
