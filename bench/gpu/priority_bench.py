@@ -31,9 +31,13 @@ up their model, then start together; each measures --seconds.
 Reported per load: server p50/p99 latency ÷ alone and trainer throughput ÷ alone for each
 configuration, the device utilization (NVML, sampled by this parent), and whether the priority
 configuration meets the goal (server p99 <= 1.10x alone; trainer >= 0.5x alone at 30% load,
->= 0.25x at 60%). Outputs under --out (default $OUT, else ./priority-out): priority_bench.json
-(every run, with latencies), priority_bench.md (the table), logs/<run>.log.
-Default total: about 8 minutes on an H100.
+>= 0.25x at 60%). For each configuration with the server it also prints the worst second (the
+1 s window whose requests waited longest) beside the whole run: the requests' service time, the SM
+clock, the host's stolen CPU time and, with a trainer, its steps and the floor slices it got, to
+tell a slower server from queueing and from the trainer's work. Outputs under --out (default $OUT,
+else ./priority-out): priority_bench.json (every run: each request's arrival, start and end, the
+trainer's step times and floor slices, NVML and /proc/stat samples), priority_bench.md (the table),
+logs/<run>.log. Default total: about 8 minutes on an H100.
 """
 import argparse
 import gc
@@ -41,6 +45,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +67,8 @@ TRAINER_CPUS = "4,5,6,7"
 IDLE_CPUS = "8"
 # Load of the calibration's second part (Poisson arrivals, as in the runs).
 CALIBRATE_LOAD = 0.3
+# The gate's debug line for each floor slice (GPUSLICE_LOG_LEVEL=debug), its clock in microseconds.
+FLOOR_SLICE = re.compile(r"priority gate: floor slice at (\d+) us")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +202,7 @@ def worker(args):
             start = signal_ready_and_wait(args)
             end = start + args.seconds
             hard_end = end + args.drain_seconds
-            arrivals, latencies = [], []
+            arrivals, latencies, timeline = [], [], []
             t = start + rng.expovariate(args.rate)
             while t < end:
                 arrivals.append(t)
@@ -210,6 +217,9 @@ def worker(args):
                 request()
                 done = time.monotonic()
                 latencies.append(done - arrival)
+                # Arrival, start and end of each request from the start: a tail episode shows whether
+                # the requests themselves got slower or only queued (the parent's worst-second line).
+                timeline.append((round(arrival - start, 6), round(began - start, 6), round(done - start, 6)))
                 busy += done - began
                 served += 1
             gc.enable()
@@ -219,7 +229,7 @@ def worker(args):
             unserved = [now - a for a in arrivals[served:]]
             report.update(start=start, seconds=args.seconds, rate=args.rate, arrivals=len(arrivals),
                           served=served, unserved=len(unserved), latencies_s=latencies + unserved,
-                          busy_s=busy)
+                          busy_s=busy, timeline_s=timeline)
     elif args.worker == "idle":
         # Alive on the GPU (a context, one kernel), then nothing: a higher priority that never works.
         x = torch.ones(1024, device="cuda")
@@ -240,7 +250,8 @@ def worker(args):
             done.append(time.monotonic())
         in_window = [t for t in done if t <= end]
         report.update(start=start, seconds=args.seconds, steps=len(in_window),
-                      steps_per_s=len(in_window) / args.seconds)
+                      steps_per_s=len(in_window) / args.seconds,
+                      step_done_s=[round(t - start, 6) for t in in_window])
     with open(args.report + ".tmp", "w") as f:
         json.dump(report, f)
     os.rename(args.report + ".tmp", args.report)
@@ -255,6 +266,50 @@ def clean_env():
            if not k.startswith(CONTROLLED_PREFIXES) and k not in CONTROLLED_NAMES}
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+class HostSampler:
+    """The host's CPU time stolen by the hypervisor and its busy share, every 100 ms from /proc/stat
+    (a slower server that is not the GPU's doing shows up here). ok is False where /proc/stat has
+    no steal column."""
+
+    def __init__(self, period=0.1):
+        import threading
+        self.samples = []  # (monotonic, steal %, busy %) over the period before
+        self.ok = self._read() is not None
+        if self.ok:
+            self.stop = threading.Event()
+            self.thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+            self.thread.start()
+
+    @staticmethod
+    def _read():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 8:
+            return None
+        idle = fields[3] + fields[4]  # idle, iowait
+        return sum(fields[:8]), idle, fields[7]  # total, idle, steal
+
+    def _run(self, period):
+        last = self._read()
+        while not self.stop.wait(period):
+            now = self._read()
+            if now is None or last is None:
+                continue
+            total = now[0] - last[0]
+            if total > 0:
+                self.samples.append((time.monotonic(), 100.0 * (now[2] - last[2]) / total,
+                                     100.0 * (total - (now[1] - last[1])) / total))
+            last = now
+
+    def close(self):
+        if self.ok:
+            self.stop.set()
+            self.thread.join()
 
 
 def percentile(values, p):
@@ -272,6 +327,7 @@ class Bench:
         os.makedirs(self.logs, exist_ok=True)
         self.count = 0
         self.sampler = None
+        self.host = None
 
     def argv(self, role, report, extra):
         a = self.args
@@ -294,7 +350,8 @@ class Bench:
         if managed:
             shared = tempfile.mkdtemp(prefix="gs-prio-c-")
             env["GPUSLICE_NODE_DIR"] = node_dir
-            env["GPUSLICE_LOG_LEVEL"] = "info"  # the gates' statistics at exit
+            # The gates' statistics at exit, and (debug) the time of each floor slice.
+            env["GPUSLICE_LOG_LEVEL"] = "debug"
             if self.args.launcher == "cli":
                 cli = [os.path.abspath(self.args.cli), "run", "--library", self.lib, "--shared-dir", shared]
                 if priority:
@@ -333,9 +390,14 @@ class Bench:
         with open(run["report"]) as f:
             data = json.load(f)
         data["name"] = run["name"]
+        data["gate_stats"], data["floor_slices_s"] = [], []
         with open(log_path, errors="replace") as f:
-            data["gate_stats"] = [line.strip() for line in f
-                                  if "priority gate" in line or "compute limiter, device" in line]
+            for line in f:
+                slice_at = FLOOR_SLICE.search(line)
+                if slice_at:  # the gate's clock is CLOCK_MONOTONIC, as time.monotonic() here
+                    data["floor_slices_s"].append(round(int(slice_at.group(1)) / 1e6 - data.get("start", 0), 6))
+                elif "priority gate" in line or "compute limiter, device" in line:
+                    data["gate_stats"].append(line.strip())
         return data
 
     def abort(self, runs):
@@ -402,7 +464,60 @@ class Bench:
         util = None
         if self.sampler is not None and self.sampler.ok:
             util = self.sampler.mean(start, start + self.args.seconds)[0]
+            # (seconds from the start, util %, SM MHz, W, clock event reasons) over the window
+            results["nvml"] = [(round(x[0] - start, 3),) + tuple(x[1:]) for x in self.sampler.samples
+                               if start <= x[0] <= start + self.args.seconds]
+        if self.host is not None and self.host.ok:
+            # (seconds from the start, host CPU steal %, host CPU busy %)
+            results["host"] = [(round(x[0] - start, 3), round(x[1], 2), round(x[2], 1)) for x in self.host.samples
+                               if start <= x[0] <= start + self.args.seconds]
         return results, util
+
+
+def worst_second(results, seconds):
+    """The 1 s window (in 0.5 s steps) whose requests waited longest, beside the whole run: whether
+    the requests themselves were slower then (service), the device's clock, what the trainer did and
+    the floor slices it got. None without a server timeline."""
+    timeline = (results.get("server") or {}).get("timeline_s")
+    if not timeline:
+        return None
+    trainer = results.get("trainer") or {}
+    steps = trainer.get("step_done_s", [])
+    slices = trainer.get("floor_slices_s", [])
+    nvml = results.get("nvml", [])
+    host = results.get("host", [])
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    def window(t0, t1):
+        reqs = [r for r in timeline if t0 <= r[0] < t1]
+        return {"from_s": t0, "requests": len(reqs),
+                "latency_ms": mean([(r[2] - r[0]) * 1e3 for r in reqs]),
+                "service_ms": mean([(r[2] - r[1]) * 1e3 for r in reqs]),
+                "sm_mhz": mean([x[2] for x in nvml if t0 <= x[0] < t1]),
+                "host_steal_pct": mean([x[1] for x in host if t0 <= x[0] < t1]),
+                "trainer_steps_per_s": len([t for t in steps if t0 <= t < t1]) / (t1 - t0) if steps else None,
+                "floor_slices": len([t for t in slices if t0 <= t < t1])}
+
+    candidates = [window(k * 0.5, k * 0.5 + 1.0) for k in range(max(1, int(seconds * 2) - 1))]
+    candidates = [c for c in candidates if c["requests"]]
+    if not candidates:
+        return None
+    return {"worst": max(candidates, key=lambda c: c["latency_ms"]), "run": window(0.0, seconds)}
+
+
+def describe_worst(w):
+    worst, run = w["worst"], w["run"]
+    text = (f"worst second from {worst['from_s']:.1f} s: {worst['requests']} requests, latency "
+            f"{fmt(worst['latency_ms'], '.1f')} ms (run {fmt(run['latency_ms'], '.1f')}), service "
+            f"{fmt(worst['service_ms'], '.1f')} ms (run {fmt(run['service_ms'], '.1f')}), SM clock "
+            f"{fmt(worst['sm_mhz'], '.0f')} MHz (run {fmt(run['sm_mhz'], '.0f')}), host CPU stolen "
+            f"{fmt(worst['host_steal_pct'], '.1f')}% (run {fmt(run['host_steal_pct'], '.1f')}%)")
+    if worst["trainer_steps_per_s"] is not None:
+        text += (f", trainer {worst['trainer_steps_per_s']:.0f} steps/s (run {run['trainer_steps_per_s']:.1f}), "
+                 f"{worst['floor_slices']} floor slices (run {run['floor_slices']})")
+    return text
 
 
 def summarize(tag, load, results, util, alone):
@@ -422,7 +537,7 @@ def summarize(tag, load, results, util, alone):
         row["trainer_steps_per_s"] = trainer["steps_per_s"]
         if alone.get("trainer"):
             row["trainer_x"] = trainer["steps_per_s"] / alone["trainer"]["trainer_steps_per_s"]
-    row["gate_stats"] = [s for r in results.values() for s in r.get("gate_stats", [])]
+    row["gate_stats"] = [s for r in results.values() if isinstance(r, dict) for s in r.get("gate_stats", [])]
     return row
 
 
@@ -462,6 +577,7 @@ def main_parent(args):
         from compute_accuracy import NvmlSampler
 
         bench.sampler = NvmlSampler()
+        bench.host = HostSampler()
     except Exception as e:  # the table is still useful without utilization
         print(f"NVML sampling unavailable: {e}", flush=True)
     data = {"args": vars(args), "runs": {}, "rows": []}
@@ -506,11 +622,14 @@ def main_parent(args):
             tag = f"load{load}"
             results, util = bench.measure(f"{tag}-server-alone", [("server", False, None, None)], rate)
             alone_server = summarize("server alone", load, results, util, {})
+            alone_server["worst_second"] = worst_second(results, args.seconds)
             data["runs"][f"{tag}-server-alone"] = results
             rows.append(alone_server)
             alone = {"server": alone_server, "trainer": alone_trainer}
             print(f"load {load}%: {rate:.1f} requests/s; server alone p50 {alone_server['p50_ms']:.2f} ms, "
                   f"p99 {alone_server['p99_ms']:.2f} ms", flush=True)
+            if alone_server["worst_second"]:
+                print("    " + describe_worst(alone_server["worst_second"]), flush=True)
             for name, run_name, members in configs:
                 results, util = bench.measure(f"{tag}-{run_name}", members, rate)
                 row = summarize(name, load, results, util, alone)
@@ -518,6 +637,9 @@ def main_parent(args):
                 rows.append(row)
                 print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone "
                       f"{fmt(row.get('trainer_x'), '.2f')}", flush=True)
+                row["worst_second"] = worst_second(results, args.seconds)
+                if row["worst_second"]:
+                    print("    " + describe_worst(row["worst_second"]), flush=True)
                 if name.startswith("priorities") and not any("priority gate" in s for s in row["gate_stats"]):
                     row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
@@ -525,6 +647,8 @@ def main_parent(args):
     finally:
         if bench.sampler is not None:
             bench.sampler.close()
+        if bench.host is not None:
+            bench.host.close()
         data["rows"] = rows
         data["elapsed_s"] = time.monotonic() - began
         with open(os.path.join(args.out, "priority_bench.json"), "w") as f:

@@ -28,6 +28,11 @@ std::atomic<bool> g_drain_error_logged{false};
 // Its address tells the launching threads apart (a window's launches from one thread only).
 thread_local char t_thread_marker = 0;
 
+// The one stream handle that names a different stream in each thread. Any other handle (an
+// explicit stream, the legacy stream) is one queue whichever thread launches on it, so an event
+// recorded on it after a window covers the launches of every thread in that window.
+bool is_per_thread(CUstream stream) { return stream == CU_STREAM_PER_THREAD; }
+
 }  // namespace
 
 PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
@@ -269,6 +274,10 @@ bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, boo
   }
   floor_credit_ns_.store(credit, kRelaxed);
   floor_busy_.store(false, kRelease);
+  // At most one per slice / floor_percent; its time lets a benchmark place it against a tail.
+  if (admit) {
+    GS_LOG(Debug, "priority gate: floor slice at %llu us", static_cast<unsigned long long>(now / 1000));
+  }
   return admit;
 }
 
@@ -325,7 +334,8 @@ void PriorityGate::count_launch(CUstream stream, std::uint64_t now) {
     window_stream_.store(stream, kRelaxed);
     window_thread_.store(&t_thread_marker, kRelaxed);
     window_mixed_.store(false, kRelaxed);
-  } else if (window_stream_.load(kRelaxed) != stream || window_thread_.load(kRelaxed) != &t_thread_marker) {
+  } else if (window_stream_.load(kRelaxed) != stream ||
+             (is_per_thread(stream) && window_thread_.load(kRelaxed) != &t_thread_marker)) {
     window_mixed_.store(true, kRelaxed);
   }
 }
@@ -336,7 +346,7 @@ void PriorityGate::step(CUstream stream) {
   const std::uint64_t start = window_start_ns_.load(kRelaxed);
   const bool held = window_held_.load(kRelaxed);
   const bool single = !window_mixed_.load(kRelaxed) && window_stream_.load(kRelaxed) == stream &&
-                      window_thread_.load(kRelaxed) == &t_thread_marker;
+                      (!is_per_thread(stream) || window_thread_.load(kRelaxed) == &t_thread_marker);
   window_launches_.store(0, kRelaxed);
   window_held_.store(false, kRelaxed);
   int capture = 0;

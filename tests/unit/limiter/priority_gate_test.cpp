@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
+
+#include "common/log.h"
 
 namespace gpuslice::limiter {
 namespace {
@@ -384,6 +388,35 @@ TEST(PriorityGateMechanics, ALowContainerHeldHalfTheTimeNeverGetsAFloorSlice) {
   EXPECT_EQ(gate.stats().floor_slices, 0U);
 }
 
+// Each floor slice is logged at debug level with the gate's clock, so that a benchmark can place it
+// against a tail of the higher one's latencies (bench/gpu/priority_bench.py reads these lines).
+TEST(PriorityGateMechanics, EachFloorSliceIsLoggedAtDebugLevelWithItsTime) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  const int level = log::g_level.load();
+  log::set_level(log::Level::Debug);
+  testing::internal::CaptureStderr();
+  std::vector<std::uint64_t> granted_at;
+  for (int i = 0; i < 5000 && granted_at.size() < 2; ++i) {  // the higher one never idles
+    board.peers[0].heartbeat_ns = clock.now;
+    board.peers[0].busy_until_ns = clock.now + 20 * kMs;
+    const std::uint64_t before = gate.stats().floor_slices;
+    gate.gate(nullptr);
+    if (gate.stats().floor_slices != before) granted_at.push_back(clock.now);
+    clock.now += 10 * kUs;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  log::set_level(static_cast<log::Level>(level));
+  ASSERT_EQ(granted_at.size(), 2U);
+  for (const std::uint64_t t : granted_at) {
+    EXPECT_NE(err.find("priority gate: floor slice at " + std::to_string(t / kUs) + " us"), std::string::npos)
+        << err;
+  }
+}
+
 // The ramp's tests: the whole 2 ms bound after 4 ms of the higher one's idle time. Records are
 // re-read on their own only every 10 ms, so the reads seen are the ramp's.
 class PriorityGateRamp : public ::testing::Test {
@@ -640,6 +673,49 @@ TEST_F(PriorityGatePipelined, MixedStreamsACaptureAnotherContextAndFailuresFallB
   launch_loop(clock, device, board, gate, 200, a);
   EXPECT_EQ(device.records, records_after_failure) << "events stay off after a failure";
   EXPECT_GT(device.ctx_syncs, syncs);
+}
+
+// PyTorch's backward pass launches from its autograd thread on the stream the forward pass used from
+// the main thread: windows mix two threads on one stream. That stream is one queue, so an event on
+// it covers both threads' launches; the per-thread default stream is a queue per thread, so there a
+// window of two threads still drains. (Before, any window of two threads drained.)
+TEST_F(PriorityGatePipelined, WindowsOfTwoThreadsOnOneStreamStepWithEventsNotOnThePerThreadStream) {
+  PriorityGate& gate = make_gate();
+  auto* stream = reinterpret_cast<CUstream>(0x10);
+  launch_loop(clock, device, board, gate, 200, stream);  // learns the cost
+  int kernel_index = 0;
+  // The two threads take turns every 3 launches (a window is about 12); one runs at a time.
+  auto turns = [&](CUstream s, int n) {
+    auto three = [&] {
+      for (int i = 0; i < 3; ++i, ++kernel_index) {
+        clock.now += 50 * kUs;
+        board.peers[0].heartbeat_ns = clock.now;
+        gate.gate(s);
+        device.launch(kernel_index % 5 == 4 ? 360 * kUs : 10 * kUs);
+      }
+    };
+    for (int k = 0; k < n / 3; ++k) {
+      if (k % 2 == 0) {
+        three();
+      } else {
+        std::thread other(three);
+        other.join();
+      }
+    }
+  };
+  int records = device.records;
+  int syncs = device.ctx_syncs;
+  turns(stream, 600);
+  EXPECT_EQ(device.ctx_syncs, syncs) << "one queue: no drain";
+  EXPECT_GE(device.records, records + 600 / 13);
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
+  for (CUstream s : device.recorded_on) ASSERT_EQ(s, stream);
+  records = device.records;
+  syncs = device.ctx_syncs;
+  turns(CU_STREAM_PER_THREAD, 600);
+  EXPECT_EQ(device.records, records) << "a queue per thread: an event would cover one of them";
+  EXPECT_GE(device.ctx_syncs, syncs + 600 / 26);
+  EXPECT_LE(device.max_queued, 2 * kMs + 360 * kUs);
 }
 
 TEST_F(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
