@@ -390,14 +390,8 @@ class Bench:
         with open(run["report"]) as f:
             data = json.load(f)
         data["name"] = run["name"]
-        data["gate_stats"], data["floor_slices_s"] = [], []
         with open(log_path, errors="replace") as f:
-            for line in f:
-                slice_at = FLOOR_SLICE.search(line)
-                if slice_at:  # the gate's clock is CLOCK_MONOTONIC, as time.monotonic() here
-                    data["floor_slices_s"].append(round(int(slice_at.group(1)) / 1e6 - data.get("start", 0), 6))
-                elif "priority gate" in line or "compute limiter, device" in line:
-                    data["gate_stats"].append(line.strip())
+            data["gate_stats"], data["floor_slices_s"] = read_gate_log(f, data.get("start", 0.0))
         return data
 
     def abort(self, runs):
@@ -472,6 +466,19 @@ class Bench:
             results["host"] = [(round(x[0] - start, 3), round(x[1], 2), round(x[2], 1)) for x in self.host.samples
                                if start <= x[0] <= start + self.args.seconds]
         return results, util
+
+
+def read_gate_log(lines, start):
+    """A gpuslice process's log: its gates' exit statistics, and its floor slices in seconds from
+    `start` (a time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too)."""
+    stats, slices = [], []
+    for line in lines:
+        slice_at = FLOOR_SLICE.search(line)
+        if slice_at:
+            slices.append(round(int(slice_at.group(1)) / 1e6 - start, 6))
+        elif "priority gate" in line or "compute limiter, device" in line:
+            stats.append(line.strip())
+    return stats, slices
 
 
 def worst_second(results, seconds):
