@@ -1,11 +1,13 @@
 // A CUDA "application" for the priority end-to-end test, linked to libcuda.so.1 (the mock driver).
 //   priority_app --epoch-ns E --seconds S --kernel-us K --step N [--busy-from-ms A --busy-to-ms B]
-//                [--ptsz 1]
+//                [--ptsz 1] [--threads 2]
 // Without --busy-*: a trainer that launches steps of N kernels of K us and synchronises after each,
 // for S seconds from E (CLOCK_MONOTONIC), and prints the kernels completed per 50 ms bucket since E
 // ("buckets=n0,n1,..."). With --busy-*: a server that idles until E + A, then runs steps until
 // E + B (busy), then idles until E + S. --ptsz 1 launches through cuLaunchKernel_ptsz on stream 0
 // (the calling thread's default stream, as a program built for per-thread default streams does).
+// --threads 2 launches the second half of each step from another thread, on the same stream (as
+// PyTorch's backward pass does from its autograd thread), before the main thread synchronises.
 #include <time.h>
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abi/cuda_abi.h"
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
   long busy_from_ms = -1;
   long busy_to_ms = -1;
   bool ptsz = false;
+  int threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];
@@ -67,6 +71,8 @@ int main(int argc, char** argv) {
       busy_to_ms = std::atol(v);
     } else if (a == "--ptsz") {
       ptsz = std::atoi(v) != 0;
+    } else if (a == "--threads") {
+      threads = std::atoi(v);
     } else {
       std::printf("error=unknown_option %s\n", a.c_str());
       return 2;
@@ -101,12 +107,24 @@ int main(int argc, char** argv) {
     until = epoch + static_cast<std::uint64_t>(busy_to_ms) * 1'000'000ULL;
   }
   std::vector<long> buckets((end - epoch) / kBucketNs + 1, 0);
-  sleep_until(from);
-  while (now_ns() < until) {
-    for (int k = 0; k < step; ++k) {
+  auto launch = [&](int n) {
+    for (int k = 0; k < n; ++k) {
       check(ptsz ? cuLaunchKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr)
                  : cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
             "launch");
+    }
+  };
+  sleep_until(from);
+  while (now_ns() < until) {
+    if (threads == 2) {
+      launch(step / 2);
+      std::thread other([&] {
+        check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+        launch(step - step / 2);
+      });
+      other.join();
+    } else {
+      launch(step);
     }
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     const std::uint64_t t = now_ns();

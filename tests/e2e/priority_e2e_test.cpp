@@ -223,6 +223,17 @@ TEST_F(PriorityE2E, PerThreadStreamLaunchesAreBoundOnTheirOwnStreamAndLeftAloneW
   EXPECT_EQ(captured.drains, 0U) << "no synchronisation either\n" << captured.err;
 }
 
+// PyTorch's backward pass launches from its autograd thread on the stream the forward pass used:
+// two threads on one stream are one queue, bound by events with no drain (before, any window of two
+// threads drained). On their per-thread default streams they are two queues: there it drains.
+TEST_F(PriorityE2E, TwoThreadsOnOneStreamAreBoundByEventsAndOnTheirOwnDefaultStreamsByDrains) {
+  const BoundedTrainer shared = trainer_beside_idle_high({"--threads", "2"}, {});
+  EXPECT_GT(shared.waits, 100U) << shared.err;
+  EXPECT_EQ(shared.drains, 0U) << "the legacy stream from two threads is one stream\n" << shared.err;
+  const BoundedTrainer own = trainer_beside_idle_high({"--threads", "2", "--ptsz", "1"}, {});
+  EXPECT_GT(own.drains, 10U) << "each thread's own stream: an event would cover one of them\n" << own.err;
+}
+
 // The control: the same pair without priorities time-slices the device, so the check above fails.
 TEST_F(PriorityE2E, WithoutPrioritiesTheTrainerKeepsRunningBesideTheServer) {
   const std::vector<long> b = run_pair(nullptr, nullptr);
