@@ -25,7 +25,8 @@ std::uint64_t elapsed(std::uint64_t from, std::uint64_t to) { return to > from ?
 
 std::atomic<bool> g_drain_error_logged{false};
 
-// Its address tells the launching threads apart (a window's launches from one thread only).
+// Its address tells the launching threads apart (a window on the per-thread default stream must
+// come from one thread).
 thread_local char t_thread_marker = 0;
 
 // The one stream handle that names a different stream in each thread. Any other handle (an

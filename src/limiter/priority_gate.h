@@ -195,7 +195,8 @@ class PriorityGate {
   std::atomic<std::uint64_t> floor_open_until_ns_{0};
 
   // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
-  // went to one stream from one thread, and the cost of a launch (measured over steps' windows).
+  // went to one stream (from one thread, for the per-thread default stream), and the cost of a
+  // launch (measured over steps' windows).
   std::atomic<std::uint32_t> window_launches_{0};
   std::atomic<std::uint64_t> window_start_ns_{0};
   std::atomic<bool> window_held_{false};
