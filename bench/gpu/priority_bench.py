@@ -37,7 +37,9 @@ clock, the host's stolen CPU time and, with a trainer, its steps and the floor s
 tell a slower server from queueing and from the trainer's work. Outputs under --out (default $OUT,
 else ./priority-out): priority_bench.json (every run: each request's arrival, start and end, the
 trainer's step times and floor slices, NVML and /proc/stat samples), priority_bench.md (the table),
-logs/<run>.log. Default total: about 8 minutes on an H100.
+logs/<run>.log. --repeat N measures each load N times over (the server alone, then each
+configuration, round after round) and pools each configuration's rounds in the table, so a slow
+stretch of the machine falls on all of them. Default total: about 8 minutes on an H100.
 """
 import argparse
 import gc
@@ -468,6 +470,34 @@ class Bench:
         return results, util
 
 
+def pool_runs(runs):
+    """One configuration's rounds, [(results, util)], as one longer run: the server's latencies and
+    counts summed, the trainer's steps over all its seconds, the mean utilization. Per-round series
+    (timelines, step times) stay in the rounds' own runs."""
+    if len(runs) == 1:
+        return runs[0]
+    pooled = {}
+    for role in ("server", "trainer", "idle"):
+        parts = [results[role] for results, _ in runs if role in results]
+        if not parts:
+            continue
+        merged = dict(parts[0])
+        merged["seconds"] = sum(p["seconds"] for p in parts)
+        merged["gate_stats"] = [line for p in parts for line in p.get("gate_stats", [])]
+        if role == "server":
+            merged["latencies_s"] = [x for p in parts for x in p["latencies_s"]]
+            for key in ("arrivals", "served", "unserved", "busy_s"):
+                merged[key] = sum(p.get(key, 0) for p in parts)
+            merged["timeline_s"] = []
+        elif role == "trainer":
+            merged["steps"] = sum(p["steps"] for p in parts)
+            merged["steps_per_s"] = merged["steps"] / merged["seconds"]
+            merged["step_done_s"], merged["floor_slices_s"] = [], []
+        pooled[role] = merged
+    utils = [util for _, util in runs if util is not None]
+    return pooled, (sum(utils) / len(utils) if utils else None)
+
+
 def read_gate_log(lines, start):
     """A gpuslice process's log: its gates' exit statistics, and its floor slices in seconds from
     `start` (a time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too)."""
@@ -627,26 +657,48 @@ def main_parent(args):
         for load in loads:
             rate = load / 100.0 / service
             tag = f"load{load}"
-            results, util = bench.measure(f"{tag}-server-alone", [("server", False, None, None)], rate)
+            # Each round measures the server alone and then every configuration, so that with
+            # --repeat the rounds interleave and a slow stretch of the machine falls on all of them.
+            rounds = {"server alone": []}
+            rounds.update({name: [] for name, _, _ in configs})
+            worst = {name: [] for name in rounds}
+            for r in range(args.repeat):
+                suffix = f"-r{r + 1}" if args.repeat > 1 else ""
+                said = f" (round {r + 1})" if args.repeat > 1 else ""
+                results, util = bench.measure(f"{tag}-server-alone{suffix}", [("server", False, None, None)], rate)
+                data["runs"][f"{tag}-server-alone{suffix}"] = results
+                rounds["server alone"].append((results, util))
+                round_alone = summarize("server alone", load, results, util, {})
+                worst["server alone"].append(worst_second(results, args.seconds))
+                print(f"load {load}%{said}: {rate:.1f} requests/s; server alone p50 {round_alone['p50_ms']:.2f} ms, "
+                      f"p99 {round_alone['p99_ms']:.2f} ms", flush=True)
+                if worst["server alone"][-1]:
+                    print("    " + describe_worst(worst["server alone"][-1]), flush=True)
+                for name, run_name, members in configs:
+                    results, util = bench.measure(f"{tag}-{run_name}{suffix}", members, rate)
+                    data["runs"][f"{tag}-{name}{suffix}"] = results
+                    rounds[name].append((results, util))
+                    row = summarize(name, load, results, util, {"server": round_alone, "trainer": alone_trainer})
+                    print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone "
+                          f"{fmt(row.get('trainer_x'), '.2f')}", flush=True)
+                    worst[name].append(worst_second(results, args.seconds))
+                    if worst[name][-1]:
+                        print("    " + describe_worst(worst[name][-1]), flush=True)
+            # The table's rows: each configuration's rounds as one longer run.
+            results, util = pool_runs(rounds["server alone"])
             alone_server = summarize("server alone", load, results, util, {})
-            alone_server["worst_second"] = worst_second(results, args.seconds)
-            data["runs"][f"{tag}-server-alone"] = results
+            alone_server["worst_seconds"] = worst["server alone"]
             rows.append(alone_server)
             alone = {"server": alone_server, "trainer": alone_trainer}
-            print(f"load {load}%: {rate:.1f} requests/s; server alone p50 {alone_server['p50_ms']:.2f} ms, "
-                  f"p99 {alone_server['p99_ms']:.2f} ms", flush=True)
-            if alone_server["worst_second"]:
-                print("    " + describe_worst(alone_server["worst_second"]), flush=True)
-            for name, run_name, members in configs:
-                results, util = bench.measure(f"{tag}-{run_name}", members, rate)
+            for name, _, _ in configs:
+                results, util = pool_runs(rounds[name])
                 row = summarize(name, load, results, util, alone)
-                data["runs"][f"{tag}-{name}"] = results
+                row["worst_seconds"] = worst[name]
                 rows.append(row)
-                print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone "
-                      f"{fmt(row.get('trainer_x'), '.2f')}", flush=True)
-                row["worst_second"] = worst_second(results, args.seconds)
-                if row["worst_second"]:
-                    print("    " + describe_worst(row["worst_second"]), flush=True)
+                if args.repeat > 1:
+                    print(f"load {load}%, {args.repeat} rounds pooled: {name}: p99 ÷ alone "
+                          f"{fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone {fmt(row.get('trainer_x'), '.2f')}",
+                          flush=True)
                 if name.startswith("priorities") and not any("priority gate" in s for s in row["gate_stats"]):
                     row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
@@ -717,6 +769,9 @@ def main():
                     help="time after the window to serve requests that arrived in it")
     ap.add_argument("--ready-timeout", type=float, default=180.0, help="seconds allowed for start-up and warm-up")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds per load (server alone, then each configuration), interleaved; the table pools "
+                         "each configuration's rounds (the trainer alone is measured once)")
     ap.add_argument("--only-priorities", action="store_true",
                     help="measure the alone baselines and the priority configurations only")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
@@ -732,6 +787,8 @@ def main():
     ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.variants = [parse_variant(v, ap) for v in args.variant]
+    if args.repeat < 1:
+        ap.error(f"--repeat {args.repeat}: at least 1")
     if args.worker:
         worker(args)
         return 0

@@ -112,6 +112,38 @@ class WorstSecond(unittest.TestCase):
         self.assertIsNone(bench.worst_second({"server": {"timeline_s": []}}, 10.0))
 
 
+class Rounds(unittest.TestCase):
+    def round_of(self, latencies, steps, util):
+        return ({"server": {"seconds": 10.0, "latencies_s": latencies, "arrivals": len(latencies),
+                            "served": len(latencies), "unserved": 0, "busy_s": 3.0, "timeline_s": [(0, 0, 1)],
+                            "gate_stats": ["server stats"]},
+                 "trainer": {"seconds": 10.0, "steps": steps, "steps_per_s": steps / 10.0, "step_done_s": [1.0],
+                             "floor_slices_s": [2.0], "gate_stats": ["trainer stats"]},
+                 "nvml": [(0.0, 50, 1980, 300.0, 0)]}, util)
+
+    def test_one_round_is_the_run_itself(self):
+        one = self.round_of([0.01, 0.02], 100, 50.0)
+        self.assertIs(bench.pool_runs([one]), one)
+
+    def test_rounds_pool_into_one_longer_run(self):
+        quick = [0.010] * 99 + [0.030]
+        slow = [0.012] * 98 + [0.050, 0.060]
+        results, util = bench.pool_runs([self.round_of(quick, 100, 40.0), self.round_of(slow, 300, None),
+                                         self.round_of(quick, 200, 60.0)])
+        server, trainer = results["server"], results["trainer"]
+        self.assertEqual(len(server["latencies_s"]), 300)
+        self.assertEqual((server["arrivals"], server["served"], server["seconds"]), (300, 300, 30.0))
+        self.assertAlmostEqual(server["busy_s"], 9.0)
+        self.assertEqual(server["timeline_s"], [])  # per round only
+        self.assertAlmostEqual(trainer["steps_per_s"], 600 / 30.0)
+        self.assertEqual(server["gate_stats"], ["server stats"] * 3)
+        self.assertEqual(util, 50.0)  # the rounds that had a sample
+        row = bench.summarize("priorities high/low", 30, results, util, {})
+        # Nearest rank over all 300 (60, 50, 30 above it): neither round's own p99 (10 and 50 ms).
+        self.assertAlmostEqual(row["p99_ms"], 30.0)
+        self.assertAlmostEqual(row["server_busy_pct"], 30.0)
+
+
 class Inputs(unittest.TestCase):
     def parser(self):
         ap = argparse.ArgumentParser()
