@@ -596,6 +596,13 @@ def table(rows):
     return "\n".join(lines)
 
 
+def require_torch():
+    check = subprocess.run([sys.executable, "-c", "import torch, transformers; assert torch.cuda.is_available()"],
+                           env=clean_env(), capture_output=True, text=True, timeout=120)
+    if check.returncode != 0:
+        raise SystemExit("priority_bench: needs PyTorch with CUDA and transformers:\n" + check.stderr[-1500:])
+
+
 def main_parent(args):
     args.out = os.path.abspath(args.out or os.environ.get("OUT") or "priority-out")
     os.makedirs(args.out, exist_ok=True)
@@ -603,10 +610,7 @@ def main_parent(args):
         raise SystemExit(f"priority_bench: --lib {args.lib}: no such file (build gpuslice_preload first)")
     if args.launcher == "cli" and not os.path.exists(args.cli):
         raise SystemExit(f"priority_bench: --cli {args.cli}: no such file (build gpuslice_cli first)")
-    check = subprocess.run([sys.executable, "-c", "import torch, transformers; assert torch.cuda.is_available()"],
-                           env=clean_env(), capture_output=True, text=True, timeout=120)
-    if check.returncode != 0:
-        raise SystemExit("priority_bench: needs PyTorch with CUDA and transformers:\n" + check.stderr[-1500:])
+    require_torch()
     loads = [int(x) for x in args.loads.split(",") if x]
     began = time.monotonic()
     bench = Bench(args)

@@ -5,8 +5,10 @@ analysis reads the gate's log lines and finds a run's worst second.
   gpu_scripts_test.py REPOSITORY_ROOT
 """
 import argparse
+import contextlib
 import glob
 import importlib.util
+import io
 import os
 import sys
 import unittest
@@ -142,6 +144,101 @@ class Rounds(unittest.TestCase):
         # Nearest rank over all 300 (60, 50, 30 above it): neither round's own p99 (10 and 50 ms).
         self.assertAlmostEqual(row["p99_ms"], 30.0)
         self.assertAlmostEqual(row["server_busy_pct"], 30.0)
+
+
+class FakeBench:
+    """Bench without processes: each measure() returns made-up reports. The server's requests take
+    10 ms alone, 2 ms more beside a low-priority trainer and 5 ms more un-managed; round 2 of the
+    server alone is a slow stretch (every request 20 ms), so pooling shows."""
+    tags = []
+
+    def __init__(self, args):
+        self.args = args
+        self.sampler = None
+        self.host = None
+
+    def calibrate(self):
+        return {"service_mean_s": 0.010, "service_p50_s": 0.010, "service_hot_mean_s": 0.009, "requests": 200}
+
+    def measure(self, tag, members, rate):
+        FakeBench.tags.append(tag)
+        results = {}
+        seconds = self.args.seconds
+        for member in members:
+            role, managed, priority = member[:3]
+            if role == "server":
+                ms = 10.0 + (2.0 if priority == "high" else 0.0)
+                if tag.endswith("un-managed") or "-un-managed" in tag:
+                    ms += 5.0
+                if "server-alone-r2" in tag:
+                    ms = 20.0
+                latencies = [ms / 1e3] * 99 + [3 * ms / 1e3]
+                timeline = [(i * 0.1, i * 0.1, i * 0.1 + ms / 1e3) for i in range(100)]
+                results["server"] = {"seconds": seconds, "latencies_s": latencies, "arrivals": 100, "served": 100,
+                                     "unserved": 0, "busy_s": 1.0, "timeline_s": timeline, "start": 0.0}
+            elif role == "trainer":
+                steps = 200 if not managed else (100 if "load" in tag else 180)
+                results["trainer"] = {"seconds": seconds, "steps": steps, "steps_per_s": steps / seconds,
+                                      "step_done_s": [], "floor_slices_s": []}
+            else:
+                results[role] = {"seconds": seconds}
+            stats = ["[gpuslice 1] INFO: priority gate, device 0: 0.000 s held back"] if priority else []
+            results[role]["gate_stats"] = stats
+        return results, 50.0
+
+
+class Orchestration(unittest.TestCase):
+    def test_rounds_interleave_and_the_table_pools_them(self):
+        import tempfile
+        saved = (bench.Bench, bench.require_torch, sys.argv)
+        bench.Bench, bench.require_torch = FakeBench, lambda: None
+        FakeBench.tags = []
+        with tempfile.TemporaryDirectory() as out:
+            sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--loads", "30", "--seconds", "10",
+                        "--only-priorities", "--repeat", "2"]
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    self.assertEqual(bench.main(), 0)
+            finally:
+                bench.Bench, bench.require_torch, sys.argv = saved
+            with open(os.path.join(out, "priority_bench.md")) as f:
+                table = f.read()
+            with open(os.path.join(out, "priority_bench.json")) as f:
+                import json
+                data = json.load(f)
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "load30-server-alone-r1",
+                                          "load30-priorities-r1", "load30-server-alone-r2", "load30-priorities-r2"])
+        rows = {row["config"]: row for row in data["rows"]}
+        # Pooled: the server alone's p99 is over both rounds (10 ms and the slow 20 ms one).
+        self.assertAlmostEqual(rows["server alone"]["p99_ms"], 20.0)
+        self.assertAlmostEqual(rows["priorities high/low"]["p99_ms"], 12.0)
+        self.assertAlmostEqual(rows["priorities high/low"]["p99_x"], 12.0 / 20.0)
+        self.assertAlmostEqual(rows["priorities high/low"]["trainer_x"], 0.5)
+        self.assertEqual(len(rows["priorities high/low"]["worst_seconds"]), 2)
+        self.assertIn("load30-priorities high/low-r2", data["runs"])
+        self.assertIn("| 30 | priorities high/low |", table)
+        self.assertIn("load 30%: priorities p99 ÷ alone 0.60 (goal ≤ 1.1) PASS; trainer ÷ alone 0.50 (goal ≥ 0.5) PASS",
+                      table)
+
+    def test_one_round_is_the_measured_run(self):
+        import tempfile
+        saved = (bench.Bench, bench.require_torch, sys.argv)
+        bench.Bench, bench.require_torch = FakeBench, lambda: None
+        FakeBench.tags = []
+        with tempfile.TemporaryDirectory() as out:
+            sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--loads", "30,60", "--seconds", "10"]
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    self.assertEqual(bench.main(), 0)
+            finally:
+                bench.Bench, bench.require_torch, sys.argv = saved
+            with open(os.path.join(out, "priority_bench.md")) as f:
+                table = f.read()
+        self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",
+                                               "load30-priorities", "load60-server-alone"])
+        self.assertIn("| 60 | un-managed | 15.00 | 15.00 | 1.50 | 1.50 |", table)  # p99 of 100: the 99th
+        self.assertIn("load 60%: priorities p99 ÷ alone 1.20 (goal ≤ 1.1) FAIL; trainer ÷ alone 0.50 (goal ≥ 0.25) PASS",
+                      table)
 
 
 class Inputs(unittest.TestCase):
