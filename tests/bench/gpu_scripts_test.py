@@ -9,8 +9,10 @@ import contextlib
 import glob
 import importlib.util
 import io
+import json
 import os
 import sys
+import tempfile
 import unittest
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -188,14 +190,13 @@ class FakeBench:
 
 
 class Orchestration(unittest.TestCase):
-    def test_rounds_interleave_and_the_table_pools_them(self):
-        import tempfile
+    def run_main(self, *options):
+        """priority_bench's main() with these options against FakeBench: (its table, its JSON)."""
         saved = (bench.Bench, bench.require_torch, sys.argv)
         bench.Bench, bench.require_torch = FakeBench, lambda: None
         FakeBench.tags = []
         with tempfile.TemporaryDirectory() as out:
-            sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--loads", "30", "--seconds", "10",
-                        "--only-priorities", "--repeat", "2"]
+            sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--seconds", "10", *options]
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     self.assertEqual(bench.main(), 0)
@@ -204,8 +205,11 @@ class Orchestration(unittest.TestCase):
             with open(os.path.join(out, "priority_bench.md")) as f:
                 table = f.read()
             with open(os.path.join(out, "priority_bench.json")) as f:
-                import json
                 data = json.load(f)
+        return table, data
+
+    def test_rounds_interleave_and_the_table_pools_them(self):
+        table, data = self.run_main("--loads", "30", "--only-priorities", "--repeat", "2")
         self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "load30-server-alone-r1",
                                           "load30-priorities-r1", "load30-server-alone-r2", "load30-priorities-r2"])
         rows = {row["config"]: row for row in data["rows"]}
@@ -221,19 +225,7 @@ class Orchestration(unittest.TestCase):
                       table)
 
     def test_one_round_is_the_measured_run(self):
-        import tempfile
-        saved = (bench.Bench, bench.require_torch, sys.argv)
-        bench.Bench, bench.require_torch = FakeBench, lambda: None
-        FakeBench.tags = []
-        with tempfile.TemporaryDirectory() as out:
-            sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--loads", "30,60", "--seconds", "10"]
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    self.assertEqual(bench.main(), 0)
-            finally:
-                bench.Bench, bench.require_torch, sys.argv = saved
-            with open(os.path.join(out, "priority_bench.md")) as f:
-                table = f.read()
+        table, _ = self.run_main("--loads", "30,60")
         self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",
                                                "load30-priorities", "load60-server-alone"])
         self.assertIn("| 60 | un-managed | 15.00 | 15.00 | 1.50 | 1.50 |", table)  # p99 of 100: the 99th
