@@ -39,7 +39,18 @@ else ./priority-out): priority_bench.json (every run: each request's arrival, st
 trainer's step times and floor slices, NVML and /proc/stat samples), priority_bench.md (the table),
 logs/<run>.log. --repeat N measures each load N times over (the server alone, then each
 configuration, round after round) and pools each configuration's rounds in the table, so a slow
-stretch of the machine falls on all of them. Default total: about 8 minutes on an H100.
+stretch of the machine falls on all of them. --control measures the server alone once more at the
+end of each round ("server alone again"): its ratios to the first are those of two runs of the same
+thing, the noise the other ratios carry. Each row also gives the mean service time (time inside a
+request) and its ratio to alone: what sharing costs each request, before queueing multiplies it in
+the tail. Default total: about 8 minutes on an H100.
+
+--paired replaces the five configurations with a paired design: per load, one server and one
+trainer run together for --seconds, the trainer paused in every other phase (--phase-seconds, the
+first --settle-seconds of each phase left out), and the server's phases with the trainer are
+compared with its own phases without it, within one process: two server processes differ from
+each other more than the goal's 10% (see --control). Both under priorities, and un-managed unless
+--only-priorities. The goal is then judged on the running phases against the paused ones.
 """
 import argparse
 import gc
@@ -248,6 +259,9 @@ def worker(args):
         end = start + args.seconds
         done = []
         while time.monotonic() < end:
+            if args.pause_file and os.path.exists(args.pause_file):
+                time.sleep(0.002)  # --paired: the parent's phases without the trainer
+                continue
             step()
             done.append(time.monotonic())
         in_window = [t for t in done if t <= end]
@@ -331,23 +345,23 @@ class Bench:
         self.sampler = None
         self.host = None
 
-    def argv(self, role, report, extra):
+    def argv(self, role, report, extra, seconds):
         a = self.args
         argv = [sys.executable, os.path.abspath(__file__), "--worker", role, "--report", report,
-                "--warmup", str(a.warmup), "--seconds", str(a.seconds),
+                "--warmup", str(a.warmup), "--seconds", str(seconds),
                 "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
                 "--drain-seconds", str(a.drain_seconds),
                 "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
         return argv + extra
 
-    def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None, own_env=None):
+    def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None, own_env=None, seconds=None):
         """One process; managed: under gpuslice as its own container in `node_dir`."""
         self.count += 1
         name = f"{self.count:02d}-{tag}-{role}"
         report = os.path.join(self.logs, name + ".json")
         env = clean_env()
-        argv = self.argv(role, report, extra)
+        argv = self.argv(role, report, extra, seconds or self.args.seconds)
         shared = None
         if managed:
             shared = tempfile.mkdtemp(prefix="gs-prio-c-")
@@ -425,10 +439,15 @@ class Bench:
               f"mean ({data['requests']} requests each)", flush=True)
         return data
 
-    def measure(self, tag, members, rate):
+    def measure(self, tag, members, rate, phases=None):
         """members: list of (role, managed, priority, limit). Starts them together; returns reports
-        by role and the mean NVML utilization over the measured window."""
+        by role and the mean NVML utilization over the measured window. phases: (count, seconds) for
+        --paired: the trainer is paused in the even phases (from the first) and runs in the odd ones."""
+        seconds = phases[0] * phases[1] if phases else self.args.seconds
         work = tempfile.mkdtemp(prefix="gs-prio-run-")
+        pause = os.path.join(work, "pause")
+        if phases:
+            open(pause, "w").close()
         node_dir = tempfile.mkdtemp(prefix="gs-prio-node-")
         runs, ready = [], []
         try:
@@ -440,14 +459,22 @@ class Bench:
                          "--go-timeout", str(self.args.ready_timeout + 30)]
                 if role == "server":
                     extra += ["--rate", repr(rate), "--seed", str(self.args.seed)]
-                runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit, own_env))
+                if role == "trainer" and phases:
+                    extra += ["--pause-file", pause]
+                runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit, own_env, seconds))
                 ready.append(ready_file)
             self.wait_ready(runs, ready)
             start = time.monotonic() + 0.5
             with open(os.path.join(work, "go.tmp"), "w") as f:
                 f.write(repr(start))
             os.rename(os.path.join(work, "go.tmp"), os.path.join(work, "go"))
-            timeout = self.args.seconds + self.args.drain_seconds + 60
+            for k in range(1, phases[0] if phases else 0):
+                sleep_until(start + k * phases[1])
+                if k % 2:
+                    os.unlink(pause)
+                else:
+                    open(pause, "w").close()
+            timeout = seconds + self.args.drain_seconds + 60
             results = {}
             for run in runs:
                 results[run["role"]] = self.finish(run, start + timeout - time.monotonic())
@@ -459,14 +486,14 @@ class Bench:
             shutil.rmtree(node_dir, ignore_errors=True)
         util = None
         if self.sampler is not None and self.sampler.ok:
-            util = self.sampler.mean(start, start + self.args.seconds)[0]
+            util = self.sampler.mean(start, start + seconds)[0]
             # (seconds from the start, util %, SM MHz, W, clock event reasons) over the window
             results["nvml"] = [(round(x[0] - start, 3),) + tuple(x[1:]) for x in self.sampler.samples
-                               if start <= x[0] <= start + self.args.seconds]
+                               if start <= x[0] <= start + seconds]
         if self.host is not None and self.host.ok:
             # (seconds from the start, host CPU steal %, host CPU busy %)
             results["host"] = [(round(x[0] - start, 3), round(x[1], 2), round(x[2], 1)) for x in self.host.samples
-                               if start <= x[0] <= start + self.args.seconds]
+                               if start <= x[0] <= start + seconds]
         return results, util
 
 
@@ -496,6 +523,39 @@ def pool_runs(runs):
         pooled[role] = merged
     utils = [util for _, util in runs if util is not None]
     return pooled, (sum(utils) / len(utils) if utils else None)
+
+
+def split_phases(results, count, phase_s, settle_s):
+    """--paired: one run's requests (by arrival) and trainer steps by phase, each phase without its
+    first settle_s (the trainer ending or starting a step, a queue left by the phase before):
+    {"paused": (results, util), "running": (results, util)}, the even phases (the trainer paused)
+    and the odd ones, each shaped like a run of its own for pool_runs() and summarize(). Requests
+    still unserved at the end count in the running phases (with their waiting time so far)."""
+    server = results.get("server")
+    trainer = results.get("trainer")
+    nvml = results.get("nvml", [])
+    split = {}
+    for parity, name in ((0, "paused"), (1, "running")):
+        windows = [(k * phase_s + settle_s, (k + 1) * phase_s) for k in range(count) if k % 2 == parity]
+        seconds = sum(b - a for a, b in windows)
+
+        def inside(t, windows=windows):
+            return any(a <= t < b for a, b in windows)
+
+        part = {}
+        if server:
+            reqs = [r for r in server["timeline_s"] if inside(r[0])]
+            late = server["latencies_s"][server["served"]:] if name == "running" else []
+            part["server"] = {"seconds": seconds, "latencies_s": [r[2] - r[0] for r in reqs] + late,
+                              "arrivals": len(reqs) + len(late), "served": len(reqs), "unserved": len(late),
+                              "busy_s": sum(r[2] - r[1] for r in reqs), "gate_stats": server.get("gate_stats", [])}
+        if trainer:
+            steps = [t for t in trainer.get("step_done_s", []) if inside(t)]
+            part["trainer"] = {"seconds": seconds, "steps": len(steps), "steps_per_s": len(steps) / seconds,
+                               "gate_stats": trainer.get("gate_stats", [])}
+        utils = [x[1] for x in nvml if inside(x[0])]
+        split[name] = (part, sum(utils) / len(utils) if utils else None)
+    return split
 
 
 def read_gate_log(lines, start):
@@ -567,9 +627,15 @@ def summarize(tag, load, results, util, alone):
                    requests=server["arrivals"], unserved=server["unserved"])
         if "busy_s" in server:  # the load the server really was: its share of time inside requests
             row["server_busy_pct"] = 100.0 * server["busy_s"] / server["seconds"]
+            if server["served"]:
+                # The mean time inside a request: what sharing costs each request, without the
+                # queueing that multiplies it in the tail.
+                row["service_ms"] = 1e3 * server["busy_s"] / server["served"]
         if alone.get("server"):
             row["p50_x"] = row["p50_ms"] / alone["server"]["p50_ms"]
             row["p99_x"] = row["p99_ms"] / alone["server"]["p99_ms"]
+            if row.get("service_ms") and alone["server"].get("service_ms"):
+                row["service_x"] = row["service_ms"] / alone["server"]["service_ms"]
     if trainer:
         row["trainer_steps_per_s"] = trainer["steps_per_s"]
         if alone.get("trainer"):
@@ -584,13 +650,14 @@ def fmt(value, spec):
 
 def table(rows):
     lines = ["| load | configuration | server p50 ms | p99 ms | p50 ÷ alone | p99 ÷ alone | server busy % "
-             "| trainer steps/s | trainer ÷ alone | device util % | unserved |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| service ms | service ÷ alone | trainer steps/s | trainer ÷ alone | device util % | unserved |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {fmt(r['load'], 'd') if r['load'] is not None else '-'} | {r['config']} "
                      f"| {fmt(r.get('p50_ms'), '.2f')} | {fmt(r.get('p99_ms'), '.2f')} "
                      f"| {fmt(r.get('p50_x'), '.2f')} | {fmt(r.get('p99_x'), '.2f')} "
                      f"| {fmt(r.get('server_busy_pct'), '.0f')} "
+                     f"| {fmt(r.get('service_ms'), '.2f')} | {fmt(r.get('service_x'), '.2f')} "
                      f"| {fmt(r.get('trainer_steps_per_s'), '.2f')} | {fmt(r.get('trainer_x'), '.2f')} "
                      f"| {fmt(r.get('device_util_pct'), '.0f')} | {r.get('unserved', '-')} |")
     return "\n".join(lines)
@@ -647,6 +714,9 @@ def main_parent(args):
             data["runs"][name] = results
             rows.append(row)
             print(f"{name}: {fmt(row.get('trainer_x'), '.3f')} of alone", flush=True)
+        if args.paired:
+            rows += measure_paired(args, bench, data, loads, service, alone_trainer)
+            loads = []  # the five configurations are not measured
         # (name in the table, name of its runs' logs, members)
         configs = [
             ("un-managed", "un-managed", [("server", False, None, None), ("trainer", False, None, None)]),
@@ -665,6 +735,8 @@ def main_parent(args):
             # --repeat the rounds interleave and a slow stretch of the machine falls on all of them.
             rounds = {"server alone": []}
             rounds.update({name: [] for name, _, _ in configs})
+            if args.control:
+                rounds["server alone again"] = []
             worst = {name: [] for name in rounds}
             for r in range(args.repeat):
                 suffix = f"-r{r + 1}" if args.repeat > 1 else ""
@@ -683,26 +755,39 @@ def main_parent(args):
                     data["runs"][f"{tag}-{name}{suffix}"] = results
                     rounds[name].append((results, util))
                     row = summarize(name, load, results, util, {"server": round_alone, "trainer": alone_trainer})
-                    print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone "
-                          f"{fmt(row.get('trainer_x'), '.2f')}", flush=True)
+                    print(f"  {name}: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, service ÷ alone "
+                          f"{fmt(row.get('service_x'), '.2f')}, trainer ÷ alone {fmt(row.get('trainer_x'), '.2f')}",
+                          flush=True)
                     worst[name].append(worst_second(results, args.seconds))
                     if worst[name][-1]:
                         print("    " + describe_worst(worst[name][-1]), flush=True)
+                if args.control:
+                    # The same server alone once more, after the configurations: its ratios to the
+                    # first are what the machine's drift alone does to a ratio (the noise floor).
+                    results, util = bench.measure(f"{tag}-server-alone-again{suffix}", [("server", False, None, None)],
+                                                  rate)
+                    data["runs"][f"{tag}-server-alone-again{suffix}"] = results
+                    rounds["server alone again"].append((results, util))
+                    row = summarize("server alone again", load, results, util, {"server": round_alone})
+                    worst["server alone again"].append(worst_second(results, args.seconds))
+                    print(f"  server alone again: p99 ÷ alone {fmt(row.get('p99_x'), '.2f')}, service ÷ alone "
+                          f"{fmt(row.get('service_x'), '.2f')}", flush=True)
             # The table's rows: each configuration's rounds as one longer run.
             results, util = pool_runs(rounds["server alone"])
             alone_server = summarize("server alone", load, results, util, {})
             alone_server["worst_seconds"] = worst["server alone"]
             rows.append(alone_server)
             alone = {"server": alone_server, "trainer": alone_trainer}
-            for name, _, _ in configs:
+            for name in [name for name, _, _ in configs] + (["server alone again"] if args.control else []):
                 results, util = pool_runs(rounds[name])
                 row = summarize(name, load, results, util, alone)
                 row["worst_seconds"] = worst[name]
                 rows.append(row)
                 if args.repeat > 1:
                     print(f"load {load}%, {args.repeat} rounds pooled: {name}: p99 ÷ alone "
-                          f"{fmt(row.get('p99_x'), '.2f')}, trainer ÷ alone {fmt(row.get('trainer_x'), '.2f')}",
-                          flush=True)
+                          f"{fmt(row.get('p99_x'), '.2f')}, service ÷ alone {fmt(row.get('service_x'), '.2f')}, "
+                          f"trainer ÷ alone {fmt(row.get('trainer_x'), '.2f')}", flush=True)
+                row["judged"] = name.startswith("priorities")
                 if name.startswith("priorities") and not any("priority gate" in s for s in row["gate_stats"]):
                     row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
@@ -718,22 +803,61 @@ def main_parent(args):
             json.dump(data, f, indent=1)
     verdicts = []
     for row in rows:
-        if not row["config"].startswith("priorities"):
+        if not row.get("judged"):
             continue
         goal = GOAL_TRAINER.get(row["load"])
         ok_p99 = row.get("p99_x") is not None and row["p99_x"] <= GOAL_P99
         ok_tr = goal is None or (row.get("trainer_x") is not None and row["trainer_x"] >= goal)
-        verdicts.append(f"load {row['load']}%: priorities p99 ÷ alone {fmt(row.get('p99_x'), '.2f')} "
+        baseline = "paused" if row["config"].startswith("paired") else "alone"
+        verdicts.append(f"load {row['load']}%: {row['config']}: p99 ÷ {baseline} {fmt(row.get('p99_x'), '.2f')} "
                         f"(goal ≤ {GOAL_P99}) {'PASS' if ok_p99 else 'FAIL'}; trainer ÷ alone "
                         f"{fmt(row.get('trainer_x'), '.2f')} (goal ≥ {goal}) {'PASS' if ok_tr else 'FAIL'}"
                         + (" (INVALID: " + row["warning"] + ")" if "warning" in row else ""))
     text = (table(rows) + "\n\n" + "\n".join(verdicts) + "\n" +
-            f"\nservice time alone {service * 1e3:.2f} ms; {args.seconds:g} s measured per configuration; "
-            f"total {data['elapsed_s']:.0f} s\n")
+            f"\nservice time alone {service * 1e3:.2f} ms; {args.seconds:g} s measured per configuration"
+            + (f" (phases of {args.phase_seconds:g} s, the first {args.settle_seconds:g} s of each left out)"
+               if args.paired else "") + f"; total {data['elapsed_s']:.0f} s\n")
     with open(os.path.join(args.out, "priority_bench.md"), "w") as f:
         f.write(text)
     print("\n" + text, flush=True)
     return 0
+
+
+def measure_paired(args, bench, data, loads, service, alone_trainer):
+    """--paired: per load, one server process and one trainer process for the whole run, the trainer
+    paused in every other phase: the server with and without the trainer, compared within one
+    process, so that what differs between two server processes (a run of the server alone against
+    itself differs by up to 2.6x at p99 on an H100) does not enter the ratio. The rows: the paused
+    phases as the baseline, the running phases against them."""
+    count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
+    modes = [("priorities", [("server", True, "high", None), ("trainer", True, "low", None)])]
+    if not args.only_priorities:
+        modes.insert(0, ("un-managed", [("server", False, None, None), ("trainer", False, None, None)]))
+    rows = []
+    for load in loads:
+        rate = load / 100.0 / service
+        for mode, members in modes:
+            parts = {"paused": [], "running": []}
+            for r in range(args.repeat):
+                suffix = f"-r{r + 1}" if args.repeat > 1 else ""
+                results, _ = bench.measure(f"load{load}-paired-{mode}{suffix}", members, rate,
+                                           (count, args.phase_seconds))
+                data["runs"][f"load{load}-paired-{mode}{suffix}"] = results
+                split = split_phases(results, count, args.phase_seconds, args.settle_seconds)
+                for name, part in split.items():
+                    parts[name].append(part)
+            paused = summarize(f"paired {mode}: trainer paused", load, *pool_runs(parts["paused"]), {})
+            running = summarize(f"paired {mode}: trainer running", load, *pool_runs(parts["running"]),
+                                {"server": paused, "trainer": alone_trainer})
+            running["judged"] = mode == "priorities"
+            if mode == "priorities" and not any("priority gate" in s for s in running["gate_stats"]):
+                running["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
+                                      "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
+            rows += [paused, running]
+            print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}, "
+                  f"p99 {fmt(running.get('p99_x'), '.2f')}, service {fmt(running.get('service_x'), '.2f')}; "
+                  f"trainer ÷ alone {fmt(running.get('trainer_x'), '.2f')}", flush=True)
+    return rows
 
 
 def parse_variant(text, ap):
@@ -776,6 +900,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds per load (server alone, then each configuration), interleaved; the table pools "
                          "each configuration's rounds (the trainer alone is measured once)")
+    ap.add_argument("--control", action="store_true",
+                    help="measure the server alone again at the end of each round: the ratios of two runs of "
+                         "the same thing, the noise floor of the others")
+    ap.add_argument("--paired", action="store_true",
+                    help="instead of the five configurations: per load one server and one trainer for --seconds, "
+                         "the trainer paused every other phase; the server with the trainer against itself "
+                         "without it (priorities, and un-managed unless --only-priorities)")
+    ap.add_argument("--phase-seconds", type=float, default=3.0, help="--paired: length of a phase")
+    ap.add_argument("--settle-seconds", type=float, default=0.5,
+                    help="--paired: left out at the start of each phase")
     ap.add_argument("--only-priorities", action="store_true",
                     help="measure the alone baselines and the priority configurations only")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
@@ -789,10 +923,16 @@ def main():
     ap.add_argument("--go-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--pause-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.variants = [parse_variant(v, ap) for v in args.variant]
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
+    if args.paired and (args.control or args.variants):
+        ap.error("--paired measures the server against itself: --control and --variant do not apply")
+    if args.paired and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:
+        ap.error(f"--paired: need 0 <= --settle-seconds ({args.settle_seconds:g}) < --phase-seconds "
+                 f"({args.phase_seconds:g}) <= half of --seconds ({args.seconds:g})")
     if args.worker:
         worker(args)
         return 0

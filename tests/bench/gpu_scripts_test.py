@@ -162,8 +162,10 @@ class FakeBench:
     def calibrate(self):
         return {"service_mean_s": 0.010, "service_p50_s": 0.010, "service_hot_mean_s": 0.009, "requests": 200}
 
-    def measure(self, tag, members, rate):
+    def measure(self, tag, members, rate, phases=None):
         FakeBench.tags.append(tag)
+        if phases:
+            return self.measure_paired(members, phases)
         results = {}
         seconds = self.args.seconds
         for member in members:
@@ -177,7 +179,7 @@ class FakeBench:
                 latencies = [ms / 1e3] * 99 + [3 * ms / 1e3]
                 timeline = [(i * 0.1, i * 0.1, i * 0.1 + ms / 1e3) for i in range(100)]
                 results["server"] = {"seconds": seconds, "latencies_s": latencies, "arrivals": 100, "served": 100,
-                                     "unserved": 0, "busy_s": 1.0, "timeline_s": timeline, "start": 0.0}
+                                     "unserved": 0, "busy_s": ms / 10.0, "timeline_s": timeline, "start": 0.0}
             elif role == "trainer":
                 steps = 200 if not managed else (100 if "load" in tag else 180)
                 results["trainer"] = {"seconds": seconds, "steps": steps, "steps_per_s": steps / seconds,
@@ -187,6 +189,26 @@ class FakeBench:
             stats = ["[gpuslice 1] INFO: priority gate, device 0: 0.000 s held back"] if priority else []
             results[role]["gate_stats"] = stats
         return results, 50.0
+
+    def measure_paired(self, members, phases):
+        """--paired: a request every 0.1 s, 10 ms in the paused phases, 12 ms with a high-priority
+        server in the running ones (15 ms un-managed); a trainer step every 0.1 s while it runs."""
+        count, phase = phases
+        high = any(member[2] == "high" for member in members)
+        timeline, steps = [], []
+        for i in range(int(count * phase * 10)):
+            t = i * 0.1 + 0.05
+            running = int(t // phase) % 2 == 1
+            ms = (12.0 if high else 15.0) if running else 10.0
+            timeline.append((t, t, t + ms / 1e3))
+            if running:
+                steps.append(t)
+        stats = ["[gpuslice 1] INFO: priority gate, device 0: 0.000 s held back"] if high else []
+        server = {"seconds": count * phase, "latencies_s": [e - a for a, _, e in timeline], "arrivals": len(timeline),
+                  "served": len(timeline), "unserved": 0, "busy_s": 0.0, "timeline_s": timeline, "gate_stats": stats}
+        trainer = {"seconds": count * phase, "steps": len(steps), "steps_per_s": 0.0, "step_done_s": steps,
+                   "gate_stats": stats}
+        return {"server": server, "trainer": trainer, "nvml": [(0.6, 20, 1980, 100.0, 0), (2.6, 80, 1980, 300.0, 0)]}, 50.0
 
 
 class Orchestration(unittest.TestCase):
@@ -218,19 +240,112 @@ class Orchestration(unittest.TestCase):
         self.assertAlmostEqual(rows["priorities high/low"]["p99_ms"], 12.0)
         self.assertAlmostEqual(rows["priorities high/low"]["p99_x"], 12.0 / 20.0)
         self.assertAlmostEqual(rows["priorities high/low"]["trainer_x"], 0.5)
+        # The mean service time: 12 ms beside the trainer against 15 ms (10 and 20) alone.
+        self.assertAlmostEqual(rows["priorities high/low"]["service_ms"], 12.0)
+        self.assertAlmostEqual(rows["priorities high/low"]["service_x"], 0.8)
         self.assertEqual(len(rows["priorities high/low"]["worst_seconds"]), 2)
         self.assertIn("load30-priorities high/low-r2", data["runs"])
         self.assertIn("| 30 | priorities high/low |", table)
-        self.assertIn("load 30%: priorities p99 ÷ alone 0.60 (goal ≤ 1.1) PASS; trainer ÷ alone 0.50 (goal ≥ 0.5) PASS",
+        self.assertIn("load 30%: priorities high/low: p99 ÷ alone 0.60 (goal ≤ 1.1) PASS; trainer ÷ alone 0.50 (goal ≥ 0.5) PASS",
                       table)
+
+    def test_the_control_measures_the_server_alone_again_at_the_end_of_each_round(self):
+        table, data = self.run_main("--loads", "30", "--only-priorities", "--repeat", "2", "--control")
+        self.assertEqual(FakeBench.tags[2:], ["load30-server-alone-r1", "load30-priorities-r1",
+                                              "load30-server-alone-again-r1", "load30-server-alone-r2",
+                                              "load30-priorities-r2", "load30-server-alone-again-r2"])
+        rows = {row["config"]: row for row in data["rows"]}
+        # The second alone runs took 10 ms a request in both rounds; the first ones 10 and 20 ms.
+        self.assertAlmostEqual(rows["server alone again"]["p99_x"], 10.0 / 20.0)
+        self.assertAlmostEqual(rows["server alone again"]["service_x"], 10.0 / 15.0)
+        self.assertIn("load30-server-alone-again-r2", data["runs"])
+        # A control is not a configuration with a goal.
+        self.assertEqual(table.count("load 30%: "), 1)
+
+    def test_paired_compares_the_server_with_the_trainer_running_against_itself_with_it_paused(self):
+        table, data = self.run_main("--loads", "30", "--paired", "--seconds", "8", "--phase-seconds", "2")
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "load30-paired-un-managed",
+                                          "load30-paired-priorities"])
+        rows = {row["config"]: row for row in data["rows"]}
+        paused, running = rows["paired priorities: trainer paused"], rows["paired priorities: trainer running"]
+        self.assertAlmostEqual(paused["p99_ms"], 10.0)
+        self.assertAlmostEqual(running["p99_x"], 1.2)
+        self.assertAlmostEqual(running["service_x"], 1.2)
+        # A step every 0.1 s in the running phases' measured 3 s (two phases of 2 s less 0.5 s each),
+        # against 25 steps/s alone (200 steps in 8 s).
+        self.assertAlmostEqual(running["trainer_x"], 0.4)
+        self.assertAlmostEqual(rows["paired un-managed: trainer running"]["p99_x"], 1.5)
+        self.assertIn("load 30%: paired priorities: trainer running: p99 ÷ paused 1.20 (goal ≤ 1.1) FAIL; "
+                      "trainer ÷ alone 0.40 (goal ≥ 0.5) FAIL", table)
+        self.assertEqual(table.count("load 30%: "), 1)  # un-managed is not judged
+        self.assertIn("phases of 2 s", table)
 
     def test_one_round_is_the_measured_run(self):
         table, _ = self.run_main("--loads", "30,60")
         self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",
                                                "load30-priorities", "load60-server-alone"])
-        self.assertIn("| 60 | un-managed | 15.00 | 15.00 | 1.50 | 1.50 |", table)  # p99 of 100: the 99th
-        self.assertIn("load 60%: priorities p99 ÷ alone 1.20 (goal ≤ 1.1) FAIL; trainer ÷ alone 0.50 (goal ≥ 0.25) PASS",
+        # p99 of 100: the 99th; busy 15 % of 10 s; 15 ms a request against 10 alone
+        self.assertIn("| 60 | un-managed | 15.00 | 15.00 | 1.50 | 1.50 | 15 | 15.00 | 1.50 |", table)
+        self.assertIn("load 60%: priorities high/low: p99 ÷ alone 1.20 (goal ≤ 1.1) FAIL; trainer ÷ alone 0.50 (goal ≥ 0.25) PASS",
                       table)
+
+
+class Phases(unittest.TestCase):
+    def test_each_phase_without_its_settling_time_goes_to_its_side(self):
+        # Four phases of 2 s, 0.5 s settling: paused [0.5, 2) and [4.5, 6), running [2.5, 4) and [6.5, 8).
+        timeline = [(0.1, 0.1, 0.2), (1.0, 1.0, 1.01), (2.2, 2.2, 2.3), (3.0, 3.0, 3.05), (5.9, 5.9, 5.91),
+                    (7.0, 7.0, 7.02)]
+        results = {"server": {"timeline_s": timeline, "served": 6, "latencies_s": [0.1] * 6 + [0.9],
+                              "gate_stats": ["s"]},
+                   "trainer": {"step_done_s": [0.7, 2.4, 2.6, 3.9, 7.5], "gate_stats": ["t"]},
+                   "nvml": [(1.0, 10, 0, 0, 0), (3.0, 70, 0, 0, 0), (3.5, 90, 0, 0, 0), (4.2, 99, 0, 0, 0)]}
+        split = bench.split_phases(results, 4, 2.0, 0.5)
+        paused, paused_util = split["paused"]
+        running, running_util = split["running"]
+        self.assertEqual([round(x, 3) for x in paused["server"]["latencies_s"]], [0.01, 0.01])
+        self.assertAlmostEqual(paused["server"]["busy_s"], 0.02)
+        self.assertEqual(paused["server"]["seconds"], 3.0)
+        self.assertEqual(paused["trainer"]["steps"], 1)  # at 0.7 s, while paused in fact: its step ending
+        self.assertEqual(paused_util, 10)
+        # The unserved request (0.9 s so far) counts with the trainer running.
+        self.assertEqual([round(x, 3) for x in running["server"]["latencies_s"]], [0.05, 0.02, 0.9])
+        self.assertEqual((running["server"]["served"], running["server"]["unserved"]), (2, 1))
+        self.assertEqual(running["trainer"]["steps"], 3)  # 2.6, 3.9 and 7.5; not 2.4 (settling)
+        self.assertAlmostEqual(running["trainer"]["steps_per_s"], 1.0)
+        self.assertEqual(running_util, 80)  # 4.2 s is in the settling of a paused phase
+
+    def test_the_parent_pauses_the_trainer_in_the_even_phases(self):
+        """Bench.measure's own toggling, with the processes and the clock replaced: the pause file's
+        state at each phase boundary, before the parent changes it."""
+        seen = {}
+        saved = (bench.Bench.start, bench.Bench.wait_ready, bench.Bench.finish, bench.sleep_until)
+
+        def start(self, role, tag, managed, node_dir, extra, *rest):
+            if "--pause-file" in extra:
+                seen["pause"] = extra[extra.index("--pause-file") + 1]
+            seen.setdefault("seconds", []).append(rest[-1])
+            return {"role": role}
+
+        def sleep_until(t):
+            seen.setdefault("states", []).append(os.path.exists(seen["pause"]))
+
+        def finish(self, run, timeout):
+            seen.setdefault("at_end", os.path.exists(seen["pause"]))
+            return {}
+
+        bench.Bench.start, bench.Bench.finish, bench.sleep_until = start, finish, sleep_until
+        bench.Bench.wait_ready = lambda self, runs, ready: None
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                args = argparse.Namespace(out=out, lib=__file__, seconds=8.0, drain_seconds=1.0, seed=1, ready_timeout=1.0)
+                b = bench.Bench(args)
+                b.measure("t", [("server", False, None, None), ("trainer", False, None, None)], 10.0, (4, 2.0))
+        finally:
+            bench.Bench.start, bench.Bench.wait_ready, bench.Bench.finish, bench.sleep_until = saved
+        # Phase 0 paused; at the boundaries 1, 2, 3: still paused, then running, then paused again.
+        self.assertEqual(seen["states"], [True, False, True])
+        self.assertFalse(seen["at_end"])  # phase 3 runs
+        self.assertEqual(seen["seconds"], [8.0, 8.0])
 
 
 class Inputs(unittest.TestCase):
