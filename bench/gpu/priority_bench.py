@@ -82,6 +82,8 @@ IDLE_CPUS = "8"
 CALIBRATE_LOAD = 0.3
 # The gate's debug line for each floor slice (GPUSLICE_LOG_LEVEL=debug), its clock in microseconds.
 FLOOR_SLICE = re.compile(r"priority gate: floor slice at (\d+) us")
+HELD = re.compile(r"priority gate: held at (\d+) us")
+RELEASED = re.compile(r"priority gate: released at (\d+) us")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,7 +409,7 @@ class Bench:
             data = json.load(f)
         data["name"] = run["name"]
         with open(log_path, errors="replace") as f:
-            data["gate_stats"], data["floor_slices_s"] = read_gate_log(f, data.get("start", 0.0))
+            data["gate_stats"], data["floor_slices_s"], data["holds_s"] = read_gate_log(f, data.get("start", 0.0))
         return data
 
     def abort(self, runs):
@@ -519,7 +521,7 @@ def pool_runs(runs):
         elif role == "trainer":
             merged["steps"] = sum(p["steps"] for p in parts)
             merged["steps_per_s"] = merged["steps"] / merged["seconds"]
-            merged["step_done_s"], merged["floor_slices_s"] = [], []
+            merged["step_done_s"], merged["floor_slices_s"], merged["holds_s"] = [], [], []
         pooled[role] = merged
     utils = [util for _, util in runs if util is not None]
     return pooled, (sum(utils) / len(utils) if utils else None)
@@ -553,22 +555,45 @@ def split_phases(results, count, phase_s, settle_s):
             steps = [t for t in trainer.get("step_done_s", []) if inside(t)]
             part["trainer"] = {"seconds": seconds, "steps": len(steps), "steps_per_s": len(steps) / seconds,
                                "gate_stats": trainer.get("gate_stats", [])}
+            if server:
+                part["trainer"]["held_share"] = held_share([(r[1], r[2]) for r in reqs], trainer.get("holds_s", []))
         utils = [x[1] for x in nvml if inside(x[0])]
         split[name] = (part, sum(utils) / len(utils) if utils else None)
     return split
 
 
 def read_gate_log(lines, start):
-    """A gpuslice process's log: its gates' exit statistics, and its floor slices in seconds from
-    `start` (a time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too)."""
-    stats, slices = [], []
+    """A gpuslice process's log: its gates' exit statistics, its floor slices and its holds
+    ([held, released] pairs, in order: with several held threads a pair may join one thread's
+    start to another's end, which covers the same time), in seconds from `start` (a
+    time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too)."""
+    stats, slices, held, released = [], [], [], []
     for line in lines:
-        slice_at = FLOOR_SLICE.search(line)
-        if slice_at:
-            slices.append(round(int(slice_at.group(1)) / 1e6 - start, 6))
-        elif "priority gate" in line or "compute limiter, device" in line:
-            stats.append(line.strip())
-    return stats, slices
+        for pattern, found in ((FLOOR_SLICE, slices), (HELD, held), (RELEASED, released)):
+            match = pattern.search(line)
+            if match:
+                found.append(round(int(match.group(1)) / 1e6 - start, 6))
+                break
+        else:
+            if "priority gate" in line or "compute limiter, device" in line:
+                stats.append(line.strip())
+    return stats, slices, [list(pair) for pair in zip(held, released)]
+
+
+def held_share(intervals, holds):
+    """The share of the time inside `intervals` (a server's requests, [(start, end)]) during which
+    the trainer was held (`holds`, [[held, released]]); None without such time."""
+    merged = []
+    for a, b in sorted(holds):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    total = covered = 0.0
+    for a, b in intervals:
+        total += b - a
+        covered += sum(max(0.0, min(b, hb) - max(a, ha)) for ha, hb in merged if ha < b and hb > a)
+    return covered / total if total > 0 else None
 
 
 def worst_second(results, seconds):
@@ -581,6 +606,7 @@ def worst_second(results, seconds):
     trainer = results.get("trainer") or {}
     steps = trainer.get("step_done_s", [])
     slices = trainer.get("floor_slices_s", [])
+    holds = trainer.get("holds_s", [])
     nvml = results.get("nvml", [])
     host = results.get("host", [])
 
@@ -589,13 +615,17 @@ def worst_second(results, seconds):
 
     def window(t0, t1):
         reqs = [r for r in timeline if t0 <= r[0] < t1]
+        # Inside the requests, the trainer held: a slow request it did not hold points at work it
+        # had queued (or launched in a floor slice).
+        share = held_share([(r[1], r[2]) for r in reqs], holds) if trainer else None
         return {"from_s": t0, "requests": len(reqs),
                 "latency_ms": mean([(r[2] - r[0]) * 1e3 for r in reqs]),
                 "service_ms": mean([(r[2] - r[1]) * 1e3 for r in reqs]),
                 "sm_mhz": mean([x[2] for x in nvml if t0 <= x[0] < t1]),
                 "host_steal_pct": mean([x[1] for x in host if t0 <= x[0] < t1]),
                 "trainer_steps_per_s": len([t for t in steps if t0 <= t < t1]) / (t1 - t0) if steps else None,
-                "floor_slices": len([t for t in slices if t0 <= t < t1])}
+                "floor_slices": len([t for t in slices if t0 <= t < t1]),
+                "trainer_held_pct": None if share is None else 100.0 * share}
 
     candidates = [window(k * 0.5, k * 0.5 + 1.0) for k in range(max(1, int(seconds * 2) - 1))]
     candidates = [c for c in candidates if c["requests"]]
@@ -613,7 +643,8 @@ def describe_worst(w):
             f"{fmt(worst['host_steal_pct'], '.1f')}% (run {fmt(run['host_steal_pct'], '.1f')}%)")
     if worst["trainer_steps_per_s"] is not None:
         text += (f", trainer {worst['trainer_steps_per_s']:.0f} steps/s (run {run['trainer_steps_per_s']:.1f}), "
-                 f"{worst['floor_slices']} floor slices (run {run['floor_slices']})")
+                 f"{worst['floor_slices']} floor slices (run {run['floor_slices']}), held "
+                 f"{fmt(worst['trainer_held_pct'], '.0f')}% of the requests' time (run {fmt(run['trainer_held_pct'], '.0f')}%)")
     return text
 
 
@@ -850,13 +881,17 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             running = summarize(f"paired {mode}: trainer running", load, *pool_runs(parts["running"]),
                                 {"server": paused, "trainer": alone_trainer})
             running["judged"] = mode == "priorities"
+            shares = [p["trainer"].get("held_share") for p, _ in parts["running"] if "trainer" in p]
+            shares = [x for x in shares if x is not None]
+            running["trainer_held_pct"] = 100.0 * sum(shares) / len(shares) if shares else None
             if mode == "priorities" and not any("priority gate" in s for s in running["gate_stats"]):
                 running["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
             rows += [paused, running]
             print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}, "
                   f"p99 {fmt(running.get('p99_x'), '.2f')}, service {fmt(running.get('service_x'), '.2f')}; "
-                  f"trainer ÷ alone {fmt(running.get('trainer_x'), '.2f')}", flush=True)
+                  f"trainer ÷ alone {fmt(running.get('trainer_x'), '.2f')}, held "
+                  f"{fmt(running.get('trainer_held_pct'), '.0f')}% of the requests' time", flush=True)
     return rows
 
 

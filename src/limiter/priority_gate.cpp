@@ -103,6 +103,12 @@ void PriorityGate::gate(CUstream stream) {
         held = true;
         holds_.fetch_add(1, kRelaxed);
         window_held_.store(true, kRelaxed);
+        // With the release below, lets a benchmark tell whether a higher priority's slow request
+        // had this container held, and how much it had queued then (the window, the cap it keeps).
+        GS_LOG(Debug, "priority gate: held at %llu us, %u launches in the window, cap %llu, %llu ns a launch",
+               static_cast<unsigned long long>(now / 1000), window_launches_.load(kRelaxed),
+               static_cast<unsigned long long>(launch_cap(now)),
+               static_cast<unsigned long long>(launch_cost_.per_launch_ns()));
       }
       held_now = true;
       clock_.sleep_ns(
@@ -121,6 +127,7 @@ void PriorityGate::gate(CUstream stream) {
     if (summary.higher_busy_until_ns <= now) break;
   }
   if (held) {
+    GS_LOG(Debug, "priority gate: released at %llu us", static_cast<unsigned long long>(now / 1000));
     held_back_ns_.fetch_add(held_ns, kRelaxed);
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);

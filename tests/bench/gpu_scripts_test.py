@@ -46,6 +46,8 @@ class GateLog(unittest.TestCase):
         "[gpuslice 41] DEBUG: priority sharing on GPU-1: record /tmp/n/uid-0/GPU-1.00fe\n",
         "[gpuslice 41] DEBUG: priority gate: floor slice at 1002500000 us\n",
         "[gpuslice 41] DEBUG: priority gate: floor slice at 1003100000 us\n",
+        "[gpuslice 41] DEBUG: priority gate: held at 1004000000 us, 12 launches in the window, cap 40, 50000 ns a launch\n",
+        "[gpuslice 41] DEBUG: priority gate: released at 1004250000 us\n",
         "[transformers] some warning\n",
         "[gpuslice 41] INFO: priority gate, device 0: 1.000 s held back (10 launches held), 2 drains, "
         "30 event waits, 2 floor slices, 5 scans, 50 re-reads\n",
@@ -54,15 +56,26 @@ class GateLog(unittest.TestCase):
     ]
 
     def test_statistics_and_floor_slices_are_told_apart(self):
-        stats, slices = bench.read_gate_log(self.LINES, 1000.0)
+        stats, slices, holds = bench.read_gate_log(self.LINES, 1000.0)
         self.assertEqual(len(stats), 2)
         self.assertTrue(stats[0].startswith("[gpuslice 41] INFO: priority gate, device 0"))
         self.assertTrue(stats[1].startswith("[gpuslice 42] INFO: compute limiter, device 0"))
         self.assertEqual(slices, [2.5, 3.1])  # seconds after the run's start
+        self.assertEqual(holds, [[4.0, 4.25]])
 
     def test_the_pattern_is_the_gates_message(self):
         with open(os.path.join(ROOT, "src", "limiter", "priority_gate.cpp")) as f:
-            self.assertIn('"priority gate: floor slice at %llu us"', f.read())
+            source = f.read()
+        for message in ('"priority gate: floor slice at %llu us"', '"priority gate: held at %llu us, ',
+                        '"priority gate: released at %llu us"'):
+            self.assertIn(message, source)
+
+    def test_held_share_is_the_requests_time_the_trainer_was_held(self):
+        requests = [(0.0, 1.0), (2.0, 3.0)]
+        # Overlapping holds count once; the gap between the requests does not count.
+        self.assertAlmostEqual(bench.held_share(requests, [[0.5, 0.8], [0.7, 1.5], [1.6, 2.5]]), 0.5)
+        self.assertEqual(bench.held_share(requests, []), 0.0)
+        self.assertIsNone(bench.held_share([], [[0.0, 1.0]]))
 
 
 class WorstSecond(unittest.TestCase):
@@ -77,7 +90,8 @@ class WorstSecond(unittest.TestCase):
             timeline.append((arrival, began, free))
         return {
             "server": {"timeline_s": timeline},
-            "trainer": {"step_done_s": [i * 0.1 for i in range(100)], "floor_slices_s": [-0.5, 6.2, 6.4]},
+            "trainer": {"step_done_s": [i * 0.1 for i in range(100)], "floor_slices_s": [-0.5, 6.2, 6.4],
+                        "holds_s": [[0.0, 6.0], [7.0, 10.0]]},
             "nvml": [(i * 0.1, 50, 1500 if 60 <= i < 70 else 1980, 300.0, 0) for i in range(100)],
             "host": [(i * 0.1, 20.0 if 60 <= i < 70 else 0.0, 30.0) for i in range(100)],
         }
@@ -99,6 +113,10 @@ class WorstSecond(unittest.TestCase):
         text = bench.describe_worst(w)
         self.assertIn("worst second from 6.0 s: 20 requests", text)
         self.assertIn("2 floor slices (run 2)", text)
+        # Held through the requests but those of the slow second: 0% of its time, most of the run's.
+        self.assertAlmostEqual(worst["trainer_held_pct"], 0.0)
+        self.assertGreater(run["trainer_held_pct"], 60.0)
+        self.assertIn("held 0% of the requests' time (run", text)
 
     def test_without_samples_or_trainer_the_rest_is_still_reported(self):
         run = self.run_of(2.0)

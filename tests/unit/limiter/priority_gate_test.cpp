@@ -417,6 +417,37 @@ TEST(PriorityGateMechanics, EachFloorSliceIsLoggedAtDebugLevelWithItsTime) {
   }
 }
 
+TEST(PriorityGateMechanics, EachHoldIsLoggedAtDebugLevelWithItsStartWhatWasQueuedAndItsEnd) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));  // alive, idle
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  gate.gate(nullptr);  // one launch in the window, not held
+  clock.now += kMs;    // past the records' next re-read
+  board.peers[0].heartbeat_ns = clock.now;
+  board.peers[0].busy_until_ns = clock.now + 3 * kMs;
+  const std::uint64_t held_at = clock.now;
+  const int level = log::g_level.load();
+  log::set_level(log::Level::Debug);
+  testing::internal::CaptureStderr();
+  gate.gate(nullptr);
+  const std::string err = testing::internal::GetCapturedStderr();
+  log::set_level(static_cast<log::Level>(level));
+  ASSERT_EQ(gate.stats().holds, 1U);
+  EXPECT_NE(
+      err.find("priority gate: held at " + std::to_string(held_at / kUs) + " us, 1 launches in the window"),
+      std::string::npos)
+      << err;
+  // Released once the record's busy time has passed (the clock moves by the held thread's naps).
+  const std::size_t at = err.find("priority gate: released at ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::uint64_t released_us =
+      std::stoull(err.substr(at + std::string("priority gate: released at ").size()));
+  EXPECT_GE(released_us, (held_at + 3 * kMs) / kUs);
+  EXPECT_LE(released_us, (held_at + 3 * kMs + PriorityTuning{}.held_poll_ns) / kUs + 1);
+}
+
 // The ramp's tests: the whole 2 ms bound after 4 ms of the higher one's idle time. Records are
 // re-read on their own only every 10 ms, so the reads seen are the ramp's.
 class PriorityGateRamp : public ::testing::Test {
