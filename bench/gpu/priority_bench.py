@@ -83,7 +83,7 @@ CALIBRATE_LOAD = 0.3
 # The gate's debug line for each floor slice (GPUSLICE_LOG_LEVEL=debug), its clock in microseconds.
 FLOOR_SLICE = re.compile(r"priority gate: floor slice at (\d+) us")
 HELD = re.compile(r"priority gate: held at (\d+) us")
-RELEASED = re.compile(r"priority gate: released at (\d+) us")
+RELEASED = re.compile(r"priority gate: released at (\d+) us(?:, queued work done (\d+) us|, (queued work still running))?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,34 +557,53 @@ def split_phases(results, count, phase_s, settle_s):
                                "gate_stats": trainer.get("gate_stats", [])}
             if server:
                 part["trainer"]["held_share"] = held_share([(r[1], r[2]) for r in reqs], trainer.get("holds_s", []))
+            part["trainer"]["holds"] = [h for h in trainer.get("holds_s", []) if inside(h[0])]
         utils = [x[1] for x in nvml if inside(x[0])]
         split[name] = (part, sum(utils) / len(utils) if utils else None)
     return split
 
 
 def read_gate_log(lines, start):
-    """A gpuslice process's log: its gates' exit statistics, its floor slices and its holds
-    ([held, released] pairs, in order: with several held threads a pair may join one thread's
-    start to another's end, which covers the same time), in seconds from `start` (a
-    time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too)."""
+    """A gpuslice process's log: its gates' exit statistics, its floor slices and its holds, in
+    seconds from `start` (a time.monotonic() reading; the gate's clock is CLOCK_MONOTONIC too).
+    A hold is [held, released, queue_ms]: queue_ms is how long the work queued before the hold
+    took to run (the gate's probe at debug level), -1.0 when it still ran at the release, None
+    when not probed. Pairs are taken in order: with several held threads a pair may join one
+    thread's start to another's end, which covers the same time."""
     stats, slices, held, released = [], [], [], []
     for line in lines:
-        for pattern, found in ((FLOOR_SLICE, slices), (HELD, held), (RELEASED, released)):
-            match = pattern.search(line)
-            if match:
-                found.append(round(int(match.group(1)) / 1e6 - start, 6))
-                break
-        else:
-            if "priority gate" in line or "compute limiter, device" in line:
-                stats.append(line.strip())
-    return stats, slices, [list(pair) for pair in zip(held, released)]
+        match = FLOOR_SLICE.search(line)
+        if match:
+            slices.append(round(int(match.group(1)) / 1e6 - start, 6))
+            continue
+        match = HELD.search(line)
+        if match:
+            held.append(round(int(match.group(1)) / 1e6 - start, 6))
+            continue
+        match = RELEASED.search(line)
+        if match:
+            queue = int(match.group(2)) / 1e3 if match.group(2) else (-1.0 if match.group(3) else None)
+            released.append((round(int(match.group(1)) / 1e6 - start, 6), queue))
+            continue
+        if "priority gate" in line or "compute limiter, device" in line:
+            stats.append(line.strip())
+    return stats, slices, [[h, r, queue] for h, (r, queue) in zip(held, released)]
+
+
+def queue_at_holds(holds):
+    """What the gate's probes found at the holds: how many, the median and largest time the queued
+    work took (ms), and how many still ran at their release (their time is not known)."""
+    probed = sorted(h[2] for h in holds if len(h) > 2 and h[2] is not None and h[2] >= 0)
+    running = sum(1 for h in holds if len(h) > 2 and h[2] is not None and h[2] < 0)
+    return {"holds": len(holds), "probed": len(probed) + running, "still_running": running,
+            "p50_ms": probed[len(probed) // 2] if probed else None, "max_ms": probed[-1] if probed else None}
 
 
 def held_share(intervals, holds):
     """The share of the time inside `intervals` (a server's requests, [(start, end)]) during which
     the trainer was held (`holds`, [[held, released]]); None without such time."""
     merged = []
-    for a, b in sorted(holds):
+    for a, b, *_ in sorted(holds, key=lambda h: h[0]):
         if merged and a <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], b)
         else:
@@ -625,7 +644,8 @@ def worst_second(results, seconds):
                 "host_steal_pct": mean([x[1] for x in host if t0 <= x[0] < t1]),
                 "trainer_steps_per_s": len([t for t in steps if t0 <= t < t1]) / (t1 - t0) if steps else None,
                 "floor_slices": len([t for t in slices if t0 <= t < t1]),
-                "trainer_held_pct": None if share is None else 100.0 * share}
+                "trainer_held_pct": None if share is None else 100.0 * share,
+                "queue_at_holds": queue_at_holds([h for h in holds if t0 <= h[0] < t1])}
 
     candidates = [window(k * 0.5, k * 0.5 + 1.0) for k in range(max(1, int(seconds * 2) - 1))]
     candidates = [c for c in candidates if c["requests"]]
@@ -645,6 +665,10 @@ def describe_worst(w):
         text += (f", trainer {worst['trainer_steps_per_s']:.0f} steps/s (run {run['trainer_steps_per_s']:.1f}), "
                  f"{worst['floor_slices']} floor slices (run {run['floor_slices']}), held "
                  f"{fmt(worst['trainer_held_pct'], '.0f')}% of the requests' time (run {fmt(run['trainer_held_pct'], '.0f')}%)")
+        queue = worst["queue_at_holds"]
+        if queue["probed"]:
+            text += (f", its queued work at {queue['probed']} holds took up to {fmt(queue['max_ms'], '.1f')} ms "
+                     f"({queue['still_running']} still running at the release)")
     return text
 
 
@@ -884,6 +908,8 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             shares = [p["trainer"].get("held_share") for p, _ in parts["running"] if "trainer" in p]
             shares = [x for x in shares if x is not None]
             running["trainer_held_pct"] = 100.0 * sum(shares) / len(shares) if shares else None
+            holds = [h for p in parts["running"] for h in p[0].get("trainer", {}).get("holds", [])]
+            running["queue_at_holds"] = queue_at_holds(holds)
             if mode == "priorities" and not any("priority gate" in s for s in running["gate_stats"]):
                 running["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
@@ -891,7 +917,11 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}, "
                   f"p99 {fmt(running.get('p99_x'), '.2f')}, service {fmt(running.get('service_x'), '.2f')}; "
                   f"trainer ÷ alone {fmt(running.get('trainer_x'), '.2f')}, held "
-                  f"{fmt(running.get('trainer_held_pct'), '.0f')}% of the requests' time", flush=True)
+                  f"{fmt(running.get('trainer_held_pct'), '.0f')}% of the requests' time; at its "
+                  f"{running['queue_at_holds']['holds']} holds the queued work took a median "
+                  f"{fmt(running['queue_at_holds']['p50_ms'], '.2f')} ms, at most "
+                  f"{fmt(running['queue_at_holds']['max_ms'], '.2f')} ms "
+                  f"({running['queue_at_holds']['still_running']} still running at the release)", flush=True)
     return rows
 
 

@@ -32,6 +32,7 @@ struct DriverOps {
   CUresult (*event_record)(CUevent event, CUstream stream) = nullptr;
   CUresult (*event_synchronize)(CUevent event) = nullptr;
   CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
+  CUresult (*event_query)(CUevent event) = nullptr;
 };
 
 // The ops in use: the real ones once lifecycle installed them, or a test's simulation.

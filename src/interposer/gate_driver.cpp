@@ -40,6 +40,7 @@ limiter::DriverOps gate_driver_ops() {
   ops.event_record = driver.event_record;
   ops.event_synchronize = driver.event_synchronize;
   ops.event_elapsed_ns = driver.event_elapsed_ns;
+  ops.event_query = driver.event_query;
   return ops;
 }
 

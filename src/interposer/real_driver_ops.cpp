@@ -65,6 +65,11 @@ CUresult real_event_synchronize(CUevent event) {
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event);
 }
 
+CUresult real_event_query(CUevent event) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuEventQuery);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event);
+}
+
 CUresult real_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
   using Elapsed = CUresult (*)(float*, CUevent, CUevent);
   static Elapsed fn = [] {
@@ -108,7 +113,8 @@ DriverOps real_driver_ops() {
           .event_create = real_event_create,
           .event_record = real_event_record,
           .event_synchronize = real_event_synchronize,
-          .event_elapsed_ns = real_event_elapsed_ns};
+          .event_elapsed_ns = real_event_elapsed_ns,
+          .event_query = real_event_query};
 }
 
 }  // namespace gpuslice::interposer

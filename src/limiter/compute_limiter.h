@@ -32,6 +32,8 @@ struct DriverOps {
   CUresult (*event_record)(CUevent event, CUstream stream) = nullptr;
   CUresult (*event_synchronize)(CUevent event) = nullptr;
   CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
+  // Optional, diagnostics only (debug logging): cuEventQuery, CUDA_SUCCESS once the event completed.
+  CUresult (*event_query)(CUevent event) = nullptr;
 };
 
 // Controller constants. The defaults are what the library uses; tests may shorten them.

@@ -93,6 +93,8 @@ void PriorityGate::gate(CUstream stream) {
   }
   const std::uint64_t hold_start = now;
   bool held = false;
+  bool probing = false;  // debug diagnostics: how long the queue before the hold took
+  std::uint64_t queue_done_ns = 0;
   std::uint64_t held_ns = 0;
   for (;;) {
     const std::uint64_t round_start = now;
@@ -109,11 +111,14 @@ void PriorityGate::gate(CUstream stream) {
                static_cast<unsigned long long>(now / 1000), window_launches_.load(kRelaxed),
                static_cast<unsigned long long>(launch_cap(now)),
                static_cast<unsigned long long>(launch_cost_.per_launch_ns()));
+        probing = log::enabled(log::Level::Debug) && start_queue_probe(stream);
       }
       held_now = true;
       clock_.sleep_ns(
           std::max(kMinNapNs, std::min(tuning_.held_poll_ns, summary.higher_busy_until_ns - now)));
       now = clock_.now_ns();
+      if (probing && queue_done_ns == 0 && ops_.event_query(probe_event_) == CUDA_SUCCESS)
+        queue_done_ns = now;
       summary = peers(now, true);
     }
     if (held_now) held_ns += elapsed(round_start, now);
@@ -127,7 +132,19 @@ void PriorityGate::gate(CUstream stream) {
     if (summary.higher_busy_until_ns <= now) break;
   }
   if (held) {
-    GS_LOG(Debug, "priority gate: released at %llu us", static_cast<unsigned long long>(now / 1000));
+    if (probing) {
+      if (queue_done_ns != 0) {
+        GS_LOG(Debug, "priority gate: released at %llu us, queued work done %llu us into the hold",
+               static_cast<unsigned long long>(now / 1000),
+               static_cast<unsigned long long>((queue_done_ns - hold_start) / 1000));
+      } else {
+        GS_LOG(Debug, "priority gate: released at %llu us, queued work still running",
+               static_cast<unsigned long long>(now / 1000));
+      }
+      probe_busy_.store(false, kRelease);
+    } else {
+      GS_LOG(Debug, "priority gate: released at %llu us", static_cast<unsigned long long>(now / 1000));
+    }
     held_back_ns_.fetch_add(held_ns, kRelaxed);
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);
@@ -331,6 +348,27 @@ bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now) {
     draining_.store(false, kRelease);
     return true;
   }
+}
+
+// Debug diagnostics, when a hold begins: records probe_event_ behind the queue on `stream`, for the
+// held thread to poll. One probe at a time; the step's lock (draining_) guards the events (created
+// in the ring's context). False when no probe was started (then nothing is recorded).
+bool PriorityGate::start_queue_probe(CUstream stream) {
+  if (ops_.event_query == nullptr || !pipelining()) return false;
+  if (probe_busy_.exchange(true, kAcquire)) return false;
+  bool recorded = false;
+  if (!draining_.exchange(true, kAcquire)) {
+    int capture = 0;
+    const bool captured = ops_.stream_is_capturing != nullptr &&
+                          ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0;
+    if (!captured && events_usable()) {
+      if (probe_event_ == nullptr && ops_.event_create(&probe_event_) != CUDA_SUCCESS) probe_event_ = nullptr;
+      recorded = probe_event_ != nullptr && ops_.event_record(probe_event_, stream) == CUDA_SUCCESS;
+    }
+    draining_.store(false, kRelease);
+  }
+  if (!recorded) probe_busy_.store(false, kRelease);
+  return recorded;
 }
 
 // Counts the launch about to go in the window, and which stream and thread the window's launches

@@ -158,6 +158,7 @@ class PriorityGate {
   PeerSummary peers(std::uint64_t now, bool force);
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
   bool step_if_due(CUstream stream, std::uint64_t now);
+  bool start_queue_probe(CUstream stream);
   void count_launch(CUstream stream, std::uint64_t now);
   void step(CUstream stream);
   bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
@@ -219,6 +220,11 @@ class PriorityGate {
   std::uint64_t events_ctx_id_ = 0;
   bool events_created_ = false;
   std::atomic<bool> events_off_{false};  // creating or using them failed: drains only
+  // Diagnostics (debug logging only): an event recorded behind this container's queue when a hold
+  // begins, polled by the held thread, tells how long the work queued before the hold took to run
+  // (the in-flight bound as the higher priority met it). Belongs to the thread that recorded it.
+  CUevent probe_event_ = nullptr;
+  std::atomic<bool> probe_busy_{false};
   std::atomic<bool> ring_stale_{false};  // an application sync emptied the queue meanwhile
 
   std::atomic<std::uint64_t> held_back_ns_{0};

@@ -47,7 +47,11 @@ class GateLog(unittest.TestCase):
         "[gpuslice 41] DEBUG: priority gate: floor slice at 1002500000 us\n",
         "[gpuslice 41] DEBUG: priority gate: floor slice at 1003100000 us\n",
         "[gpuslice 41] DEBUG: priority gate: held at 1004000000 us, 12 launches in the window, cap 40, 50000 ns a launch\n",
-        "[gpuslice 41] DEBUG: priority gate: released at 1004250000 us\n",
+        "[gpuslice 41] DEBUG: priority gate: released at 1004250000 us, queued work done 1500 us into the hold\n",
+        "[gpuslice 41] DEBUG: priority gate: held at 1005000000 us, 3 launches in the window, cap 40, 50000 ns a launch\n",
+        "[gpuslice 41] DEBUG: priority gate: released at 1005001000 us, queued work still running\n",
+        "[gpuslice 41] DEBUG: priority gate: held at 1006000000 us, 0 launches in the window, cap 40, 50000 ns a launch\n",
+        "[gpuslice 41] DEBUG: priority gate: released at 1006002000 us\n",
         "[transformers] some warning\n",
         "[gpuslice 41] INFO: priority gate, device 0: 1.000 s held back (10 launches held), 2 drains, "
         "30 event waits, 2 floor slices, 5 scans, 50 re-reads\n",
@@ -61,13 +65,17 @@ class GateLog(unittest.TestCase):
         self.assertTrue(stats[0].startswith("[gpuslice 41] INFO: priority gate, device 0"))
         self.assertTrue(stats[1].startswith("[gpuslice 42] INFO: compute limiter, device 0"))
         self.assertEqual(slices, [2.5, 3.1])  # seconds after the run's start
-        self.assertEqual(holds, [[4.0, 4.25]])
+        self.assertEqual(holds, [[4.0, 4.25, 1.5], [5.0, 5.001, -1.0], [6.0, 6.002, None]])
+        queue = bench.queue_at_holds(holds)
+        self.assertEqual((queue["holds"], queue["probed"], queue["still_running"]), (3, 2, 1))
+        self.assertEqual((queue["p50_ms"], queue["max_ms"]), (1.5, 1.5))
 
     def test_the_pattern_is_the_gates_message(self):
         with open(os.path.join(ROOT, "src", "limiter", "priority_gate.cpp")) as f:
             source = f.read()
         for message in ('"priority gate: floor slice at %llu us"', '"priority gate: held at %llu us, ',
-                        '"priority gate: released at %llu us"'):
+                        '"priority gate: released at %llu us"', '"priority gate: released at %llu us, queued work done %llu us',
+                        '"priority gate: released at %llu us, queued work still running"'):
             self.assertIn(message, source)
 
     def test_held_share_is_the_requests_time_the_trainer_was_held(self):
@@ -91,7 +99,7 @@ class WorstSecond(unittest.TestCase):
         return {
             "server": {"timeline_s": timeline},
             "trainer": {"step_done_s": [i * 0.1 for i in range(100)], "floor_slices_s": [-0.5, 6.2, 6.4],
-                        "holds_s": [[0.0, 6.0], [7.0, 10.0]]},
+                        "holds_s": [[0.0, 6.0, 0.5], [6.5, 6.51, 4.0], [7.0, 10.0, None]]},
             "nvml": [(i * 0.1, 50, 1500 if 60 <= i < 70 else 1980, 300.0, 0) for i in range(100)],
             "host": [(i * 0.1, 20.0 if 60 <= i < 70 else 0.0, 30.0) for i in range(100)],
         }
@@ -113,10 +121,11 @@ class WorstSecond(unittest.TestCase):
         text = bench.describe_worst(w)
         self.assertIn("worst second from 6.0 s: 20 requests", text)
         self.assertIn("2 floor slices (run 2)", text)
-        # Held through the requests but those of the slow second: 0% of its time, most of the run's.
-        self.assertAlmostEqual(worst["trainer_held_pct"], 0.0)
+        # Held through the requests but those of the slow second (but for 10 ms of its 600 ms).
+        self.assertAlmostEqual(worst["trainer_held_pct"], 100.0 * 0.010 / 0.600)
         self.assertGreater(run["trainer_held_pct"], 60.0)
-        self.assertIn("held 0% of the requests' time (run", text)
+        self.assertIn("held 2% of the requests' time (run", text)
+        self.assertIn("its queued work at 1 holds took up to 4.0 ms (0 still running at the release)", text)
 
     def test_without_samples_or_trainer_the_rest_is_still_reported(self):
         run = self.run_of(2.0)
