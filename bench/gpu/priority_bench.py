@@ -49,8 +49,9 @@ the tail. Default total: about 8 minutes on an H100.
 trainer run together for --seconds, the trainer paused in every other phase (--phase-seconds, the
 first --settle-seconds of each phase left out), and the server's phases with the trainer are
 compared with its own phases without it, within one process: two server processes differ from
-each other more than the goal's 10% (see --control). Both under priorities, and un-managed unless
---only-priorities. The goal is then judged on the running phases against the paused ones.
+each other more than the goal's 10% (see --control). Both under priorities (and each --variant),
+and un-managed unless --only-priorities. The goal is then judged on the running phases against the
+paused ones.
 """
 import argparse
 import gc
@@ -886,6 +887,9 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
     phases as the baseline, the running phases against them."""
     count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
     modes = [("priorities", [("server", True, "high", None), ("trainer", True, "low", None)])]
+    for label, server_env, trainer_env in args.variants:
+        modes.append((f"priorities {label}", [("server", True, "high", None, server_env),
+                                               ("trainer", True, "low", None, trainer_env)]))
     if not args.only_priorities:
         modes.insert(0, ("un-managed", [("server", False, None, None), ("trainer", False, None, None)]))
     rows = []
@@ -895,22 +899,22 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             parts = {"paused": [], "running": []}
             for r in range(args.repeat):
                 suffix = f"-r{r + 1}" if args.repeat > 1 else ""
-                results, _ = bench.measure(f"load{load}-paired-{mode}{suffix}", members, rate,
-                                           (count, args.phase_seconds))
-                data["runs"][f"load{load}-paired-{mode}{suffix}"] = results
+                tag = f"load{load}-paired-{mode.replace(' ', '-')}{suffix}"
+                results, _ = bench.measure(tag, members, rate, (count, args.phase_seconds))
+                data["runs"][tag] = results
                 split = split_phases(results, count, args.phase_seconds, args.settle_seconds)
                 for name, part in split.items():
                     parts[name].append(part)
             paused = summarize(f"paired {mode}: trainer paused", load, *pool_runs(parts["paused"]), {})
             running = summarize(f"paired {mode}: trainer running", load, *pool_runs(parts["running"]),
                                 {"server": paused, "trainer": alone_trainer})
-            running["judged"] = mode == "priorities"
+            running["judged"] = mode.startswith("priorities")
             shares = [p["trainer"].get("held_share") for p, _ in parts["running"] if "trainer" in p]
             shares = [x for x in shares if x is not None]
             running["trainer_held_pct"] = 100.0 * sum(shares) / len(shares) if shares else None
             holds = [h for p in parts["running"] for h in p[0].get("trainer", {}).get("holds", [])]
             running["queue_at_holds"] = queue_at_holds(holds)
-            if mode == "priorities" and not any("priority gate" in s for s in running["gate_stats"]):
+            if running["judged"] and not any("priority gate" in s for s in running["gate_stats"]):
                 running["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
                                       "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
             rows += [paused, running]
@@ -993,8 +997,8 @@ def main():
     args.variants = [parse_variant(v, ap) for v in args.variant]
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
-    if args.paired and (args.control or args.variants):
-        ap.error("--paired measures the server against itself: --control and --variant do not apply")
+    if args.paired and args.control:
+        ap.error("--paired measures the server against itself: --control does not apply")
     if args.paired and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:
         ap.error(f"--paired: need 0 <= --settle-seconds ({args.settle_seconds:g}) < --phase-seconds "
                  f"({args.phase_seconds:g}) <= half of --seconds ({args.seconds:g})")

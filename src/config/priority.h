@@ -21,13 +21,14 @@ const char* priority_name(Priority priority);
 // "2ms"), surrounding blanks ignored; within [min_ns, max_ns], else an error naming the range.
 Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min_ns, std::uint64_t max_ns);
 
-// The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR);
+// The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST);
 // unset: the defaults documented in docs/priority.md.
 struct PriorityTunables {
   std::optional<std::uint64_t> in_flight_ns;  // lower-priority work it keeps queued beside a higher one
   std::optional<std::uint64_t> ramp_ns;       // a higher one's idle time after which that is all allowed
   std::optional<std::uint64_t> grace_ns;      // how long it still counts as busy after its work ended
   std::optional<unsigned> floor_percent;      // its minimum admission share while held (0 = none)
+  std::optional<bool> per_kernel_cost;        // its bound costs launches by kernel (or by the average)
 };
 
 }  // namespace gpuslice::config

@@ -232,6 +232,15 @@ class Loader {
       if (!percent) return fail("GPUSLICE_PRIORITY_FLOOR", *text, percent.error());
       t.floor_percent = *percent;
     }
+    if (auto text = get("GPUSLICE_PRIORITY_COST")) {
+      if (*text == "kernel") {
+        t.per_kernel_cost = true;
+      } else if (*text == "average") {
+        t.per_kernel_cost = false;
+      } else {
+        fail("GPUSLICE_PRIORITY_COST", *text, "expected kernel or average");
+      }
+    }
   }
 
   void load_paths() {

@@ -94,7 +94,7 @@ struct Settings {
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
-  PriorityTunables priority_tuning;  // GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR
+  PriorityTunables priority_tuning;  // GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST
   std::vector<NamedOrdinal> named_ordinals;  // every ordinal a limit variable names
   std::vector<std::string> errors;           // one line per malformed variable: "VAR='value': why"
 

@@ -105,9 +105,9 @@ void refresh_turns() {
 
 }  // namespace
 
-void gate_launch(CUstream stream) {
+void gate_launch(CUstream stream, std::uint64_t kernel) {
   // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
-  if (priority_sharing::enabled()) priority_sharing::before_launch(stream);
+  if (priority_sharing::enabled()) priority_sharing::before_launch(stream, kernel);
   if (limiter::ComputeLimiter* lim = current_limiter()) lim->gate(stream);
 }
 

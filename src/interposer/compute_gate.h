@@ -4,6 +4,8 @@
 // limit (g_compute_active), so an unlimited process pays one predictable branch per launch.
 #pragma once
 
+#include <cstdint>
+
 #include "abi/cuda_abi.h"
 #include "interposer/runtime.h"
 
@@ -11,7 +13,8 @@ namespace gpuslice::interposer {
 
 inline bool compute_active() { return g_compute_active.load(std::memory_order_relaxed); }
 
-void gate_launch(CUstream stream);
+// `kernel`: what is launched (limiter::kernel_key; 0 = unknown), for the priority gate's costs.
+void gate_launch(CUstream stream, std::uint64_t kernel = 0);
 // Before the application's own synchronisation waits (priorities: still busy while it waits), and
 // after it returned: the device finished what was launched.
 void note_sync_begin();

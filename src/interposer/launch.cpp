@@ -4,13 +4,16 @@
 #include "interposer/compute_gate.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/sync_hook.h"
+#include "limiter/kernel_cost.h"
 
 namespace gs = gpuslice::interposer;
 
 namespace {
-inline void gate(CUstream stream) {
+// `what` and the grid identify the launch for the priority gate's costs per kernel (a graph: its
+// executable and no grid).
+inline void gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
   if (gs::compute_active()) [[unlikely]]
-    gs::gate_launch(stream);
+    gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
 }
 
 // What a launch's stream handle means: a _ptsz entry point reads 0 as the calling thread's default
@@ -28,7 +31,7 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams, void** extra) {                                              \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
-    gate(gated_stream(hStream, per_thread));                                                               \
+    gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
   }
 GS_LAUNCH_KERNEL(cuLaunchKernel, kLegacy)
@@ -37,7 +40,9 @@ GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
 #define GS_LAUNCH_KERNEL_EX(sym, per_thread)                                                              \
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
-    gate(gated_stream(config != nullptr ? config->hStream : nullptr, per_thread));                        \
+    gate(gated_stream(config != nullptr ? config->hStream : nullptr, per_thread), f,                      \
+         config != nullptr ? config->gridDimX : 0, config != nullptr ? config->gridDimY : 0,              \
+         config != nullptr ? config->gridDimZ : 0);                                                       \
     return real(config, f, kernelParams, extra);                                                          \
   }
 GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx, kLegacy)
@@ -48,7 +53,7 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams) {                                                            \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
-    gate(gated_stream(hStream, per_thread));                                                               \
+    gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
   }
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kLegacy)
@@ -57,7 +62,7 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
 #define GS_GRAPH_LAUNCH(sym, per_thread)                             \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
-    gate(gated_stream(hStream, per_thread));                         \
+    gate(gated_stream(hStream, per_thread), hGraphExec);             \
     return real(hGraphExec, hStream);                                \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch, kLegacy)

@@ -56,8 +56,8 @@ bool refresh_level() {
   return true;
 }
 
-void before_launch(CUstream stream) {
-  if (limiter::PriorityGate* gate = current_gate()) gate->gate(stream);
+void before_launch(CUstream stream, std::uint64_t kernel) {
+  if (limiter::PriorityGate* gate = current_gate()) gate->gate(stream, kernel);
 }
 
 void sync_begin() {
@@ -70,13 +70,14 @@ void sync_end() {
 
 namespace {
 
-// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE and _FLOOR.
+// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR and _COST.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
   if (own.ramp_ns) tuning.in_flight_ramp_ns = *own.ramp_ns;
   if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;
   if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
+  if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
   return tuning;
 }
 
@@ -142,9 +143,9 @@ void settle_at_exit() {
     GS_LOG(Info,
            "priority gate, device %d: %.3f s held back (%" PRIu64 " launches held), %" PRIu64
            " drains, %" PRIu64 " event waits, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64
-           " re-reads",
+           " re-reads, %" PRIu64 " kernels costed",
            i, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.event_waits, s.floor_slices,
-           s.scans, s.rereads);
+           s.scans, s.rereads, s.kernels_costed);
   }
 }
 

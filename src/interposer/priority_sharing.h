@@ -25,7 +25,7 @@ void enable(unsigned priority_level);
 bool refresh_level();
 
 // Launch hooks, before the compute limiter: may hold the thread or drain the queue.
-void before_launch(CUstream stream);
+void before_launch(CUstream stream, std::uint64_t kernel);
 // Around an application's host synchronisation.
 void sync_begin();
 void sync_end();

@@ -71,10 +71,11 @@ PriorityStats PriorityGate::stats() const {
   s.publishes = publishes_.load(kRelaxed);
   s.scans = scans_.load(kRelaxed);
   s.rereads = rereads_.load(kRelaxed);
+  s.kernels_costed = kernel_costs_.known();
   return s;
 }
 
-void PriorityGate::gate(CUstream stream) {
+void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   std::uint64_t now = clock_.now_ns();
   announce_busy(now);
   if (priority() == Priority::High) {
@@ -87,7 +88,7 @@ void PriorityGate::gate(CUstream stream) {
   if (!summary.higher_present) {
     // Nobody above us: no bound and no bookkeeping. A window left from an earlier higher peer is
     // forgotten so that a new one starts counting from its first launch.
-    if (window_launches_.load(kRelaxed) != 0) window_launches_.store(0, kRelaxed);
+    if (window_launches_.load(kRelaxed) != 0) reset_window();
     last_launch_ns_.store(now, kRelaxed);
     return;
   }
@@ -122,7 +123,7 @@ void PriorityGate::gate(CUstream stream) {
       summary = peers(now, true);
     }
     if (held_now) held_ns += elapsed(round_start, now);
-    if (!step_if_due(stream, now)) break;
+    if (!step_if_due(stream, now, kernel)) break;
     now = clock_.now_ns();
     // While the bound ramps up, the higher one went idle moments ago and may resume any time (a
     // server between two requests of a burst): each step, a wait for the device, is also a look
@@ -151,7 +152,7 @@ void PriorityGate::gate(CUstream stream) {
   } else {
     floor_admits(now, now, false);
   }
-  count_launch(stream, now);
+  count_launch(stream, now, kernel);
   last_launch_ns_.store(now, kRelaxed);
 }
 
@@ -183,7 +184,7 @@ void PriorityGate::note_host_sync() {
   const std::uint64_t now = clock_.now_ns();
   // The queue was empty when the sync returned: the in-flight window starts over.
   if (!draining_.load(kAcquire)) {
-    window_launches_.store(0, kRelaxed);
+    reset_window();
     window_held_.store(false, kRelaxed);
     ring_stale_.store(true, kRelaxed);  // the ring's next wait and sample would span the sync
   }
@@ -333,21 +334,42 @@ bool PriorityGate::pipelining() const {
 // Keeps at most launch_cap() launches (about bound_now() of device time) queued: a step every
 // launch_cap() launches (a drain), or every half of it when pipelined (an event per half window,
 // waiting only for the previous half's). True when this thread stepped (it waited for the device).
-bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now) {
+bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel) {
   for (;;) {
     if (draining_.load(kAcquire)) {
       clock_.sleep_ns(kDrainPollNs);
       now = clock_.now_ns();
       continue;
     }
-    const std::uint64_t cap = launch_cap(now);
-    const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
-    if (window_launches_.load(kRelaxed) < step_at) return false;
+    if (!window_full(now, kernel)) return false;
     if (draining_.exchange(true, kAcquire)) continue;
     step(stream);
     draining_.store(false, kRelease);
     return true;
   }
+}
+
+// Whether the window closes before this launch of `kernel`. With costs per kernel (once the average
+// is known): when its launches' predicted device time and this one's would pass its share of the
+// bound (half of it when pipelined: at most two windows are queued), or its keys are full. Else
+// when it holds its share of the launch cap.
+bool PriorityGate::window_full(std::uint64_t now, std::uint64_t kernel) const {
+  const std::uint32_t launches = window_launches_.load(kRelaxed);
+  if (launches == 0) return false;
+  const std::uint64_t average = launch_cost_.per_launch_ns();
+  if (tuning_.per_kernel_cost && average != 0) {
+    if (launches >= kWindowKeys) return true;
+    const std::uint64_t share = pipelining() ? bound_now(now) / 2 : bound_now(now);
+    return window_predicted_ns_.load(kRelaxed) + kernel_costs_.predict(kernel, average) > share;
+  }
+  const std::uint64_t cap = launch_cap(now);
+  const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
+  return launches >= step_at;
+}
+
+void PriorityGate::reset_window() {
+  window_launches_.store(0, kRelaxed);
+  window_predicted_ns_.store(0, kRelaxed);
 }
 
 // Debug diagnostics, when a hold begins: records probe_event_ behind the queue on `stream`, for the
@@ -374,8 +396,13 @@ bool PriorityGate::start_queue_probe(CUstream stream) {
 // Counts the launch about to go in the window, and which stream and thread the window's launches
 // use: a pipelined step needs them all on the stream (and thread, for the per-thread default
 // stream) of the launch that closes the window.
-void PriorityGate::count_launch(CUstream stream, std::uint64_t now) {
-  if (window_launches_.fetch_add(1, kRelaxed) == 0) {
+void PriorityGate::count_launch(CUstream stream, std::uint64_t now, std::uint64_t kernel) {
+  const std::uint32_t index = window_launches_.fetch_add(1, kRelaxed);
+  if (tuning_.per_kernel_cost) {
+    if (index < kWindowKeys) window_keys_[index].store(kernel, kRelaxed);
+    window_predicted_ns_.fetch_add(kernel_costs_.predict(kernel, launch_cost_.per_launch_ns()), kRelaxed);
+  }
+  if (index == 0) {
     window_start_ns_.store(now, kRelaxed);
     window_stream_.store(stream, kRelaxed);
     window_thread_.store(&t_thread_marker, kRelaxed);
@@ -393,7 +420,15 @@ void PriorityGate::step(CUstream stream) {
   const bool held = window_held_.load(kRelaxed);
   const bool single = !window_mixed_.load(kRelaxed) && window_stream_.load(kRelaxed) == stream &&
                       (!is_per_thread(stream) || window_thread_.load(kRelaxed) == &t_thread_marker);
-  window_launches_.store(0, kRelaxed);
+  // The window's keys go with it (to the ring slot its event takes), to learn from once its device
+  // time is known; a window longer than its recorded keys is not learnt from.
+  const int slot = ring_next_;
+  ring_key_count_[slot] = 0;
+  if (tuning_.per_kernel_cost && launches <= kWindowKeys) {
+    for (std::uint32_t i = 0; i < launches; ++i) ring_keys_[slot][i] = window_keys_[i].load(kRelaxed);
+    ring_key_count_[slot] = launches;
+  }
+  reset_window();
   window_held_.store(false, kRelaxed);
   int capture = 0;
   if (ops_.stream_is_capturing != nullptr && ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS &&
@@ -402,7 +437,7 @@ void PriorityGate::step(CUstream stream) {
   }
   if (pipelining() && single && pipelined_step(stream, launches, held)) return;
   forget_ring();  // its events are behind this drain
-  drain(launches, start, held);
+  drain(launches, start, held, slot);
 }
 
 // None of the ring's events is waited for or sampled again: the queue was emptied since they were
@@ -458,12 +493,14 @@ bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool 
   if (ring_pending_[before] && !ring_held_[prev] && ring_launches_[prev] != 0 &&
       ops_.event_elapsed_ns(ring_[before], ring_[prev], &ns) == CUDA_SUCCESS && ns != 0) {
     launch_cost_.add(ns, ring_launches_[prev]);
+    kernel_costs_.learn(ring_keys_[prev], ring_key_count_[prev], ns, launch_cost_.per_launch_ns(),
+                        learn_scratch_);
   }
   ring_pending_[before] = false;
   return true;
 }
 
-void PriorityGate::drain(std::uint32_t launches, std::uint64_t start, bool held) {
+void PriorityGate::drain(std::uint32_t launches, std::uint64_t start, bool held, int slot) {
   if (ops_.ctx_synchronize == nullptr) return;
   const CUresult r = ops_.ctx_synchronize();
   drains_.fetch_add(1, kRelaxed);
@@ -479,6 +516,8 @@ void PriorityGate::drain(std::uint32_t launches, std::uint64_t start, bool held)
   // The first sample may include a deep queue launched before any higher priority appeared; the
   // second replaces it (LaunchCost).
   launch_cost_.add(end - start, launches);
+  kernel_costs_.learn(ring_keys_[slot], ring_key_count_[slot], end - start, launch_cost_.per_launch_ns(),
+                      learn_scratch_);
 }
 
 }  // namespace gpuslice::limiter

@@ -14,6 +14,7 @@
 // container on the node set a priority.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "limiter/compute_limiter.h"
+#include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
 
 namespace gpuslice::limiter {
@@ -102,17 +104,23 @@ struct PriorityTuning {
   std::uint64_t floor_slice_ns = 5'000'000;
   // Launches allowed before the first drain, while the cost of a launch is unknown.
   std::uint32_t initial_launch_cap = 2;
+  // The bound's windows close by the predicted device time of their launches, each launch's cost
+  // learnt by kernel and grid (KernelCosts), rather than by a count of launches sized by the
+  // average cost of one (false), which lets a cluster of heavy kernels queue several times the
+  // bound. GPUSLICE_PRIORITY_COST=kernel|average.
+  bool per_kernel_cost = true;
 };
 
 struct PriorityStats {
-  std::uint64_t held_back_ns = 0;  // time launching threads of this process were held back
-  std::uint64_t holds = 0;         // launches that were held back at least once
-  std::uint64_t drains = 0;        // queue drains to keep in-flight work within the bound
-  std::uint64_t event_waits = 0;   // of the bound's steps, those that waited for an event instead
-  std::uint64_t floor_slices = 0;  // floor slices granted while a higher priority was busy
-  std::uint64_t publishes = 0;     // records published (busy transitions and heartbeats)
-  std::uint64_t scans = 0;         // full looks at the records (read_peers)
-  std::uint64_t rereads = 0;       // re-reads of the known higher records (read_known_above)
+  std::uint64_t held_back_ns = 0;    // time launching threads of this process were held back
+  std::uint64_t holds = 0;           // launches that were held back at least once
+  std::uint64_t drains = 0;          // queue drains to keep in-flight work within the bound
+  std::uint64_t event_waits = 0;     // of the bound's steps, those that waited for an event instead
+  std::uint64_t floor_slices = 0;    // floor slices granted while a higher priority was busy
+  std::uint64_t publishes = 0;       // records published (busy transitions and heartbeats)
+  std::uint64_t scans = 0;           // full looks at the records (read_peers)
+  std::uint64_t rereads = 0;         // re-reads of the known higher records (read_known_above)
+  std::uint64_t kernels_costed = 0;  // kernels (and grids) whose cost the bound learnt
 };
 
 class PriorityGate {
@@ -128,8 +136,9 @@ class PriorityGate {
 
   // Before each kernel/graph launch on this device, from any thread. Publishes this container as
   // busy, holds the thread while a higher-priority container is busy, and bounds the work in
-  // flight while a higher-priority container is alive. No allocation, no lock.
-  void gate(CUstream stream);
+  // flight while a higher-priority container is alive. `kernel` identifies what is launched
+  // (kernel_key(); 0 = unknown, costed as the average launch). No allocation, no lock.
+  void gate(CUstream stream, std::uint64_t kernel = 0);
 
   // Around an application's host synchronisation (cuCtxSynchronize, cuStreamSynchronize,
   // cuEventSynchronize, synchronous copies): while it waits, the container stays busy (its work
@@ -157,14 +166,16 @@ class PriorityGate {
   void publish_own(std::uint64_t now);
   PeerSummary peers(std::uint64_t now, bool force);
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
-  bool step_if_due(CUstream stream, std::uint64_t now);
+  bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
+  bool window_full(std::uint64_t now, std::uint64_t kernel) const;
+  void reset_window();
   bool start_queue_probe(CUstream stream);
-  void count_launch(CUstream stream, std::uint64_t now);
+  void count_launch(CUstream stream, std::uint64_t now, std::uint64_t kernel);
   void step(CUstream stream);
   bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
   bool events_usable();
   void forget_ring();
-  void drain(std::uint32_t launches, std::uint64_t start, bool held);
+  void drain(std::uint32_t launches, std::uint64_t start, bool held, int slot);
   bool pipelining() const;
   std::uint64_t launch_cap(std::uint64_t now) const;
   std::uint64_t bound_now(std::uint64_t now) const;
@@ -206,6 +217,13 @@ class PriorityGate {
   std::atomic<bool> window_mixed_{false};
   std::atomic<bool> draining_{false};  // one thread steps at a time
   LaunchCost launch_cost_;
+  // Costs per kernel (PriorityTuning::per_kernel_cost): the window's predicted device time and its
+  // launches' keys (the first kWindowKeys; a window closes when they are full), learnt from when
+  // the window's device time is measured.
+  static constexpr std::uint32_t kWindowKeys = 512;
+  std::atomic<std::uint64_t> window_predicted_ns_{0};
+  std::array<std::atomic<std::uint64_t>, kWindowKeys> window_keys_{};
+  KernelCosts kernel_costs_;
 
   // Pipelined bound (when the driver ops have events): every half of the launch cap, the stepping
   // thread records an event after the half window and waits for the previous half window's event
@@ -216,6 +234,9 @@ class PriorityGate {
   bool ring_pending_[kRing] = {};
   bool ring_held_[kRing] = {};
   std::uint32_t ring_launches_[kRing] = {};
+  std::uint64_t ring_keys_[kRing][kWindowKeys] = {};  // each window's keys, to learn from
+  std::uint32_t ring_key_count_[kRing] = {};          // 0: not learnt from (keys incomplete)
+  std::uint64_t learn_scratch_[kWindowKeys] = {};
   int ring_next_ = 0;
   std::uint64_t events_ctx_id_ = 0;
   bool events_created_ = false;

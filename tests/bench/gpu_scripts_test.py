@@ -307,6 +307,15 @@ class Orchestration(unittest.TestCase):
         self.assertEqual(table.count("load 30%: "), 1)  # un-managed is not judged
         self.assertIn("phases of 2 s", table)
 
+    def test_paired_variants_are_judged_each_against_their_own_paused_phases(self):
+        table, data = self.run_main("--loads", "30", "--paired", "--seconds", "8", "--phase-seconds", "2",
+                                    "--only-priorities", "--variant", "avg;trainer:GPUSLICE_PRIORITY_COST=average")
+        # The trainer of the variant beside an idle high too (the cost of its bound), then the pairs.
+        self.assertEqual(FakeBench.tags[2:], ["beside-idle-highavg", "load30-paired-priorities",
+                                              "load30-paired-priorities-avg"])
+        self.assertIn("load 30%: paired priorities avg: trainer running: p99 ÷ paused 1.20", table)
+        self.assertEqual(table.count("load 30%: "), 2)
+
     def test_one_round_is_the_measured_run(self):
         table, _ = self.run_main("--loads", "30,60")
         self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",

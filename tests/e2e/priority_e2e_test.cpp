@@ -58,6 +58,7 @@ struct BoundedTrainer {
   unsigned long long drains = 0;
   unsigned long long waits = 0;
   unsigned long long rereads = 0;  // of the higher records: nonzero only while one was seen
+  unsigned long long kernels_costed = 0;
   std::vector<long> buckets;
   std::string err;
 };
@@ -147,9 +148,10 @@ class PriorityE2E : public ::testing::Test {
     EXPECT_EQ(
         std::sscanf(
             trainer.err.c_str() + held,
-            "launches held), %llu drains, %llu event waits, %llu floor slices, %llu scans, %llu re-reads",
-            &out.drains, &out.waits, &slices, &scans, &out.rereads),
-        5)
+            "launches held), %llu drains, %llu event waits, %llu floor slices, %llu scans, %llu re-reads, "
+            "%llu kernels costed",
+            &out.drains, &out.waits, &slices, &scans, &out.rereads, &out.kernels_costed),
+        6)
         << trainer.err;
     out.buckets = buckets_of(trainer);
     return out;
@@ -206,6 +208,12 @@ TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDrai
   EXPECT_EQ(trainer.drains, 0U) << "one stream, one thread: every step waits for an event\n" << trainer.err;
   EXPECT_GT(rate(trainer.buckets, 200, kSeconds * 1000 - 100), 100)
       << "200 us kernels: about 250 per 50 ms when unbounded";
+  // The launch hooks name the kernel (function and grid) to the gate, which learns its cost; with
+  // GPUSLICE_PRIORITY_COST=average the bound counts launches and learns none.
+  EXPECT_GE(trainer.kernels_costed, 1U) << trainer.err;
+  const BoundedTrainer counting = trainer_beside_idle_high({}, {{"GPUSLICE_PRIORITY_COST", "average"}});
+  EXPECT_EQ(counting.kernels_costed, 0U) << counting.err;
+  EXPECT_EQ(counting.drains, 0U) << counting.err;
 }
 
 // A program built for per-thread default streams launches through the _ptsz entry points on stream

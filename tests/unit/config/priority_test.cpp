@@ -59,10 +59,11 @@ Settings load_with(const char* priority) {
   });
 }
 
-Settings load_tuning(const char* in_flight, const char* grace, const char* floor,
-                     const char* ramp = nullptr) {
+Settings load_tuning(const char* in_flight, const char* grace, const char* floor, const char* ramp = nullptr,
+                     const char* cost = nullptr) {
   return load_settings([=](const char* name) -> const char* {
     const std::string_view n(name);
+    if (n == "GPUSLICE_PRIORITY_COST") return cost;
     if (n == "GPUSLICE_PRIORITY_IN_FLIGHT") return in_flight;
     if (n == "GPUSLICE_PRIORITY_RAMP") return ramp;
     if (n == "GPUSLICE_PRIORITY_GRACE") return grace;
@@ -83,6 +84,10 @@ TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
   EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, "0ms").priority_tuning.ramp_ns, 0U) << "0: no ramp";
   EXPECT_EQ(s.priority_tuning.grace_ns, 500'000U);
   EXPECT_EQ(s.priority_tuning.floor_percent, 0U);
+  EXPECT_FALSE(none.priority_tuning.per_kernel_cost.has_value());
+  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, "kernel").priority_tuning.per_kernel_cost, true);
+  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, "average").priority_tuning.per_kernel_cost,
+            false);
 }
 
 // Each malformed tunable is one error naming the variable and its value (the library then fails
@@ -94,6 +99,13 @@ TEST(PriorityTunables, MalformedOrOutOfRangeValuesFailClosedNamingTheVariable) {
   EXPECT_NE(s.errors[1].find("GPUSLICE_PRIORITY_RAMP='2s'"), std::string::npos) << s.errors[1];
   EXPECT_NE(s.errors[2].find("GPUSLICE_PRIORITY_GRACE='2'"), std::string::npos) << s.errors[2];
   EXPECT_NE(s.errors[3].find("GPUSLICE_PRIORITY_FLOOR='101'"), std::string::npos) << s.errors[3];
+}
+
+TEST(PriorityTunables, AnUnknownCostModelFailsClosedNamingTheVariable) {
+  const Settings s = load_tuning(nullptr, nullptr, nullptr, nullptr, "Kernel");
+  ASSERT_EQ(s.errors.size(), 1U);
+  EXPECT_NE(s.errors[0].find("GPUSLICE_PRIORITY_COST='Kernel'"), std::string::npos) << s.errors[0];
+  EXPECT_NE(s.errors[0].find("kernel or average"), std::string::npos) << s.errors[0];
 }
 
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {
