@@ -35,7 +35,8 @@ GPUSLICE_STRESS_SECONDS=6 ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0 \
 stage "TSan build (concurrent components)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=thread -DGPUSLICE_BUILD_NODE=OFF \
   -DGPUSLICE_BUILD_TESTS=ON -DGPUSLICE_BUILD_BENCH=OFF >/dev/null
-tsan_tests=(shm_tests limiter_test profiler_test interposer_test)
+# priority_test: the priority gate is entered by every launching thread (windows, costs, holds).
+tsan_tests=(shm_tests limiter_test priority_test profiler_test interposer_test)
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"
 stage "tests (TSan)"
 # The multi-process SIGKILL stress test runs here too, shorter (TSan slows every access ~10x).

@@ -107,9 +107,14 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
         holds_.fetch_add(1, kRelaxed);
         window_held_.store(true, kRelaxed);
         // With the release below, lets a benchmark tell whether a higher priority's slow request
-        // had this container held, and how much it had queued then (the window, the cap it keeps).
-        GS_LOG(Debug, "priority gate: held at %llu us, %u launches in the window, cap %llu, %llu ns a launch",
+        // had this container held, and how much it had queued then (the window, its predicted
+        // device time, the launch cap of a count and the average launch).
+        GS_LOG(Debug,
+               "priority gate: held at %llu us, %u launches in the window (%llu us predicted), cap %llu, "
+               "%llu ns "
+               "a launch",
                static_cast<unsigned long long>(now / 1000), window_launches_.load(kRelaxed),
+               static_cast<unsigned long long>(window_predicted_ns_.load(kRelaxed) / 1000),
                static_cast<unsigned long long>(launch_cap(now)),
                static_cast<unsigned long long>(launch_cost_.per_launch_ns()));
         probing = log::enabled(log::Level::Debug) && start_queue_probe(stream);
@@ -331,9 +336,9 @@ bool PriorityGate::pipelining() const {
          ops_.event_synchronize != nullptr && ops_.event_elapsed_ns != nullptr && !events_off_.load(kRelaxed);
 }
 
-// Keeps at most launch_cap() launches (about bound_now() of device time) queued: a step every
-// launch_cap() launches (a drain), or every half of it when pipelined (an event per half window,
-// waiting only for the previous half's). True when this thread stepped (it waited for the device).
+// Keeps about bound_now() of device time queued: a step when the window is full (window_full), a
+// drain, or when pipelined an event after the window and a wait for the previous window's only.
+// True when this thread stepped (it waited for the device).
 bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel) {
   for (;;) {
     if (draining_.load(kAcquire)) {
