@@ -844,10 +844,7 @@ def main_parent(args):
                           f"{fmt(row.get('p99_x'), '.2f')}, service ÷ alone {fmt(row.get('service_x'), '.2f')}, "
                           f"trainer ÷ alone {fmt(row.get('trainer_x'), '.2f')}", flush=True)
                 row["judged"] = name.startswith("priorities")
-                if name.startswith("priorities") and not any("priority gate" in s for s in row["gate_stats"]):
-                    row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
-                                      "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
-                    print("  WARNING: " + row["warning"], flush=True)
+                warn_if_unmanaged(row)
     finally:
         if bench.sampler is not None:
             bench.sampler.close()
@@ -877,6 +874,15 @@ def main_parent(args):
         f.write(text)
     print("\n" + text, flush=True)
     return 0
+
+
+def warn_if_unmanaged(row):
+    """A judged (priorities) row whose processes logged no gate statistics ran un-managed: the
+    verdict says so (INVALID) instead of judging it."""
+    if row.get("judged") and not any("priority gate" in s for s in row["gate_stats"]):
+        row["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
+                          "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
+        print("  WARNING: " + row["warning"], flush=True)
 
 
 def measure_paired(args, bench, data, loads, service, alone_trainer):
@@ -914,9 +920,7 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             running["trainer_held_pct"] = 100.0 * sum(shares) / len(shares) if shares else None
             holds = [h for p in parts["running"] for h in p[0].get("trainer", {}).get("holds", [])]
             running["queue_at_holds"] = queue_at_holds(holds)
-            if running["judged"] and not any("priority gate" in s for s in running["gate_stats"]):
-                running["warning"] = ("no 'priority gate' statistics in the processes' logs: the library may "
-                                      "not support GPUSLICE_PRIORITY, so this ran un-managed under the preload")
+            warn_if_unmanaged(running)
             rows += [paused, running]
             print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}, "
                   f"p99 {fmt(running.get('p99_x'), '.2f')}, service {fmt(running.get('service_x'), '.2f')}; "

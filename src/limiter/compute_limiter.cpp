@@ -173,16 +173,10 @@ void ComputeLimiter::abandon_window() {
   release_closer();
 }
 
-bool ComputeLimiter::stream_capturing(CUstream stream) const {
-  if (ops_.stream_is_capturing == nullptr) return false;
-  int status = 0;
-  return ops_.stream_is_capturing(stream, &status) == CUDA_SUCCESS && status != 0;
-}
-
 void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   const std::uint64_t start = window_start_ns_.load(kAcquire);
   if (start == 0) return;
-  if (reason != CloseReason::Settle && stream_capturing(stream)) {
+  if (reason != CloseReason::Settle && stream_capturing(ops_, stream)) {
     // Launches being captured run nothing now; a drain would break the capture.
     window_start_ns_.store(0, kRelease);
     return;

@@ -36,6 +36,14 @@ struct DriverOps {
   CUresult (*event_query)(CUevent event) = nullptr;
 };
 
+// Whether `stream` is being captured into a graph (false when the ops cannot tell): a
+// synchronisation or an event there would change the capture, so the gates leave it alone.
+inline bool stream_capturing(const DriverOps& ops, CUstream stream) {
+  if (ops.stream_is_capturing == nullptr) return false;
+  int status = 0;
+  return ops.stream_is_capturing(stream, &status) == CUDA_SUCCESS && status != 0;
+}
+
 // Controller constants. The defaults are what the library uses; tests may shorten them.
 struct Tuning {
   // Length of one on+off cycle when the container is continuously busy: the on phase (a
@@ -116,7 +124,6 @@ class ComputeLimiter {
   std::uint64_t phase_offset() const;
   void refill(std::uint64_t now, unsigned limit);
   std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end);
-  bool stream_capturing(CUstream stream) const;
   std::uint64_t window_budget_ns(unsigned limit) const;
   std::int64_t burst_cap_ns(unsigned limit) const;
 

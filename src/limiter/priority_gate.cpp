@@ -385,10 +385,7 @@ bool PriorityGate::start_queue_probe(CUstream stream) {
   if (probe_busy_.exchange(true, kAcquire)) return false;
   bool recorded = false;
   if (!draining_.exchange(true, kAcquire)) {
-    int capture = 0;
-    const bool captured = ops_.stream_is_capturing != nullptr &&
-                          ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS && capture != 0;
-    if (!captured && events_usable()) {
+    if (!stream_capturing(ops_, stream) && events_usable()) {
       if (probe_event_ == nullptr && ops_.event_create(&probe_event_) != CUDA_SUCCESS) probe_event_ = nullptr;
       recorded = probe_event_ != nullptr && ops_.event_record(probe_event_, stream) == CUDA_SUCCESS;
     }
@@ -435,9 +432,7 @@ void PriorityGate::step(CUstream stream) {
   }
   reset_window();
   window_held_.store(false, kRelaxed);
-  int capture = 0;
-  if (ops_.stream_is_capturing != nullptr && ops_.stream_is_capturing(stream, &capture) == CUDA_SUCCESS &&
-      capture != 0) {
+  if (stream_capturing(ops_, stream)) {
     return;  // captured launches run nothing yet; a synchronize or an event would change the capture
   }
   if (pipelining() && single && pipelined_step(stream, launches, held)) return;

@@ -391,26 +391,35 @@ TEST(PriorityGateMechanics, ALowContainerHeldHalfTheTimeNeverGetsAFloorSlice) {
 
 // Each floor slice is logged at debug level with the gate's clock, so that a benchmark can place it
 // against a tail of the higher one's latencies (bench/gpu/priority_bench.py reads these lines).
+// Runs `body` with the log at debug level; returns what it wrote to stderr.
+template <typename Body>
+std::string stderr_at_debug(Body body) {
+  const int level = log::g_level.load();
+  log::set_level(log::Level::Debug);
+  testing::internal::CaptureStderr();
+  body();
+  std::string err = testing::internal::GetCapturedStderr();
+  log::set_level(static_cast<log::Level>(level));
+  return err;
+}
+
 TEST(PriorityGateMechanics, EachFloorSliceIsLoggedAtDebugLevelWithItsTime) {
   ManualClock clock;
   FakeBoard board;
   board.peers.push_back(peer(Priority::High, clock.now));
   auto prio = source(Priority::Low);
   PriorityGate gate(clock, counting_ops(), &board, &prio);
-  const int level = log::g_level.load();
-  log::set_level(log::Level::Debug);
-  testing::internal::CaptureStderr();
   std::vector<std::uint64_t> granted_at;
-  for (int i = 0; i < 5000 && granted_at.size() < 2; ++i) {  // the higher one never idles
-    board.peers[0].heartbeat_ns = clock.now;
-    board.peers[0].busy_until_ns = clock.now + 20 * kMs;
-    const std::uint64_t before = gate.stats().floor_slices;
-    gate.gate(nullptr);
-    if (gate.stats().floor_slices != before) granted_at.push_back(clock.now);
-    clock.now += 10 * kUs;
-  }
-  const std::string err = testing::internal::GetCapturedStderr();
-  log::set_level(static_cast<log::Level>(level));
+  const std::string err = stderr_at_debug([&] {
+    for (int i = 0; i < 5000 && granted_at.size() < 2; ++i) {  // the higher one never idles
+      board.peers[0].heartbeat_ns = clock.now;
+      board.peers[0].busy_until_ns = clock.now + 20 * kMs;
+      const std::uint64_t before = gate.stats().floor_slices;
+      gate.gate(nullptr);
+      if (gate.stats().floor_slices != before) granted_at.push_back(clock.now);
+      clock.now += 10 * kUs;
+    }
+  });
   ASSERT_EQ(granted_at.size(), 2U);
   for (const std::uint64_t t : granted_at) {
     EXPECT_NE(err.find("priority gate: floor slice at " + std::to_string(t / kUs) + " us"), std::string::npos)
@@ -429,12 +438,7 @@ TEST(PriorityGateMechanics, EachHoldIsLoggedAtDebugLevelWithItsStartWhatWasQueue
   board.peers[0].heartbeat_ns = clock.now;
   board.peers[0].busy_until_ns = clock.now + 3 * kMs;
   const std::uint64_t held_at = clock.now;
-  const int level = log::g_level.load();
-  log::set_level(log::Level::Debug);
-  testing::internal::CaptureStderr();
-  gate.gate(nullptr);
-  const std::string err = testing::internal::GetCapturedStderr();
-  log::set_level(static_cast<log::Level>(level));
+  const std::string err = stderr_at_debug([&] { gate.gate(nullptr); });
   ASSERT_EQ(gate.stats().holds, 1U);
   EXPECT_NE(
       err.find("priority gate: held at " + std::to_string(held_at / kUs) + " us, 1 launches in the window"),
@@ -783,12 +787,7 @@ TEST_F(PriorityGatePipelined, AtDebugLevelAHoldMeasuresHowLongTheQueueBeforeItTo
   // What will be queued at the hold below.
   const std::uint64_t queued = device.queued() > 300 * kUs ? device.queued() - 300 * kUs : 0;
   const int records_before = device.records;
-  const int level = log::g_level.load();
-  log::set_level(log::Level::Debug);
-  testing::internal::CaptureStderr();
-  hold();
-  const std::string err = testing::internal::GetCapturedStderr();
-  log::set_level(static_cast<log::Level>(level));
+  const std::string err = stderr_at_debug(hold);
   ASSERT_GT(queued, 0U);
   EXPECT_EQ(device.records, records_before + 1) << "one probe";
   const std::string key = "queued work done ";
