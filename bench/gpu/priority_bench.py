@@ -50,8 +50,12 @@ trainer run together for --seconds, the trainer paused in every other phase (--p
 first --settle-seconds of each phase left out), and the server's phases with the trainer are
 compared with its own phases without it, within one process: two server processes differ from
 each other more than the goal's 10% (see --control). Both under priorities (and each --variant),
-and un-managed unless --only-priorities. The goal is then judged on the running phases against the
-paused ones.
+and un-managed unless --only-priorities. Each running phase repeats the arrivals of the paused
+phase before it, shifted by one phase, so both meet the same bursts. The goal is then judged on
+the running phases against the paused ones, with 95% intervals from resampling whole pairs of
+phases (a slow stretch of the host slows a whole phase): PASS or FAIL where the interval lies on
+one side of the goal, UNDECIDED where it spans it. --alone-seconds shortens the trainer's
+baselines (a throughput needs less time than a tail).
 """
 import argparse
 import gc
@@ -163,6 +167,14 @@ def signal_ready_and_wait(args):
     return start
 
 
+def mirrored(arrivals, start, end, phase):
+    """--paired: the arrivals of each even phase, and again one phase later in place of the odd
+    phase's own (common random numbers): both phases of a pair meet the same bursts, so the tail's
+    difference is the trainer's and not the arrangement of the arrivals."""
+    even = [a for a in arrivals if int((a - start) // phase) % 2 == 0]
+    return sorted(even + [a + phase for a in even if a + phase < end])
+
+
 def sleep_until(t):
     while True:
         left = t - time.monotonic()
@@ -223,6 +235,8 @@ def worker(args):
             while t < end:
                 arrivals.append(t)
                 t += rng.expovariate(args.rate)
+            if args.mirror_phase:
+                arrivals = mirrored(arrivals, start, end, args.mirror_phase)
             served = 0
             busy = 0.0
             for arrival in arrivals:
@@ -442,11 +456,12 @@ class Bench:
               f"mean ({data['requests']} requests each)", flush=True)
         return data
 
-    def measure(self, tag, members, rate, phases=None):
+    def measure(self, tag, members, rate, phases=None, seconds=None):
         """members: list of (role, managed, priority, limit). Starts them together; returns reports
         by role and the mean NVML utilization over the measured window. phases: (count, seconds) for
-        --paired: the trainer is paused in the even phases (from the first) and runs in the odd ones."""
-        seconds = phases[0] * phases[1] if phases else self.args.seconds
+        --paired: the trainer is paused in the even phases (from the first) and runs in the odd ones.
+        seconds: the measured window without phases (default --seconds)."""
+        seconds = phases[0] * phases[1] if phases else seconds or self.args.seconds
         work = tempfile.mkdtemp(prefix="gs-prio-run-")
         pause = os.path.join(work, "pause")
         if phases:
@@ -462,6 +477,8 @@ class Bench:
                          "--go-timeout", str(self.args.ready_timeout + 30)]
                 if role == "server":
                     extra += ["--rate", repr(rate), "--seed", str(self.args.seed)]
+                    if phases:
+                        extra += ["--mirror-phase", repr(phases[1])]
                 if role == "trainer" and phases:
                     extra += ["--pause-file", pause]
                 runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit, own_env, seconds))
@@ -562,6 +579,65 @@ def split_phases(results, count, phase_s, settle_s):
         utils = [x[1] for x in nvml if inside(x[0])]
         split[name] = (part, sum(utils) / len(utils) if utils else None)
     return split
+
+
+def phase_pairs(results, count, phase_s, settle_s):
+    """--paired: the server's requests by pair of phases (a paused phase and the running one after
+    it), each phase without its settling time: [(paused, running)], each a list of (latency,
+    service) in seconds. Requests still unserved at the end join the last running phase (their
+    waiting so far; no service time)."""
+    server = results.get("server")
+    if not server:
+        return []
+    pairs = [([], []) for _ in range(count // 2)]
+    for arrival, start, end in server["timeline_s"]:
+        k = int(arrival // phase_s)
+        if 0 <= k < 2 * len(pairs) and arrival >= k * phase_s + settle_s:
+            pairs[k // 2][k % 2].append((end - arrival, end - start))
+    if pairs:
+        pairs[-1][1].extend((late, None) for late in server["latencies_s"][server["served"]:])
+    return pairs
+
+
+def paired_ratios(pairs):
+    """Running ÷ paused over these pairs of phases: p50 and p99 latency and mean service time
+    (None where a side has no requests)."""
+    paused = [r for p, _ in pairs for r in p]
+    running = [r for _, q in pairs for r in q]
+    if not paused or not running:
+        return None
+
+    def service(requests):
+        times = [s for _, s in requests if s is not None]
+        return sum(times) / len(times) if times else float("nan")
+
+    ratios = {}
+    for name, p in (("p50", 0.5), ("p99", 0.99)):
+        base = percentile([lat for lat, _ in paused], p)
+        ratios[name] = percentile([lat for lat, _ in running], p) / base if base > 0 else float("nan")
+    base = service(paused)
+    ratios["service"] = service(running) / base if base > 0 else float("nan")
+    return ratios
+
+
+def bootstrap_ratios(pairs, rounds=1000, seed=1, level=0.95):
+    """Confidence intervals of the paired ratios (paired_ratios), resampling whole pairs of phases
+    with replacement: requests inside a phase are not independent (a slow stretch of the host
+    slows all of them), pairs of adjacent phases nearly are. {name: (low, high)}; None with fewer
+    than 4 pairs."""
+    if len(pairs) < 4:
+        return None
+    rng = random.Random(seed)
+    samples = {}
+    for _ in range(rounds):
+        ratios = paired_ratios([pairs[rng.randrange(len(pairs))] for _ in pairs])
+        if ratios is None:
+            continue
+        for name, value in ratios.items():
+            if not math.isnan(value):
+                samples.setdefault(name, []).append(value)
+    tail = (1.0 - level) / 2
+    return {name: (percentile(values, tail), percentile(values, 1.0 - tail)) for name, values in samples.items()}
 
 
 def read_gate_log(lines, start):
@@ -750,7 +826,8 @@ def main_parent(args):
         cal = bench.calibrate()
         data["calibration"] = cal
         service = cal["service_mean_s"]
-        results, util = bench.measure("trainer-alone", [("trainer", False, None, None)], None)
+        results, util = bench.measure("trainer-alone", [("trainer", False, None, None)], None,
+                                      seconds=args.alone_seconds)
         alone_trainer = summarize("trainer alone", None, results, util, {})
         data["runs"]["trainer-alone"] = results
         rows.append(alone_trainer)
@@ -765,7 +842,7 @@ def main_parent(args):
             name = "trainer beside an idle high" + (f" {label}" if label else "")
             results, util = bench.measure(f"beside-idle-high{label}", [("idle", True, "high", None),
                                                                      ("trainer", True, "low", None, trainer_env)],
-                                          None)
+                                          None, seconds=args.alone_seconds)
             row = summarize(name, None, results, util, {"trainer": alone_trainer})
             data["runs"][name] = results
             rows.append(row)
@@ -859,12 +936,13 @@ def main_parent(args):
         if not row.get("judged"):
             continue
         goal = GOAL_TRAINER.get(row["load"])
-        ok_p99 = row.get("p99_x") is not None and row["p99_x"] <= GOAL_P99
         ok_tr = goal is None or (row.get("trainer_x") is not None and row["trainer_x"] >= goal)
         baseline = "paused" if row["config"].startswith("paired") else "alone"
-        verdicts.append(f"load {row['load']}%: {row['config']}: p99 ÷ {baseline} {fmt(row.get('p99_x'), '.2f')} "
-                        f"(goal ≤ {GOAL_P99}) {'PASS' if ok_p99 else 'FAIL'}; trainer ÷ alone "
+        verdicts.append(f"load {row['load']}%: {row['config']}: p99 ÷ {baseline} {fmt(row.get('p99_x'), '.2f')}"
+                        f"{interval(row, 'p99')} (goal ≤ {GOAL_P99}) {p99_verdict(row)}; trainer ÷ alone "
                         f"{fmt(row.get('trainer_x'), '.2f')} (goal ≥ {goal}) {'PASS' if ok_tr else 'FAIL'}"
+                        + (f" at server busy {row['server_busy_pct']:.0f}%" if row.get("server_busy_pct") is not None
+                           and row["config"].startswith("paired") else "")
                         + (" (INVALID: " + row["warning"] + ")" if "warning" in row else ""))
     text = (table(rows) + "\n\n" + "\n".join(verdicts) + "\n" +
             f"\nservice time alone {service * 1e3:.2f} ms; {args.seconds:g} s measured per configuration"
@@ -874,6 +952,22 @@ def main_parent(args):
         f.write(text)
     print("\n" + text, flush=True)
     return 0
+
+
+def interval(row, name):
+    """' [low-high]': the 95% interval of a paired ratio (bootstrap_ratios), or nothing."""
+    ci = (row.get("ci95") or {}).get(name)
+    return f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+
+
+def p99_verdict(row):
+    """PASS or FAIL against GOAL_P99; with a 95% interval (paired rows), UNDECIDED where it spans
+    the goal: the run cannot tell."""
+    value = row.get("p99_x")
+    ci = (row.get("ci95") or {}).get("p99")
+    if ci:
+        return "PASS" if ci[1] <= GOAL_P99 else "FAIL" if ci[0] > GOAL_P99 else "UNDECIDED (the interval spans the goal)"
+    return "PASS" if value is not None and value <= GOAL_P99 else "FAIL"
 
 
 def warn_if_unmanaged(row):
@@ -903,18 +997,21 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
         rate = load / 100.0 / service
         for mode, members in modes:
             parts = {"paused": [], "running": []}
+            pairs = []
             for r in range(args.repeat):
                 suffix = f"-r{r + 1}" if args.repeat > 1 else ""
                 tag = f"load{load}-paired-{mode.replace(' ', '-')}{suffix}"
                 results, _ = bench.measure(tag, members, rate, (count, args.phase_seconds))
                 data["runs"][tag] = results
                 split = split_phases(results, count, args.phase_seconds, args.settle_seconds)
+                pairs += phase_pairs(results, count, args.phase_seconds, args.settle_seconds)
                 for name, part in split.items():
                     parts[name].append(part)
             paused = summarize(f"paired {mode}: trainer paused", load, *pool_runs(parts["paused"]), {})
             running = summarize(f"paired {mode}: trainer running", load, *pool_runs(parts["running"]),
                                 {"server": paused, "trainer": alone_trainer})
             running["judged"] = mode.startswith("priorities")
+            running["ci95"] = bootstrap_ratios(pairs)
             shares = [p["trainer"].get("held_share") for p, _ in parts["running"] if "trainer" in p]
             shares = [x for x in shares if x is not None]
             running["trainer_held_pct"] = 100.0 * sum(shares) / len(shares) if shares else None
@@ -922,8 +1019,10 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
             running["queue_at_holds"] = queue_at_holds(holds)
             warn_if_unmanaged(running)
             rows += [paused, running]
-            print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}, "
-                  f"p99 {fmt(running.get('p99_x'), '.2f')}, service {fmt(running.get('service_x'), '.2f')}; "
+            print(f"load {load}%, paired {mode}: trainer running ÷ paused: p50 {fmt(running.get('p50_x'), '.2f')}"
+                  f"{interval(running, 'p50')}, p99 {fmt(running.get('p99_x'), '.2f')}{interval(running, 'p99')}, "
+                  f"service {fmt(running.get('service_x'), '.2f')}{interval(running, 'service')} (server busy "
+                  f"{fmt(running.get('server_busy_pct'), '.0f')}%); "
                   f"trainer ÷ alone {fmt(running.get('trainer_x'), '.2f')}, held "
                   f"{fmt(running.get('trainer_held_pct'), '.0f')}% of the requests' time; at its "
                   f"{running['queue_at_holds']['holds']} holds the queued work took a median "
@@ -959,6 +1058,9 @@ def main():
                     help="start gpuslice processes with LD_PRELOAD and variables, or with `gpuslice run`")
     ap.add_argument("--out", default=None, help="output directory (default $OUT, else ./priority-out)")
     ap.add_argument("--seconds", type=float, default=25.0, help="measured seconds per configuration")
+    ap.add_argument("--alone-seconds", type=float, default=None,
+                    help="measured seconds of the trainer alone and beside an idle high (default --seconds): "
+                         "a throughput needs less time than a tail")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--loads", default="30,60", help="server loads in percent of the GPU when alone")
     ap.add_argument("--server-batch", type=int, default=8)
@@ -997,6 +1099,7 @@ def main():
     ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     ap.add_argument("--pause-file", help=argparse.SUPPRESS)
+    ap.add_argument("--mirror-phase", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.variants = [parse_variant(v, ap) for v in args.variant]
     if args.repeat < 1:

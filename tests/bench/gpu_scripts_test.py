@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import sys
 import tempfile
 import unittest
@@ -180,6 +181,7 @@ class FakeBench:
     10 ms alone, 2 ms more beside a low-priority trainer and 5 ms more un-managed; round 2 of the
     server alone is a slow stretch (every request 20 ms), so pooling shows."""
     tags = []
+    seconds = []
 
     def __init__(self, args):
         self.args = args
@@ -189,8 +191,9 @@ class FakeBench:
     def calibrate(self):
         return {"service_mean_s": 0.010, "service_p50_s": 0.010, "service_hot_mean_s": 0.009, "requests": 200}
 
-    def measure(self, tag, members, rate, phases=None):
+    def measure(self, tag, members, rate, phases=None, seconds=None):
         FakeBench.tags.append(tag)
+        FakeBench.seconds.append(seconds)
         if phases:
             return self.measure_paired(members, phases)
         results = {}
@@ -244,6 +247,7 @@ class Orchestration(unittest.TestCase):
         saved = (bench.Bench, bench.require_torch, sys.argv)
         bench.Bench, bench.require_torch = FakeBench, lambda: None
         FakeBench.tags = []
+        FakeBench.seconds = []
         with tempfile.TemporaryDirectory() as out:
             sys.argv = ["priority_bench.py", "--lib", __file__, "--out", out, "--seconds", "10", *options]
             try:
@@ -316,6 +320,22 @@ class Orchestration(unittest.TestCase):
         self.assertIn("load 30%: paired priorities avg: trainer running: p99 ÷ paused 1.20", table)
         self.assertEqual(table.count("load 30%: "), 2)
 
+    def test_paired_runs_of_four_pairs_or_more_judge_the_p99_by_its_interval(self):
+        table, data = self.run_main("--loads", "30", "--paired", "--seconds", "16", "--phase-seconds", "2",
+                                    "--only-priorities")
+        rows = {row["config"]: row for row in data["rows"]}
+        low, high = rows["paired priorities: trainer running"]["ci95"]["p99"]
+        self.assertAlmostEqual(low, 1.2)
+        self.assertAlmostEqual(high, 1.2)
+        self.assertIn("load 30%: paired priorities: trainer running: p99 ÷ paused 1.20 [1.20-1.20] (goal ≤ 1.1) "
+                      "FAIL; trainer ÷ alone", table)
+
+    def test_the_trainers_baselines_may_be_shorter_than_the_pairs(self):
+        self.run_main("--loads", "30", "--paired", "--seconds", "16", "--phase-seconds", "2", "--only-priorities",
+                      "--alone-seconds", "5")
+        # The trainer alone and beside an idle high for 5 s; the paired run its 16 s (from its phases).
+        self.assertEqual(FakeBench.seconds, [5.0, 5.0, None])
+
     def test_one_round_is_the_measured_run(self):
         table, _ = self.run_main("--loads", "30,60")
         self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",
@@ -359,6 +379,8 @@ class Phases(unittest.TestCase):
         def start(self, role, tag, managed, node_dir, extra, *rest):
             if "--pause-file" in extra:
                 seen["pause"] = extra[extra.index("--pause-file") + 1]
+            if "--mirror-phase" in extra:
+                seen["mirror"] = (role, extra[extra.index("--mirror-phase") + 1])
             seen.setdefault("seconds", []).append(rest[-1])
             return {"role": role}
 
@@ -382,6 +404,68 @@ class Phases(unittest.TestCase):
         self.assertEqual(seen["states"], [True, False, True])
         self.assertFalse(seen["at_end"])  # phase 3 runs
         self.assertEqual(seen["seconds"], [8.0, 8.0])
+        self.assertEqual(seen["mirror"], ("server", "2.0"))  # the server repeats its arrivals a phase later
+
+    def test_a_running_phase_repeats_the_arrivals_of_the_paused_one_before_it(self):
+        # Phases of 2 s from 100 s: the arrivals at 101.0 and 104.5 (paused phases 0 and 2) come
+        # again at 103.0 and 106.5; the odd phases' own (102.2, 107.0) are dropped; 109.9 + 2 is past
+        # the end.
+        arrivals = [100.5, 101.0, 102.2, 104.5, 107.0, 109.9]
+        self.assertEqual(bench.mirrored(arrivals, 100.0, 110.0, 2.0),
+                         [100.5, 101.0, 102.5, 103.0, 104.5, 106.5, 109.9])
+
+
+class Intervals(unittest.TestCase):
+    """--paired's 95% intervals: pairs of phases resampled, so that a slow stretch of the host (all
+    requests of a phase slower, trainer or not) widens the interval instead of deciding it."""
+
+    def test_requests_go_to_their_pair_and_side_without_the_settling_time(self):
+        # Four phases of 2 s, 0.5 s settling: pair 0 is [0.5, 2) paused and [2.5, 4) running.
+        timeline = [(0.1, 0.1, 0.2), (1.0, 1.0, 1.01), (2.2, 2.2, 2.3), (3.0, 3.1, 3.15), (5.9, 5.9, 5.91),
+                    (7.0, 7.0, 7.02)]
+        results = {"server": {"timeline_s": timeline, "served": 6, "latencies_s": [0.1] * 6 + [0.9]}}
+        pairs = bench.phase_pairs(results, 4, 2.0, 0.5)
+        rounded = [([tuple(round(x, 3) for x in r) for r in p], [tuple(round(x, 3) if x is not None else None
+                                                                      for x in r) for r in q]) for p, q in pairs]
+        self.assertEqual(rounded, [([(0.01, 0.01)], [(0.15, 0.05)]),
+                                   ([(0.01, 0.01)], [(0.02, 0.02), (0.9, None)])])
+
+    @staticmethod
+    def pairs(speeds, effect, n=50):
+        """Pairs of phases whose requests take speeds[k] ms (paused) and speeds[k] * effect ms
+        (running), n a side, the last one of each three times as long."""
+        out = []
+        for speed in speeds:
+            side = [speed / 1e3] * (n - 1) + [3 * speed / 1e3]
+            out.append(([(x, x) for x in side], [(x * effect, x * effect) for x in side]))
+        return out
+
+    def test_a_constant_effect_has_no_width(self):
+        ci = bench.bootstrap_ratios(self.pairs([10.0] * 6, 1.2))
+        for name in ("p50", "p99", "service"):
+            self.assertAlmostEqual(ci[name][0], 1.2)
+            self.assertAlmostEqual(ci[name][1], 1.2)
+
+    def test_phases_of_different_speeds_widen_the_interval_around_the_effect(self):
+        # The host's speed drifts from phase to phase by up to 40%; no effect of the trainer.
+        rng = random.Random(3)
+        speeds = [10.0 * rng.uniform(0.7, 1.1) for _ in range(20)]
+        pairs = [(p, [(x * rng.uniform(0.85, 1.15),) * 2 for x, _ in q]) for p, q in self.pairs(speeds, 1.0)]
+        ci = bench.bootstrap_ratios(pairs)
+        self.assertLess(ci["service"][0], 1.0)
+        self.assertGreater(ci["service"][1], 1.0)
+        self.assertGreater(ci["p99"][1] - ci["p99"][0], 0.05)
+
+    def test_too_few_pairs_give_no_interval(self):
+        self.assertIsNone(bench.bootstrap_ratios(self.pairs([10.0] * 3, 1.2)))
+
+    def test_the_verdict_is_undecided_where_the_interval_spans_the_goal(self):
+        self.assertEqual(bench.p99_verdict({"p99_x": 1.0, "ci95": {"p99": (0.9, 1.08)}}), "PASS")
+        self.assertEqual(bench.p99_verdict({"p99_x": 1.2, "ci95": {"p99": (1.12, 1.3)}}), "FAIL")
+        self.assertTrue(bench.p99_verdict({"p99_x": 1.05, "ci95": {"p99": (0.95, 1.2)}}).startswith("UNDECIDED"))
+        # Without an interval (five-configuration rows), the value decides.
+        self.assertEqual(bench.p99_verdict({"p99_x": 1.05}), "PASS")
+        self.assertEqual(bench.p99_verdict({"p99_x": 1.15}), "FAIL")
 
 
 class Inputs(unittest.TestCase):
