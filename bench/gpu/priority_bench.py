@@ -456,15 +456,16 @@ class Bench:
               f"mean ({data['requests']} requests each)", flush=True)
         return data
 
-    def measure(self, tag, members, rate, phases=None, seconds=None):
+    def measure(self, tag, members, rate, phases=None, seconds=None, toggle=None):
         """members: list of (role, managed, priority, limit). Starts them together; returns reports
         by role and the mean NVML utilization over the measured window. phases: (count, seconds) for
         --paired: the trainer is paused in the even phases (from the first) and runs in the odd ones.
-        seconds: the measured window without phases (default --seconds)."""
+        seconds: the measured window without phases (default --seconds). toggle(k, runs), with
+        phases: called at each phase boundary k instead of pausing the trainer."""
         seconds = phases[0] * phases[1] if phases else seconds or self.args.seconds
         work = tempfile.mkdtemp(prefix="gs-prio-run-")
         pause = os.path.join(work, "pause")
-        if phases:
+        if phases and not toggle:
             open(pause, "w").close()
         node_dir = tempfile.mkdtemp(prefix="gs-prio-node-")
         runs, ready = [], []
@@ -479,7 +480,7 @@ class Bench:
                     extra += ["--rate", repr(rate), "--seed", str(self.args.seed)]
                     if phases:
                         extra += ["--mirror-phase", repr(phases[1])]
-                if role == "trainer" and phases:
+                if role == "trainer" and phases and not toggle:
                     extra += ["--pause-file", pause]
                 runs.append(self.start(role, tag, managed, node_dir, extra, priority, limit, own_env, seconds))
                 ready.append(ready_file)
@@ -490,7 +491,9 @@ class Bench:
             os.rename(os.path.join(work, "go.tmp"), os.path.join(work, "go"))
             for k in range(1, phases[0] if phases else 0):
                 sleep_until(start + k * phases[1])
-                if k % 2:
+                if toggle:
+                    toggle(k, runs)
+                elif k % 2:
                     os.unlink(pause)
                 else:
                     open(pause, "w").close()
@@ -620,11 +623,10 @@ def paired_ratios(pairs):
     return ratios
 
 
-def bootstrap_ratios(pairs, rounds=1000, seed=1, level=0.95):
-    """Confidence intervals of the paired ratios (paired_ratios), resampling whole pairs of phases
-    with replacement: requests inside a phase are not independent (a slow stretch of the host
-    slows all of them), pairs of adjacent phases nearly are. {name: (low, high)}; None with fewer
-    than 4 pairs."""
+def bootstrap_samples(pairs, rounds=1000, seed=1):
+    """The paired ratios (paired_ratios) of `rounds` resamplings of whole pairs of phases with
+    replacement: requests inside a phase are not independent (a slow stretch of the host slows all
+    of them), pairs of adjacent phases nearly are. {name: [ratio]}; None with fewer than 4 pairs."""
     if len(pairs) < 4:
         return None
     rng = random.Random(seed)
@@ -636,6 +638,15 @@ def bootstrap_ratios(pairs, rounds=1000, seed=1, level=0.95):
         for name, value in ratios.items():
             if not math.isnan(value):
                 samples.setdefault(name, []).append(value)
+    return samples
+
+
+def bootstrap_ratios(pairs, rounds=1000, seed=1, level=0.95):
+    """95% intervals of the paired ratios from bootstrap_samples: {name: (low, high)}; None with
+    fewer than 4 pairs."""
+    samples = bootstrap_samples(pairs, rounds, seed)
+    if samples is None:
+        return None
     tail = (1.0 - level) / 2
     return {name: (percentile(values, tail), percentile(values, 1.0 - tail)) for name, values in samples.items()}
 
@@ -807,7 +818,7 @@ def main_parent(args):
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.lib):
         raise SystemExit(f"priority_bench: --lib {args.lib}: no such file (build gpuslice_preload first)")
-    if args.launcher == "cli" and not os.path.exists(args.cli):
+    if (args.launcher == "cli" or args.conservation) and not os.path.exists(args.cli):
         raise SystemExit(f"priority_bench: --cli {args.cli}: no such file (build gpuslice_cli first)")
     require_torch()
     loads = [int(x) for x in args.loads.split(",") if x]
@@ -847,6 +858,8 @@ def main_parent(args):
             data["runs"][name] = results
             rows.append(row)
             print(f"{name}: {fmt(row.get('trainer_x'), '.3f')} of alone", flush=True)
+        if args.conservation:
+            rows += measure_conservation(args, bench, data)
         if args.paired:
             rows += measure_paired(args, bench, data, loads, service, alone_trainer)
             loads = []  # the five configurations are not measured
@@ -952,6 +965,64 @@ def main_parent(args):
         f.write(text)
     print("\n" + text, flush=True)
     return 0
+
+
+def step_pairs(results, count, phase_s, settle_s):
+    """--conservation: the trainer's steps by pair of phases (even, odd), each phase without its
+    settling time: [(steps in the even phase, steps in the odd one)]."""
+    steps = (results.get("trainer") or {}).get("step_done_s", [])
+    pairs = [[0, 0] for _ in range(count // 2)]
+    for t in steps:
+        k = int(t // phase_s)
+        if 0 <= k < 2 * len(pairs) and t >= k * phase_s + settle_s:
+            pairs[k // 2][k % 2] += 1
+    return [tuple(p) for p in pairs]
+
+
+def step_ratio_interval(pairs, rounds=1000, seed=1, level=0.95):
+    """Steps in the even phases ÷ steps in the odd ones, and its 95% interval from resampling
+    pairs of phases: (ratio, low, high); None without steps in the odd phases or with fewer than
+    4 pairs."""
+    def ratio(sample):
+        odd = sum(b for _, b in sample)
+        return sum(a for a, _ in sample) / odd if odd else None
+
+    value = ratio(pairs)
+    if value is None or len(pairs) < 4:
+        return None
+    rng = random.Random(seed)
+    samples = [r for r in (ratio([pairs[rng.randrange(len(pairs))] for _ in pairs]) for _ in range(rounds))
+               if r is not None]
+    tail = (1.0 - level) / 2
+    return value, percentile(samples, tail), percentile(samples, 1.0 - tail)
+
+
+def measure_conservation(args, bench, data):
+    """--conservation: what the in-flight bound costs a best-effort trainer, within one trainer
+    process (two trainer processes differ by more than the cost): the trainer (low) beside an idle
+    container that is high in the even phases and low in the odd ones (`gpuslice set --priority`,
+    applied live), so that its launches are bounded in the even phases only. The row: steps in the
+    bounded phases ÷ steps in the unbounded ones, with its 95% interval."""
+    count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
+    cli = os.path.abspath(args.cli)
+
+    def toggle(k, runs):
+        shared = next(run["shared"] for run in runs if run["role"] == "idle")
+        subprocess.run([cli, "set", "--priority", "low" if k % 2 else "high", "--shared-dir", shared],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    results, util = bench.measure("conservation", [("idle", True, "high", None), ("trainer", True, "low", None)],
+                                  None, (count, args.phase_seconds), toggle=toggle)
+    data["runs"]["conservation"] = results
+    pairs = step_pairs(results, count, args.phase_seconds, args.settle_seconds)
+    found = step_ratio_interval(pairs)
+    row = {"config": "trainer: idle neighbour high ÷ low", "load": None, "device_util_pct": util,
+           "trainer_x": found[0] if found else None, "ci95": {"trainer": found[1:]} if found else None,
+           "gate_stats": [s for r in results.values() if isinstance(r, dict) for s in r.get("gate_stats", [])]}
+    print(f"trainer beside an idle neighbour, high ÷ low phases (the bound's cost within one process): "
+          f"{fmt(row['trainer_x'], '.3f')}{interval(row, 'trainer')} over {len(pairs)} pairs of "
+          f"{args.phase_seconds:g} s phases", flush=True)
+    return [row]
 
 
 def interval(row, name):
@@ -1085,6 +1156,10 @@ def main():
     ap.add_argument("--phase-seconds", type=float, default=3.0, help="--paired: length of a phase")
     ap.add_argument("--settle-seconds", type=float, default=0.5,
                     help="--paired: left out at the start of each phase")
+    ap.add_argument("--conservation", action="store_true",
+                    help="also measure the in-flight bound's cost within one trainer process: beside an idle "
+                         "container switched between high and low every --phase-seconds with `gpuslice set` "
+                         "(needs --cli)")
     ap.add_argument("--only-priorities", action="store_true",
                     help="measure the alone baselines and the priority configurations only")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
@@ -1106,8 +1181,8 @@ def main():
         ap.error(f"--repeat {args.repeat}: at least 1")
     if args.paired and args.control:
         ap.error("--paired measures the server against itself: --control does not apply")
-    if args.paired and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:
-        ap.error(f"--paired: need 0 <= --settle-seconds ({args.settle_seconds:g}) < --phase-seconds "
+    if (args.paired or args.conservation) and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:
+        ap.error(f"--paired and --conservation: need 0 <= --settle-seconds ({args.settle_seconds:g}) < --phase-seconds "
                  f"({args.phase_seconds:g}) <= half of --seconds ({args.seconds:g})")
     if args.worker:
         worker(args)

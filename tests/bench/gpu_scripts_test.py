@@ -191,9 +191,11 @@ class FakeBench:
     def calibrate(self):
         return {"service_mean_s": 0.010, "service_p50_s": 0.010, "service_hot_mean_s": 0.009, "requests": 200}
 
-    def measure(self, tag, members, rate, phases=None, seconds=None):
+    def measure(self, tag, members, rate, phases=None, seconds=None, toggle=None):
         FakeBench.tags.append(tag)
         FakeBench.seconds.append(seconds)
+        if toggle:
+            return self.measure_toggled(phases), 50.0
         if phases:
             return self.measure_paired(members, phases)
         results = {}
@@ -219,6 +221,19 @@ class FakeBench:
             stats = ["[gpuslice 1] INFO: priority gate, device 0: 0.000 s held back"] if priority else []
             results[role]["gate_stats"] = stats
         return results, 50.0
+
+    @staticmethod
+    def measure_toggled(phases):
+        """--conservation: a trainer step every 0.1 s while its neighbour is low (odd phases), every
+        0.125 s while it is high (even phases: the bound costs 20%)."""
+        count, phase = phases
+        steps = []
+        for k in range(count):
+            period = 0.125 if k % 2 == 0 else 0.1
+            steps += [k * phase + period * (i + 0.5) for i in range(int(phase / period))]
+        stats = ["[gpuslice 1] INFO: priority gate, device 0: 0.000 s held back"]
+        return {"trainer": {"seconds": count * phase, "steps": len(steps), "step_done_s": steps, "gate_stats": stats},
+                "idle": {"seconds": count * phase, "gate_stats": stats}}
 
     def measure_paired(self, members, phases):
         """--paired: a request every 0.1 s, 10 ms in the paused phases, 12 ms with a high-priority
@@ -330,6 +345,21 @@ class Orchestration(unittest.TestCase):
         self.assertIn("load 30%: paired priorities: trainer running: p99 ÷ paused 1.20 [1.20-1.20] (goal ≤ 1.1) "
                       "FAIL; trainer ÷ alone", table)
 
+    def test_conservation_compares_the_trainers_bounded_phases_with_its_unbounded_ones(self):
+        saved = bench.os.path.exists
+        bench.os.path.exists = lambda path: True  # --cli need not exist: FakeBench runs no command
+        try:
+            table, data = self.run_main("--loads", "", "--conservation", "--seconds", "16", "--phase-seconds", "2",
+                                        "--settle-seconds", "0.5")
+        finally:
+            bench.os.path.exists = saved
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "conservation"])
+        row = next(r for r in data["rows"] if r["config"].startswith("trainer: idle neighbour"))
+        # 12 steps a measured 1.5 s against 15: the bound's 20%, the same in every pair.
+        self.assertAlmostEqual(row["trainer_x"], 0.8)
+        self.assertEqual([round(x, 3) for x in row["ci95"]["trainer"]], [0.8, 0.8])
+        self.assertIn("| - | trainer: idle neighbour high ÷ low |", table)
+
     def test_the_trainers_baselines_may_be_shorter_than_the_pairs(self):
         self.run_main("--loads", "30", "--paired", "--seconds", "16", "--phase-seconds", "2", "--only-priorities",
                       "--alone-seconds", "5")
@@ -405,6 +435,41 @@ class Phases(unittest.TestCase):
         self.assertFalse(seen["at_end"])  # phase 3 runs
         self.assertEqual(seen["seconds"], [8.0, 8.0])
         self.assertEqual(seen["mirror"], ("server", "2.0"))  # the server repeats its arrivals a phase later
+
+    def test_a_toggle_replaces_the_pause_file(self):
+        """--conservation: Bench.measure calls the toggle at each phase boundary, and the trainer
+        gets no pause file."""
+        seen = {"toggles": [], "extras": []}
+        saved = (bench.Bench.start, bench.Bench.wait_ready, bench.Bench.finish, bench.sleep_until)
+
+        def start(self, role, tag, managed, node_dir, extra, *rest):
+            seen["extras"] += extra
+            return {"role": role, "shared": "/tmp/" + role}
+
+        bench.Bench.start, bench.sleep_until = start, lambda t: None
+        bench.Bench.finish = lambda self, run, timeout: {}
+        bench.Bench.wait_ready = lambda self, runs, ready: None
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                args = argparse.Namespace(out=out, lib=__file__, seconds=8.0, drain_seconds=1.0, seed=1, ready_timeout=1.0)
+                b = bench.Bench(args)
+                b.measure("t", [("idle", True, "high", None), ("trainer", True, "low", None)], None, (4, 2.0),
+                          toggle=lambda k, runs: seen["toggles"].append((k, [r["shared"] for r in runs])))
+        finally:
+            bench.Bench.start, bench.Bench.wait_ready, bench.Bench.finish, bench.sleep_until = saved
+        self.assertEqual([k for k, _ in seen["toggles"]], [1, 2, 3])
+        self.assertEqual(seen["toggles"][0][1], ["/tmp/idle", "/tmp/trainer"])
+        self.assertNotIn("--pause-file", seen["extras"])
+
+    def test_steps_go_to_their_pair_without_the_settling_time(self):
+        # Phases of 2 s, 0.5 s settling: 0.2 and 2.3 settle; 1.0 (even) and 3.0, 3.9 (odd) in pair 0;
+        # 4.6 in pair 1's even phase.
+        results = {"trainer": {"step_done_s": [0.2, 1.0, 2.3, 3.0, 3.9, 4.6]}}
+        self.assertEqual(bench.step_pairs(results, 4, 2.0, 0.5), [(1, 2), (1, 0)])
+        self.assertIsNone(bench.step_ratio_interval([(1, 2), (1, 0)]))  # too few pairs
+        ratio, low, high = bench.step_ratio_interval([(8, 10), (9, 10), (8, 10), (9, 10)])
+        self.assertAlmostEqual(ratio, 0.85)
+        self.assertTrue(0.8 <= low <= 0.85 <= high <= 0.9)
 
     def test_a_running_phase_repeats_the_arrivals_of_the_paused_one_before_it(self):
         # Phases of 2 s from 100 s: the arrivals at 101.0 and 104.5 (paused phases 0 and 2) come
