@@ -1001,8 +1001,9 @@ def measure_conservation(args, bench, data):
     """--conservation: what the in-flight bound costs a best-effort trainer, within one trainer
     process (two trainer processes differ by more than the cost): the trainer (low) beside an idle
     container that is high in the even phases and low in the odd ones (`gpuslice set --priority`,
-    applied live), so that its launches are bounded in the even phases only. The row: steps in the
-    bounded phases ÷ steps in the unbounded ones, with its 95% interval."""
+    applied live), so that its launches are bounded in the even phases only. Once with the
+    defaults and once per --variant (its trainer variables). A row each: steps in the bounded
+    phases ÷ steps in the unbounded ones, with its 95% interval."""
     count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
     cli = os.path.abspath(args.cli)
 
@@ -1011,18 +1012,26 @@ def measure_conservation(args, bench, data):
         subprocess.run([cli, "set", "--priority", "low" if k % 2 else "high", "--shared-dir", shared],
                        check=True, stdout=subprocess.DEVNULL)
 
-    results, util = bench.measure("conservation", [("idle", True, "high", None), ("trainer", True, "low", None)],
-                                  None, (count, args.phase_seconds), toggle=toggle)
-    data["runs"]["conservation"] = results
-    pairs = step_pairs(results, count, args.phase_seconds, args.settle_seconds)
-    found = step_ratio_interval(pairs)
-    row = {"config": "trainer: idle neighbour high ÷ low", "load": None, "device_util_pct": util,
-           "trainer_x": found[0] if found else None, "ci95": {"trainer": found[1:]} if found else None,
-           "gate_stats": [s for r in results.values() if isinstance(r, dict) for s in r.get("gate_stats", [])]}
-    print(f"trainer beside an idle neighbour, high ÷ low phases (the bound's cost within one process): "
-          f"{fmt(row['trainer_x'], '.3f')}{interval(row, 'trainer')} over {len(pairs)} pairs of "
-          f"{args.phase_seconds:g} s phases", flush=True)
-    return [row]
+    rows, seen = [], []
+    for label, _, trainer_env in [("", {}, {})] + args.variants:
+        if trainer_env in seen:
+            continue  # the same trainer: measured already
+        seen.append(trainer_env)
+        tag = "conservation" + (f"-{label}" if label else "")
+        results, util = bench.measure(tag, [("idle", True, "high", None), ("trainer", True, "low", None, trainer_env)],
+                                      None, (count, args.phase_seconds), toggle=toggle)
+        data["runs"][tag] = results
+        pairs = step_pairs(results, count, args.phase_seconds, args.settle_seconds)
+        found = step_ratio_interval(pairs)
+        row = {"config": "trainer: idle neighbour high ÷ low" + (f" {label}" if label else ""), "load": None,
+               "device_util_pct": util, "trainer_x": found[0] if found else None,
+               "ci95": {"trainer": found[1:]} if found else None,
+               "gate_stats": [s for r in results.values() if isinstance(r, dict) for s in r.get("gate_stats", [])]}
+        print(f"trainer beside an idle neighbour, high ÷ low phases{' ' + label if label else ''} (the bound's cost "
+              f"within one process): {fmt(row['trainer_x'], '.3f')}{interval(row, 'trainer')} over {len(pairs)} "
+              f"pairs of {args.phase_seconds:g} s phases", flush=True)
+        rows.append(row)
+    return rows
 
 
 def interval(row, name):

@@ -350,10 +350,12 @@ class Orchestration(unittest.TestCase):
         bench.os.path.exists = lambda path: True  # --cli need not exist: FakeBench runs no command
         try:
             table, data = self.run_main("--loads", "", "--conservation", "--seconds", "16", "--phase-seconds", "2",
-                                        "--settle-seconds", "0.5")
+                                        "--settle-seconds", "0.5", "--variant", "b4ms;trainer:GPUSLICE_PRIORITY_IN_FLIGHT=4ms")
         finally:
             bench.os.path.exists = saved
-        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "conservation"])
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "beside-idle-highb4ms", "conservation",
+                                          "conservation-b4ms"])
+        self.assertIn("| - | trainer: idle neighbour high ÷ low b4ms |", table)
         row = next(r for r in data["rows"] if r["config"].startswith("trainer: idle neighbour"))
         # 12 steps a measured 1.5 s against 15: the bound's 20%, the same in every pair.
         self.assertAlmostEqual(row["trainer_x"], 0.8)
