@@ -1162,9 +1162,12 @@ def main():
                     help="instead of the five configurations: per load one server and one trainer for --seconds, "
                          "the trainer paused every other phase; the server with the trainer against itself "
                          "without it (priorities, and un-managed unless --only-priorities)")
-    ap.add_argument("--phase-seconds", type=float, default=3.0, help="--paired: length of a phase")
-    ap.add_argument("--settle-seconds", type=float, default=0.5,
-                    help="--paired: left out at the start of each phase")
+    ap.add_argument("--phase-seconds", type=float, default=1.5,
+                    help="--paired, --conservation: length of a phase (short phases: a slow stretch of the host "
+                         "falls on both sides of more pairs)")
+    ap.add_argument("--settle-seconds", type=float, default=0.4,
+                    help="--paired, --conservation: left out at the start of each phase (the trainer ending its "
+                         "step, a neighbour's new priority reaching it)")
     ap.add_argument("--conservation", action="store_true",
                     help="also measure the in-flight bound's cost within one trainer process: beside an idle "
                          "container switched between high and low every --phase-seconds with `gpuslice set` "

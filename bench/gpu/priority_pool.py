@@ -76,15 +76,18 @@ def combine(estimates):
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
-def report(pooled):
+def report(pooled, names=None):
+    """Lines per load and configuration: each call's ratios (named by names[index], else "call N"),
+    then their combination."""
     lines = []
     for (load, config), calls in sorted(pooled.items()):
         estimates = {"p50": [], "p99": [], "service": []}
         for index, pairs in calls:
+            label = names[index] if names else f"call {index + 1}"
             ratios = bench.paired_ratios(pairs)
             samples = bench.bootstrap_samples(pairs) if len(pairs) >= MIN_PAIRS else None
             if ratios is None or samples is None:
-                lines.append(f"load {load}%, {config}, call {index + 1}: {len(pairs)} pairs, too few to weigh")
+                lines.append(f"load {load}%, {config}, {label}: {len(pairs)} pairs, too few to weigh")
                 continue
             parts = []
             for name in estimates:
@@ -93,7 +96,7 @@ def report(pooled):
                     mean = sum(logs) / len(logs)
                     estimates[name].append((ratios[name], sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)))
                 parts.append(f"{name} {ratios[name]:.2f}")
-            lines.append(f"load {load}%, {config}, call {index + 1}: " + ", ".join(parts) + f" ({len(pairs)} pairs)")
+            lines.append(f"load {load}%, {config}, {label}: " + ", ".join(parts) + f" ({len(pairs)} pairs)")
         parts = []
         for name, values in estimates.items():
             result = combine(values)
@@ -109,12 +112,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="priority_bench.json or .json.gz of --paired calls")
     args = ap.parse_args()
+    datasets = []
+    for path in args.files:
+        try:
+            data = load(path)
+        except (OSError, ValueError, EOFError) as e:
+            print(f"priority_pool: {path}: {e}", file=sys.stderr)
+            return 2
+        if not isinstance(data, dict) or not isinstance(data.get("runs", {}), dict):
+            print(f"priority_pool: {path}: not a priority_bench.json (no runs)", file=sys.stderr)
+            return 2
+        datasets.append(data)
     try:
-        datasets = [load(path) for path in args.files]
-    except (OSError, ValueError) as e:
-        print(f"priority_pool: {e}", file=sys.stderr)
+        lines = report(pool(datasets), args.files)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        print(f"priority_pool: a paired run without what priority_bench.py writes ({e!r})", file=sys.stderr)
         return 2
-    lines = report(pool(datasets))
     if not lines:
         print("priority_pool: no paired runs in these files", file=sys.stderr)
         return 1

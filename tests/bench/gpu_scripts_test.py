@@ -10,6 +10,7 @@ import glob
 import importlib.util
 import io
 import json
+import math
 import os
 import random
 import sys
@@ -29,6 +30,7 @@ def load(path, name):
 
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))  # priority_bench imports compute_accuracy
 bench = load(os.path.join(ROOT, "bench", "gpu", "priority_bench.py"), "priority_bench")
+pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_pool")
 
 
 class EveryScriptCompiles(unittest.TestCase):
@@ -533,6 +535,69 @@ class Intervals(unittest.TestCase):
         # Without an interval (five-configuration rows), the value decides.
         self.assertEqual(bench.p99_verdict({"p99_x": 1.05}), "PASS")
         self.assertEqual(bench.p99_verdict({"p99_x": 1.15}), "FAIL")
+
+
+class Pooling(unittest.TestCase):
+    """priority_pool.py: each call's paired ratio on its own, the calls combined."""
+
+    @staticmethod
+    def call(paused_ms, running_ms, pairs=24, phase=1.5):
+        """One call's JSON: a paired run whose requests take paused_ms, or running_ms in the
+        running phases, a request every 0.1 s from 0.45 s into each phase (after the settling)."""
+        timeline = []
+        for k in range(2 * pairs):
+            ms = running_ms if k % 2 else paused_ms
+            for i in range(10):
+                t = k * phase + 0.45 + 0.1 * i
+                timeline.append((t, t, t + ms * (1.5 if i == 9 else 1.0) / 1e3))
+        server = {"seconds": 2 * pairs * phase, "timeline_s": timeline, "served": len(timeline),
+                  "latencies_s": [e - a for a, _, e in timeline]}
+        return {"args": {"phase_seconds": phase, "settle_seconds": 0.4},
+                "runs": {"load30-paired-priorities": {"server": server}, "trainer-alone": {"trainer": {}}}}
+
+    def test_each_call_is_estimated_alone_and_the_calls_combined(self):
+        pooled = pool.pool([self.call(10.0, 11.0), self.call(20.0, 22.0)])
+        self.assertEqual(list(pooled), [(30, "priorities")])
+        self.assertEqual([(index, len(pairs)) for index, pairs in pooled[(30, "priorities")]], [(0, 24), (1, 24)])
+        lines = pool.report(pooled)
+        self.assertIn("load 30%, priorities, call 1: p50 1.10, p99 1.10, service 1.10 (24 pairs)", lines)
+        self.assertIn("load 30%, priorities, call 2: p50 1.10, p99 1.10, service 1.10 (24 pairs)", lines)
+        # The same ratio in both calls (at twice the latency in the second): combined, the same.
+        combined = [line for line in lines if "combined" in line]
+        self.assertEqual(len(combined), 1)
+        self.assertTrue(combined[0].startswith("load 30%, priorities, 2 call(s) combined: running ÷ paused: p50 1.10"))
+
+    def test_the_combination_widens_with_the_spread_between_calls(self):
+        same = pool.combine([(1.1, 0.01), (1.1, 0.01)])
+        self.assertAlmostEqual(same[0], 1.1)
+        spread = pool.combine([(0.9, 0.01), (1.3, 0.01)])
+        fixed_half = 1.96 / (2 / 0.01) ** 0.5  # the interval without the spread between calls
+        self.assertGreater(math.log(spread[2] / spread[0]), fixed_half)
+        self.assertIsNone(pool.combine([(1.1, 0.0)]))
+
+    def test_bad_files_get_an_error_naming_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            cases = {"garbage.json": "garbage", "list.json": "[1]",
+                     "partial.json": '{"args": {"phase_seconds": 1.5}, "runs": {"load30-paired-x": {"server": {"seconds": 3}}}}'}
+            for name, text in cases.items():
+                path = os.path.join(d, name)
+                with open(path, "w") as f:
+                    f.write(text)
+                saved = sys.argv
+                sys.argv = ["priority_pool.py", path]
+                err = io.StringIO()
+                try:
+                    with contextlib.redirect_stderr(err):
+                        self.assertEqual(pool.main(), 2, name)
+                finally:
+                    sys.argv = saved
+                self.assertIn("priority_pool: ", err.getvalue())
+                if name != "partial.json":
+                    self.assertIn(path, err.getvalue())
+
+    def test_a_call_of_too_few_pairs_is_not_weighed(self):
+        lines = pool.report(pool.pool([self.call(10.0, 11.0, pairs=5)]))
+        self.assertEqual(lines, ["load 30%, priorities, call 1: 5 pairs, too few to weigh"])
 
 
 class Inputs(unittest.TestCase):
