@@ -548,6 +548,13 @@ def pool_runs(runs):
     return pooled, (sum(utils) / len(utils) if utils else None)
 
 
+def phase_of(t, count, phase_s, settle_s):
+    """--paired, --conservation: the phase (0 to count - 1) a time in seconds from the start falls
+    in, or None before the start, after the last phase or in a phase's first settle_s."""
+    k = int(t // phase_s) if t >= 0 else -1
+    return k if 0 <= k < count and t >= k * phase_s + settle_s else None
+
+
 def split_phases(results, count, phase_s, settle_s):
     """--paired: one run's requests (by arrival) and trainer steps by phase, each phase without its
     first settle_s (the trainer ending or starting a step, a queue left by the phase before):
@@ -559,11 +566,11 @@ def split_phases(results, count, phase_s, settle_s):
     nvml = results.get("nvml", [])
     split = {}
     for parity, name in ((0, "paused"), (1, "running")):
-        windows = [(k * phase_s + settle_s, (k + 1) * phase_s) for k in range(count) if k % 2 == parity]
-        seconds = sum(b - a for a, b in windows)
+        seconds = (count + 1 - parity) // 2 * (phase_s - settle_s)
 
-        def inside(t, windows=windows):
-            return any(a <= t < b for a, b in windows)
+        def inside(t, parity=parity):
+            k = phase_of(t, count, phase_s, settle_s)
+            return k is not None and k % 2 == parity
 
         part = {}
         if server:
@@ -594,8 +601,8 @@ def phase_pairs(results, count, phase_s, settle_s):
         return []
     pairs = [([], []) for _ in range(count // 2)]
     for arrival, start, end in server["timeline_s"]:
-        k = int(arrival // phase_s)
-        if 0 <= k < 2 * len(pairs) and arrival >= k * phase_s + settle_s:
+        k = phase_of(arrival, 2 * len(pairs), phase_s, settle_s)
+        if k is not None:
             pairs[k // 2][k % 2].append((end - arrival, end - start))
     if pairs:
         pairs[-1][1].extend((late, None) for late in server["latencies_s"][server["served"]:])
@@ -623,32 +630,41 @@ def paired_ratios(pairs):
     return ratios
 
 
+def resampled(pairs, statistic, rounds=1000, seed=1):
+    """statistic() of `rounds` resamplings of whole pairs of phases with replacement (a fixed seed:
+    the same runs give the same interval). Pairs, not requests or steps: those inside a phase are
+    not independent (a slow stretch of the host slows all of them), pairs of adjacent phases nearly
+    are."""
+    rng = random.Random(seed)
+    return [statistic([pairs[rng.randrange(len(pairs))] for _ in pairs]) for _ in range(rounds)]
+
+
+def central_interval(values, level=0.95):
+    """(low, high): the central `level` of these values."""
+    tail = (1.0 - level) / 2
+    return percentile(values, tail), percentile(values, 1.0 - tail)
+
+
 def bootstrap_samples(pairs, rounds=1000, seed=1):
-    """The paired ratios (paired_ratios) of `rounds` resamplings of whole pairs of phases with
-    replacement: requests inside a phase are not independent (a slow stretch of the host slows all
-    of them), pairs of adjacent phases nearly are. {name: [ratio]}; None with fewer than 4 pairs."""
+    """The paired ratios (paired_ratios) of resampled pairs of phases: {name: [ratio]}; None with
+    fewer than 4 pairs."""
     if len(pairs) < 4:
         return None
-    rng = random.Random(seed)
     samples = {}
-    for _ in range(rounds):
-        ratios = paired_ratios([pairs[rng.randrange(len(pairs))] for _ in pairs])
-        if ratios is None:
-            continue
-        for name, value in ratios.items():
+    for ratios in resampled(pairs, paired_ratios, rounds, seed):
+        for name, value in (ratios or {}).items():
             if not math.isnan(value):
                 samples.setdefault(name, []).append(value)
     return samples
 
 
-def bootstrap_ratios(pairs, rounds=1000, seed=1, level=0.95):
+def bootstrap_ratios(pairs, rounds=1000, seed=1):
     """95% intervals of the paired ratios from bootstrap_samples: {name: (low, high)}; None with
     fewer than 4 pairs."""
     samples = bootstrap_samples(pairs, rounds, seed)
     if samples is None:
         return None
-    tail = (1.0 - level) / 2
-    return {name: (percentile(values, tail), percentile(values, 1.0 - tail)) for name, values in samples.items()}
+    return {name: central_interval(values) for name, values in samples.items()}
 
 
 def read_gate_log(lines, start):
@@ -973,16 +989,16 @@ def step_pairs(results, count, phase_s, settle_s):
     steps = (results.get("trainer") or {}).get("step_done_s", [])
     pairs = [[0, 0] for _ in range(count // 2)]
     for t in steps:
-        k = int(t // phase_s)
-        if 0 <= k < 2 * len(pairs) and t >= k * phase_s + settle_s:
+        k = phase_of(t, 2 * len(pairs), phase_s, settle_s)
+        if k is not None:
             pairs[k // 2][k % 2] += 1
     return [tuple(p) for p in pairs]
 
 
-def step_ratio_interval(pairs, rounds=1000, seed=1, level=0.95):
-    """Steps in the even phases ÷ steps in the odd ones, and its 95% interval from resampling
-    pairs of phases: (ratio, low, high); None without steps in the odd phases or with fewer than
-    4 pairs."""
+def step_ratio_interval(pairs, rounds=1000, seed=1):
+    """Steps in the even phases ÷ steps in the odd ones, and its 95% interval from resampled pairs
+    of phases: (ratio, low, high); None without steps in the odd phases or with fewer than 4
+    pairs."""
     def ratio(sample):
         odd = sum(b for _, b in sample)
         return sum(a for a, _ in sample) / odd if odd else None
@@ -990,11 +1006,7 @@ def step_ratio_interval(pairs, rounds=1000, seed=1, level=0.95):
     value = ratio(pairs)
     if value is None or len(pairs) < 4:
         return None
-    rng = random.Random(seed)
-    samples = [r for r in (ratio([pairs[rng.randrange(len(pairs))] for _ in pairs]) for _ in range(rounds))
-               if r is not None]
-    tail = (1.0 - level) / 2
-    return value, percentile(samples, tail), percentile(samples, 1.0 - tail)
+    return (value, *central_interval([r for r in resampled(pairs, ratio, rounds, seed) if r is not None]))
 
 
 def measure_conservation(args, bench, data):
