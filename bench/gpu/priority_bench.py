@@ -56,6 +56,12 @@ the running phases against the paused ones, with 95% intervals from resampling w
 phases (a slow stretch of the host slows a whole phase): PASS or FAIL where the interval lies on
 one side of the goal, UNDECIDED where it spans it. --alone-seconds shortens the trainer's
 baselines (a throughput needs less time than a tail).
+
+--conservation measures what the in-flight bound costs the trainer within one trainer process:
+beside an idle container that `gpuslice set --priority` (--cli) switches between high and low
+every phase, the trainer's steps in the bounded phases ÷ its steps in the unbounded ones, with a
+95% interval; once with the defaults and once per --variant. bench/gpu/priority_pool.py combines
+the paired runs of several calls.
 """
 import argparse
 import gc
