@@ -492,9 +492,7 @@ bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool 
   // A window interrupted by a hold measured the higher priority's time, not the cost of a launch.
   if (ring_pending_[before] && !ring_held_[prev] && ring_launches_[prev] != 0 &&
       ops_.event_elapsed_ns(ring_[before], ring_[prev], &ns) == CUDA_SUCCESS && ns != 0) {
-    launch_cost_.add(ns, ring_launches_[prev]);
-    kernel_costs_.learn(ring_keys_[prev], ring_key_count_[prev], ns, launch_cost_.per_launch_ns(),
-                        learn_scratch_);
+    learn_window(ns, ring_launches_[prev], prev);
   }
   ring_pending_[before] = false;
   return true;
@@ -515,8 +513,14 @@ void PriorityGate::drain(std::uint32_t launches, std::uint64_t start, bool held,
   if (held || launches == 0 || end <= start) return;
   // The first sample may include a deep queue launched before any higher priority appeared; the
   // second replaces it (LaunchCost).
-  launch_cost_.add(end - start, launches);
-  kernel_costs_.learn(ring_keys_[slot], ring_key_count_[slot], end - start, launch_cost_.per_launch_ns(),
+  learn_window(end - start, launches, slot);
+}
+
+// A window of `launches` took `ns` of device time: a sample of the average launch, and (its keys
+// in ring slot `slot`) of its kernels' costs.
+void PriorityGate::learn_window(std::uint64_t ns, std::uint32_t launches, int slot) {
+  launch_cost_.add(ns, launches);
+  kernel_costs_.learn(ring_keys_[slot], ring_key_count_[slot], ns, launch_cost_.per_launch_ns(),
                       learn_scratch_);
 }
 

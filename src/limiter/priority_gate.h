@@ -176,6 +176,7 @@ class PriorityGate {
   bool events_usable();
   void forget_ring();
   void drain(std::uint32_t launches, std::uint64_t start, bool held, int slot);
+  void learn_window(std::uint64_t ns, std::uint32_t launches, int slot);
   bool pipelining() const;
   std::uint64_t launch_cap(std::uint64_t now) const;
   std::uint64_t bound_now(std::uint64_t now) const;
@@ -225,10 +226,10 @@ class PriorityGate {
   std::array<std::atomic<std::uint64_t>, kWindowKeys> window_keys_{};
   KernelCosts kernel_costs_;
 
-  // Pipelined bound (when the driver ops have events): every half of the launch cap, the stepping
-  // thread records an event after the half window and waits for the previous half window's event
-  // only, so the queue never runs dry at a step while at most the cap stays in flight. The ring
-  // and its fields belong to the thread holding draining_.
+  // Pipelined bound (when the driver ops have events): when a window closes (half the bound of
+  // predicted device time, or half the launch cap), the stepping thread records an event after it
+  // and waits for the previous window's event only, so the queue never runs dry at a step while at
+  // most the bound stays in flight. The ring and its fields belong to the thread holding draining_.
   static constexpr int kRing = 3;
   CUevent ring_[kRing] = {};
   bool ring_pending_[kRing] = {};
