@@ -554,6 +554,21 @@ def pool_runs(runs):
     return pooled, (sum(utils) / len(utils) if utils else None)
 
 
+def phase_count(seconds, phase_s):
+    """--paired, --conservation: how many phases a run of `seconds` has (even, at least 2)."""
+    return max(2, 2 * round(seconds / phase_s / 2))
+
+
+def trainer_variants(args):
+    """(label, trainer variables) of the defaults and of each --variant whose trainer differs from
+    those before it: the runs of the trainer beside an idle neighbour measure each trainer once."""
+    seen = []
+    for label, _, trainer_env in [("", {}, {})] + args.variants:
+        if trainer_env not in seen:
+            seen.append(trainer_env)
+            yield label, trainer_env
+
+
 def phase_of(t, count, phase_s, settle_s):
     """--paired, --conservation: the phase (0 to count - 1) a time in seconds from the start falls
     in, or None before the start, after the last phase or in a phase's first settle_s."""
@@ -867,11 +882,7 @@ def main_parent(args):
         print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
         # What the in-flight bound and the record re-reads cost: the trainer (low) beside a high-priority
         # container that is alive on the GPU and never works, so the trainer is never held.
-        seen = []
-        for label, _, trainer_env in [("", {}, {})] + args.variants:
-            if trainer_env in seen:
-                continue  # the same trainer: measured already
-            seen.append(trainer_env)
+        for label, trainer_env in trainer_variants(args):
             name = "trainer beside an idle high" + (f" {label}" if label else "")
             results, util = bench.measure(f"beside-idle-high{label}", [("idle", True, "high", None),
                                                                      ("trainer", True, "low", None, trainer_env)],
@@ -1022,7 +1033,7 @@ def measure_conservation(args, bench, data):
     applied live), so that its launches are bounded in the even phases only. Once with the
     defaults and once per --variant (its trainer variables). A row each: steps in the bounded
     phases ÷ steps in the unbounded ones, with its 95% interval."""
-    count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
+    count = phase_count(args.seconds, args.phase_seconds)
     cli = os.path.abspath(args.cli)
 
     def toggle(k, runs):
@@ -1030,11 +1041,8 @@ def measure_conservation(args, bench, data):
         subprocess.run([cli, "set", "--priority", "low" if k % 2 else "high", "--shared-dir", shared],
                        check=True, stdout=subprocess.DEVNULL)
 
-    rows, seen = [], []
-    for label, _, trainer_env in [("", {}, {})] + args.variants:
-        if trainer_env in seen:
-            continue  # the same trainer: measured already
-        seen.append(trainer_env)
+    rows = []
+    for label, trainer_env in trainer_variants(args):
         tag = "conservation" + (f"-{label}" if label else "")
         results, util = bench.measure(tag, [("idle", True, "high", None), ("trainer", True, "low", None, trainer_env)],
                                       None, (count, args.phase_seconds), toggle=toggle)
@@ -1083,7 +1091,7 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
     process, so that what differs between two server processes (a run of the server alone against
     itself differs by up to 2.6x at p99 on an H100) does not enter the ratio. The rows: the paused
     phases as the baseline, the running phases against them."""
-    count = max(2, 2 * round(args.seconds / args.phase_seconds / 2))
+    count = phase_count(args.seconds, args.phase_seconds)
     modes = [("priorities", [("server", True, "high", None), ("trainer", True, "low", None)])]
     for label, server_env, trainer_env in args.variants:
         modes.append((f"priorities {label}", [("server", True, "high", None, server_env),

@@ -49,7 +49,7 @@ def pool(datasets):
             server = results.get("server") if isinstance(results, dict) else None
             if not match or not server or not phase:
                 continue
-            count = max(2, 2 * round(server["seconds"] / phase / 2))
+            count = bench.phase_count(server["seconds"], phase)
             calls = pooled.setdefault((int(match.group(1)), match.group(2)), [])
             if not calls or calls[-1][0] != index:
                 calls.append((index, []))
