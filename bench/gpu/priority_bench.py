@@ -18,7 +18,12 @@ pair share one GPUSLICE_NODE_DIR, so they see each other's priority.
 
 The server is a GPT-2-sized model (GPT2Config defaults: 12 layers, 768 wide, built from the config,
 no download) answering short requests (--server-batch x --server-tokens tokens, one forward pass,
-the next token read back to the host) with Poisson arrivals. Load L means arrivals at
+the next token read back to the host) with Poisson arrivals. Each request replays the forward pass
+captured once as a CUDA graph, as inference servers run short requests: the GPU is busy for the
+request's whole time, so a load is also the GPU's busy share alone (32 x 128 tokens take about 7 ms
+on an H100). --server-eager launches it kernel by kernel instead (8 x 128 tokens by default), the
+server of the rounds before 2026-11-26's eleventh: host-bound, its GPU busy about a quarter of
+each request's time, and its service time varies with the host's speed. Load L means arrivals at
 L / (service time alone), the service time measured by a calibration process first, on requests
 with Poisson arrivals at 30% as in the measured runs (a request after a pause pays the host's and
 the device's wake-up; back-to-back requests are faster and would understate the load). Each row shows
@@ -129,12 +134,34 @@ def build_server(args):
     model = model.to("cuda", dtype=torch.bfloat16).eval()
     ids = torch.randint(0, config.vocab_size, (args.server_batch, args.server_tokens), device="cuda")
 
-    def request():
-        with torch.inference_mode():
-            logits = model(ids).logits
-            return logits[:, -1].argmax(-1).cpu()  # the answer on the host: waits for the work
+    def forward():
+        return model(ids).logits[:, -1].argmax(-1)
 
-    return request
+    if not args.server_graph:
+        def request():
+            with torch.inference_mode():
+                return forward().cpu()  # the answer on the host: waits for the work
+
+        return request
+    # The forward pass captured once into a CUDA graph and replayed per request, as inference servers
+    # do for short requests: a request is one launch, and its time is the device's rather than the
+    # host's launching of some 400 kernels (--server-eager).
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                forward()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            answer = forward()
+
+    def replay():
+        graph.replay()
+        return answer.cpu()
+
+    return replay
 
 
 def build_trainer(args):
@@ -373,6 +400,7 @@ class Bench:
         argv = [sys.executable, os.path.abspath(__file__), "--worker", role, "--report", report,
                 "--warmup", str(a.warmup), "--seconds", str(seconds),
                 "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
+                *([] if a.server_graph else ["--server-eager"]),
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
                 "--drain-seconds", str(a.drain_seconds),
                 "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
@@ -991,13 +1019,20 @@ def main_parent(args):
                            and row["config"].startswith("paired") else "")
                         + (" (INVALID: " + row["warning"] + ")" if "warning" in row else ""))
     text = (table(rows) + "\n\n" + "\n".join(verdicts) + "\n" +
-            f"\nservice time alone {service * 1e3:.2f} ms; {args.seconds:g} s measured per configuration"
+            f"\nservice time alone {service * 1e3:.2f} ms ({server_shape(args)}); {args.seconds:g} s measured per "
+            "configuration"
             + (f" (phases of {args.phase_seconds:g} s, the first {args.settle_seconds:g} s of each left out)"
                if args.paired else "") + f"; total {data['elapsed_s']:.0f} s\n")
     with open(os.path.join(args.out, "priority_bench.md"), "w") as f:
         f.write(text)
     print("\n" + text, flush=True)
     return 0
+
+
+def server_shape(args):
+    """What one request of the server is, for the table's footer."""
+    how = "one CUDA graph" if args.server_graph else "kernel by kernel"
+    return f"server requests of {args.server_batch} x {args.server_tokens} tokens, {how}"
 
 
 def step_pairs(results, count, phase_s, settle_s):
@@ -1169,8 +1204,12 @@ def main():
                          "a throughput needs less time than a tail")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--loads", default="30,60", help="server loads in percent of the GPU when alone")
-    ap.add_argument("--server-batch", type=int, default=8)
+    ap.add_argument("--server-batch", type=int, default=None,
+                    help="sequences per request (default 32; 8 with --server-eager)")
     ap.add_argument("--server-tokens", type=int, default=128)
+    ap.add_argument("--server-eager", action="store_true",
+                    help="the server launches its forward pass kernel by kernel (host-bound requests: the GPU "
+                         "is busy about a quarter of a request's time) instead of replaying one CUDA graph")
     ap.add_argument("--trainer-batch", type=int, default=8)
     ap.add_argument("--trainer-tokens", type=int, default=512)
     ap.add_argument("--calibrate-requests", type=int, default=200)
@@ -1215,6 +1254,9 @@ def main():
     ap.add_argument("--mirror-phase", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.variants = [parse_variant(v, ap) for v in args.variant]
+    args.server_graph = not args.server_eager
+    if args.server_batch is None:
+        args.server_batch = 32 if args.server_graph else 8
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
     if args.paired and args.control:

@@ -258,6 +258,26 @@ class FakeBench:
         return {"server": server, "trainer": trainer, "nvml": [(0.6, 20, 1980, 100.0, 0), (2.6, 80, 1980, 300.0, 0)]}, 50.0
 
 
+class ServerShape(unittest.TestCase):
+    def args(self, out, graph):
+        return argparse.Namespace(out=out, lib=__file__, warmup=1.0, seconds=5.0, server_batch=64, server_tokens=128,
+                                  trainer_batch=8, trainer_tokens=512, drain_seconds=1.0, server_graph=graph)
+
+    def test_the_graph_option_reaches_the_server_process_only_when_set(self):
+        with tempfile.TemporaryDirectory() as out:
+            for graph in (False, True):
+                argv = bench.Bench(self.args(out, graph)).argv("server", "r.json", [], 5.0)
+                self.assertEqual("--server-eager" in argv, not graph)
+                self.assertEqual(argv[argv.index("--server-batch") + 1], "64")
+
+    def test_the_table_says_how_the_server_ran(self):
+        with tempfile.TemporaryDirectory() as out:
+            self.assertEqual(bench.server_shape(self.args(out, True)),
+                             "server requests of 64 x 128 tokens, one CUDA graph")
+            self.assertEqual(bench.server_shape(self.args(out, False)),
+                             "server requests of 64 x 128 tokens, kernel by kernel")
+
+
 class Orchestration(unittest.TestCase):
     def run_main(self, *options):
         """priority_bench's main() with these options against FakeBench: (its table, its JSON)."""
