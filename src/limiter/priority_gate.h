@@ -72,8 +72,8 @@ struct PriorityTuning {
   // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one
   // lower-priority kernel in front of it and one after a long pause the whole bound. 30 ms rather
   // than 8 ms (until 2026-11-26): a server serving a request every few tens of milliseconds then
-  // finds a fraction of the bound in front of each, which kept a graphed server's p99 within 10% on
-  // an H100 (docs/priority.md). 0 = no ramp.
+  // finds a fraction of the bound in front of each (a graphed server's p99 at 30% load on H100s:
+  // 1.09x alone against 1.11x; docs/priority.md). 0 = no ramp.
   std::uint64_t in_flight_ramp_ns = 30'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
