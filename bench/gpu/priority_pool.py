@@ -2,6 +2,7 @@
 """Combines the paired runs of several priority_bench.py --paired calls, per load and configuration.
 
   python3 bench/gpu/priority_pool.py CALL1/priority_bench.json[.gz] CALL2/priority_bench.json.gz ...
+      [--rename N:OLD=NEW ...]
 
 A tail ratio's interval narrows with the number of pairs of phases, and one call (10 minutes)
 holds at most about 280 of 1.5 s. The requests of different calls are not pooled: each call ran on
@@ -11,7 +12,10 @@ on its own, with the variance of its logarithm from resampling its pairs of phas
 priority_bench.py does), and the calls are combined by a random-effects weighted mean of the
 logarithms (DerSimonian-Laird: the spread between calls beyond their own noise widens the
 interval), with its 95% interval. A call needs 20 pairs or more to be weighed. Printed per load and
-configuration: each call's ratios, then the combination.
+configuration: each call's ratios, then the combination. Configurations are matched by name;
+--rename N:OLD=NEW gives the N-th file's configuration OLD the name NEW, for calls that ran the same
+thing under different names (a tunable measured as a --variant in one call and as the library's
+default in a later one).
 """
 import argparse
 import gzip
@@ -36,11 +40,12 @@ def load(path):
         return json.load(f)
 
 
-def pool(datasets):
+def pool(datasets, renames=None):
     """{(load, configuration): [(call index, pairs)]} over the paired runs of every dataset, each
     run's pairs split with its own call's --phase-seconds and --settle-seconds (the rounds of one
-    call pooled)."""
+    call pooled). renames: {call index: {configuration: the name to pool it under}}."""
     pooled = {}
+    renames = renames or {}
     for index, data in enumerate(datasets):
         args = data.get("args", {})
         phase, settle = args.get("phase_seconds"), args.get("settle_seconds")
@@ -50,7 +55,8 @@ def pool(datasets):
             if not match or not server or not phase:
                 continue
             count = bench.phase_count(server["seconds"], phase)
-            calls = pooled.setdefault((int(match.group(1)), match.group(2)), [])
+            config = renames.get(index, {}).get(match.group(2), match.group(2))
+            calls = pooled.setdefault((int(match.group(1)), config), [])
             if not calls or calls[-1][0] != index:
                 calls.append((index, []))
             calls[-1][1].extend(bench.phase_pairs(results, count, phase, settle or 0.0))
@@ -111,7 +117,15 @@ def report(pooled, names=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="priority_bench.json or .json.gz of --paired calls")
+    ap.add_argument("--rename", action="append", default=[], metavar="N:OLD=NEW",
+                    help="pool the N-th file's (from 1) configuration OLD under the name NEW (repeatable)")
     args = ap.parse_args()
+    renames = {}
+    for text in args.rename:
+        match = re.fullmatch(r"(\d+):([^=]+)=(.+)", text)
+        if not match or not 1 <= int(match.group(1)) <= len(args.files):
+            ap.error(f"--rename {text!r}: expected N:OLD=NEW with N from 1 to {len(args.files)}")
+        renames.setdefault(int(match.group(1)) - 1, {})[match.group(2)] = match.group(3)
     datasets = []
     for path in args.files:
         try:
@@ -124,7 +138,7 @@ def main():
             return 2
         datasets.append(data)
     try:
-        lines = report(pool(datasets), args.files)
+        lines = report(pool(datasets, renames), args.files)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         print(f"priority_pool: a paired run without what priority_bench.py writes ({e!r})", file=sys.stderr)
         return 2

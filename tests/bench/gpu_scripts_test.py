@@ -615,6 +615,28 @@ class Pooling(unittest.TestCase):
                 if name != "partial.json":
                     self.assertIn(path, err.getvalue())
 
+    def test_a_renamed_configuration_is_pooled_with_the_other_calls_of_that_name(self):
+        variant = self.call(10.0, 11.0)
+        variant["runs"]["load30-paired-priorities-ramp30"] = variant["runs"].pop("load30-paired-priorities")
+        default = self.call(20.0, 22.0)
+        self.assertEqual(sorted(pool.pool([variant, default])), [(30, "priorities"), (30, "priorities-ramp30")])
+        pooled = pool.pool([variant, default], {1: {"priorities": "priorities-ramp30"}})
+        self.assertEqual([(index, len(pairs)) for index, pairs in pooled[(30, "priorities-ramp30")]], [(0, 24), (1, 24)])
+        self.assertEqual(list(pooled), [(30, "priorities-ramp30")])
+
+    def test_a_malformed_rename_is_refused(self):
+        for bad in ("priorities=x", "0:priorities=x", "3:priorities=x", "1:priorities"):
+            saved = sys.argv
+            sys.argv = ["priority_pool.py", "a.json", "b.json", "--rename", bad]
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as exit_:
+                    pool.main()
+            finally:
+                sys.argv = saved
+            self.assertEqual(exit_.exception.code, 2, bad)
+            self.assertIn("--rename", err.getvalue())
+
     def test_a_call_of_too_few_pairs_is_not_weighed(self):
         lines = pool.report(pool.pool([self.call(10.0, 11.0, pairs=5)]))
         self.assertEqual(lines, ["load 30%, priorities, call 1: 5 pairs, too few to weigh"])
