@@ -41,11 +41,10 @@ class NvmlView : public ::testing::Test {
 
   // Container a holds 1 GiB under an 8 GiB quota (running kernels back to back when `a_busy`);
   // container b holds 512 MiB under `b_limit` and stays idle. Both are ready when this returns and
-  // run until the test ends.
-  // One after the other: where NVML shows host pids, a process learns its own as the one pid that
-  // appeared with its context, which two contexts created at the same moment make ambiguous (then
-  // neither learns it; InAPidNamespaceTheContainerIsRecognisedByItsHostPids failed that way under
-  // ASan in CI).
+  // run until the test ends. They start one after the other: where NVML shows host pids, a process
+  // learns its own as the one pid that appeared with its context, which two contexts created at the
+  // same moment make ambiguous (InAPidNamespaceTheContainerIsRecognisedByItsHostPids failed that way
+  // under ASan in CI).
   void start_tenants(bool a_busy, const std::string& b_limit = "4Gi") {
     a_.emplace(work(kGiB, a_busy), container("a", "8Gi"), dir_ + "/a.out");
     ASSERT_TRUE(a_->wait_for_output("ready=1", 10000)) << a_->output();
