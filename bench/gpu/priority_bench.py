@@ -138,7 +138,7 @@ def build_server(args):
     def forward():
         return model(ids).logits[:, -1].argmax(-1)
 
-    if not args.server_graph:
+    if args.server_eager:
         def request():
             with torch.inference_mode():
                 return forward().cpu()  # the answer on the host: waits for the work
@@ -401,7 +401,7 @@ class Bench:
         argv = [sys.executable, os.path.abspath(__file__), "--worker", role, "--report", report,
                 "--warmup", str(a.warmup), "--seconds", str(seconds),
                 "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
-                *([] if a.server_graph else ["--server-eager"]),
+                *(["--server-eager"] if a.server_eager else []),
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
                 "--drain-seconds", str(a.drain_seconds),
                 "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
@@ -1032,7 +1032,7 @@ def main_parent(args):
 
 def server_shape(args):
     """What one request of the server is, for the table's footer."""
-    how = "one CUDA graph" if args.server_graph else "kernel by kernel"
+    how = "kernel by kernel" if args.server_eager else "one CUDA graph"
     return f"server requests of {args.server_batch} x {args.server_tokens} tokens, {how}"
 
 
@@ -1255,9 +1255,8 @@ def main():
     ap.add_argument("--mirror-phase", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.variants = [parse_variant(v, ap) for v in args.variant]
-    args.server_graph = not args.server_eager
     if args.server_batch is None:
-        args.server_batch = 32 if args.server_graph else 8
+        args.server_batch = 8 if args.server_eager else 32
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
     if args.paired and args.control:

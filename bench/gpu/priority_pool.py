@@ -28,9 +28,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import priority_bench as bench  # noqa: E402
 
-# A paired run's tag: load<L>-paired-<configuration>[-r<round>]
 # Fewer pairs of phases give no usable variance of a tail ratio.
 MIN_PAIRS = 20
+# A paired run's tag: load<L>-paired-<configuration>[-r<round>]
 TAG = re.compile(r"^load(\d+)-paired-(.+?)(?:-r\d+)?$")
 
 

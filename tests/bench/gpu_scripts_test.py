@@ -261,7 +261,7 @@ class FakeBench:
 class ServerShape(unittest.TestCase):
     def args(self, out, graph):
         return argparse.Namespace(out=out, lib=__file__, warmup=1.0, seconds=5.0, server_batch=64, server_tokens=128,
-                                  trainer_batch=8, trainer_tokens=512, drain_seconds=1.0, server_graph=graph)
+                                  trainer_batch=8, trainer_tokens=512, drain_seconds=1.0, server_eager=not graph)
 
     def test_the_graph_option_reaches_the_server_process_only_when_set(self):
         with tempfile.TemporaryDirectory() as out:
