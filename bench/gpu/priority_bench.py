@@ -173,13 +173,15 @@ def build_trainer(args):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     ids = torch.randint(0, config.vocab_size, (args.trainer_batch, args.trainer_tokens), device="cuda")
 
-    def step():
+    def step(read_loss=True):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        # Reading the loss waits for the step: the host then launches nothing while the GPU
+        # finishes it, which keeps the trainer alone below ~90% busy (--trainer-sync-every).
+        return loss.item() if read_loss else None
 
     return step
 
@@ -215,6 +217,28 @@ def sleep_until(t):
         if left <= 0:
             return
         time.sleep(left if left > 0.002 else left / 2)
+
+
+def train_until(end, step, every, paused, synchronize, clock=time.monotonic, nap=time.sleep):
+    """The trainer's loop: steps until `end`, reading the loss every `every` steps (step(read_loss)
+    returns it, else None), idle while paused() (--paired: the parent's phases without the
+    trainer). Returns the times the steps were done: those launched since the last read are done
+    when it returns, all at once; a pause first waits for them (synchronize)."""
+    done = []
+    pending = 0
+    while clock() < end:
+        if paused():
+            if pending:
+                synchronize()
+                done.extend([clock()] * pending)
+                pending = 0
+            nap(0.002)
+            continue
+        pending += 1
+        if step(pending >= every) is not None:
+            done.extend([clock()] * pending)
+            pending = 0
+    return done
 
 
 def worker(args):
@@ -308,13 +332,8 @@ def worker(args):
             step()
         start = signal_ready_and_wait(args)
         end = start + args.seconds
-        done = []
-        while time.monotonic() < end:
-            if args.pause_file and os.path.exists(args.pause_file):
-                time.sleep(0.002)  # --paired: the parent's phases without the trainer
-                continue
-            step()
-            done.append(time.monotonic())
+        done = train_until(end, step, args.trainer_sync_every,
+                           lambda: bool(args.pause_file) and os.path.exists(args.pause_file), torch.cuda.synchronize)
         in_window = [t for t in done if t <= end]
         report.update(start=start, seconds=args.seconds, steps=len(in_window),
                       steps_per_s=len(in_window) / args.seconds,
@@ -403,6 +422,7 @@ class Bench:
                 "--server-batch", str(a.server_batch), "--server-tokens", str(a.server_tokens),
                 *(["--server-eager"] if a.server_eager else []),
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
+                "--trainer-sync-every", str(a.trainer_sync_every),
                 "--drain-seconds", str(a.drain_seconds),
                 "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
         return argv + extra
@@ -1031,9 +1051,11 @@ def main_parent(args):
 
 
 def server_shape(args):
-    """What one request of the server is, for the table's footer."""
+    """What one request of the server is and how the trainer steps, for the table's footer."""
     how = "kernel by kernel" if args.server_eager else "one CUDA graph"
-    return f"server requests of {args.server_batch} x {args.server_tokens} tokens, {how}"
+    reads = "every step" if args.trainer_sync_every == 1 else f"every {args.trainer_sync_every} steps"
+    return (f"server requests of {args.server_batch} x {args.server_tokens} tokens, {how}; trainer steps of "
+            f"{args.trainer_batch} x {args.trainer_tokens} tokens, its loss read {reads}")
 
 
 def step_pairs(results, count, phase_s, settle_s):
@@ -1213,6 +1235,10 @@ def main():
                          "is busy about a quarter of a request's time) instead of replaying one CUDA graph")
     ap.add_argument("--trainer-batch", type=int, default=8)
     ap.add_argument("--trainer-tokens", type=int, default=512)
+    ap.add_argument("--trainer-sync-every", type=int, default=1, metavar="N",
+                    help="the trainer reads its loss (waits for the GPU) every N steps instead of every step: "
+                         "a trainer that keeps the GPU busy alone, for the aggregate device-busy goal (steps "
+                         "count as done when the read after them returns)")
     ap.add_argument("--calibrate-requests", type=int, default=200)
     ap.add_argument("--drain-seconds", type=float, default=10.0,
                     help="time after the window to serve requests that arrived in it")
@@ -1259,6 +1285,8 @@ def main():
         args.server_batch = 8 if args.server_eager else 32
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
+    if args.trainer_sync_every < 1:
+        ap.error(f"--trainer-sync-every {args.trainer_sync_every}: at least 1")
     if args.paired and args.control:
         ap.error("--paired measures the server against itself: --control does not apply")
     if (args.paired or args.conservation) and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:

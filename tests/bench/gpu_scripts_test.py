@@ -259,9 +259,10 @@ class FakeBench:
 
 
 class ServerShape(unittest.TestCase):
-    def args(self, out, graph):
+    def args(self, out, graph, sync_every=1):
         return argparse.Namespace(out=out, lib=__file__, warmup=1.0, seconds=5.0, server_batch=64, server_tokens=128,
-                                  trainer_batch=8, trainer_tokens=512, drain_seconds=1.0, server_eager=not graph)
+                                  trainer_batch=8, trainer_tokens=512, trainer_sync_every=sync_every,
+                                  drain_seconds=1.0, server_eager=not graph)
 
     def test_the_graph_option_reaches_the_server_process_only_when_set(self):
         with tempfile.TemporaryDirectory() as out:
@@ -270,12 +271,72 @@ class ServerShape(unittest.TestCase):
                 self.assertEqual("--server-eager" in argv, not graph)
                 self.assertEqual(argv[argv.index("--server-batch") + 1], "64")
 
-    def test_the_table_says_how_the_server_ran(self):
+    def test_the_trainer_process_is_told_how_often_to_read_its_loss(self):
+        with tempfile.TemporaryDirectory() as out:
+            argv = bench.Bench(self.args(out, True, sync_every=8)).argv("trainer", "r.json", [], 5.0)
+            self.assertEqual(argv[argv.index("--trainer-sync-every") + 1], "8")
+
+    def test_the_table_says_how_the_server_ran_and_how_the_trainer_stepped(self):
         with tempfile.TemporaryDirectory() as out:
             self.assertEqual(bench.server_shape(self.args(out, True)),
-                             "server requests of 64 x 128 tokens, one CUDA graph")
-            self.assertEqual(bench.server_shape(self.args(out, False)),
-                             "server requests of 64 x 128 tokens, kernel by kernel")
+                             "server requests of 64 x 128 tokens, one CUDA graph; "
+                             "trainer steps of 8 x 512 tokens, its loss read every step")
+            self.assertEqual(bench.server_shape(self.args(out, False, sync_every=4)),
+                             "server requests of 64 x 128 tokens, kernel by kernel; "
+                             "trainer steps of 8 x 512 tokens, its loss read every 4 steps")
+
+
+class TrainerLoop(unittest.TestCase):
+    """train_until() with a fake clock: a step takes 0.1 s to launch, a loss read 0.05 s more."""
+
+    def run_loop(self, every, pause_between=None):
+        clock = [0.0]
+        reads = []
+        syncs = []
+
+        def step(read_loss):
+            clock[0] += 0.1
+            if not read_loss:
+                return None
+            clock[0] += 0.05
+            reads.append(clock[0])
+            return 1.0
+
+        def paused():
+            return pause_between is not None and pause_between[0] <= clock[0] < pause_between[1]
+
+        def nap(seconds):
+            clock[0] += seconds
+
+        done = bench.train_until(1.0, step, every, paused, lambda: syncs.append(clock[0]), lambda: clock[0], nap)
+        return done, reads, syncs
+
+    def test_every_step_is_done_when_its_own_loss_read_returns(self):
+        done, reads, _ = self.run_loop(1)
+        self.assertEqual(done, reads)
+        self.assertEqual(len(done), 7)  # 0.15 s a step: the 7th ends at 1.05
+
+    def test_steps_between_reads_are_done_when_the_next_read_returns(self):
+        done, reads, _ = self.run_loop(4)
+        self.assertEqual(len(reads), 2)
+        self.assertEqual(done, [reads[0]] * 4 + [reads[1]] * 4)
+
+    def test_a_pause_waits_for_the_unread_steps_first(self):
+        done, reads, syncs = self.run_loop(4, pause_between=(0.25, 0.5))
+        self.assertEqual(len(syncs), 1)
+        self.assertAlmostEqual(syncs[0], 0.3)  # the third step's launch ended inside the pause
+        self.assertTrue(all(abs(t - 0.3) < 1e-9 for t in done[:3]))
+        self.assertTrue(all(t > 0.5 for t in done[3:]))
+        self.assertEqual(len(done) - 3, 4 * len(reads))
+
+    def test_the_option_must_be_at_least_one(self):
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+            saved = sys.argv
+            sys.argv = ["priority_bench.py", "--trainer-sync-every", "0"]
+            try:
+                bench.main()
+            finally:
+                sys.argv = saved
 
 
 class Orchestration(unittest.TestCase):
