@@ -31,6 +31,7 @@ def load(path, name):
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))  # priority_bench imports compute_accuracy
 bench = load(os.path.join(ROOT, "bench", "gpu", "priority_bench.py"), "priority_bench")
 pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_pool")
+by_idle = load(os.path.join(ROOT, "bench", "gpu", "priority_by_idle.py"), "priority_by_idle")
 
 
 class EveryScriptCompiles(unittest.TestCase):
@@ -701,6 +702,82 @@ class Pooling(unittest.TestCase):
     def test_a_call_of_too_few_pairs_is_not_weighed(self):
         lines = pool.report(pool.pool([self.call(10.0, 11.0, pairs=5)]))
         self.assertEqual(lines, ["load 30%, priorities, call 1: 5 pairs, too few to weigh"])
+
+
+class ByIdle(unittest.TestCase):
+    """priority_by_idle.py: the server's service time by its idle time before each request."""
+
+    def test_a_request_is_queued_when_it_waited_else_placed_by_the_idle_time_before_it(self):
+        self.assertIsNone(by_idle.bucket_of(1.0, 1.0, None))
+        self.assertEqual(by_idle.bucket_of(1.0, 1.001, 1.001), 0)  # waited 1 ms behind the one before
+        self.assertEqual(by_idle.bucket_of(1.0, 1.0, 0.99995), 0)  # 50 us after it: its readback
+        self.assertEqual(by_idle.bucket_of(1.0, 1.0, 0.999), 1)
+        self.assertEqual(by_idle.bucket_of(1.0, 1.0, 0.997), 2)
+        self.assertEqual(by_idle.bucket_of(1.0, 1.0, 0.97), 5)
+        self.assertEqual(by_idle.bucket_of(1.0, 1.0, 0.5), 6)
+        self.assertEqual(len(by_idle.bucket_names()), 7)
+
+    @staticmethod
+    def paired(paused_ms, running_ms, gap_s, phase=1.0, pairs=2):
+        """A paired run: a request every gap_s from 0.45 s into each phase, of paused_ms or, in the
+        running phases, running_ms."""
+        timeline = []
+        for k in range(2 * pairs):
+            t = k * phase + 0.45
+            while t < (k + 1) * phase - 0.05:
+                timeline.append((t, t, t + (running_ms if k % 2 else paused_ms) / 1e3))
+                t += gap_s
+        return {"seconds": 2 * pairs * phase, "timeline_s": timeline}
+
+    def test_a_paired_run_compares_its_running_phases_with_its_paused_ones(self):
+        data = {"args": {"phase_seconds": 1.0, "settle_seconds": 0.4},
+                "runs": {"load30-paired-priorities": {"server": self.paired(7.0, 8.5, 0.05)}}}
+        rows = by_idle.comparisons(data)
+        self.assertEqual([tag for tag, _, _ in rows], ["load30-paired-priorities"])
+        _, without, beside = rows[0]
+        # 50 ms apart, 7 or 8.5 ms each: idle over 40 ms before each but the first of a run.
+        self.assertEqual(sorted(without), [6])
+        self.assertEqual(sorted(beside), [6])
+        lines = by_idle.report(rows)
+        self.assertIn("+1.500 ms", lines[1])
+        self.assertTrue(lines[1].lstrip().startswith("idle over 40 ms"))
+
+    def test_a_configuration_is_compared_with_the_server_alone_of_its_load_and_round(self):
+        alone = self.paired(7.0, 7.0, 0.01, pairs=1)
+        shared = self.paired(7.5, 7.5, 0.01, pairs=1)
+        other = self.paired(9.0, 9.0, 0.01, pairs=1)
+        data = {"args": {}, "runs": {
+            "load30-server-alone-r1": {"server": alone}, "load30-server-alone-r2": {"server": other},
+            "load30-priorities high/low-r1": {"server": shared, "trainer": {}},
+            "load30-server-alone-r3": {"server": alone},  # no configuration of its own: nothing to compare
+            "trainer-alone": {"trainer": {}}}}
+        rows = by_idle.comparisons(data)
+        self.assertEqual([tag for tag, _, _ in rows], ["load30-priorities high/low-r1"])
+        # 10 ms apart, 7 ms alone: 3 ms idle before each request (bucket 2-5 ms) but the first of the
+        # second phase (over 40 ms); 0.5 ms more beside the trainer.
+        self.assertEqual(sorted(rows[0][1]), [2, 6])
+        self.assertEqual(by_idle.report(rows)[1].split()[-2], "+0.500")
+
+    def test_bad_files_get_an_error_naming_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            cases = {"garbage.json": ("garbage", 2), "list.json": ("[1]", 2),
+                     "partial.json": ('{"args": {}, "runs": {"load30-paired-x": {"server": {"timeline_s": [[0, 0, 1]]}}}}', 2),
+                     "empty.json": ('{"args": {}, "runs": {}}', 1)}
+            for name, (text, code) in cases.items():
+                path = os.path.join(d, name)
+                with open(path, "w") as f:
+                    f.write(text)
+                saved = sys.argv
+                sys.argv = ["priority_by_idle.py", path]
+                err = io.StringIO()
+                try:
+                    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                        self.assertEqual(by_idle.main(), code, name)
+                finally:
+                    sys.argv = saved
+                self.assertIn("priority_by_idle: ", err.getvalue())
+                if code == 2:
+                    self.assertIn(path, err.getvalue())
 
 
 class Inputs(unittest.TestCase):
