@@ -31,7 +31,8 @@ the load). Each row shows
 the load the server really had (its share of time inside requests, "server busy %"). Latency is
 from a request's arrival to its answer on the host, queueing included; the server's garbage
 collector is off in the measured window, in every configuration. The trainer runs GPT-2
-training steps (bf16 autocast, AdamW) and reads its loss every step. Both processes build and warm
+training steps (bf16 autocast, AdamW) of --trainer-batch x --trainer-tokens tokens and reads its loss
+every step (every N with --trainer-sync-every N). Both processes build and warm
 up their model, then start together; each measures --seconds.
 
 Reported per load: server p50/p99 latency ÷ alone and trainer throughput ÷ alone for each
