@@ -331,13 +331,16 @@ class TrainerLoop(unittest.TestCase):
         self.assertEqual(len(done) - 3, 4 * len(reads))
 
     def test_the_option_must_be_at_least_one(self):
-        with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-            saved = sys.argv
-            sys.argv = ["priority_bench.py", "--trainer-sync-every", "0"]
-            try:
+        err = io.StringIO()
+        saved = sys.argv
+        sys.argv = ["priority_bench.py", "--trainer-sync-every", "0"]
+        try:
+            with self.assertRaises(SystemExit) as exit_, contextlib.redirect_stderr(err):
                 bench.main()
-            finally:
-                sys.argv = saved
+        finally:
+            sys.argv = saved
+        self.assertEqual(exit_.exception.code, 2)
+        self.assertIn("--trainer-sync-every 0: at least 1", err.getvalue())
 
 
 class Orchestration(unittest.TestCase):
