@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "priority_sim.h"
 
@@ -67,6 +68,39 @@ Outcome run_pair(Mode mode, double load, PriorityTuning tuning = PriorityTuning{
     if ((c == 0 && server == nullptr) || (c == 1 && trainer == nullptr)) continue;
     const Tenant* t = c == 0 ? server : trainer;
     out.device_busy += s.world().occupancy(t->container->id, 0, kRun);
+  }
+  return out;
+}
+
+// A high-priority server answering `arrivals` with requests of `shape`, beside a low-priority
+// trainer of back-to-back kernels of `trainer_kernel_ns` (`trainer_cpu_ns` of host work each) when
+// `with_trainer`, both alive until `horizon`: the server's latencies, the trainer's work done (ns of
+// kernels) and its gate's statistics.
+struct BesideTrainer {
+  std::vector<std::uint64_t> latencies;
+  double trainer_work = 0;
+  PriorityStats trainer_stats{};
+};
+
+BesideTrainer serve_beside_trainer(const PriorityTuning& tuning, const std::vector<std::uint64_t>& arrivals,
+                                   const RequestShape& shape, bool with_trainer,
+                                   std::uint64_t trainer_kernel_ns, std::uint64_t trainer_cpu_ns,
+                                   std::uint64_t horizon) {
+  PriorityScenario s(tuning);
+  BesideTrainer out;
+  Tenant& high = s.add_tenant(Priority::High);
+  s.add_thread(high, [&] { serve(high, s.world(), arrivals, shape, &out.latencies); });
+  s.add_heartbeat(high, horizon);
+  Tenant* low = nullptr;
+  if (with_trainer) {
+    low = &s.add_tenant(Priority::Low);
+    s.add_thread(*low, [&] { train(*low, s.world(), 1000000, trainer_kernel_ns, trainer_cpu_ns, horizon); });
+    s.add_heartbeat(*low, horizon);
+  }
+  s.run();
+  if (low != nullptr) {
+    out.trainer_work = s.world().work_done(low->process->ctx, 0, horizon);
+    out.trainer_stats = low->gate->stats();
   }
   return out;
 }
@@ -183,24 +217,13 @@ TEST(PrioritySharing, RequestsOfABurstFindNothingWithTheGraceAndAboutOneLowKerne
   constexpr std::uint64_t kTrainerKernel = 50 * kUs;
   RequestShape shape;
   shape.prep_ns = 300 * kUs;
+  const std::vector<std::uint64_t> arrivals(kRequests, kBurst);
   // The whole burst's time (its last request's latency), and the trainer's statistics.
   auto burst_ns = [&](bool trainer, const PriorityTuning& tuning, PriorityStats* stats) {
-    PriorityScenario s(tuning);
-    Tenant& high = s.add_tenant(Priority::High);
-    std::vector<std::uint64_t> latencies;
-    const std::vector<std::uint64_t> arrivals(kRequests, kBurst);
-    s.add_thread(high, [&] { serve(high, s.world(), arrivals, shape, &latencies); });
-    s.add_heartbeat(high, kSec);
-    if (trainer) {
-      Tenant& low = s.add_tenant(Priority::Low);
-      s.add_thread(low, [&] {
-        train(low, s.world(), 1000000, kTrainerKernel, 2 * kUs, kSec);
-        *stats = low.gate->stats();
-      });
-      s.add_heartbeat(low, kSec);
-    }
-    s.run();
-    return latencies.back();
+    const BesideTrainer run =
+        serve_beside_trainer(tuning, arrivals, shape, trainer, kTrainerKernel, 2 * kUs, kSec);
+    if (trainer) *stats = run.trainer_stats;
+    return run.latencies.back();
   };
   PriorityTuning ramp_only;
   ramp_only.resume_grace_ns = 0;
@@ -241,22 +264,12 @@ TEST(PrioritySharing, ADeviceBoundServerFindsLessInFrontOfItsRequestsWithTheDefa
   const auto arrivals = poisson_arrivals(0.3 / 7e-3, 0, kFor, 23);
   // The server's mean latency, and the trainer's work done (ns of kernels).
   auto serve_beside = [&](bool trainer, const PriorityTuning& tuning, double* work) {
-    PriorityScenario s(tuning);
-    Tenant& high = s.add_tenant(Priority::High);
-    std::vector<std::uint64_t> latencies;
-    s.add_thread(high, [&] { serve(high, s.world(), arrivals, graph, &latencies); });
-    s.add_heartbeat(high, kFor);
-    Tenant* low = nullptr;
-    if (trainer) {
-      low = &s.add_tenant(Priority::Low);
-      s.add_thread(*low, [&] { train(*low, s.world(), 1000000, 100 * kUs, 20 * kUs, kFor); });
-      s.add_heartbeat(*low, kFor);
-    }
-    s.run();
-    if (low != nullptr) *work = s.world().work_done(low->process->ctx, 0, kFor);
+    const BesideTrainer run =
+        serve_beside_trainer(tuning, arrivals, graph, trainer, 100 * kUs, 20 * kUs, kFor);
+    *work = run.trainer_work;
     double sum = 0;
-    for (const std::uint64_t l : latencies) sum += static_cast<double>(l);
-    return sum / static_cast<double>(latencies.size());
+    for (const std::uint64_t l : run.latencies) sum += static_cast<double>(l);
+    return sum / static_cast<double>(run.latencies.size());
   };
   PriorityTuning short_ramp;
   short_ramp.in_flight_ramp_ns = 8 * kMs;
