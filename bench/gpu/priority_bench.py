@@ -72,6 +72,7 @@ the paired runs of several calls.
 """
 import argparse
 import gc
+import gzip
 import json
 import math
 import os
@@ -603,6 +604,18 @@ def pool_runs(runs):
         pooled[role] = merged
     utils = [util for _, util in runs if util is not None]
     return pooled, (sum(utils) / len(utils) if utils else None)
+
+
+def read_results(path):
+    """A priority_bench.json this script wrote (gzipped where the name ends in .gz), parsed, for
+    the scripts that analyse it. Raises OSError, EOFError or ValueError, the last also for JSON
+    that is not an object with a "runs" object."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
+        raise ValueError("not a priority_bench.json (no runs)")
+    return data
 
 
 def phase_count(seconds, phase_s):

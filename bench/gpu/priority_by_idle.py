@@ -21,8 +21,6 @@ kernel; the short idle times show the kernel alone, a floor that depends on the 
 kernels rather than on the bound.
 """
 import argparse
-import gzip
-import json
 import os
 import re
 import sys
@@ -120,15 +118,10 @@ def main():
     args = ap.parse_args()
     lines = []
     for path in args.files:
-        opener = gzip.open if path.endswith(".gz") else open
         try:
-            with opener(path, "rt") as f:
-                data = json.load(f)
+            data = bench.read_results(path)
         except (OSError, ValueError, EOFError) as e:
             print(f"priority_by_idle: {path}: {e}", file=sys.stderr)
-            return 2
-        if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
-            print(f"priority_by_idle: {path}: not a priority_bench.json (no runs)", file=sys.stderr)
             return 2
         try:
             rows = comparisons(data)

@@ -18,8 +18,6 @@ thing under different names (a tunable measured as a --variant in one call and a
 default in a later one).
 """
 import argparse
-import gzip
-import json
 import math
 import os
 import re
@@ -32,12 +30,6 @@ import priority_bench as bench  # noqa: E402
 MIN_PAIRS = 20
 # A paired run's tag: load<L>-paired-<configuration>[-r<round>]
 TAG = re.compile(r"^load(\d+)-paired-(.+?)(?:-r\d+)?$")
-
-
-def load(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return json.load(f)
 
 
 def pool(datasets, renames=None):
@@ -129,14 +121,10 @@ def main():
     datasets = []
     for path in args.files:
         try:
-            data = load(path)
+            datasets.append(bench.read_results(path))
         except (OSError, ValueError, EOFError) as e:
             print(f"priority_pool: {path}: {e}", file=sys.stderr)
             return 2
-        if not isinstance(data, dict) or not isinstance(data.get("runs", {}), dict):
-            print(f"priority_pool: {path}: not a priority_bench.json (no runs)", file=sys.stderr)
-            return 2
-        datasets.append(data)
     try:
         lines = report(pool(datasets, renames), args.files)
     except (KeyError, TypeError, ValueError, IndexError) as e:

@@ -28,6 +28,19 @@ def load(path, name):
     return module
 
 
+def call_main(main, argv):
+    """main() with sys.argv = argv and its output captured: (what it returned, its stderr)."""
+    saved = sys.argv
+    sys.argv = argv
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main()
+    finally:
+        sys.argv = saved
+    return code, err.getvalue()
+
+
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))  # priority_bench imports compute_accuracy
 bench = load(os.path.join(ROOT, "bench", "gpu", "priority_bench.py"), "priority_bench")
 pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_pool")
@@ -662,23 +675,17 @@ class Pooling(unittest.TestCase):
 
     def test_bad_files_get_an_error_naming_them(self):
         with tempfile.TemporaryDirectory() as d:
-            cases = {"garbage.json": "garbage", "list.json": "[1]",
+            cases = {"garbage.json": "garbage", "list.json": "[1]", "no-runs.json": '{"args": {}}',
                      "partial.json": '{"args": {"phase_seconds": 1.5}, "runs": {"load30-paired-x": {"server": {"seconds": 3}}}}'}
             for name, text in cases.items():
                 path = os.path.join(d, name)
                 with open(path, "w") as f:
                     f.write(text)
-                saved = sys.argv
-                sys.argv = ["priority_pool.py", path]
-                err = io.StringIO()
-                try:
-                    with contextlib.redirect_stderr(err):
-                        self.assertEqual(pool.main(), 2, name)
-                finally:
-                    sys.argv = saved
-                self.assertIn("priority_pool: ", err.getvalue())
+                code, err = call_main(pool.main, ["priority_pool.py", path])
+                self.assertEqual(code, 2, name)
+                self.assertIn("priority_pool: ", err)
                 if name != "partial.json":
-                    self.assertIn(path, err.getvalue())
+                    self.assertIn(path, err)
 
     def test_a_renamed_configuration_is_pooled_with_the_other_calls_of_that_name(self):
         variant = self.call(10.0, 11.0)
@@ -763,24 +770,18 @@ class ByIdle(unittest.TestCase):
 
     def test_bad_files_get_an_error_naming_them(self):
         with tempfile.TemporaryDirectory() as d:
-            cases = {"garbage.json": ("garbage", 2), "list.json": ("[1]", 2),
+            cases = {"garbage.json": ("garbage", 2), "list.json": ("[1]", 2), "no-runs.json": ('{"args": {}}', 2),
                      "partial.json": ('{"args": {}, "runs": {"load30-paired-x": {"server": {"timeline_s": [[0, 0, 1]]}}}}', 2),
                      "empty.json": ('{"args": {}, "runs": {}}', 1)}
-            for name, (text, code) in cases.items():
+            for name, (text, expected) in cases.items():
                 path = os.path.join(d, name)
                 with open(path, "w") as f:
                     f.write(text)
-                saved = sys.argv
-                sys.argv = ["priority_by_idle.py", path]
-                err = io.StringIO()
-                try:
-                    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                        self.assertEqual(by_idle.main(), code, name)
-                finally:
-                    sys.argv = saved
-                self.assertIn("priority_by_idle: ", err.getvalue())
-                if code == 2:
-                    self.assertIn(path, err.getvalue())
+                code, err = call_main(by_idle.main, ["priority_by_idle.py", path])
+                self.assertEqual(code, expected, name)
+                self.assertIn("priority_by_idle: ", err)
+                if expected == 2:
+                    self.assertIn(path, err)
 
 
 class Inputs(unittest.TestCase):
