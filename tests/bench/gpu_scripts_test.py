@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))  # priority_bench imports
 bench = load(os.path.join(ROOT, "bench", "gpu", "priority_bench.py"), "priority_bench")
 pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_pool")
 by_idle = load(os.path.join(ROOT, "bench", "gpu", "priority_by_idle.py"), "priority_by_idle")
+timeslice = load(os.path.join(ROOT, "bench", "gpu", "timeslice_probe.py"), "timeslice_probe")
 
 
 class EveryScriptCompiles(unittest.TestCase):
@@ -815,6 +816,41 @@ class Inputs(unittest.TestCase):
         total, idle, steal = read
         self.assertGreaterEqual(total, idle)
         self.assertGreaterEqual(total, steal)
+
+
+class TimesliceProbe(unittest.TestCase):
+    def test_lists(self):
+        self.assertEqual(timeslice.parse_list("250,1000", "--kernel-us", 1), [250, 1000])
+        for bad in ("", "1,,2", "a", "0", "5,-1"):
+            with self.assertRaises(ValueError, msg=bad) as caught:
+                timeslice.parse_list(bad, "--kernel-us", 1)
+            self.assertIn("--kernel-us", str(caught.exception))
+        self.assertEqual(timeslice.parse_probes("1x0,40x100"), [(1, 0), (40, 100)])
+        for bad in ("1", "0x5", "2x-1", "x", "ax3", "1x0,"):
+            with self.assertRaises(ValueError, msg=bad):
+                timeslice.parse_probes(bad)
+
+    def test_bad_arguments_exit_2_before_any_gpu_work(self):
+        for argv in (["--depth", "0"], ["--probe", "3"], ["--count", "0"], ["--gap-ms", "0"],
+                     ["--kernel-us", "x"]):
+            code, err = call_main(timeslice.main, ["timeslice_probe.py"] + argv)
+            self.assertEqual(code, 2, argv)
+            self.assertIn(argv[0], err)
+
+    def test_summary_against_alone(self):
+        # 100 probes of 10..1000 us against an alone median of 10 us.
+        row = timeslice.summarize([10 * i for i in range(1, 101)], 10.0)
+        self.assertEqual((row["n"], row["p50"], row["p90"], row["p99"], row["max"]), (100, 500, 900, 990, 1000))
+        self.assertAlmostEqual(row["extra_mean"], 505 - 10)
+        self.assertEqual(row["extra_p50"], 490)
+        self.assertNotIn("extra_mean", timeslice.summarize([5.0], None))
+        text = timeslice.table([dict(timeslice.summarize([8, 10, 12], None), probe="1x0"),
+                                dict(row, probe="1x0", kernel_us=990.0, depth=4)])
+        lines = text.splitlines()
+        self.assertEqual(len(lines), 4)
+        self.assertTrue(lines[2].startswith("| 1x0 | alone | - | 10 |"), lines[2])
+        self.assertTrue(lines[3].startswith("| 1x0 | 990 | 4 | 500 |"), lines[3])
+        self.assertTrue(lines[3].endswith("| 495 | 0.50 |"), lines[3])
 
 
 if __name__ == "__main__":
