@@ -21,7 +21,8 @@ const char* priority_name(Priority priority);
 // "2ms"), surrounding blanks ignored; within [min_ns, max_ns], else an error naming the range.
 Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min_ns, std::uint64_t max_ns);
 
-// The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST);
+// The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
+// _LONG_KERNEL);
 // unset: the defaults documented in docs/priority.md.
 struct PriorityTunables {
   std::optional<std::uint64_t> in_flight_ns;  // lower-priority work it keeps queued beside a higher one
@@ -29,6 +30,7 @@ struct PriorityTunables {
   std::optional<std::uint64_t> grace_ns;      // how long it still counts as busy after its work ended
   std::optional<unsigned> floor_percent;      // its minimum admission share while held (0 = none)
   std::optional<bool> per_kernel_cost;        // its bound costs launches by kernel (or by the average)
+  std::optional<bool> long_kernels_alone;     // a kernel over half its bound waits for an empty queue
 };
 
 }  // namespace gpuslice::config

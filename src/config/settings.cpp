@@ -241,6 +241,15 @@ class Loader {
         fail("GPUSLICE_PRIORITY_COST", *text, "expected kernel or average");
       }
     }
+    if (auto text = get("GPUSLICE_PRIORITY_LONG_KERNEL")) {
+      if (*text == "alone") {
+        t.long_kernels_alone = true;
+      } else if (*text == "queued") {
+        t.long_kernels_alone = false;
+      } else {
+        fail("GPUSLICE_PRIORITY_LONG_KERNEL", *text, "expected alone or queued");
+      }
+    }
   }
 
   void load_paths() {

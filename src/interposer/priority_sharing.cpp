@@ -70,7 +70,8 @@ void sync_end() {
 
 namespace {
 
-// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR and _COST.
+// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST and
+// _LONG_KERNEL.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
@@ -78,6 +79,7 @@ limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;
   if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
   if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
+  if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
   return tuning;
 }
 
@@ -143,9 +145,9 @@ void settle_at_exit() {
     GS_LOG(Info,
            "priority gate, device %d: %.3f s held back (%" PRIu64 " launches held), %" PRIu64
            " drains, %" PRIu64 " event waits, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64
-           " re-reads, %" PRIu64 " kernels costed",
+           " re-reads, %" PRIu64 " kernels costed, %" PRIu64 " long kernels alone",
            i, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.event_waits, s.floor_slices,
-           s.scans, s.rereads, s.kernels_costed);
+           s.scans, s.rereads, s.kernels_costed, s.long_kernels);
   }
 }
 

@@ -72,6 +72,7 @@ PriorityStats PriorityGate::stats() const {
   s.scans = scans_.load(kRelaxed);
   s.rereads = rereads_.load(kRelaxed);
   s.kernels_costed = kernel_costs_.known();
+  s.long_kernels = long_kernels_.load(kRelaxed);
   return s;
 }
 
@@ -348,7 +349,7 @@ bool PriorityGate::step_if_due(CUstream stream, std::uint64_t now, std::uint64_t
     }
     if (!window_full(now, kernel)) return false;
     if (draining_.exchange(true, kAcquire)) continue;
-    step(stream);
+    step(stream, long_kernel(kernel));
     draining_.store(false, kRelease);
     return true;
   }
@@ -370,6 +371,15 @@ bool PriorityGate::window_full(std::uint64_t now, std::uint64_t kernel) const {
   const std::uint64_t cap = launch_cap(now);
   const std::uint64_t step_at = pipelining() ? std::max<std::uint64_t>(1, cap / 2) : cap;
   return launches >= step_at;
+}
+
+// Whether `kernel` is to go alone (PriorityTuning::long_kernels_alone): predicted longer than half
+// the whole bound, not of the ramped one (during the ramp every kernel would then wait for an empty
+// queue). Only with costs per kernel: the average launch tells no kernel from another.
+bool PriorityGate::long_kernel(std::uint64_t kernel) const {
+  if (!tuning_.long_kernels_alone || !tuning_.per_kernel_cost) return false;
+  const std::uint64_t average = launch_cost_.per_launch_ns();
+  return average != 0 && kernel_costs_.predict(kernel, average) > tuning_.in_flight_bound_ns / 2;
 }
 
 void PriorityGate::reset_window() {
@@ -415,8 +425,9 @@ void PriorityGate::count_launch(CUstream stream, std::uint64_t now, std::uint64_
   }
 }
 
-// One step of the bound, by the thread holding draining_, before its launch on `stream`.
-void PriorityGate::step(CUstream stream) {
+// One step of the bound, by the thread holding draining_, before its launch on `stream`; `alone`:
+// that launch is a long kernel, to go on an empty queue.
+void PriorityGate::step(CUstream stream, bool alone) {
   const std::uint32_t launches = window_launches_.load(kRelaxed);
   const std::uint64_t start = window_start_ns_.load(kRelaxed);
   const bool held = window_held_.load(kRelaxed);
@@ -435,7 +446,7 @@ void PriorityGate::step(CUstream stream) {
   if (stream_capturing(ops_, stream)) {
     return;  // captured launches run nothing yet; a synchronize or an event would change the capture
   }
-  if (pipelining() && single && pipelined_step(stream, launches, held)) return;
+  if (pipelining() && single && pipelined_step(stream, launches, held, alone)) return;
   forget_ring();  // its events are behind this drain
   drain(launches, start, held, slot);
 }
@@ -466,9 +477,10 @@ bool PriorityGate::events_usable() {
 
 // Records an event after the window just closed on `stream`, then waits for the previous window's
 // event: what stays queued is this window and the launches until the next step, at most the cap.
-// The previous window's device time (between the completions of its event and the one before it)
-// is a sample of the launch cost. False when events cannot be used here (the caller drains).
-bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool held) {
+// With `alone` it waits for this window's event too: the queue is then empty. The previous
+// window's device time (between the completions of its event and the one before it) is a sample of
+// the launch cost. False when events cannot be used here (the caller drains).
+bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool held, bool alone) {
   if (!events_usable()) return false;
   if (ring_stale_.exchange(false, kRelaxed)) forget_ring();
   const int cur = ring_next_;
@@ -482,19 +494,30 @@ bool PriorityGate::pipelined_step(CUstream stream, std::uint32_t launches, bool 
   ring_launches_[cur] = launches;
   ring_held_[cur] = held;
   ring_next_ = (cur + 1) % kRing;
-  if (!ring_pending_[prev]) return true;  // nothing queued before this window
-  if (ops_.event_synchronize(ring_[prev]) != CUDA_SUCCESS) {
+  if (ring_pending_[prev]) {
+    if (ops_.event_synchronize(ring_[prev]) != CUDA_SUCCESS) {
+      events_off_.store(true, kRelaxed);
+      return false;
+    }
+    event_waits_.fetch_add(1, kRelaxed);
+    std::uint64_t ns = 0;
+    // A window interrupted by a hold measured the higher priority's time, not the cost of a launch.
+    if (ring_pending_[before] && !ring_held_[prev] && ring_launches_[prev] != 0 &&
+        ops_.event_elapsed_ns(ring_[before], ring_[prev], &ns) == CUDA_SUCCESS && ns != 0) {
+      learn_window(ns, ring_launches_[prev], prev);
+    }
+    ring_pending_[before] = false;
+  }
+  if (!alone) return true;
+  // The windows before this one are done (waited for above, or at earlier steps); this one may be
+  // on another stream than they were, so it is waited for by its own event. It stays pending: the
+  // next step learns from it.
+  if (ops_.event_synchronize(ring_[cur]) != CUDA_SUCCESS) {
     events_off_.store(true, kRelaxed);
     return false;
   }
   event_waits_.fetch_add(1, kRelaxed);
-  std::uint64_t ns = 0;
-  // A window interrupted by a hold measured the higher priority's time, not the cost of a launch.
-  if (ring_pending_[before] && !ring_held_[prev] && ring_launches_[prev] != 0 &&
-      ops_.event_elapsed_ns(ring_[before], ring_[prev], &ns) == CUDA_SUCCESS && ns != 0) {
-    learn_window(ns, ring_launches_[prev], prev);
-  }
-  ring_pending_[before] = false;
+  long_kernels_.fetch_add(1, kRelaxed);
   return true;
 }
 

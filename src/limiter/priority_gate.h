@@ -112,6 +112,13 @@ struct PriorityTuning {
   // average cost of one (false), which lets a cluster of heavy kernels queue several times the
   // bound. GPUSLICE_PRIORITY_COST=kernel|average.
   bool per_kernel_cost = true;
+  // A kernel predicted to run longer than half the bound (with costs per kernel) is launched only
+  // once the work queued before it has run, so it is the only thing in flight then, rather than
+  // queued behind a window that may hold another such kernel (two of them: twice the bound). A
+  // higher priority's request time-slices with all the lower one's queued work and so waits for
+  // all of it (docs/priority.md); the price is the device idling for the host's wake-up before each
+  // such kernel. GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
+  bool long_kernels_alone = true;
 };
 
 struct PriorityStats {
@@ -124,6 +131,7 @@ struct PriorityStats {
   std::uint64_t scans = 0;           // full looks at the records (read_peers)
   std::uint64_t rereads = 0;         // re-reads of the known higher records (read_known_above)
   std::uint64_t kernels_costed = 0;  // kernels (and grids) whose cost the bound learnt
+  std::uint64_t long_kernels = 0;    // kernels launched alone (PriorityTuning::long_kernels_alone)
 };
 
 class PriorityGate {
@@ -171,11 +179,12 @@ class PriorityGate {
   bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
   bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
   bool window_full(std::uint64_t now, std::uint64_t kernel) const;
+  bool long_kernel(std::uint64_t kernel) const;
   void reset_window();
   bool start_queue_probe(CUstream stream);
   void count_launch(CUstream stream, std::uint64_t now, std::uint64_t kernel);
-  void step(CUstream stream);
-  bool pipelined_step(CUstream stream, std::uint32_t launches, bool held);
+  void step(CUstream stream, bool alone);
+  bool pipelined_step(CUstream stream, std::uint32_t launches, bool held, bool alone);
   bool events_usable();
   void forget_ring();
   void drain(std::uint32_t launches, std::uint64_t start, bool held, int slot);
@@ -260,6 +269,7 @@ class PriorityGate {
   std::atomic<std::uint64_t> publishes_{0};
   std::atomic<std::uint64_t> scans_{0};
   std::atomic<std::uint64_t> rereads_{0};
+  std::atomic<std::uint64_t> long_kernels_{0};
 };
 
 }  // namespace gpuslice::limiter

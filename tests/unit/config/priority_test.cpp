@@ -60,10 +60,11 @@ Settings load_with(const char* priority) {
 }
 
 Settings load_tuning(const char* in_flight, const char* grace, const char* floor, const char* ramp = nullptr,
-                     const char* cost = nullptr) {
+                     const char* cost = nullptr, const char* long_kernel = nullptr) {
   return load_settings([=](const char* name) -> const char* {
     const std::string_view n(name);
     if (n == "GPUSLICE_PRIORITY_COST") return cost;
+    if (n == "GPUSLICE_PRIORITY_LONG_KERNEL") return long_kernel;
     if (n == "GPUSLICE_PRIORITY_IN_FLIGHT") return in_flight;
     if (n == "GPUSLICE_PRIORITY_RAMP") return ramp;
     if (n == "GPUSLICE_PRIORITY_GRACE") return grace;
@@ -88,6 +89,11 @@ TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
   EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, "kernel").priority_tuning.per_kernel_cost, true);
   EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, "average").priority_tuning.per_kernel_cost,
             false);
+  EXPECT_FALSE(none.priority_tuning.long_kernels_alone.has_value());
+  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "alone").priority_tuning.long_kernels_alone,
+            true);
+  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "queued").priority_tuning.long_kernels_alone,
+            false);
 }
 
 // Each malformed tunable is one error naming the variable and its value (the library then fails
@@ -101,11 +107,15 @@ TEST(PriorityTunables, MalformedOrOutOfRangeValuesFailClosedNamingTheVariable) {
   EXPECT_NE(s.errors[3].find("GPUSLICE_PRIORITY_FLOOR='101'"), std::string::npos) << s.errors[3];
 }
 
-TEST(PriorityTunables, AnUnknownCostModelFailsClosedNamingTheVariable) {
+TEST(PriorityTunables, AnUnknownCostModelOrLongKernelRuleFailsClosedNamingTheVariable) {
   const Settings s = load_tuning(nullptr, nullptr, nullptr, nullptr, "Kernel");
   ASSERT_EQ(s.errors.size(), 1U);
   EXPECT_NE(s.errors[0].find("GPUSLICE_PRIORITY_COST='Kernel'"), std::string::npos) << s.errors[0];
   EXPECT_NE(s.errors[0].find("kernel or average"), std::string::npos) << s.errors[0];
+  const Settings bad = load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "yes");
+  ASSERT_EQ(bad.errors.size(), 1U);
+  EXPECT_NE(bad.errors[0].find("GPUSLICE_PRIORITY_LONG_KERNEL='yes'"), std::string::npos) << bad.errors[0];
+  EXPECT_NE(bad.errors[0].find("alone or queued"), std::string::npos) << bad.errors[0];
 }
 
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {

@@ -800,11 +800,12 @@ TEST_F(PriorityGatePipelined, AtDebugLevelAHoldMeasuresHowLongTheQueueBeforeItTo
   EXPECT_LE(done_us, (queued + PriorityTuning{}.held_poll_ns) / kUs + 1);  // found by the next poll
 }
 
-// A training step's shape: 200 kernels of 10 us, then a cluster of 8 of 800 us (5 us of host time
-// each), 300 times. Returns the most device time queued once the costs are learnt, and the device's
-// busy share over the loop.
+// A training step's shape: 200 kernels of 10 us, then a cluster of 8 of `heavy_ns` (5 us of host
+// time each), 300 times. Returns the most device time queued once the costs are learnt, and the
+// device's busy share over the loop.
 std::pair<std::uint64_t, double> most_queued_with_a_cluster(ManualClock& clock, FakeDevice& device,
-                                                            FakeBoard& board, PriorityGate& gate) {
+                                                            FakeBoard& board, PriorityGate& gate,
+                                                            std::uint64_t heavy_ns = 800 * kUs) {
   auto* stream = reinterpret_cast<CUstream>(0x10);
   std::uint64_t most = 0;
   const std::uint64_t from = clock.now;
@@ -815,12 +816,12 @@ std::pair<std::uint64_t, double> most_queued_with_a_cluster(ManualClock& clock, 
       board.peers[0].heartbeat_ns = clock.now;
       const bool heavy = i >= 200;
       gate.gate(stream, heavy ? 0xbeef : 0xf00d);  // two kernels (function and grid)
-      device.launch(heavy ? 800 * kUs : 10 * kUs);
+      device.launch(heavy ? heavy_ns : 10 * kUs);
       if (step >= 50) most = std::max(most, device.queued());
     }
   }
   clock.now += device.queued();
-  return {most, 300.0 * (200 * 10 + 8 * 800) * kUs / static_cast<double>(clock.now - from)};
+  return {most, 300.0 * static_cast<double>(200 * 10 * kUs + 8 * heavy_ns) / static_cast<double>(clock.now - from)};
 }
 
 // With costs per kernel the cluster closes windows early: never more than the bound and the one
@@ -844,6 +845,31 @@ TEST_F(PriorityGatePipelined, AClusterOfHeavyKernelsStaysWithinTheBoundWithCosts
   EXPECT_LE(per_kernel, 2 * kMs + 800 * kUs);
   EXPECT_GT(average, 3 * 2 * kMs);
   EXPECT_GT(per_kernel_busy, 0.99) << "the smaller windows of the cluster still keep the device busy";
+}
+
+// Kernels longer than half the bound (a cluster of 8 of 1.5 ms under 2 ms): queued behind the
+// window before them, two are in flight at once (3 ms, which a higher priority's request waits for
+// in full, time-sliced with it); launched alone, one of them and the window after it at most. The
+// short kernels never go alone, the ramp's smaller bound notwithstanding. (The model's host wakes at
+// once after a wait, so the device's idling before each long kernel shows on the GPU only.)
+TEST_F(PriorityGatePipelined, KernelsLongerThanHalfTheBoundGoAloneSoTwoAreNeverInFlight) {
+  PriorityTuning tuning = two_ms_bound();
+  gate_.emplace(clock, device.ops(), &board, &prio, tuning);
+  const std::uint64_t heavy = 1500 * kUs;
+  const std::uint64_t alone = most_queued_with_a_cluster(clock, device, board, *gate_, heavy).first;
+  const PriorityStats stats = gate_->stats();
+  tuning.long_kernels_alone = false;
+  gate_.emplace(clock, device.ops(), &board, &prio, tuning);
+  const std::uint64_t queued = most_queued_with_a_cluster(clock, device, board, *gate_, heavy).first;
+  std::printf("most queued under a 2 ms bound with 1.5 ms kernels: %.2f ms alone (%llu launched alone), "
+              "%.2f ms queued (%llu)\n",
+              static_cast<double>(alone) / 1e6, static_cast<unsigned long long>(stats.long_kernels),
+              static_cast<double>(queued) / 1e6, static_cast<unsigned long long>(gate_->stats().long_kernels));
+  EXPECT_LE(alone, heavy + 1 * kMs) << "one long kernel and half the bound after it";
+  EXPECT_GE(queued, 2 * heavy) << "two long kernels";
+  EXPECT_GE(stats.long_kernels, 8U * 250) << "every long kernel once its cost is learnt";
+  EXPECT_LE(stats.long_kernels, 8U * 300) << "and no short one";
+  EXPECT_EQ(gate_->stats().long_kernels, 0U);
 }
 
 TEST_F(PriorityGatePipelined, EventsThatCannotBeCreatedLeaveTheDrains) {
