@@ -117,8 +117,9 @@ struct PriorityTuning {
   // queued behind a window that may hold another such kernel (two of them: twice the bound). A
   // higher priority's request time-slices with all the lower one's queued work and so waits for
   // all of it (docs/priority.md); the price is the device idling for the host's wake-up before each
-  // such kernel. GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
-  bool long_kernels_alone = true;
+  // such kernel. Off by default until measured better on a GPU (docs/priority.md).
+  // GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
+  bool long_kernels_alone = false;
 };
 
 struct PriorityStats {

@@ -854,6 +854,8 @@ TEST_F(PriorityGatePipelined, AClusterOfHeavyKernelsStaysWithinTheBoundWithCosts
 // once after a wait, so the device's idling before each long kernel shows on the GPU only.)
 TEST_F(PriorityGatePipelined, KernelsLongerThanHalfTheBoundGoAloneSoTwoAreNeverInFlight) {
   PriorityTuning tuning = two_ms_bound();
+  EXPECT_FALSE(tuning.long_kernels_alone) << "the default";
+  tuning.long_kernels_alone = true;
   gate_.emplace(clock, device.ops(), &board, &prio, tuning);
   const std::uint64_t heavy = 1500 * kUs;
   const std::uint64_t alone = most_queued_with_a_cluster(clock, device, board, *gate_, heavy).first;
