@@ -59,6 +59,7 @@ struct BoundedTrainer {
   unsigned long long waits = 0;
   unsigned long long rereads = 0;  // of the higher records: nonzero only while one was seen
   unsigned long long kernels_costed = 0;
+  unsigned long long long_kernels = 0;  // launched alone (GPUSLICE_PRIORITY_LONG_KERNEL=alone)
   std::vector<long> buckets;
   std::string err;
 };
@@ -149,9 +150,9 @@ class PriorityE2E : public ::testing::Test {
         std::sscanf(
             trainer.err.c_str() + held,
             "launches held), %llu drains, %llu event waits, %llu floor slices, %llu scans, %llu re-reads, "
-            "%llu kernels costed",
-            &out.drains, &out.waits, &slices, &scans, &out.rereads, &out.kernels_costed),
-        6)
+            "%llu kernels costed, %llu long kernels alone",
+            &out.drains, &out.waits, &slices, &scans, &out.rereads, &out.kernels_costed, &out.long_kernels),
+        7)
         << trainer.err;
     out.buckets = buckets_of(trainer);
     return out;
@@ -214,6 +215,19 @@ TEST_F(PriorityE2E, BesideAnIdleHighContainerTheBoundWaitsForEventsInsteadOfDrai
   const BoundedTrainer counting = trainer_beside_idle_high({}, {{"GPUSLICE_PRIORITY_COST", "average"}});
   EXPECT_EQ(counting.kernels_costed, 0U) << counting.err;
   EXPECT_EQ(counting.drains, 0U) << counting.err;
+}
+
+// Kernels of 1.5 ms, over half the 2 ms bound: with GPUSLICE_PRIORITY_LONG_KERNEL=alone each one, once
+// its cost is learnt, waits for the queue before it to run (the exit statistics count them); by
+// default they queue behind the window before them, as every kernel does.
+TEST_F(PriorityE2E, WithLongKernelsAloneAKernelOverHalfTheBoundWaitsForAnEmptyQueue) {
+  const BoundedTrainer alone =
+      trainer_beside_idle_high({"--kernel-us", "1500"}, {{"GPUSLICE_PRIORITY_LONG_KERNEL", "alone"}});
+  EXPECT_GT(alone.long_kernels, 50U) << alone.err;
+  EXPECT_EQ(alone.drains, 0U) << alone.err;
+  const BoundedTrainer queued = trainer_beside_idle_high({"--kernel-us", "1500"}, {});
+  EXPECT_EQ(queued.long_kernels, 0U) << queued.err;
+  EXPECT_GT(queued.waits, 50U) << queued.err;
 }
 
 // A program built for per-thread default streams launches through the _ptsz entry points on stream

@@ -90,10 +90,12 @@ TEST(PriorityTunables, UnsetMeansTheDefaultsAndGivenValuesAreParsed) {
   EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, "average").priority_tuning.per_kernel_cost,
             false);
   EXPECT_FALSE(none.priority_tuning.long_kernels_alone.has_value());
-  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "alone").priority_tuning.long_kernels_alone,
-            true);
-  EXPECT_EQ(load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "queued").priority_tuning.long_kernels_alone,
-            false);
+  EXPECT_EQ(
+      load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "alone").priority_tuning.long_kernels_alone,
+      true);
+  EXPECT_EQ(
+      load_tuning(nullptr, nullptr, nullptr, nullptr, nullptr, "queued").priority_tuning.long_kernels_alone,
+      false);
 }
 
 // Each malformed tunable is one error naming the variable and its value (the library then fails

@@ -821,7 +821,8 @@ std::pair<std::uint64_t, double> most_queued_with_a_cluster(ManualClock& clock, 
     }
   }
   clock.now += device.queued();
-  return {most, 300.0 * static_cast<double>(200 * 10 * kUs + 8 * heavy_ns) / static_cast<double>(clock.now - from)};
+  return {most,
+          300.0 * static_cast<double>(200 * 10 * kUs + 8 * heavy_ns) / static_cast<double>(clock.now - from)};
 }
 
 // With costs per kernel the cluster closes windows early: never more than the bound and the one
@@ -863,10 +864,11 @@ TEST_F(PriorityGatePipelined, KernelsLongerThanHalfTheBoundGoAloneSoTwoAreNeverI
   tuning.long_kernels_alone = false;
   gate_.emplace(clock, device.ops(), &board, &prio, tuning);
   const std::uint64_t queued = most_queued_with_a_cluster(clock, device, board, *gate_, heavy).first;
-  std::printf("most queued under a 2 ms bound with 1.5 ms kernels: %.2f ms alone (%llu launched alone), "
-              "%.2f ms queued (%llu)\n",
-              static_cast<double>(alone) / 1e6, static_cast<unsigned long long>(stats.long_kernels),
-              static_cast<double>(queued) / 1e6, static_cast<unsigned long long>(gate_->stats().long_kernels));
+  std::printf(
+      "most queued under a 2 ms bound with 1.5 ms kernels: %.2f ms alone (%llu launched alone), "
+      "%.2f ms queued (%llu)\n",
+      static_cast<double>(alone) / 1e6, static_cast<unsigned long long>(stats.long_kernels),
+      static_cast<double>(queued) / 1e6, static_cast<unsigned long long>(gate_->stats().long_kernels));
   EXPECT_LE(alone, heavy + 1 * kMs) << "one long kernel and half the bound after it";
   EXPECT_GE(queued, 2 * heavy) << "two long kernels";
   EXPECT_GE(stats.long_kernels, 8U * 250) << "every long kernel once its cost is learnt";
