@@ -2,8 +2,9 @@
 //
 // While a container of higher priority has work queued or running on the GPU, a lower-priority
 // container's launches are held back, and while any higher-priority container is alive on the GPU
-// the lower one keeps at most `in_flight_bound_ns` of device work queued (a launched kernel cannot
-// be preempted, so this bounds what the higher one may find in front of its first kernel), less
+// the lower one keeps at most `in_flight_bound_ns` of device work queued (launched work cannot be
+// recalled, and the driver's time slices make the higher one share the GPU with all of it, so this
+// bounds what the higher one's work waits for), less
 // while the higher one has just gone idle (the ramp: its next request may be moments away). When
 // the higher ones are idle, lower ones run unthrottled apart from that bound; with no
 // higher-priority container at all they run with no bookkeeping. A floor gives a lower priority a

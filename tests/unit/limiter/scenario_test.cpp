@@ -127,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(Limits, LimiterShortPauses, ::testing::Values(20u, 50u,
 
 class LimiterLongKernel : public ::testing::TestWithParam<unsigned> {};
 
-// (c) A 300 ms kernel among 1 ms ones. A launched kernel cannot be preempted, so the second that
+// (c) A 300 ms kernel among 1 ms ones. A launched kernel cannot be recalled, so the second that
 // contains it holds up to limit + (1 - limit) * 300 ms of busy time, and the debt is repaid by
 // idling afterwards; the long-run share stays exact and the limit holds again once it is repaid.
 TEST_P(LimiterLongKernel, IsChargedInFullAndRepaid) {
