@@ -21,7 +21,6 @@ setting's kernel time is measured alone before the probes. Writes timeslice_prob
 """
 import argparse
 import json
-import math
 import os
 import random
 import select
@@ -29,6 +28,9 @@ import subprocess
 import sys
 import time
 from collections import deque
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from priority_bench import percentile  # noqa: E402
 
 
 def parse_list(text, what, minimum=0):
@@ -55,14 +57,6 @@ def parse_probes(text):
             raise ValueError(f"--probe: expected KxP (K kernels of P us, K >= 1, P >= 0), got {item!r}")
         probes.append((count, us))
     return probes
-
-
-def percentile(sorted_values, q):
-    """Nearest-rank percentile of an ascending list (q in 0..1)."""
-    if not sorted_values:
-        return None
-    index = min(len(sorted_values) - 1, max(0, math.ceil(round(q * len(sorted_values), 9)) - 1))
-    return sorted_values[index]
 
 
 def summarize(latencies_us, alone_p50_us):
