@@ -232,24 +232,22 @@ class Loader {
       if (!percent) return fail("GPUSLICE_PRIORITY_FLOOR", *text, percent.error());
       t.floor_percent = *percent;
     }
-    if (auto text = get("GPUSLICE_PRIORITY_COST")) {
-      if (*text == "kernel") {
-        t.per_kernel_cost = true;
-      } else if (*text == "average") {
-        t.per_kernel_cost = false;
+    // One of two words: the first sets `out`, the second clears it; anything else is `why`.
+    const auto either = [this](const char* name, std::string_view on, std::string_view off,
+                               std::string_view why, std::optional<bool>& out) {
+      auto text = get(name);
+      if (!text) return;
+      if (*text == on) {
+        out = true;
+      } else if (*text == off) {
+        out = false;
       } else {
-        fail("GPUSLICE_PRIORITY_COST", *text, "expected kernel or average");
+        fail(name, *text, why);
       }
-    }
-    if (auto text = get("GPUSLICE_PRIORITY_LONG_KERNEL")) {
-      if (*text == "alone") {
-        t.long_kernels_alone = true;
-      } else if (*text == "queued") {
-        t.long_kernels_alone = false;
-      } else {
-        fail("GPUSLICE_PRIORITY_LONG_KERNEL", *text, "expected alone or queued");
-      }
-    }
+    };
+    either("GPUSLICE_PRIORITY_COST", "kernel", "average", "expected kernel or average", t.per_kernel_cost);
+    either("GPUSLICE_PRIORITY_LONG_KERNEL", "alone", "queued", "expected alone or queued",
+           t.long_kernels_alone);
   }
 
   void load_paths() {
