@@ -41,6 +41,8 @@ struct Reservation {
 // Reserves `bytes` on device `d` (null or unlimited: nothing to reserve); a refusal is counted
 // and reported (profiler, the processes holding the most).
 Reservation reserve(DeviceState* d, std::uint64_t bytes);
+// Counts and reports a refusal of `bytes` decided elsewhere (the driver's own reservations).
+void refuse(DeviceState& d, std::uint64_t bytes);
 // After the driver answered: a success is tracked under `key`, a failure gives the bytes back.
 void settle(const Reservation& r, CUresult result, AllocKind kind, std::uint64_t key);
 
@@ -114,6 +116,9 @@ CUresult open_imported(CUdeviceptr* ptr, Open&& open) {
   settle_import(look, r, r == CUDA_SUCCESS ? *ptr : 0);
   return r;
 }
+
+// The driver's figure for this process on the device (NVML); false when NVML does not list it.
+bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes);
 
 // Bytes a CUDA array of these extents takes (each extent at least 1; formats by element size).
 std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth, CUarray_format f,

@@ -325,6 +325,15 @@ class MappedLedger final : public Ledger {
     return false;
   }
 
+  void charge_held(int dev, std::uint64_t bytes) override {
+    if (!device_ready(dev) || bytes == 0) return;
+    Slot* self = own_slot(true);
+    if (self == nullptr) return;
+    SlotDeviceCounters& mine = self->devices[dev];
+    mine.charged.fetch_add(bytes);
+    mine.granted.fetch_add(bytes);
+  }
+
   void release(int dev, std::uint64_t bytes) override {
     if (!device_ready(dev)) return;
     Slot* self = own_slot(false);

@@ -99,6 +99,10 @@ class Ledger {
   // exceed the device quota; on refusal reaps dead processes once and retries. Never blocks.
   virtual bool try_reserve(int dev, std::uint64_t bytes) = 0;
   virtual void release(int dev, std::uint64_t bytes) = 0;
+  // Charges to this process bytes the driver already holds for it (what no reservation saw), even
+  // past the quota: the container's total then shows it, and reservations are refused until it is
+  // below the quota again. release() gives them back.
+  virtual void charge_held(int dev, std::uint64_t bytes) = 0;
 
   // The limits that apply (effective_quota / effective_compute of request and cap).
   virtual std::uint64_t quota(int dev) const = 0;
