@@ -286,6 +286,7 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit);
 CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc);
+CUresult cuFuncLoad(CUfunction function);  // CUDA 12.4: finishes a lazily loaded function
 
 CUresult cuModuleLoad(CUmodule* module, const char* fname);
 CUresult cuModuleLoadData(CUmodule* module, const void* image);

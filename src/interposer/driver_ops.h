@@ -37,6 +37,7 @@ struct DriverOps {
   // is reserved for, a function's local memory per thread, the graph pool's figures and its trim.
   CUresult (*device_attribute)(int* value, CUdevice_attribute attr, CUdevice dev) = nullptr;
   CUresult (*function_local_bytes)(CUfunction f, int* bytes) = nullptr;
+  CUresult (*function_load)(CUfunction f) = nullptr;  // lazy loading's deferred part, now
   CUresult (*graph_mem_attribute)(CUdevice dev, CUgraphMem_attribute attr, std::uint64_t* value) = nullptr;
   CUresult (*graph_mem_trim)(CUdevice dev) = nullptr;
 };

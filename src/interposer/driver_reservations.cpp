@@ -177,6 +177,14 @@ CUresult set_limit_charged(CUlimit limit, std::uint64_t value, CUresult (*set)(C
 
 bool launch_stack_slow(CUfunction f, std::uint64_t local) {
   if (local == kLocalUnknown) {
+    // First launch: the code (and with it the module's globals) loads now rather than unseen.
+    const auto load = driver_ops().function_load;
+    if (load != nullptr) {
+      AllocationInFlight flight;
+      const ModuleLoad m = begin_module_load();
+      if (m.refused) return false;
+      end_module_load(m, load(f));
+    }
     local = local_bytes_of(f);
     if (local <= g_smallest_stack.load(std::memory_order_relaxed)) return true;
   }
@@ -204,17 +212,11 @@ void forget_functions() {
 }
 
 bool note_graph_allocation(CUgraph graph, int device, std::uint64_t bytes) {
+  // Nothing is taken before upload or launch; a node larger than the quota could never be backed.
   DeviceState* d = device_state(device);
-  if (d != nullptr && d->ledger_dev >= 0) {
-    // Even with the whole graph pool given back, could the container hold it?
-    const std::uint64_t quota = effective_quota(*d);
-    const std::uint64_t used = ledger()->used(d->ledger_dev);
-    const std::uint64_t pool = d->graph_charge.load(std::memory_order_relaxed);
-    const std::uint64_t others = used > pool ? used - pool : 0;
-    if (quota != shm::kUnlimited && (bytes > quota || others > quota - bytes)) {
-      refuse(*d, bytes);
-      return false;
-    }
+  if (d != nullptr && d->ledger_dev >= 0 && bytes > effective_quota(*d)) {
+    refuse(*d, bytes);
+    return false;
   }
   if (GraphSlot* slot = graph_slot(graph, true)) {
     slot->device.store(device, std::memory_order_relaxed);

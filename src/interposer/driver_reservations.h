@@ -41,15 +41,15 @@ struct FunctionSlot {
   std::atomic<std::uintptr_t> key{0};  // the CUfunction; 0 free, 1 being filled
   std::atomic<std::uint64_t> local{0};
 };
-inline constexpr std::size_t kFunctionSlots = 4096;
-inline constexpr unsigned kFunctionProbes = 4;
+inline constexpr std::size_t kFunctionSlots = 16384;
+inline constexpr unsigned kFunctionProbes = 8;
 inline constexpr std::uint64_t kLocalUnknown = ~0ULL;
 extern FunctionSlot g_function_slots[kFunctionSlots];
 // The smallest stack limit over the devices: a function needing no more never grows a stack.
 extern std::atomic<std::uint64_t> g_smallest_stack;
 
 inline std::size_t function_hash(std::uintptr_t key) {
-  return static_cast<std::size_t>(((key >> 4) * 0x9E3779B97F4A7C15ULL) >> 52) & (kFunctionSlots - 1);
+  return static_cast<std::size_t>(((key >> 4) * 0x9E3779B97F4A7C15ULL) >> 50) & (kFunctionSlots - 1);
 }
 
 inline std::uint64_t cached_local_bytes(CUfunction f) {
@@ -65,7 +65,8 @@ inline std::uint64_t cached_local_bytes(CUfunction f) {
 }
 
 // The launch of `f` on the current device, which may grow the stack: false when that growth is
-// refused (the launch then answers CUDA_ERROR_OUT_OF_MEMORY).
+// refused (the launch then answers CUDA_ERROR_OUT_OF_MEMORY). A function's first launch finishes
+// its lazy loading first (cuFuncLoad), measured like a module load and refused at the quota.
 bool launch_stack_slow(CUfunction f, std::uint64_t local);
 // Called by every launch hook under a memory quota: a hash probe and a compare unless the function
 // needs more stack than the smallest one reserved.
@@ -84,7 +85,7 @@ inline bool launch_refused(CUfunction f) {
 void forget_functions();
 
 // ---- graphs: what allocation nodes need, per graph and per executable graph ----
-// Adds an allocation node of `bytes` on `device` to `graph`; refused when it could never fit.
+// Adds an allocation node of `bytes` on `device` to `graph`; refused when it is larger than the quota.
 bool note_graph_allocation(CUgraph graph, int device, std::uint64_t bytes);
 // An executable graph inherits its graph's needs; destroying either forgets it.
 void note_graph_instantiated(CUgraphExec exec, CUgraph graph);

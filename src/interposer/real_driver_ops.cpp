@@ -93,6 +93,11 @@ CUresult real_function_local_bytes(CUfunction f, int* bytes) {
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
 }
 
+CUresult real_function_load(CUfunction f) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuFuncLoad);  // CUDA 12.4 and later
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(f);
+}
+
 CUresult real_graph_mem_attribute(CUdevice dev, CUgraphMem_attribute attr, std::uint64_t* value) {
   static auto fn = REAL_UNHOOKED(Cuda, cuDeviceGetGraphMemAttribute);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -141,6 +146,7 @@ DriverOps real_driver_ops() {
           .event_query = real_event_query,
           .device_attribute = real_device_attribute,
           .function_local_bytes = real_function_local_bytes,
+          .function_load = real_function_load,
           .graph_mem_attribute = real_graph_mem_attribute,
           .graph_mem_trim = real_graph_mem_trim};
 }

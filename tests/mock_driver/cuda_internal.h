@@ -319,6 +319,8 @@ void reset_limits_locked(Driver& state, unsigned device);
 void reset_graph_pool_locked(Driver& state, unsigned device);
 // Backs a launched executable graph's allocations (takes the mutex).
 CUresult prepare_graph_launch(CUgraphExec exec);
+// Implemented in cuda_launch.cpp: finishes loading a lazily loaded function (its module's "lazy=").
+CUresult load_function(CUfunction f, unsigned device);
 // Implemented in cuda_launch.cpp: sizes the launch queues from the configuration (cuInit).
 void reset_launch_queues_locked(Driver& state);
 

@@ -64,22 +64,33 @@ std::uint64_t tagged_number(const char* text, const char* key) {
   return value;
 }
 
+}  // namespace
+
+CUresult load_function(CUfunction f, unsigned device) {
+  Driver& state = driver();
+  if (f->loaded.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (f->loaded.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  CUmod_st* module = f->module;
+  if (is_live(module) && module->lazy_bytes != 0) {
+    if (!state.shared.charge(device, module->lazy_bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
+    module->charged += module->lazy_bytes;
+  }
+  f->loaded.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
 // What the driver does before a function first runs: load its code (lazy loading), and grow the
 // stack when its local memory per thread exceeds the limit. Either may fail for want of memory.
 CUresult prepare_function(CUctx_st* context, CUfunction f) {
   Driver& state = driver();
   const unsigned device = context->device;
-  const bool grow = f->local_bytes > state.stack_limit[device].load(std::memory_order_acquire);
-  if (!grow && f->loaded.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  CUresult status = load_function(f, device);
+  if (status != CUDA_SUCCESS) return status;
+  if (f->local_bytes <= state.stack_limit[device].load(std::memory_order_acquire)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(state.mutex);
-  if (!f->loaded.load(std::memory_order_relaxed)) {
-    CUmod_st* module = f->module;
-    if (is_live(module) && module->lazy_bytes != 0) {
-      if (!state.shared.charge(device, module->lazy_bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
-      module->charged += module->lazy_bytes;
-    }
-    f->loaded.store(true, std::memory_order_release);
-  }
   if (f->local_bytes > state.limits[device].value[CU_LIMIT_STACK_SIZE])
     return set_limit_locked(state, device, CU_LIMIT_STACK_SIZE, f->local_bytes);
   return CUDA_SUCCESS;

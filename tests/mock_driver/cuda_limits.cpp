@@ -112,4 +112,12 @@ CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfu
   return CUDA_SUCCESS;
 }
 
+CUresult cuFuncLoad(CUfunction function) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (!is_live(function) || !is_live(function->module) || !is_live(function->module->context))
+    return CUDA_ERROR_INVALID_HANDLE;
+  return load_function(function, function->module->context->device);
+}
+
 }  // extern "C"

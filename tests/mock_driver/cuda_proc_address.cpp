@@ -127,6 +127,7 @@ const ProcEntry* find_entry(const char* name) {
       {"cuCtxSetLimit", {{address(&cuCtxSetLimit), 3010}}},
       {"cuCtxGetLimit", {{address(&cuCtxGetLimit), 3010}}},
       {"cuFuncGetAttribute", {{address(&cuFuncGetAttribute), 2020}}},
+      {"cuFuncLoad", {{address(&cuFuncLoad), 12040}}},
       {"cuStreamCreate", {{address(&cuStreamCreate), 2000}}},
       {"cuStreamDestroy", {{address(&cuStreamDestroy), 2000}, {address(&cuStreamDestroy_v2), 4000}}},
       {"cuStreamSynchronize", {{address(&cuStreamSynchronize), 2000, address(&cuStreamSynchronize_ptsz)}}},
