@@ -339,7 +339,10 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
       l->release(d.ledger_dev, charge - target);
       d.context_charge.store(target);
     }
-    if (first && steady && target != 0) d.context_measured.store(target, std::memory_order_relaxed);
+    if (first && steady && target != 0) {
+      d.context_measured.store(target, std::memory_order_relaxed);
+      l->note_context_footprint(d.ledger_dev, target);
+    }
     // The headroom fades (about half a second's worth per second) once the footprint stops growing.
     const std::uint64_t headroom = d.footprint_headroom.load(std::memory_order_relaxed);
     d.footprint_headroom.store(headroom - headroom / 16, std::memory_order_relaxed);
@@ -357,9 +360,27 @@ ContextCreation::ContextCreation(CUdevice dev) {
     return;
   }
   probe_.before_creation(*device_);
+  if (!memory_active() || device_->has_context.load(std::memory_order_relaxed)) return;
+  const std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  if (footprint == 0) return;
+  const Reservation r = reserve(device_, footprint);
+  if (r.refused) {
+    refused_ = true;
+    return;
+  }
+  reserved_ = footprint;
+  device_->context_charge.fetch_add(footprint, std::memory_order_relaxed);
+}
+
+ContextCreation::~ContextCreation() {
+  if (done_ || reserved_ == 0) return;
+  // The driver did not create it: nothing was taken.
+  device_->context_charge.fetch_sub(reserved_, std::memory_order_relaxed);
+  ledger()->release(device_->ledger_dev, reserved_);
 }
 
 void ContextCreation::succeeded() {
+  done_ = true;
   if (device_ == nullptr || device_->has_context.exchange(true)) return;
   probe_.after_creation(*device_);
   if (reconcile_context_footprint(*device_) == FootprintResult::NotListed && !memory_active()) {

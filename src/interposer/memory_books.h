@@ -155,17 +155,26 @@ class ContextProbe {
 // process. A device with a record but no memory quota (a compute limit only) is not tracked per
 // allocation (its hooks stay a branch and a forward); the watcher's reconciliation then books the
 // driver's whole per-process figure, so status and metrics show its real use, not 0.
+//
+// Under a memory quota, the process's first context on a device reserves the footprint another
+// process of the container measured there, before the driver creates it: refused (the hook answers
+// CUDA_ERROR_OUT_OF_MEMORY) when the container cannot hold it.
 class ContextCreation {
  public:
   explicit ContextCreation(CUdevice dev);
+  ~ContextCreation();
   ContextCreation(const ContextCreation&) = delete;
   ContextCreation& operator=(const ContextCreation&) = delete;
+  bool refused() const { return refused_; }
   // The driver created the context.
   void succeeded();
 
  private:
   DeviceState* device_ = nullptr;
   ContextProbe probe_;
+  std::uint64_t reserved_ = 0;  // the measured footprint, reserved before creation
+  bool refused_ = false;
+  bool done_ = false;
 };
 
 namespace memory_books {

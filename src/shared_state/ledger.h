@@ -160,6 +160,11 @@ class Ledger {
   virtual void init_priority(unsigned level) = 0;
   virtual int priority() const = 0;
   virtual void add_held_back_ns(std::uint64_t ns) = 0;
+
+  // The context footprint measured on a device: the largest any process of the container found
+  // (0 until one did). A process reserves it before its first context there.
+  virtual std::uint64_t context_footprint(int dev) const = 0;
+  virtual void note_context_footprint(int dev, std::uint64_t bytes) = 0;
 };
 
 // Validates the first `available` bytes of a state file whose size is `file_size`; the error

@@ -692,5 +692,15 @@ TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
   EXPECT_EQ(over.num("more_code"), 2) << "at or over the quota, every allocation is refused";
 }
 
+TEST_F(DriverPaths, ANewProcessWhoseContextTheContainerCannotHoldIsRefusedBeforeItIsCreated) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  // The first process measures the context's footprint and holds all but 32 MiB of the quota.
+  Background holder(holder_argv(kGiB - kContextBytes - 32 * kMiB), env, dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_NE(o.out.find("error=cuDevicePrimaryCtxRetain code=2"), std::string::npos) << o.out << o.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::test
