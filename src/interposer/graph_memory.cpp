@@ -46,6 +46,20 @@ GS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph
   return r;
 }
 
+// The parameters may ask for an upload at instantiation too: the charge follows the pool either way.
+#define GS_GRAPH_INSTANTIATE_WITH_PARAMS(sym)                                                               \
+  GS_EXPORT CUresult sym(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) { \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                                                             \
+    const CUresult r = real(phGraphExec, hGraph, params);                                                   \
+    if (r == CUDA_SUCCESS && phGraphExec != nullptr && gs::memory_active()) {                               \
+      gs::note_graph_instantiated(*phGraphExec, hGraph);                                                    \
+      gs::graph_pool_settle(*phGraphExec);                                                                  \
+    }                                                                                                       \
+    return r;                                                                                               \
+  }
+GS_GRAPH_INSTANTIATE_WITH_PARAMS(cuGraphInstantiateWithParams)
+GS_GRAPH_INSTANTIATE_WITH_PARAMS(cuGraphInstantiateWithParams_ptsz)
+
 #define GS_GRAPH_UPLOAD(sym)                                               \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) {       \
     GS_CUDA_HOOK_PROLOGUE(sym);                                            \

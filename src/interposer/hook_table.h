@@ -68,6 +68,8 @@
   X(cuCtxSetLimit, cuCtxSetLimit, 3010, Plain, "cuCtxSetLimit")                     \
   X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, Plain, "cuGraphAddMemAllocNode") \
   X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, Plain, "cuGraphInstantiate") \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, Plain, "cuGraphInstantiate") \
+  X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, Ptsz, "cuGraphInstantiate") \
   X(cuGraphUpload, cuGraphUpload, 11010, Plain, "cuGraphUpload")                    \
   X(cuGraphUpload_ptsz, cuGraphUpload, 11010, Ptsz, "cuGraphUpload")                \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, Plain, "cuGraphExecDestroy")     \

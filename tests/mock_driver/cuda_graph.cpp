@@ -107,6 +107,18 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, u
   return CUDA_SUCCESS;
 }
 
+// The parameters (flags, upload stream, result) are not simulated: instantiated as with no flags.
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  (void)instantiateParams;
+  return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  return cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
+}
+
 CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
   (void)hStream;
   CUresult ready = check_ready();

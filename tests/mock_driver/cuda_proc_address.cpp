@@ -119,6 +119,8 @@ const ProcEntry* find_entry(const char* name) {
       {"cuGraphAddMemAllocNode", {{address(&cuGraphAddMemAllocNode), 11040}}},
       {"cuGraphInstantiateWithFlags", {{address(&cuGraphInstantiateWithFlags), 11040}}},
       {"cuGraphInstantiate", {{address(&cuGraphInstantiateWithFlags), 12000}}},
+      {"cuGraphInstantiateWithParams",
+       {{address(&cuGraphInstantiateWithParams), 12000, address(&cuGraphInstantiateWithParams_ptsz)}}},
       {"cuGraphUpload", {{address(&cuGraphUpload), 11010, address(&cuGraphUpload_ptsz)}}},
       {"cuGraphExecDestroy", {{address(&cuGraphExecDestroy), 10000}}},
       {"cuDeviceGetGraphMemAttribute", {{address(&cuDeviceGetGraphMemAttribute), 11040}}},
