@@ -101,10 +101,10 @@ GraphSlot* graph_slot(const void* handle, bool create) {
     GraphSlot& slot = g_graph_slots[(home + i) & (kGraphSlots - 1)];
     std::uintptr_t k = slot.key.load(std::memory_order_acquire);
     if (k == key) return &slot;
-    if (k == 0 && create) {
-      if (slot.key.compare_exchange_strong(k, key, std::memory_order_acq_rel)) return &slot;
-      if (k == key) return &slot;
-    }
+    if (k != 0) continue;
+    if (!create) return nullptr;  // slots are never emptied: the handle is not further on
+    if (slot.key.compare_exchange_strong(k, key, std::memory_order_acq_rel)) return &slot;
+    if (k == key) return &slot;
   }
   return nullptr;
 }
