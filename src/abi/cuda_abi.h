@@ -18,6 +18,7 @@ typedef enum cudaError_enum {
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_FILE_NOT_FOUND = 301,
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
@@ -46,6 +47,8 @@ typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUgraphNode_st* CUgraphNode;
+typedef struct CUlib_st* CUlibrary;
 
 typedef struct CUuuid_st {
   char bytes[16];
@@ -154,6 +157,46 @@ typedef enum CUmemPool_attribute_enum {
   CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
 } CUmemPool_attribute;
 
+// cuCtxSetLimit's limits (values as in cuda.h).
+typedef enum CUlimit_enum {
+  CU_LIMIT_STACK_SIZE = 0x00,
+  CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+  CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+  CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+  CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04
+} CUlimit;
+
+// The two device attributes whose product is the resident-thread capacity the stack is reserved for.
+typedef enum CUdevice_attribute_enum {
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
+} CUdevice_attribute;
+
+typedef enum CUfunction_attribute_enum { CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3 } CUfunction_attribute;
+
+typedef enum CUgraphMem_attribute_enum {
+  CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+  CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+  CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3
+} CUgraphMem_attribute;
+
+// CUDA_MEM_ALLOC_NODE_PARAMS (v1 and v2 share the layout). The pool properties are read only for
+// their location, which starts at byte 8 (allocType, handleTypes, then CUmemLocation).
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+  alignas(8) unsigned char poolProps[88];
+  const CUmemAccessDesc* accessDescs;
+  size_t accessDescCount;
+  size_t bytesize;
+  CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120 &&
+                  offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104,
+              "layout of cuda.h");
+
+typedef int CUjit_option;     // passed through untouched
+typedef int CUlibraryOption;  // idem
+
 // ---- prototypes (versioned names, as exported by libcuda.so.1) ----
 CUresult cuInit(unsigned int Flags);
 CUresult cuDriverGetVersion(int* driverVersion);
@@ -239,7 +282,26 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 
+CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit);
+CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc);
+CUresult cuFuncLoad(CUfunction function);  // CUDA 12.4: finishes a lazily loaded function
+
+CUresult cuModuleLoad(CUmodule* module, const char* fname);
 CUresult cuModuleLoadData(CUmodule* module, const void* image);
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                            CUjit_option* options, void** optionValues);
+CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin);
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                           void** jitOptionsValues, unsigned int numJitOptions,
+                           CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                           unsigned int numLibraryOptions);
+CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jitOptions,
+                               void** jitOptionsValues, unsigned int numJitOptions,
+                               CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                               unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name);
 CUresult cuModuleUnload(CUmodule hmod);
 
@@ -262,6 +324,23 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         void** kernelParams);
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+
+// Graph memory: allocation nodes are backed by a per-device graph pool at upload / first launch.
+CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags);
+CUresult cuGraphDestroy(CUgraph hGraph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags);
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS;  // opaque: passed through
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value);
+CUresult cuDeviceGraphMemTrim(CUdevice device);
 
 CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);

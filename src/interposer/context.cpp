@@ -21,6 +21,7 @@ GS_EXPORT CUresult cuInit(unsigned int Flags) {
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuDevicePrimaryCtxRetain);
   gs::ContextCreation creation(dev);
+  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();
   return r;
@@ -29,6 +30,7 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v2);
   gs::ContextCreation creation(dev);
+  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, flags, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();
   return r;
@@ -38,6 +40,7 @@ GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, un
                                   CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v4);
   gs::ContextCreation creation(dev);
+  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, params, flags, dev);
   if (r == CUDA_SUCCESS) creation.succeeded();
   return r;

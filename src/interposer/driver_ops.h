@@ -33,6 +33,13 @@ struct DriverOps {
   CUresult (*event_synchronize)(CUevent event) = nullptr;
   CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
   CUresult (*event_query)(CUevent event) = nullptr;
+  // The driver's own reservations (driver_reservations.h): the resident-thread capacity the stack
+  // is reserved for, a function's local memory per thread, the graph pool's figures and its trim.
+  CUresult (*device_attribute)(int* value, CUdevice_attribute attr, CUdevice dev) = nullptr;
+  CUresult (*function_local_bytes)(CUfunction f, int* bytes) = nullptr;
+  CUresult (*function_load)(CUfunction f) = nullptr;  // lazy loading's deferred part, now
+  CUresult (*graph_mem_attribute)(CUdevice dev, CUgraphMem_attribute attr, std::uint64_t* value) = nullptr;
+  CUresult (*graph_mem_trim)(CUdevice dev) = nullptr;
 };
 
 // The ops in use: the real ones once lifecycle installed them, or a test's simulation.

@@ -64,6 +64,25 @@
   X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, Ptsz, "cuLaunchCooperativeKernel") \
   X(cuGraphLaunch, cuGraphLaunch, 10000, Plain, "cuGraphLaunch")                    \
   X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, Ptsz, "cuGraphLaunch")              \
+  /* the driver's own reservations (limits.cpp, graph_memory.cpp, modules.cpp) */  \
+  X(cuCtxSetLimit, cuCtxSetLimit, 3010, Plain, "cuCtxSetLimit")                     \
+  X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, Plain, "cuGraphAddMemAllocNode") \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, Plain, "cuGraphInstantiate") \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, Plain, "cuGraphInstantiate") \
+  X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, Ptsz, "cuGraphInstantiate") \
+  X(cuGraphUpload, cuGraphUpload, 11010, Plain, "cuGraphUpload")                    \
+  X(cuGraphUpload_ptsz, cuGraphUpload, 11010, Ptsz, "cuGraphUpload")                \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, Plain, "cuGraphExecDestroy")     \
+  X(cuGraphDestroy, cuGraphDestroy, 10000, Plain, "cuGraphDestroy")                 \
+  X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, Plain, "cuDeviceGraphMemTrim") \
+  X(cuModuleLoad, cuModuleLoad, 2000, Plain, "cuModuleLoad")                        \
+  X(cuModuleLoadData, cuModuleLoadData, 2000, Plain, "cuModuleLoad")                \
+  X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, Plain, "cuModuleLoad")            \
+  X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, Plain, "cuModuleLoad")      \
+  X(cuModuleUnload, cuModuleUnload, 2000, Plain, "cuModuleUnload")                  \
+  X(cuLibraryLoadData, cuLibraryLoadData, 12000, Plain, "cuLibraryLoad")            \
+  X(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, Plain, "cuLibraryLoad")    \
+  X(cuLibraryUnload, cuLibraryUnload, 12000, Plain, "cuModuleUnload")               \
   /* host synchronisation: tells the compute limiter the queue drained (launch.cpp) */ \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, Plain, "cuCtxSynchronize")            \
   X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, Plain, "cuCtxSynchronize")        \

@@ -2,6 +2,7 @@
 // limit is set) before reaching the driver; host synchronisations tell the gate when the
 // application itself drained the queue.
 #include "interposer/compute_gate.h"
+#include "interposer/driver_reservations.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/sync_hook.h"
 #include "limiter/kernel_cost.h"
@@ -31,6 +32,7 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams, void** extra) {                                              \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
+    if (gs::launch_refused(f)) return gs::kRefused;                                                        \
     gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
   }
@@ -40,6 +42,7 @@ GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
 #define GS_LAUNCH_KERNEL_EX(sym, per_thread)                                                              \
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
+    if (gs::launch_refused(f)) return gs::kRefused;                                                       \
     gate(gated_stream(config != nullptr ? config->hStream : nullptr, per_thread), f,                      \
          config != nullptr ? config->gridDimX : 0, config != nullptr ? config->gridDimY : 0,              \
          config != nullptr ? config->gridDimZ : 0);                                                       \
@@ -53,6 +56,7 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
                          void** kernelParams) {                                                            \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
+    if (gs::launch_refused(f)) return gs::kRefused;                                                        \
     gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
     return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
   }
@@ -62,6 +66,7 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
 #define GS_GRAPH_LAUNCH(sym, per_thread)                             \
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
+    if (gs::graph_refused(hGraphExec)) return gs::kRefused;          \
     gate(gated_stream(hStream, per_thread), hGraphExec);             \
     return real(hGraphExec, hStream);                                \
   }

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
+#include "interposer/driver_reservations.h"
 #include "profiler/profiler.h"
 #include "shared_state/layout.h"
 #include "shared_state/proc_identity.h"
@@ -99,7 +100,8 @@ std::uint64_t format_bytes(CUarray_format f) {
   }
 }
 
-// The driver's figure for this process on the device; false when NVML does not list it.
+}  // namespace
+
 bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes) {
   NvmlProcessList list;
   if (!list_device_processes(d, list)) return false;
@@ -112,8 +114,6 @@ bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes) {
   }
   return false;
 }
-
-}  // namespace
 
 ImportLook look_before_import() {
   ImportLook look;
@@ -156,10 +156,46 @@ std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth,
   return at_least_1(w) * at_least_1(h) * at_least_1(depth) * format_bytes(f) * at_least_1(channels);
 }
 
+namespace {
+
+// Close to the quota the driver's figure decides: what no hook saw is charged first (at most every
+// 10 ms per process), and a reservation stands only while the container stays within its quota.
+bool still_within_quota(DeviceState& d, shm::Ledger* l) {
+  const std::uint64_t quota = effective_quota(d);
+  if (quota == shm::kUnlimited) return true;
+  const std::uint64_t used = l->used(d.ledger_dev);
+  const std::uint64_t margin = quota / 16 > (64ULL << 20) ? quota / 16 : (64ULL << 20);
+  if (used + margin <= quota) return true;
+  static std::atomic<std::uint64_t> last_ns{0};
+  const std::uint64_t now = monotonic_ns();
+  std::uint64_t prev = last_ns.load(std::memory_order_relaxed);
+  if (d.has_context.load(std::memory_order_relaxed) && now - prev >= 10000000ULL &&
+      last_ns.compare_exchange_strong(prev, now))
+    reconcile_context_footprint(d);
+  return l->used(d.ledger_dev) <= quota;
+}
+
+}  // namespace
+
+void refuse(DeviceState& d, std::uint64_t bytes) {
+  ledger()->count_refusal(d.ledger_dev);
+  report_refusal(d, bytes);
+}
+
 Reservation reserve(DeviceState* d, std::uint64_t bytes) {
   if (d == nullptr || d->ledger_dev < 0) return {};
   shm::Ledger* l = ledger();
-  if (!l->try_reserve(d->ledger_dev, bytes)) {
+  // Room for the footprint growth measured between two reconciliations (0 while it is steady).
+  const std::uint64_t headroom = d->footprint_headroom.load(std::memory_order_relaxed);
+  bool granted = l->try_reserve(d->ledger_dev, bytes + headroom);
+  if (granted && headroom != 0) l->release(d->ledger_dev, headroom);
+  if (granted && !still_within_quota(*d, l)) {
+    l->release(d->ledger_dev, bytes);
+    granted = false;
+  }
+  // What the graph pool keeps beyond what graphs use goes back to the device before a refusal.
+  if (!granted && trim_graph_pool(*d)) granted = l->try_reserve(d->ledger_dev, bytes);
+  if (!granted) {
     l->count_refusal(d->ledger_dev);
     report_refusal(*d, bytes);
     return {-1, 0, true};
@@ -227,39 +263,91 @@ void ContextProbe::after_creation(DeviceState& d) {
   }
 }
 
+namespace {
+
+double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// While the driver's figure for the container is at or over the quota every reservation is refused
+// (the books hold that figure); one line says so, naming what took this process's memory.
+void say_if_over_quota(DeviceState& d) {
+  const std::uint64_t quota = effective_quota(d);
+  if (quota == shm::kUnlimited) return;
+  const std::uint64_t used = ledger()->used(d.ledger_dev);
+  if (used < quota) {
+    d.over_quota_said.store(false, std::memory_order_relaxed);
+    return;
+  }
+  if (d.over_quota_said.exchange(true, std::memory_order_relaxed)) return;
+  const std::uint64_t measured = d.context_measured.load(std::memory_order_relaxed);
+  const std::uint64_t footprint = d.context_charge.load(std::memory_order_relaxed);
+  GS_LOG(
+      Warn,
+      "device %d: the driver holds %.1f MiB for this container, quota %.1f MiB: allocations are refused "
+      "until "
+      "it is below. This process: heap %.1f MiB, stack %.1f MiB, printf+launches %.1f MiB, graph pool %.1f "
+      "MiB, modules %.1f MiB, context %.1f MiB, unexplained %.1f MiB",
+      d.index, mib(used), mib(quota), mib(d.limit_charge[CU_LIMIT_MALLOC_HEAP_SIZE].load()),
+      mib(d.limit_charge[CU_LIMIT_STACK_SIZE].load()),
+      mib(d.limit_charge[CU_LIMIT_PRINTF_FIFO_SIZE].load() +
+          d.limit_charge[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT].load()),
+      mib(d.graph_charge.load()), mib(d.module_charge.load()),
+      mib(footprint < measured ? footprint : measured), mib(footprint > measured ? footprint - measured : 0));
+}
+
+}  // namespace
+
 FootprintResult reconcile_context_footprint(DeviceState& d) {
   // NVML's per-process figure covers everything the driver holds for us: the context, module
-  // images, pool caches and allocation rounding. Whatever exceeds our tracked allocations is charged.
+  // images, pool caches, reservations and allocation rounding. Whatever exceeds our books is charged,
+  // even past the quota: the driver's figure is the truth, the books are the fast path.
   shm::Ledger* l = ledger();
   NvmlProcessList list;
-  // The driver's figure and our books must describe the same moment: skip the round if any
-  // allocation or free was in progress or completed while NVML was asked.
-  std::uint64_t done_before = g_allocs_done.load(std::memory_order_acquire);
-  if (g_allocs_in_flight.load(std::memory_order_acquire) != 0) return FootprintResult::Skipped;
-  std::uint64_t self_before = l->used_by_self(d.ledger_dev);
+  // The books never hold less than the driver for what the hooks saw (a reservation is booked before
+  // the driver allocates, a free given back after it freed), so with allocations moving meanwhile
+  // the larger look at the books gives a footprint that is never too big: it may only grow then.
+  const std::uint64_t done_before = g_allocs_done.load(std::memory_order_acquire);
+  const bool idle_before = g_allocs_in_flight.load(std::memory_order_acquire) == 0;
+  const std::uint64_t self_before = l->used_by_self(d.ledger_dev);
   if (!list_device_processes(d, list)) return FootprintResult::NotListed;
-  std::uint64_t self_after = l->used_by_self(d.ledger_dev);
-  if (self_before != self_after || g_allocs_in_flight.load(std::memory_order_acquire) != 0 ||
-      g_allocs_done.load(std::memory_order_acquire) != done_before)
-    return FootprintResult::Skipped;
+  const std::uint64_t self_after = l->used_by_self(d.ledger_dev);
+  const bool steady = idle_before && self_before == self_after &&
+                      g_allocs_in_flight.load(std::memory_order_acquire) == 0 &&
+                      g_allocs_done.load(std::memory_order_acquire) == done_before;
   unsigned pid = nvml_pid_or_own();
   for (unsigned i = 0; i < list.count; ++i) {
     if (list.infos[i].pid != pid) continue;
     std::uint64_t charge = d.context_charge.load(std::memory_order_relaxed);
-    std::uint64_t tracked = self_after - charge;
+    const std::uint64_t self = self_before > self_after ? self_before : self_after;
+    std::uint64_t tracked = self > charge ? self - charge : 0;
     // Another process's memory opened here is that process's charge, even if the driver counts it.
     std::uint64_t reported = list.infos[i].usedGpuMemory;
     const std::uint64_t imported = imported_counted(d.ledger_dev);
     reported = reported > imported ? reported - imported : 0;
     std::uint64_t target = reported > tracked ? reported - tracked : 0;
     constexpr std::uint64_t kSlack = 2ULL << 20;  // below allocation granularity: not worth a change
+    const bool first = d.context_measured.load(std::memory_order_relaxed) == 0;
     if (target > charge + kSlack) {
-      if (l->try_reserve(d.ledger_dev, target - charge)) d.context_charge.store(target);
-    } else if (target + kSlack < charge) {
+      l->charge_held(d.ledger_dev, target - charge);
+      d.context_charge.store(target);
+      // Growth between two looks is what the next interval may bring too: kept as headroom.
+      if (!first) {
+        const std::uint64_t growth = target - charge;
+        if (growth > d.footprint_headroom.load(std::memory_order_relaxed))
+          d.footprint_headroom.store(growth, std::memory_order_relaxed);
+      }
+    } else if (steady && target + kSlack < charge) {
       l->release(d.ledger_dev, charge - target);
       d.context_charge.store(target);
     }
-    return FootprintResult::Booked;
+    if (first && steady && target != 0) {
+      d.context_measured.store(target, std::memory_order_relaxed);
+      l->note_context_footprint(d.ledger_dev, target);
+    }
+    // The headroom fades (about half a second's worth per second) once the footprint stops growing.
+    const std::uint64_t headroom = d.footprint_headroom.load(std::memory_order_relaxed);
+    d.footprint_headroom.store(headroom - headroom / 16, std::memory_order_relaxed);
+    say_if_over_quota(d);
+    return steady ? FootprintResult::Booked : FootprintResult::Skipped;
   }
   return FootprintResult::NotListed;
 }
@@ -272,9 +360,27 @@ ContextCreation::ContextCreation(CUdevice dev) {
     return;
   }
   probe_.before_creation(*device_);
+  if (!memory_active() || device_->has_context.load(std::memory_order_relaxed)) return;
+  const std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  if (footprint == 0) return;
+  const Reservation r = reserve(device_, footprint);
+  if (r.refused) {
+    refused_ = true;
+    return;
+  }
+  reserved_ = footprint;
+  device_->context_charge.fetch_add(footprint, std::memory_order_relaxed);
+}
+
+ContextCreation::~ContextCreation() {
+  if (done_ || reserved_ == 0) return;
+  // The driver did not create it: nothing was taken.
+  device_->context_charge.fetch_sub(reserved_, std::memory_order_relaxed);
+  ledger()->release(device_->ledger_dev, reserved_);
 }
 
 void ContextCreation::succeeded() {
+  done_ = true;
   if (device_ == nullptr || device_->has_context.exchange(true)) return;
   probe_.after_creation(*device_);
   if (reconcile_context_footprint(*device_) == FootprintResult::NotListed && !memory_active()) {
@@ -291,9 +397,12 @@ namespace memory_books {
 
 void tick(unsigned tick_number) {
   if (tick_number % 2 == 0) ledger()->reap_dead();
-  if (tick_number % 5 != 0) return;
+  // Under a quota the driver's figure is looked at every tick (100 ms); without one, for the views.
+  if (!memory_active() && tick_number % 5 != 0) return;
   for_each_ready_device([](DeviceState& d) {
-    if (d.ledger_dev >= 0 && d.has_context.load(std::memory_order_relaxed)) reconcile_context_footprint(d);
+    if (d.ledger_dev < 0 || !d.has_context.load(std::memory_order_relaxed)) return;
+    if (memory_active()) sync_graph_charge(d);
+    reconcile_context_footprint(d);
   });
 }
 

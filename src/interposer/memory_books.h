@@ -41,6 +41,8 @@ struct Reservation {
 // Reserves `bytes` on device `d` (null or unlimited: nothing to reserve); a refusal is counted
 // and reported (profiler, the processes holding the most).
 Reservation reserve(DeviceState* d, std::uint64_t bytes);
+// Counts and reports a refusal of `bytes` decided elsewhere (the driver's own reservations).
+void refuse(DeviceState& d, std::uint64_t bytes);
 // After the driver answered: a success is tracked under `key`, a failure gives the bytes back.
 void settle(const Reservation& r, CUresult result, AllocKind kind, std::uint64_t key);
 
@@ -115,6 +117,9 @@ CUresult open_imported(CUdeviceptr* ptr, Open&& open) {
   return r;
 }
 
+// The driver's figure for this process on the device (NVML); false when NVML does not list it.
+bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes);
+
 // Bytes a CUDA array of these extents takes (each extent at least 1; formats by element size).
 std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth, CUarray_format f,
                           unsigned channels);
@@ -150,17 +155,26 @@ class ContextProbe {
 // process. A device with a record but no memory quota (a compute limit only) is not tracked per
 // allocation (its hooks stay a branch and a forward); the watcher's reconciliation then books the
 // driver's whole per-process figure, so status and metrics show its real use, not 0.
+//
+// Under a memory quota, the process's first context on a device reserves the footprint another
+// process of the container measured there, before the driver creates it: refused (the hook answers
+// CUDA_ERROR_OUT_OF_MEMORY) when the container cannot hold it.
 class ContextCreation {
  public:
   explicit ContextCreation(CUdevice dev);
+  ~ContextCreation();
   ContextCreation(const ContextCreation&) = delete;
   ContextCreation& operator=(const ContextCreation&) = delete;
+  bool refused() const { return refused_; }
   // The driver created the context.
   void succeeded();
 
  private:
   DeviceState* device_ = nullptr;
   ContextProbe probe_;
+  std::uint64_t reserved_ = 0;  // the measured footprint, reserved before creation
+  bool refused_ = false;
+  bool done_ = false;
 };
 
 namespace memory_books {

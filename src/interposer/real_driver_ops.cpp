@@ -83,6 +83,35 @@ CUresult real_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
   return r;
 }
 
+CUresult real_device_attribute(int* value, CUdevice_attribute attr, CUdevice dev) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuDeviceGetAttribute);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(value, attr, dev);
+}
+
+CUresult real_function_local_bytes(CUfunction f, int* bytes) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuFuncGetAttribute);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+}
+
+CUresult real_function_load(CUfunction f) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuFuncLoad);  // CUDA 12.4 and later
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(f);
+}
+
+CUresult real_graph_mem_attribute(CUdevice dev, CUgraphMem_attribute attr, std::uint64_t* value) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuDeviceGetGraphMemAttribute);
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  cuuint64_t figure = 0;
+  const CUresult r = fn(dev, attr, &figure);
+  *value = figure;
+  return r;
+}
+
+CUresult real_graph_mem_trim(CUdevice dev) {
+  auto fn = REAL(cuDeviceGraphMemTrim);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(dev);
+}
+
 bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) {
   static auto nvml_init = REAL(nvmlInit_v2);
   static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
@@ -114,7 +143,12 @@ DriverOps real_driver_ops() {
           .event_record = real_event_record,
           .event_synchronize = real_event_synchronize,
           .event_elapsed_ns = real_event_elapsed_ns,
-          .event_query = real_event_query};
+          .event_query = real_event_query,
+          .device_attribute = real_device_attribute,
+          .function_local_bytes = real_function_local_bytes,
+          .function_load = real_function_load,
+          .graph_mem_attribute = real_graph_mem_attribute,
+          .graph_mem_trim = real_graph_mem_trim};
 }
 
 }  // namespace gpuslice::interposer

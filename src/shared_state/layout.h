@@ -75,9 +75,13 @@ struct Header {
   alignas(64) std::atomic<std::uint32_t> slot_high_water;  // 1 + highest slot index ever claimed
   std::atomic<std::uint32_t> priority;      // 0 = not set, else 1 + shm::Priority (priority sharing)
   std::atomic<std::uint64_t> held_back_ns;  // time the container's launches were held back by priority
+  // Per device record: the largest context footprint a process measured there (0 = none yet); a
+  // process reserves it before its first context on the device.
+  std::atomic<std::uint64_t> context_footprint[kMaxDeviceRecords];
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
-static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136,
+static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
+                  offsetof(Header, context_footprint) == 144,
               "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {

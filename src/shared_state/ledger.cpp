@@ -325,6 +325,15 @@ class MappedLedger final : public Ledger {
     return false;
   }
 
+  void charge_held(int dev, std::uint64_t bytes) override {
+    if (!device_ready(dev) || bytes == 0) return;
+    Slot* self = own_slot(true);
+    if (self == nullptr) return;
+    SlotDeviceCounters& mine = self->devices[dev];
+    mine.charged.fetch_add(bytes);
+    mine.granted.fetch_add(bytes);
+  }
+
   void release(int dev, std::uint64_t bytes) override {
     if (!device_ready(dev)) return;
     Slot* self = own_slot(false);
@@ -463,6 +472,18 @@ class MappedLedger final : public Ledger {
     const std::uint32_t stored = header_->priority.load(std::memory_order_relaxed);
     return stored >= 1 && stored <= 3 ? static_cast<int>(stored) - 1 : -1;
   }
+  std::uint64_t context_footprint(int dev) const override {
+    return device_ready(dev) ? header_->context_footprint[dev].load(std::memory_order_relaxed) : 0;
+  }
+
+  void note_context_footprint(int dev, std::uint64_t bytes) override {
+    if (!writable_ || !device_ready(dev)) return;
+    std::atomic<std::uint64_t>& stored = header_->context_footprint[dev];
+    std::uint64_t now = stored.load(std::memory_order_relaxed);
+    while (now < bytes && !stored.compare_exchange_weak(now, bytes, std::memory_order_relaxed)) {
+    }
+  }
+
   void add_held_back_ns(std::uint64_t ns) override {
     if (writable_ && ns != 0) header_->held_back_ns.fetch_add(ns, std::memory_order_relaxed);
   }

@@ -99,6 +99,10 @@ class Ledger {
   // exceed the device quota; on refusal reaps dead processes once and retries. Never blocks.
   virtual bool try_reserve(int dev, std::uint64_t bytes) = 0;
   virtual void release(int dev, std::uint64_t bytes) = 0;
+  // Charges to this process bytes the driver already holds for it (what no reservation saw), even
+  // past the quota: the container's total then shows it, and reservations are refused until it is
+  // below the quota again. release() gives them back.
+  virtual void charge_held(int dev, std::uint64_t bytes) = 0;
 
   // The limits that apply (effective_quota / effective_compute of request and cap).
   virtual std::uint64_t quota(int dev) const = 0;
@@ -156,6 +160,11 @@ class Ledger {
   virtual void init_priority(unsigned level) = 0;
   virtual int priority() const = 0;
   virtual void add_held_back_ns(std::uint64_t ns) = 0;
+
+  // The context footprint measured on a device: the largest any process of the container found
+  // (0 until one did). A process reserves it before its first context there.
+  virtual std::uint64_t context_footprint(int dev) const = 0;
+  virtual void note_context_footprint(int dev, std::uint64_t bytes) = 0;
 };
 
 // Validates the first `available` bytes of a state file whose size is `file_size`; the error

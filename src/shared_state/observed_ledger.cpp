@@ -86,6 +86,9 @@ class ObservedLedger final : public Ledger {
   }
   bool try_reserve(int, std::uint64_t) override { return false; }
   void release(int, std::uint64_t) override {}
+  void charge_held(int, std::uint64_t) override {}
+  std::uint64_t context_footprint(int) const override { return 0; }  // a process's concern only
+  void note_context_footprint(int, std::uint64_t) override {}
 
   std::uint64_t quota(int dev) const override {
     DeviceRecord record;

@@ -46,6 +46,7 @@ bench = load(os.path.join(ROOT, "bench", "gpu", "priority_bench.py"), "priority_
 pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_pool")
 by_idle = load(os.path.join(ROOT, "bench", "gpu", "priority_by_idle.py"), "priority_by_idle")
 timeslice = load(os.path.join(ROOT, "bench", "gpu", "timeslice_probe.py"), "timeslice_probe")
+driver_paths = load(os.path.join(ROOT, "tests", "gpu", "driver_paths.py"), "driver_paths")
 
 
 class EveryScriptCompiles(unittest.TestCase):
@@ -851,6 +852,26 @@ class TimesliceProbe(unittest.TestCase):
         self.assertTrue(lines[2].startswith("| 1x0 | alone | - | 10 |"), lines[2])
         self.assertTrue(lines[3].startswith("| 1x0 | 990 | 4 | 500 |"), lines[3])
         self.assertTrue(lines[3].endswith("| 495 | 0.50 |"), lines[3])
+
+
+class DriverPathsAcceptance(unittest.TestCase):
+    def test_nvidia_smis_process_table_is_read_per_pid(self):
+        apps = driver_paths.parse_apps("1234, 8190\n5678, 520\nNo running processes found\n42, [N/A]\n")
+        self.assertEqual(apps, {1234: 8190 * driver_paths.MIB, 5678: 520 * driver_paths.MIB})
+        self.assertEqual(driver_paths.container_figure(apps, {1234}), 8190 * driver_paths.MIB)
+
+    def test_a_case_passes_within_64_mib_of_the_quota(self):
+        quota = 8 * driver_paths.GIB
+        self.assertTrue(driver_paths.verdict(quota + 64 * driver_paths.MIB, quota)["pass"])
+        failed = driver_paths.verdict(quota + 65 * driver_paths.MIB, quota)
+        self.assertFalse(failed["pass"])
+        self.assertEqual(failed["max_over_mib"], 65)
+
+    def test_an_unknown_case_is_named(self):
+        code, err = call_main(driver_paths.main, ["driver_paths.py", "--lib", "l", "--prog", "p", "--out",
+                                                  tempfile.mkdtemp(), "--cases", "heap,bogus"])
+        self.assertEqual(code, 2)
+        self.assertIn("bogus", err)
 
 
 if __name__ == "__main__":

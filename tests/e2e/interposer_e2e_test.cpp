@@ -607,5 +607,100 @@ TEST(InjectedLibrary, ExportsOnlyHookedSymbolsAndNeedsOnlyLibc) {
   EXPECT_EQ(needed.out.find("libgcc_s"), std::string::npos) << needed.out;
 }
 
+// ---- what the driver takes for itself: charged before it is taken, refused past the quota ----
+
+constexpr long long kTolerance = 64 * kMiB;
+constexpr long long kResidentThreads = 132 * 2048;  // the simulated device's SMs x threads per SM
+
+class DriverPaths : public E2E {
+ protected:
+  Outcome reservation(const std::string& what, long long bytes, long long held = 0, long long lazy = 0) {
+    Env env = base_env();
+    env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+    Outcome o = probe({"--scenario", "reservation", "--what", what, "--bytes", std::to_string(bytes),
+                       "--held", std::to_string(held), "--chunk", std::to_string(lazy)},
+                      env);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    return o;
+  }
+};
+
+TEST_F(DriverPaths, AMallocHeapLimitPastTheQuotaIsRefusedBeforeTheDriverReservesIt) {
+  Outcome o = reservation("heap", 2 * kGiB);
+  EXPECT_EQ(o.num("set_code"), 2) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance) << "the driver holds more than the quota";
+  EXPECT_EQ(o.num("more_code"), 0);
+}
+
+TEST_F(DriverPaths, AStackLimitPastTheQuotaIsRefusedBeforeTheDriverReservesIt) {
+  Outcome refused = reservation("stack", 8 * 1024);  // 7 KiB more x 270,336 threads: 1.8 GiB
+  EXPECT_EQ(refused.num("set_code"), 2) << refused.out;
+  EXPECT_LE(refused.num("driver_used"), kGiB + kTolerance);
+}
+
+TEST_F(DriverPaths, AStackLimitReservesThePerThreadSizeForEveryResidentThread) {
+  Outcome granted = reservation("stack", 2 * 1024);  // 1 KiB more: 264 MiB, counted
+  EXPECT_EQ(granted.num("set_code"), 0) << granted.out;
+  EXPECT_EQ(granted.num("free"), kGiB - kContextBytes - 1024 * kResidentThreads);
+}
+
+TEST_F(DriverPaths, AKernelWhoseLocalMemoryWouldGrowTheStackPastTheQuotaIsNotLaunched) {
+  Outcome o = reservation("growth", 8 * 1024);
+  EXPECT_EQ(o.num("load_code"), 0) << o.out;
+  EXPECT_EQ(o.num("launch_code"), 2) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+  EXPECT_EQ(o.num("more_code"), 0);
+}
+
+TEST_F(DriverPaths, AGraphAllocationNodeThatCouldNeverFitIsRefusedWhenAdded) {
+  Outcome o = reservation("graph", 2 * kGiB);
+  EXPECT_EQ(o.num("node_code"), 2) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+}
+
+TEST_F(DriverPaths, AGraphWhosePoolWouldPassTheQuotaIsNotLaunched) {
+  Outcome o = reservation("graph", 768 * kMiB, /*held=*/512 * kMiB);
+  EXPECT_EQ(o.num("node_code"), 0) << o.out;
+  EXPECT_EQ(o.num("launch_code"), 2) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+}
+
+TEST_F(DriverPaths, AGraphPoolWithinTheQuotaIsCountedAfterItsLaunch) {
+  Outcome o = reservation("graph", 256 * kMiB);
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  EXPECT_EQ(o.num("later_free"), kGiB - kContextBytes - 256 * kMiB) << "the pool keeps its memory";
+}
+
+TEST_F(DriverPaths, ModuleGlobalsAndLazilyLoadedCodeAreChargedAndRefuseWhatWouldFollow) {
+  // 700 MiB held, a module with 128 MiB of globals and 256 MiB of code loaded at its first launch.
+  Outcome o = reservation("module", 128 * kMiB, /*held=*/700 * kMiB, /*lazy=*/256 * kMiB);
+  EXPECT_EQ(o.num("load_code"), 0) << o.out;
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  // The first launch's loading cannot be sized before it happens: at once, the books hold it.
+  EXPECT_EQ(o.num("free"), 0) << o.out;
+  EXPECT_EQ(o.num("more_code"), 2) << "the container is over its quota: nothing more until it is below";
+}
+
+TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
+  Outcome within = reservation("unseen", 300 * kMiB, /*held=*/100 * kMiB);
+  EXPECT_EQ(within.num("load_code"), 0) << within.out;
+  EXPECT_EQ(within.num("later_driver_used"), kContextBytes + 400 * kMiB);
+  EXPECT_EQ(within.num("later_free"), kGiB - kContextBytes - 400 * kMiB)
+      << "free memory is the driver's figure";
+  Outcome over = reservation("unseen", 300 * kMiB, /*held=*/800 * kMiB);
+  EXPECT_EQ(over.num("later_free"), 0) << over.out;
+  EXPECT_EQ(over.num("more_code"), 2) << "at or over the quota, every allocation is refused";
+}
+
+TEST_F(DriverPaths, ANewProcessWhoseContextTheContainerCannotHoldIsRefusedBeforeItIsCreated) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  // The first process measures the context's footprint and holds all but 32 MiB of the quota.
+  Background holder(holder_argv(kGiB - kContextBytes - 32 * kMiB), env, dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_NE(o.out.find("error=cuDevicePrimaryCtxRetain code=2"), std::string::npos) << o.out << o.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::test

@@ -40,6 +40,8 @@ struct Options {
   std::string late_trigger;
   std::string release_trigger;  // ipc-export / vmm-export: free the exported memory once it exists
   std::string ipc_handle;       // ipc-import: the exporter's handle, in hex
+  std::string what;             // reservation: heap, stack, growth, graph, module
+  std::size_t held = 0;         // reservation: allocated first, with cuMemAlloc
   int share_pid = 0;            // vmm-import: the exporter's pid and file descriptor
   int share_fd = -1;
 };
@@ -84,6 +86,12 @@ struct Driver {
   decltype(&cuMemMap) map = nullptr;
   decltype(&cuMemUnmap) unmap = nullptr;
   decltype(&cuMemSetAccess) set_access = nullptr;
+  decltype(&cuCtxSetLimit) set_limit = nullptr;
+  decltype(&cuGraphCreate) graph_create = nullptr;
+  decltype(&cuGraphAddMemAllocNode) graph_alloc_node = nullptr;
+  decltype(&cuGraphInstantiateWithFlags) graph_instantiate = nullptr;
+  decltype(&cuGraphLaunch) graph_launch = nullptr;
+  decltype(&cuFuncLoad) func_load = nullptr;  // not hooked: what the driver takes here no hook sees
 };
 
 Options g_opt;
@@ -169,6 +177,12 @@ void load_driver() {
   R(map, cuMemMap, cuMemMap);
   R(unmap, cuMemUnmap, cuMemUnmap);
   R(set_access, cuMemSetAccess, cuMemSetAccess);
+  R(set_limit, cuCtxSetLimit, cuCtxSetLimit);
+  R(graph_create, cuGraphCreate, cuGraphCreate);
+  R(graph_alloc_node, cuGraphAddMemAllocNode, cuGraphAddMemAllocNode);
+  R(graph_instantiate, cuGraphInstantiate, cuGraphInstantiateWithFlags);
+  R(graph_launch, cuGraphLaunch, cuGraphLaunch);
+  R(func_load, cuFuncLoad, cuFuncLoad);
 #undef R
   if (g_drv.init == nullptr || g_drv.alloc == nullptr) die("resolve", 0);
 }
@@ -448,6 +462,87 @@ int launches() {
   return 0;
 }
 
+// The driver's own figure for this process (NVML's per-process usedGpuMemory), 0 if not listed.
+unsigned long long own_driver_figure() {
+  static void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) die("dlopen_nvml", 0);
+  static auto init = reinterpret_cast<decltype(&nvmlInit_v2)>(dlsym(h, "nvmlInit_v2"));
+  static auto by_index =
+      reinterpret_cast<decltype(&nvmlDeviceGetHandleByIndex_v2)>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+  static auto list = reinterpret_cast<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
+      dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  static bool ready = init != nullptr && init() == NVML_SUCCESS;
+  if (!ready || by_index == nullptr || list == nullptr) die("nvml", 0);
+  nvmlDevice_t dev = nullptr;
+  if (by_index(static_cast<unsigned>(g_opt.device), &dev) != NVML_SUCCESS) die("nvml_handle", 0);
+  nvmlProcessInfo_t infos[64];
+  unsigned count = 64;
+  if (list(dev, &count, infos) != NVML_SUCCESS) die("nvml_processes", 0);
+  for (unsigned i = 0; i < count && i < 64; ++i)
+    if (infos[i].pid == static_cast<unsigned>(getpid())) return infos[i].usedGpuMemory;
+  return 0;
+}
+
+// Each way the driver takes memory for itself (--what: heap, stack, growth, module, unseen, graph), after
+// holding --held bytes of cuMemAlloc: prints each call's code, the driver's own figure for this process and
+// the books' free memory, then (after the reconciliation had time) whether a further 1 MiB is still granted.
+int reservation() {
+  CUdeviceptr held = 0;
+  if (g_opt.held != 0) check(g_drv.alloc(&held, g_opt.held), "cuMemAlloc");
+  const std::size_t n = g_opt.bytes;
+  if (g_opt.what == "heap" || g_opt.what == "stack") {
+    const CUlimit limit = g_opt.what == "heap" ? CU_LIMIT_MALLOC_HEAP_SIZE : CU_LIMIT_STACK_SIZE;
+    std::printf("set_code=%d\n", g_drv.set_limit(limit, n));
+  } else if (g_opt.what == "growth" || g_opt.what == "module") {
+    // "globals=" / "lazy=": what the simulated driver's image takes at load and at first launch.
+    std::string image = "mock-module globals=" + std::to_string(g_opt.what == "module" ? n : 0) +
+                        " lazy=" + std::to_string(g_opt.what == "module" ? g_opt.chunk : 0);
+    CUmodule mod = nullptr;
+    CUresult loaded = g_drv.module_load(&mod, image.c_str());
+    std::printf("load_code=%d\n", loaded);
+    if (loaded == CUDA_SUCCESS) {
+      CUfunction fn = nullptr;
+      std::string name = g_opt.what == "growth" ? "local_" + std::to_string(n) : std::string("kernel");
+      check(g_drv.get_function(&fn, mod, name.c_str()), "cuModuleGetFunction");
+      std::printf("launch_code=%d\n", g_drv.launch(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
+    }
+  } else if (g_opt.what == "unseen") {
+    // A function's code (--bytes) loaded through a call no hook sees.
+    std::string image = "mock-module lazy=" + std::to_string(n);
+    CUmodule mod = nullptr;
+    check(g_drv.module_load(&mod, image.c_str()), "cuModuleLoadData");
+    CUfunction fn = nullptr;
+    check(g_drv.get_function(&fn, mod, "kernel"), "cuModuleGetFunction");
+    std::printf("load_code=%d\n", g_drv.func_load(fn));
+  } else if (g_opt.what == "graph") {
+    CUgraph graph = nullptr;
+    check(g_drv.graph_create(&graph, 0), "cuGraphCreate");
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    int location[2] = {CU_MEM_LOCATION_TYPE_DEVICE, g_opt.device};
+    std::memcpy(params.poolProps + 8, location, sizeof location);
+    params.poolProps[0] = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.bytesize = n;
+    CUgraphNode node = nullptr;
+    CUresult added = g_drv.graph_alloc_node(&node, graph, nullptr, 0, &params);
+    std::printf("node_code=%d\n", added);
+    if (added == CUDA_SUCCESS) {
+      CUgraphExec exec = nullptr;
+      check(g_drv.graph_instantiate(&exec, graph, 0), "cuGraphInstantiate");
+      std::printf("launch_code=%d\n", g_drv.graph_launch(exec, nullptr));
+    }
+  } else {
+    die("unknown_what", 0);
+  }
+  std::printf("driver_used=%llu\n", own_driver_figure());
+  print_info("");
+  usleep(300000);  // three reconciliation intervals
+  std::printf("later_driver_used=%llu\n", own_driver_figure());
+  print_info("later_");
+  CUdeviceptr more = 0;
+  std::printf("more_code=%d\n", g_drv.alloc(&more, 1 << 20));
+  return 0;
+}
+
 // NVML as nvidia-smi uses it: dlopen + dlsym, memory info of every device.
 int nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -595,6 +690,10 @@ int main(int argc, char** argv) {
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--path")
       g_opt.path = next();
+    else if (a == "--what")
+      g_opt.what = next();
+    else if (a == "--held")
+      g_opt.held = parse_bytes(next());
     else if (a == "--scenario")
       g_opt.scenario = next();
     else if (a == "--cuda-version")
@@ -642,6 +741,7 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "threads") return threads();
   if (g_opt.scenario == "fork") return forked();
   if (g_opt.scenario == "launch") return launches();
+  if (g_opt.scenario == "reservation") return reservation();
   if (g_opt.scenario == "ipc-export") return ipc_export();
   if (g_opt.scenario == "ipc-import") return ipc_import();
   if (g_opt.scenario == "vmm-export") return vmm_export();

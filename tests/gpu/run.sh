@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool call: build gpuslice and the CUDA test programs on the GPU machine, then run the
 # functional scenarios and the overhead benchmark. Logs go to $OUT (or ./gpu-out).
-#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two] [tools] [ab] [launchab] [priority] [nvml] [ipc] [capture]
+#   tests/gpu/run.sh [functional] [overhead] [paired] [accuracy] [multi] [two] [tools] [ab] [launchab] [priority] [nvml] [ipc] [capture] [paths]
 # (GPU_SKIP: functional groups to skip; TWO_ARGS: extra two_containers.py arguments;
 #  PRIORITY_ARGS: extra priority_bench.py arguments)
 set -uo pipefail
@@ -75,6 +75,10 @@ for w in $what; do
     nvml) bash tests/gpu/nvml_view.sh || rc=1 ;;  # nvidia-smi in two containers (about 30 s)
     # A per-thread-default-stream program capturing a graph under each gate (about 20 s).
     capture) bash tests/gpu/per_thread_capture.sh build/lib/libgpuslice.so | tee "$out/per_thread_capture.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    # Each driver path and the load tests against the driver's own figures (about 5 min; driver_paths.sh).
+    paths) nvcc -O2 -arch=sm_90 -o build/gpu/driver_paths tests/gpu/driver_paths.cu -lcuda >> "$out/build.log" 2>&1 &&
+      python3 tests/gpu/driver_paths.py --lib build/lib/libgpuslice.so --prog build/gpu/driver_paths --out "$out" \
+        | tee "$out/driver_paths.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     ipc) python3 tests/gpu/ipc.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice --out "$out" | tee "$out/ipc.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     two) python3 tests/gpu/two_containers.py --lib build/lib/libgpuslice.so --out "$out" ${TWO_ARGS:-} | tee "$out/two_containers.txt" ;;
     # A latency-critical server beside a best-effort trainer: alone, un-managed, 50/50 limits,

@@ -53,6 +53,8 @@ void destroy_context_locked(Driver& state, CUctx_st* context) {
   });
   state.modules.for_each_live([&](CUmod_st* module) {
     if (module->context != context) return;
+    state.shared.uncharge(module->context->device, module->charged, false);
+    module->charged = 0;
     for (CUfunc_st* function : module->functions) state.functions.release(function);
     module->functions.clear();
     state.modules.release(module);
@@ -61,6 +63,8 @@ void destroy_context_locked(Driver& state, CUctx_st* context) {
   const unsigned device = context->device;
   state.contexts.release(context);
   if (--state.context_count[device] == 0) {
+    reset_limits_locked(state, device);
+    reset_graph_pool_locked(state, device);
     state.shared.uncharge(device, state.context_charge[device], true);
     state.context_charge[device] = 0;
     state.shared.set_has_context(device, false);
@@ -86,7 +90,12 @@ void forget_process_locked(Driver& state, bool unmap) {
     state.context_count[device] = 0;
     state.context_charge[device] = 0;
     state.default_pool[device] = nullptr;
+    state.limits[device] = DeviceLimits{};
+    state.stack_limit[device].store(kDefaultLimits[CU_LIMIT_STACK_SIZE], std::memory_order_relaxed);
+    state.graph_pool[device] = GraphPool{};
   }
+  state.graphs.clear();
+  state.graph_execs.clear();
   t_current_context = nullptr;
 }
 
@@ -168,6 +177,7 @@ CUresult cuInit(unsigned int Flags) {
   }
   create_default_pools_locked(state);
   reset_launch_queues_locked(state);
+  for (unsigned device = 0; device < kMaxDevices; ++device) reset_limits_locked(state, device);
   static bool fork_handlers_registered = false;
   if (!fork_handlers_registered) {
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);

@@ -55,12 +55,19 @@ struct CUevent_st : gpuslice::mock::HandleBase {
 struct CUmod_st : gpuslice::mock::HandleBase {
   CUctx_st* context = nullptr;
   std::vector<CUfunc_st*> functions;
+  // Device memory of the loaded image ("globals=<N>" in the image text), and what each function's
+  // code takes when it is first launched ("lazy=<N>": CUDA_MODULE_LOADING=LAZY, the default).
+  std::uint64_t global_bytes = 0;
+  std::uint64_t lazy_bytes = 0;
+  std::uint64_t charged = 0;  // globals plus the lazily loaded functions, uncharged at unload
 };
 
 struct CUfunc_st : gpuslice::mock::HandleBase {
   CUmod_st* module = nullptr;
   std::string name;
   std::uint64_t duration_ns = 0;
+  std::uint64_t local_bytes = 0;    // per thread: "local_<N>" in the name (big local arrays)
+  std::atomic<bool> loaded{false};  // its code is on the device (first launch)
 };
 
 struct CUmemPoolHandle_st : gpuslice::mock::HandleBase {
@@ -150,6 +157,39 @@ struct LaunchQueue {
   std::atomic<std::uint64_t> next{0};
 };
 
+// cuCtxSetLimit's values for one device, and what their reservations take beyond the context
+// footprint (the defaults' reservations are part of GPUSLICE_MOCK_CONTEXT_BYTES).
+inline constexpr unsigned kLimitCount = 5;
+inline constexpr std::uint64_t kDefaultLimits[kLimitCount] = {1024, (8u << 20) + (256u << 10), 8u << 20, 2,
+                                                              2048};
+// Device memory the driver sets aside per pending device-runtime launch.
+inline constexpr std::uint64_t kPendingLaunchBytes = 2048;
+struct DeviceLimits {
+  std::uint64_t value[kLimitCount] = {kDefaultLimits[0], kDefaultLimits[1], kDefaultLimits[2],
+                                      kDefaultLimits[3], kDefaultLimits[4]};
+  std::uint64_t charged = 0;
+};
+
+// The graph memory pool of one device: what graphs' allocation nodes use now, and the physical
+// memory the pool holds (it keeps it after the graph finishes, until trimmed).
+struct GraphPool {
+  std::uint64_t used = 0;
+  std::uint64_t used_high = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t reserved_high = 0;
+};
+
+// A graph (the sum of its allocation nodes) and an executable graph. Their handles are numbers
+// the mock never dereferences, so a stale or made-up handle is simply not found.
+struct GraphRecord {
+  unsigned device = 0;
+  std::uint64_t alloc_bytes = 0;
+};
+struct GraphExecRecord {
+  unsigned device = 0;
+  std::uint64_t alloc_bytes = 0;
+};
+
 enum class Phase : int { Uninitialized = 0, Ready = 1, Deinitialized = 2 };
 
 struct Driver {
@@ -179,6 +219,12 @@ struct Driver {
   unsigned context_count[kMaxDevices] = {};
   std::uint64_t context_charge[kMaxDevices] = {};  // what was charged, uncharged the same
   CUmemPoolHandle_st* default_pool[kMaxDevices] = {};
+  DeviceLimits limits[kMaxDevices];
+  std::atomic<std::uint64_t> stack_limit[kMaxDevices] = {};  // limits[].value[0], read by launches
+  GraphPool graph_pool[kMaxDevices];
+  std::map<std::uintptr_t, GraphRecord> graphs;
+  std::map<std::uintptr_t, GraphExecRecord> graph_execs;
+  std::uintptr_t next_graph_handle = 0x67726170680000ULL;
   LaunchQueue launch_queue[kMaxDevices];
 };
 
@@ -264,6 +310,17 @@ void release_context_memory_locked(Driver& state, CUctx_st* context);
 void drop_all_memory_locked(Driver& state, bool unmap);
 // Implemented in cuda_context.cpp: creates the default memory pools once cuInit succeeded.
 void create_default_pools_locked(Driver& state);
+// Implemented in cuda_limits.cpp: sets one cuCtxSetLimit value of a device, charging or giving back
+// the reservation's change; CUDA_ERROR_OUT_OF_MEMORY leaves everything as it was.
+CUresult set_limit_locked(Driver& state, unsigned device, unsigned limit, std::uint64_t value);
+// Back to the defaults (the device's last context went away), giving every reservation back.
+void reset_limits_locked(Driver& state, unsigned device);
+// Implemented in cuda_graph.cpp: the graph pool's memory goes with the device's last context.
+void reset_graph_pool_locked(Driver& state, unsigned device);
+// Backs a launched executable graph's allocations (takes the mutex).
+CUresult prepare_graph_launch(CUgraphExec exec);
+// Implemented in cuda_launch.cpp: finishes loading a lazily loaded function (its module's "lazy=").
+CUresult load_function(CUfunction f, unsigned device);
 // Implemented in cuda_launch.cpp: sizes the launch queues from the configuration (cuInit).
 void reset_launch_queues_locked(Driver& state);
 

@@ -3,6 +3,7 @@
 // A launch returns at once and places the kernel's duration on its device's timeline (one per
 // device, shared by all streams and processes: the simplest faithful model of a fully busy
 // GPU). Synchronisation sleeps until the timeline reaches the awaited work; queries compare.
+#include <cstdio>
 #include <cstring>
 
 #include "cuda_internal.h"
@@ -50,6 +51,51 @@ CUresult enqueue_work(CUstream handle, std::uint64_t duration_ns) {
   return CUDA_SUCCESS;
 }
 
+// "<key><N>" anywhere in `text` (N decimal), or 0.
+std::uint64_t tagged_number(const char* text, const char* key) {
+  const char* at = std::strstr(text, key);
+  if (at == nullptr) return 0;
+  std::uint64_t value = 0;
+  for (const char* p = at + std::strlen(key); *p >= '0' && *p <= '9'; ++p) {
+    if (__builtin_mul_overflow(value, 10u, &value) ||
+        __builtin_add_overflow(value, static_cast<std::uint64_t>(*p - '0'), &value))
+      return 0;
+  }
+  return value;
+}
+
+}  // namespace
+
+CUresult load_function(CUfunction f, unsigned device) {
+  Driver& state = driver();
+  if (f->loaded.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (f->loaded.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  CUmod_st* module = f->module;
+  if (is_live(module) && module->lazy_bytes != 0) {
+    if (!state.shared.charge(device, module->lazy_bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
+    module->charged += module->lazy_bytes;
+  }
+  f->loaded.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// What the driver does before a function first runs: load its code (lazy loading), and grow the
+// stack when its local memory per thread exceeds the limit. Either may fail for want of memory.
+CUresult prepare_function(CUctx_st* context, CUfunction f) {
+  Driver& state = driver();
+  const unsigned device = context->device;
+  CUresult status = load_function(f, device);
+  if (status != CUDA_SUCCESS) return status;
+  if (f->local_bytes <= state.stack_limit[device].load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (f->local_bytes > state.limits[device].value[CU_LIMIT_STACK_SIZE])
+    return set_limit_locked(state, device, CU_LIMIT_STACK_SIZE, f->local_bytes);
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
                 unsigned block_y, unsigned block_z, CUstream stream) {
   CUctx_st* context = nullptr;
@@ -59,6 +105,8 @@ CUresult launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
   if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 || block_z == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  status = prepare_function(context, f);
+  if (status != CUDA_SUCCESS) return status;
   return enqueue_work(stream, f->duration_ns);
 }
 
@@ -94,13 +142,81 @@ CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
   std::lock_guard<std::mutex> lock(state.mutex);
+  // The image's text may say what it takes on the device (see CUmod_st).
+  const auto* text = static_cast<const char*>(image);
+  const std::uint64_t globals = tagged_number(text, "globals=");
+  if (globals != 0 && !state.shared.charge(context->device, globals, false)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUmod_st* created = state.modules.acquire();
   created->context = context;
   created->functions.clear();
+  created->global_bytes = globals;
+  created->lazy_bytes = tagged_number(text, "lazy=");
+  created->charged = globals;
   created->alive.store(true, std::memory_order_release);
   *module = created;
   return CUDA_SUCCESS;
 }
+
+// The other ways to load an image take the same path; a file is read whole (the mock's images are text).
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                            CUjit_option* options, void** optionValues) {
+  (void)numOptions;
+  (void)options;
+  (void)optionValues;
+  return cuModuleLoadData(module, image);
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return cuModuleLoadData(module, fatCubin);
+}
+
+CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  if (fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::FILE* file = std::fopen(fname, "rb");
+  if (file == nullptr) return CUDA_ERROR_FILE_NOT_FOUND;
+  char text[4096] = {};
+  const std::size_t got = std::fread(text, 1, sizeof(text) - 1, file);
+  std::fclose(file);
+  text[got] = '\0';
+  return cuModuleLoadData(module, text);
+}
+
+// A library is a module to the mock (its handle is the module's).
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                           void** jitOptionsValues, unsigned int numJitOptions,
+                           CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                           unsigned int numLibraryOptions) {
+  (void)jitOptions;
+  (void)jitOptionsValues;
+  (void)numJitOptions;
+  (void)libraryOptions;
+  (void)libraryOptionValues;
+  (void)numLibraryOptions;
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUmodule module = nullptr;
+  const CUresult status = cuModuleLoadData(&module, code);
+  if (status == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(module);
+  return status;
+}
+
+CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jitOptions,
+                               void** jitOptionsValues, unsigned int numJitOptions,
+                               CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                               unsigned int numLibraryOptions) {
+  (void)jitOptions;
+  (void)jitOptionsValues;
+  (void)numJitOptions;
+  (void)libraryOptions;
+  (void)libraryOptionValues;
+  (void)numLibraryOptions;
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUmodule module = nullptr;
+  const CUresult status = cuModuleLoad(&module, fileName);
+  if (status == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(module);
+  return status;
+}
+
+CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }
 
 CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   CUresult ready = check_ready();
@@ -119,6 +235,8 @@ CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name)
   created->module = hmod;
   created->name = name;
   created->duration_ns = kernel_duration_ns(name, state.config.kernel_ns);
+  created->local_bytes = tagged_number(name, "local_");
+  created->loaded.store(false, std::memory_order_relaxed);
   created->alive.store(true, std::memory_order_release);
   hmod->functions.push_back(created);
   *hfunc = created;
@@ -133,6 +251,8 @@ CUresult cuModuleUnload(CUmodule hmod) {
   if (!is_live(hmod)) return CUDA_ERROR_INVALID_HANDLE;
   for (CUfunc_st* function : hmod->functions) state.functions.release(function);
   hmod->functions.clear();
+  state.shared.uncharge(hmod->context->device, hmod->charged, false);
+  hmod->charged = 0;
   state.modules.release(hmod);
   return CUDA_SUCCESS;
 }
@@ -184,12 +304,15 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                    sharedMemBytes, hStream, kernelParams);
 }
 
-// The mock cannot instantiate graphs, so any executable-graph handle counts as one kernel.
+// A graph launch counts as one kernel. An executable graph the mock instantiated backs its
+// allocation nodes first (cuda_graph.cpp); any other non-null handle is taken as a graph without any.
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   CUctx_st* context = nullptr;
   CUresult status = current_context(&context);
   if (status != CUDA_SUCCESS) return status;
   if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  status = prepare_graph_launch(hGraphExec);
+  if (status != CUDA_SUCCESS) return status;
   return enqueue_work(hStream, driver().config.kernel_ns);
 }
 

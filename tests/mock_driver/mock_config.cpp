@@ -158,6 +158,13 @@ bool load_config(MockConfig* config) {
   if (!read_memory(config) || !read_uuids(config)) return false;
   if (!read_u64("GPUSLICE_MOCK_CONTEXT_BYTES", &config->context_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_KERNEL_NS", &config->kernel_ns)) return false;
+  if (!read_u64("GPUSLICE_MOCK_SM_COUNT", &config->sm_count)) return false;
+  if (!read_u64("GPUSLICE_MOCK_THREADS_PER_SM", &config->threads_per_sm)) return false;
+  if (config->sm_count == 0 || config->sm_count > 4096 || config->threads_per_sm == 0 ||
+      config->threads_per_sm > 65536) {
+    MOCK_LOG("GPUSLICE_MOCK_SM_COUNT / _THREADS_PER_SM: 1-4096 / 1-65536");
+    return false;
+  }
   if (!read_u64("GPUSLICE_MOCK_QUEUE_DEPTH", &config->queue_depth)) return false;
   if (config->queue_depth > kMaxQueueDepth) {
     MOCK_LOG("GPUSLICE_MOCK_QUEUE_DEPTH: at most %llu", static_cast<unsigned long long>(kMaxQueueDepth));

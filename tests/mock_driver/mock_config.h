@@ -22,6 +22,9 @@ struct MockConfig {
   char uuid[kMaxDevices][kUuidLength] = {};
   std::uint64_t context_bytes = kDefaultContextBytes;
   std::uint64_t kernel_ns = kDefaultKernelNs;
+  // The resident-thread capacity the stack limit is reserved for (an H100 SXM: 132 x 2048).
+  std::uint64_t sm_count = 132;
+  std::uint64_t threads_per_sm = 2048;
   std::uint64_t queue_depth = kDefaultQueueDepth;  // kernels in flight per device before a launch blocks
   int driver_version = kDefaultDriverVersion;
   std::uint64_t fake_clock_start_ns = 0;  // 0: the real CLOCK_MONOTONIC

@@ -195,28 +195,44 @@ TEST_F(MemoryBooks, TheContextFootprintIsChargedAndGivenBackAsTheDriverReportsIt
   EXPECT_EQ(d.context_charge.load(), 64 * kMiB);
 }
 
-TEST_F(MemoryBooks, NoReconciliationWhileAnAllocationIsInFlight) {
+TEST_F(MemoryBooks, WhileAllocationsMoveTheFootprintOnlyGrows) {
   Runtime& rt = start("1Gi");
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(100 * kMiB, &p), CUDA_SUCCESS);
   DeviceState& d = *device_state(0);
-  Simulation::report_own_usage(500 * kMiB);
+  Simulation::report_own_usage(400 * kMiB);
+  reconcile_context_footprint(d);
+  ASSERT_EQ(d.context_charge.load(), 300 * kMiB);
   {
-    AllocationInFlight flight;  // the driver's figure may already include it, our books not yet
+    // A free in flight: the driver may have freed already, the books not yet. Never lowered then.
+    AllocationInFlight flight;
+    Simulation::report_own_usage(300 * kMiB);
     reconcile_context_footprint(d);
+    EXPECT_EQ(d.context_charge.load(), 300 * kMiB);
+    // But what the driver holds beyond the books (which never hold less than it for what the hooks
+    // saw) is charged at once, however busy the process: a churning process cannot hide growth.
+    Simulation::report_own_usage(600 * kMiB);
+    reconcile_context_footprint(d);
+    EXPECT_EQ(d.context_charge.load(), 500 * kMiB);
   }
-  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 100 * kMiB);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 600 * kMiB);
 }
 
-TEST_F(MemoryBooks, AFootprintThatWouldExceedTheQuotaIsNotCharged) {
+TEST_F(MemoryBooks, AFootprintPastTheQuotaIsChargedAndRefusesAllocationsUntilItIsBelow) {
   Runtime& rt = start("1Gi");
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(900 * kMiB, &p), CUDA_SUCCESS);
   DeviceState& d = *device_state(0);
   Simulation::report_own_usage(900 * kMiB + 200 * kMiB);
   reconcile_context_footprint(d);
-  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 900 * kMiB) << "the books never exceed the quota";
-  EXPECT_EQ(d.context_charge.load(), 0u);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 1100 * kMiB) << "the books hold the driver's figure";
+  EXPECT_EQ(d.context_charge.load(), 200 * kMiB);
+  CUdeviceptr q = 0;
+  EXPECT_EQ(allocate_bytes(kMiB, &q), CUDA_ERROR_OUT_OF_MEMORY);
+  Simulation::report_own_usage(900 * kMiB + 50 * kMiB);  // the driver gave memory back
+  reconcile_context_footprint(d);
+  EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 950 * kMiB);
+  EXPECT_EQ(allocate_bytes(kMiB, &q), CUDA_SUCCESS);
 }
 
 TEST_F(MemoryBooks, AFileCapNeverRaisesTheRequestedQuota) {

@@ -104,6 +104,28 @@ TEST_F(LedgerTest, ARequestLargerThanTheQuotaFailsWithoutCharging) {
   EXPECT_TRUE(a_->try_reserve(dev_, 100));
 }
 
+TEST_F(LedgerTest, WhatTheDriverHoldsIsChargedPastTheQuotaAndRefusesEveryoneUntilBelow) {
+  auto b = open_process(path_);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a_->try_reserve(dev_, 90));
+  a_->charge_held(dev_, 30);  // the driver's figure showed 30 more than the books
+  EXPECT_EQ(a_->used(dev_), 120u);
+  EXPECT_FALSE(b->try_reserve(dev_, 1));
+  a_->release(dev_, 30);
+  EXPECT_TRUE(b->try_reserve(dev_, 10));
+  EXPECT_EQ(b->used(dev_), 100u);
+}
+
+TEST_F(LedgerTest, TheContextFootprintKeepsTheLargestAnyProcessMeasured) {
+  auto b = open_process(path_);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->context_footprint(dev_), 0u);
+  a_->note_context_footprint(dev_, 40);
+  b->note_context_footprint(dev_, 30);
+  EXPECT_EQ(b->context_footprint(dev_), 40u);
+  EXPECT_EQ(a_->context_footprint(dev_), 40u);
+}
+
 TEST_F(LedgerTest, ProcessesShareOneQuota) {
   auto b = open_process(path_);
   ASSERT_NE(b, nullptr);
