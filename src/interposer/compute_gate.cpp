@@ -103,12 +103,26 @@ void refresh_turns() {
   });
 }
 
+// The limiter whose busy probe times this thread's launch in flight, between gate_launch() and
+// after_launch(); null for every other launch.
+thread_local limiter::ComputeLimiter* t_probing = nullptr;
+
 }  // namespace
 
 void gate_launch(CUstream stream, std::uint64_t kernel) {
   // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
   if (priority_sharing::enabled()) priority_sharing::before_launch(stream, kernel);
-  if (limiter::ComputeLimiter* lim = current_limiter()) lim->gate(stream);
+  if (limiter::ComputeLimiter* lim = current_limiter()) {
+    if (lim->gate(stream)) [[unlikely]]
+      t_probing = lim;
+  }
+}
+
+void after_launch(CUstream stream) {
+  if (limiter::ComputeLimiter* lim = t_probing) [[unlikely]] {
+    t_probing = nullptr;
+    lim->after_launch(stream);
+  }
 }
 
 void note_sync_begin() {

@@ -15,6 +15,9 @@ inline bool compute_active() { return g_compute_active.load(std::memory_order_re
 
 // `kernel`: what is launched (limiter::kernel_key; 0 = unknown), for the priority gate's costs.
 void gate_launch(CUstream stream, std::uint64_t kernel = 0);
+// After the driver took a launch that passed gate_launch() on this thread: the compute limit's busy
+// probe records the event that ends the launch's device time (limiter/busy_probe.h).
+void after_launch(CUstream stream);
 // Before the application's own synchronisation waits (priorities: still busy while it waits), and
 // after it returned: the device finished what was launched.
 void note_sync_begin();

@@ -125,7 +125,7 @@ bool ComputeLimiter::gate(CUstream stream) {
     const unsigned limit = limit_percent();
     // A window charged by measured duty is charged in one piece when it closes; short ones keep
     // the pieces within what the bucket banks while other processes refill it.
-    if (last_measured_) budget = std::min(budget, std::max(tuning_.min_window_ns, tuning_.max_bank_ns));
+    if (last_window_light_) budget = std::min(budget, std::max(tuning_.min_window_ns, tuning_.max_bank_ns));
     if (!unlimited(limit)) open_window(now, limit, budget);
     release_closer();
     if (unlimited(limit)) return false;
@@ -204,6 +204,7 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
     return true;
   }
   const std::uint32_t launches = window_launches_.load(kRelaxed);
+  const bool first_window = launch_cost_.per_launch_ns() == 0;
   const std::uint64_t drain_start = clock_.now_ns();
   CUresult rc = CUDA_SUCCESS;
   if (ops_.ctx_synchronize != nullptr) {
@@ -279,8 +280,9 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
     launch_cost_.add(std::max<std::uint64_t>(elapsed(start, end), launches), launches);
   }
   window_start_ns_.store(0, kRelease);
-  last_measured_ = duty != kPermille;
-  return duty == kPermille;
+  last_window_light_ = duty != kPermille;
+  // The first window (a couple of launches, to measure their cost) says nothing about the workload.
+  return duty == kPermille && !first_window;
 }
 
 std::uint64_t ComputeLimiter::charge_scaled(std::uint64_t ns, std::uint64_t duty_permille) {
@@ -367,7 +369,9 @@ std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
     refill(now, limit);
     const std::int64_t tokens = shared_->tokens_ns.load(kAcquire);
     std::uint64_t phase = phase_offset();
-    const bool strict = on_cycle || phase != kNoPhase;
+    // Turns keep containers' device-bound windows apart; a container whose last window kept the
+    // device mostly idle (launch-bound) runs outside its turn too, charged its own kernels' time.
+    const bool strict = on_cycle || (phase != kNoPhase && !last_window_light_);
     if (phase == kNoPhase) phase = container_cycle_phase(now);
     if (!strict && tokens >= 0) return budget;
     const std::uint64_t period = tuning_.period_ns;

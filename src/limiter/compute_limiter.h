@@ -159,7 +159,9 @@ class ComputeLimiter {
   // time times the share of it the device was busy (closer thread arms and reads it).
   BusyProbe probe_;
   bool probe_supported_ = false;
-  bool last_measured_ = false;  // the last window was charged below its wall time (closer only)
+  // Closer only. The last window kept the device mostly idle (charged below its wall time): the
+  // next one is short, and opens at once when out of debt, even in turns.
+  bool last_window_light_ = false;
 
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};

@@ -4,6 +4,7 @@
 // is held to the limit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -120,6 +121,24 @@ TEST_P(LimiterGpuTime, DeviceBoundWorkIsHeldWithinThreePoints) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Limits, LimiterGpuTime, ::testing::Values(20u, 50u, 80u));
+
+// A container taking turns with others on the GPU opens its device-bound windows only in its turn.
+// Launch-bound work runs outside it too: after its first window (which waits for the turn once),
+// each window is measured light and the next opens at once.
+TEST(LimiterGpuTimeTurns, LaunchBoundStepsRunOutsideTheirTurn) {
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  Scenario s;
+  Container& box = s.add_container(50);
+  Process& p = s.add_process(box);
+  std::atomic<std::uint64_t> phase{Tuning{}.period_ns / 2};  // the turn starts 250 ms into the cycle
+  p.limiter->set_phase_source(&phase);
+  int steps = 0;
+  s.add_thread(p, [&] { steps = run_steps(p, s.world, step, kRun); });
+  s.run();
+  EXPECT_GE(steps, free_running * 9 / 10) << steps << " of " << free_running;
+  EXPECT_LE(s.sliding(box, 0, kRun).max, 0.50 + 0.03);
+}
 
 // Two launch-bound processes of one container, each busy 30% of the time: each charges its own
 // kernels' device time, so a 70% limit leaves them alone, and under 50% together they never exceed
