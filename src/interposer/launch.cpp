@@ -1,8 +1,8 @@
-// Work-submission hooks: kernels, cooperative kernels and graphs pass the compute gate (when a
-// limit is set) before reaching the driver; host synchronisations tell the gate when the
-// application itself drained the queue.
-#include "interposer/compute_gate.h"
+// Work-submission hooks: kernels, cooperative kernels and graphs pass the launch gate (when a
+// limit or a priority is set) before reaching the driver; host synchronisations tell the gate when
+// the application itself drained the queue.
 #include "interposer/hook_prologue.h"
+#include "interposer/launch_gate.h"
 #include "interposer/sync_hook.h"
 #include "limiter/kernel_cost.h"
 
@@ -13,7 +13,7 @@ namespace {
 // executable and no grid).
 // Returns whether the launch was gated, read once: launched() then needs no second load.
 inline bool gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
-  if (!gs::compute_active()) [[likely]]
+  if (!gs::launch_gated()) [[likely]]
     return false;
   gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
   return true;
@@ -89,7 +89,7 @@ GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
 // nothing about the device the gates look at (they follow the current context), so it is passed on.
 GS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxSynchronize_v2);
-  bool gated = ::gpuslice::interposer::compute_active();
+  bool gated = ::gpuslice::interposer::launch_gated();
   if (gated && ctx != nullptr) {
     CUcontext current = nullptr;
     static auto get_current = REAL_UNHOOKED(Cuda, cuCtxGetCurrent);
