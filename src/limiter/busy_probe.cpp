@@ -3,12 +3,7 @@
 #include "limiter/compute_limiter.h"
 
 namespace gpuslice::limiter {
-namespace {
-
-// Identifies the calling thread without a syscall: the address of a thread-local.
-thread_local char t_thread_marker = 0;
-
-}  // namespace
+thread_local BusyProbe::Pending BusyProbe::t_pending;
 
 bool BusyProbe::supported(const DriverOps& ops) {
   return ops.event_create != nullptr && ops.event_record != nullptr && ops.event_elapsed_ns != nullptr;
@@ -26,28 +21,22 @@ bool BusyProbe::create_slot(const DriverOps& ops, Slot& slot) {
 }
 
 bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
-  const void* me = &t_thread_marker;
   lock();
   bool probed = false;
   switch (phase_) {
     case Phase::Idle:
       if (n < start_at_.load(std::memory_order_relaxed)) break;  // disarmed meanwhile
       phase_ = Phase::Running;
-      owner_ = me;
-      first_launch_ = n;
-      count_ = 0;
-      pending_ = false;
+      ++generation_;
+      claimed_ = 0;
+      completed_ = 0;
       start_ns_ = now;
       probed = true;
       break;
     case Phase::Running:
-      // Another thread's launch, or one of ours the probe missed: its kernels are not in the sum,
-      // so the sum says nothing about the window. It is charged in full.
-      if (owner_ != me || pending_ || n != first_launch_ + count_) {
-        phase_ = Phase::Invalid;
-        break;
-      }
-      if (count_ >= kSlots || now - start_ns_ >= kMaxSpanNs) {
+      // The span ends at the first launch it has no room or time for: every launch before it, of
+      // any thread, was timed.
+      if (claimed_ >= kSlots || now - start_ns_ >= kMaxSpanNs) {
         phase_ = Phase::Ended;
         end_ns_ = now;
         break;
@@ -59,7 +48,7 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
       break;
   }
   if (probed) {
-    Slot& slot = slots_[count_];
+    Slot& slot = slots_[claimed_];
     // Work captured into a graph runs later, and an event there would join the capture.
     const bool capturing = stream_capturing(ops, stream);
     if (capturing || !create_slot(ops, slot) || ops.event_record(slot.before, stream) != CUDA_SUCCESS) {
@@ -68,7 +57,8 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
       phase_ = Phase::Invalid;
       probed = false;
     } else {
-      pending_ = true;
+      t_pending = Pending{this, generation_, claimed_};
+      ++claimed_;
     }
   }
   if (!probed) start_at_.store(kNever, std::memory_order_relaxed);
@@ -77,13 +67,17 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
 }
 
 void BusyProbe::after_launch(const DriverOps& ops, CUstream stream) {
+  const Pending pending = t_pending;
+  t_pending = Pending{};
+  if (pending.probe != this) return;
   lock();
-  if (phase_ == Phase::Running && pending_ && owner_ == &t_thread_marker) {
-    if (ops.event_record(slots_[count_].after, stream) == CUDA_SUCCESS) {
-      ++count_;
-      pending_ = false;
+  // A pair of a probe since collected (or invalidated) is dropped; one begun before its probe's
+  // span ended still completes it.
+  if ((phase_ == Phase::Running || phase_ == Phase::Ended) && pending.generation == generation_) {
+    if (ops.event_record(slots_[pending.slot].after, stream) == CUDA_SUCCESS) {
+      ++completed_;
     } else {
-      slots_[count_] = Slot{};
+      slots_[pending.slot] = Slot{};
       phase_ = Phase::Invalid;
       start_at_.store(kNever, std::memory_order_relaxed);
     }
@@ -94,15 +88,15 @@ void BusyProbe::after_launch(const DriverOps& ops, CUstream stream) {
 BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read) {
   lock();
   Result result;
-  // A probe still running ends with the window; one whose launch is half-way (another thread is
-  // between its gate and its launch) cannot be read.
-  if (phase_ == Phase::Running && !pending_) {
+  // A probe still running ends with the window. One with a launch half-way (a thread between its
+  // gate and its launch) cannot be read: that kernel's time is unknown.
+  if (phase_ == Phase::Running) {
     phase_ = Phase::Ended;
     end_ns_ = now;
   }
-  if (read && phase_ == Phase::Ended && count_ > 0 && end_ns_ > start_ns_) {
+  if (read && phase_ == Phase::Ended && claimed_ > 0 && completed_ == claimed_ && end_ns_ > start_ns_) {
     result.valid = true;
-    for (std::uint32_t i = 0; i < count_ && result.valid; ++i) {
+    for (std::uint32_t i = 0; i < claimed_ && result.valid; ++i) {
       std::uint64_t ns = 0;
       if (ops.event_elapsed_ns(slots_[i].before, slots_[i].after, &ns) != CUDA_SUCCESS) {
         result.valid = false;
@@ -113,9 +107,8 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
   }
   if (!result.valid) result = Result{};
   phase_ = Phase::Idle;
-  count_ = 0;
-  pending_ = false;
-  owner_ = nullptr;
+  claimed_ = 0;
+  completed_ = 0;
   start_at_.store(kNever, std::memory_order_relaxed);
   unlock();
   return result;

@@ -3,12 +3,12 @@
 // (duty 1) is charged as before, a launch-bound one (tiny kernels between host work) only for the time
 // its kernels ran.
 //
-// A probe times a run of up to kSlots consecutive launches of one thread in each window: a timing
-// event recorded on the launch's stream just before the launch and one just after, so each pair spans
-// exactly that launch's device time (the stream runs in order: the first completes when the earlier
-// work did, i.e. when the kernel starts). The duty is their sum over the host time the run took. A
-// pair costs two cuEventRecord; the sums are read once, after the window's drain, when every event has
-// completed. Launches outside the probe cost one relaxed load and a compare.
+// A probe times every launch of a span of host time at the start of each window (any thread's, up to
+// kSlots of them): a timing event recorded on the launch's stream just before the launch and one just
+// after, so each pair spans exactly that launch's device time (the stream runs in order: the first
+// completes when the earlier work did, i.e. when the kernel starts). The duty is their sum over the
+// span. A pair costs two cuEventRecord; the pairs are read once, after the window's drain, when every
+// event has completed. Launches outside the probe cost one relaxed load and a compare.
 #pragma once
 
 #include <atomic>
@@ -48,8 +48,8 @@ class BusyProbe {
   void arm(std::uint32_t first) { start_at_.store(first, std::memory_order_relaxed); }
 
   // Launch number `n` of the window (all threads) is about to be submitted on `stream`. The fast path:
-  // one relaxed load and a compare. Returns true when the caller must call after_launch() once the
-  // launch was submitted.
+  // one relaxed load and a compare. Returns true when the caller must call after_launch() on the same
+  // thread once the launch was submitted.
   bool before_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
     if (n < start_at_.load(std::memory_order_relaxed)) [[likely]]
       return false;
@@ -68,6 +68,13 @@ class BusyProbe {
     CUevent before = nullptr;
     CUevent after = nullptr;
   };
+  // The probed launch a thread is submitting, between before_launch() and after_launch().
+  struct Pending {
+    BusyProbe* probe = nullptr;
+    std::uint32_t generation = 0;
+    std::uint32_t slot = 0;
+  };
+  static thread_local Pending t_pending;
 
   bool probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n);
   bool create_slot(const DriverOps& ops, Slot& slot);
@@ -78,10 +85,9 @@ class BusyProbe {
   // Guards everything below: probed launches are few, so a spin lock costs nothing that matters.
   std::atomic<bool> lock_{false};
   Phase phase_ = Phase::Idle;
-  const void* owner_ = nullptr;  // the thread whose launches the probe times
-  std::uint32_t first_launch_ = 0;
-  std::uint32_t count_ = 0;  // pairs recorded
-  bool pending_ = false;     // a "before" event recorded, its launch not yet followed by "after"
+  std::uint32_t generation_ = 0;  // one per probe, so a late after_launch() cannot reach a later one
+  std::uint32_t claimed_ = 0;     // pairs begun ("before" recorded)
+  std::uint32_t completed_ = 0;   // pairs whose "after" is recorded too
   std::uint64_t start_ns_ = 0;
   std::uint64_t end_ns_ = 0;
   Slot slots_[kSlots];

@@ -140,6 +140,27 @@ TEST(LimiterGpuTimeTurns, LaunchBoundStepsRunOutsideTheirTurn) {
   EXPECT_LE(s.sliding(box, 0, kRun).max, 0.50 + 0.03);
 }
 
+// Two threads of one process, each running the launch-bound steps (together 18% busy): the probe
+// times both threads' launches, so a 50% limit leaves them alone.
+TEST(LimiterGpuTimeThreads, LaunchBoundThreadsOfOneProcessRunAtFullSpeed) {
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  Scenario s;
+  Container& box = s.add_container(50);
+  Process& p = s.add_process(box);
+  int steps_a = 0;
+  int steps_b = 0;
+  s.add_thread(p, [&] { steps_a = run_steps(p, s.world, step, kRun); });
+  s.add_thread(p, [&] {
+    s.world.sleep(250 * kUs);
+    steps_b = run_steps(p, s.world, step, kRun);
+  });
+  s.run();
+  EXPECT_GE(steps_a + steps_b, 2 * free_running * 95 / 100)
+      << steps_a << " + " << steps_b << " of 2 x " << free_running;
+  EXPECT_LE(s.sliding(box, 0, kRun).max, 0.50 + 0.03);
+}
+
 // Two launch-bound processes of one container, each busy 30% of the time: each charges its own
 // kernels' device time, so a 70% limit leaves them alone, and under 50% together they never exceed
 // it. They get less than it: once throttled they resume together, their kernels share the device,

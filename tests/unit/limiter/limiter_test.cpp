@@ -411,9 +411,9 @@ TEST_F(LimiterMechanics, FailedEventsChargeTheWindowInFull) {
   EXPECT_EQ(shared.busy_total_ns.load(), 10 * kMs);
 }
 
-// The probe times one thread's launches; another thread launching meanwhile has kernels the sum
-// does not hold, so that window is charged in full rather than under-charged.
-TEST_F(LimiterMechanics, AnotherThreadLaunchingDuringTheProbeChargesInFull) {
+// The probe times every launch of its span, whichever thread makes it: a second thread's kernel
+// is in the sum too (the old probe charged that window in full).
+TEST_F(LimiterMechanics, AnotherThreadsLaunchDuringTheProbeIsTimedToo) {
   limit.store(50);
   EventStubs::kernel_ns = 20'000;
   ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
@@ -423,10 +423,10 @@ TEST_F(LimiterMechanics, AnotherThreadLaunchingDuringTheProbeChargesInFull) {
     clock.now += 200'000;
   }
   limiter.settle();
-  // The first window (two launches, 400 us) is measured; the second, where the other thread
-  // launched, is charged its whole 9.6 ms.
-  EXPECT_EQ(limiter.stats().measured_windows, 1u);
-  EXPECT_EQ(shared.busy_total_ns.load(), 40'000u + 9'600'000u);
+  EXPECT_EQ(limiter.stats().measured_windows, 2u);
+  // The first window's 400 us at a tenth; the second's 9.6 ms at 26 kernels of 20 us in 5 ms.
+  EXPECT_EQ(shared.busy_total_ns.load(), 40'000u + 9'600'000u * 104 / 1000);
+  EXPECT_EQ(EventStubs::records, 2 * (2 + 26));
 }
 
 // Launches into a stream being captured run nothing now: they are never timed.
