@@ -28,7 +28,9 @@ own CPU time over the measurement, per hooked step, is reported beside it.
 
 Configurations: quota (memory quota), compute100 (quota + a compute limit of 100 %: the launch gate
 runs, nothing is throttled), profiled (quota + the profiler; also counts the hooked driver calls
-per step from the profiler's metrics file). aa (not in the default list) is the control: a quota,
+per step from the profiler's metrics file). compute50 (not in the default list): a compute limit of
+50 %, below which the decode loop's GPU time stays, so its hooked blocks run the limiter's window
+path and busy probe unthrottled (read its decode line; the training step is held by the limit). aa (not in the default list) is the control: a quota,
 both sides bypassed, so every difference must be 0 within its interval.
 Workloads: GPT-2 small (built from its config, no download) training step, batch 8 x 256 tokens,
 bf16 autocast, --train-steps steps a block; greedy decode of 1 sequence with a KV cache,
@@ -50,6 +52,7 @@ import time
 CONFIGS = {
     "quota": {"GPUSLICE_MEMORY_LIMIT": "70Gi"},
     "compute100": {"GPUSLICE_MEMORY_LIMIT": "70Gi", "GPUSLICE_COMPUTE_LIMIT": "100"},
+    "compute50": {"GPUSLICE_MEMORY_LIMIT": "70Gi", "GPUSLICE_COMPUTE_LIMIT": "50"},
     "profiled": {"GPUSLICE_MEMORY_LIMIT": "70Gi", "GPUSLICE_PROFILE_DIR": None},
     "aa": {"GPUSLICE_MEMORY_LIMIT": "70Gi"},
 }

@@ -54,10 +54,7 @@ bool is_word(const std::string& text, const char* word) {
   return true;
 }
 
-// The ledger's level (-1 when never set).
-const char* priority_name(int level) {
-  return level >= 0 && level <= 2 ? config::priority_name(static_cast<config::Priority>(level)) : "not set";
-}
+const char* level_name(std::optional<Priority> level) { return level ? priority_name(*level) : "not set"; }
 
 }  // namespace
 
@@ -74,11 +71,11 @@ int cmd_set(int argc, char** argv) {
   auto priority_text = args.value("--priority");
   if (!memory_text && !compute_text && !priority_text)
     return usage_error(spec, "nothing to set: give --memory, --compute and/or --priority");
-  std::optional<unsigned> priority;
+  std::optional<Priority> priority;
   if (priority_text) {
     auto level = config::parse_priority(*priority_text);
     if (!level) return usage_error(spec, "--priority '" + *priority_text + "': " + level.error());
-    priority = static_cast<unsigned>(*level);
+    priority = *level;
   }
 
   std::optional<std::uint64_t> memory;
@@ -113,7 +110,7 @@ int cmd_set(int argc, char** argv) {
     if (!ledger.writable())
       return runtime_error(spec.name, "cannot change " + *path + ": it is read-only for this user");
     ledger.set_priority(*priority);
-    std::printf("priority %s -> %s\n", priority_name(snap.priority), priority_name(ledger.priority()));
+    std::printf("priority %s -> %s\n", level_name(snap.priority), level_name(ledger.priority()));
     if (!memory && !compute) return kExitOk;
   }
 

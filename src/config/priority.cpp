@@ -4,16 +4,12 @@
 #include <string>
 
 #include "common/duration_scan.h"
-#include "common/enum_names.h"
 #include "config/text_util.h"
 
 namespace gpuslice::config {
 
 Result<Priority> parse_priority(std::string_view text) {
-  const std::string_view word = detail::trim(text);
-  for (const Priority p : {Priority::High, Priority::Normal, Priority::Low}) {
-    if (detail::iequals(word, priority_name(p))) return p;
-  }
+  if (const auto p = priority_from_name(detail::trim(text))) return *p;
   return make_error("expected high, normal or low");
 }
 
@@ -32,11 +28,6 @@ Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min
   if (scan.status != text::DurationScan::Status::Ok || scan.value < min_ns || scan.value > max_ns)
     return make_error(range());
   return scan.value;
-}
-
-const char* priority_name(Priority priority) {
-  static constexpr const char* kNames[] = {"low", "normal", "high"};
-  return enum_name<Priority::High>(priority, kNames, "normal");
 }
 
 }  // namespace gpuslice::config

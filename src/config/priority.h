@@ -1,21 +1,22 @@
 // GPUSLICE_PRIORITY: the priority of a container among the containers sharing a GPU
-// (docs/priority.md). The values are those the node channel publishes (shm::Priority).
+// (docs/priority.md), parsed into the one Priority type (common/priority.h).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
+#include "common/priority.h"
 #include "common/result.h"
 
 namespace gpuslice::config {
 
-enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
+using gpuslice::Priority;
+using gpuslice::priority_name;
 
 // "high" | "normal" | "low", case-insensitive, surrounding blanks ignored; anything else is an
 // error naming the accepted values.
 Result<Priority> parse_priority(std::string_view text);
-const char* priority_name(Priority priority);
 
 // A duration for the priority tunables: a whole number followed by ns, us, ms or s ("500us",
 // "2ms"), surrounding blanks ignored; within [min_ns, max_ns], else an error naming the range.

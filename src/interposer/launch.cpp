@@ -1,9 +1,9 @@
-// Work-submission hooks: kernels, cooperative kernels and graphs pass the compute gate (when a
-// limit is set) before reaching the driver; host synchronisations tell the gate when the
-// application itself drained the queue.
-#include "interposer/compute_gate.h"
+// Work-submission hooks: kernels, cooperative kernels and graphs pass the launch gate (when a
+// limit or a priority is set) before reaching the driver; host synchronisations tell the gate when
+// the application itself drained the queue.
 #include "interposer/driver_reservations.h"
 #include "interposer/hook_prologue.h"
+#include "interposer/launch_gate.h"
 #include "interposer/sync_hook.h"
 #include "limiter/kernel_cost.h"
 
@@ -12,9 +12,19 @@ namespace gs = gpuslice::interposer;
 namespace {
 // `what` and the grid identify the launch for the priority gate's costs per kernel (a graph: its
 // executable and no grid).
-inline void gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
-  if (gs::compute_active()) [[unlikely]]
-    gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
+// Returns whether the launch was gated, read once: launched() then needs no second load.
+inline bool gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
+  if (!gs::launch_gated()) [[likely]]
+    return false;
+  gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
+  return true;
+}
+
+// After the driver took a gated launch: the compute limit may time it (its "after" event).
+inline CUresult launched(bool gated, CUstream stream, CUresult result) {
+  if (gated) [[unlikely]]
+    gs::after_launch(stream);
+  return result;
 }
 
 // What a launch's stream handle means: a _ptsz entry point reads 0 as the calling thread's default
@@ -27,14 +37,15 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
 }
 }  // namespace
 
-#define GS_LAUNCH_KERNEL(sym, per_thread)                                                                  \
-  GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
-                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,           \
-                         void** kernelParams, void** extra) {                                              \
-    GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
+#define GS_LAUNCH_KERNEL(sym, per_thread)                                                                    \
+  GS_EXPORT CUresult sym(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
+                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,             \
+                         void** kernelParams, void** extra) {                                                \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                                                              \
     if (gs::launch_refused(f)) return gs::kRefused;                                                        \
-    gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
-    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra);                           \
+    const CUstream gs_stream = gated_stream(hStream, per_thread);                                            \
+    const bool gated = gate(gs_stream, f, gx, gy, gz);                                                       \
+    return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra)); \
   }
 GS_LAUNCH_KERNEL(cuLaunchKernel, kLegacy)
 GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
@@ -43,10 +54,11 @@ GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
   GS_EXPORT CUresult sym(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
     if (gs::launch_refused(f)) return gs::kRefused;                                                       \
-    gate(gated_stream(config != nullptr ? config->hStream : nullptr, per_thread), f,                      \
-         config != nullptr ? config->gridDimX : 0, config != nullptr ? config->gridDimY : 0,              \
-         config != nullptr ? config->gridDimZ : 0);                                                       \
-    return real(config, f, kernelParams, extra);                                                          \
+    const CUstream gs_stream = gated_stream(config != nullptr ? config->hStream : nullptr, per_thread);   \
+    const bool gated =                                                                                    \
+        gate(gs_stream, f, config != nullptr ? config->gridDimX : 0,                                      \
+             config != nullptr ? config->gridDimY : 0, config != nullptr ? config->gridDimZ : 0);         \
+    return launched(gated, gs_stream, real(config, f, kernelParams, extra));                              \
   }
 GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx, kLegacy)
 GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
@@ -57,8 +69,9 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
                          void** kernelParams) {                                                            \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
     if (gs::launch_refused(f)) return gs::kRefused;                                                        \
-    gate(gated_stream(hStream, per_thread), f, gx, gy, gz);                                                \
-    return real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams);                                  \
+    const CUstream gs_stream = gated_stream(hStream, per_thread);                                          \
+    const bool gated = gate(gs_stream, f, gx, gy, gz);                                                     \
+    return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams));      \
   }
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kLegacy)
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
@@ -67,8 +80,9 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
   GS_EXPORT CUresult sym(CUgraphExec hGraphExec, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
     if (gs::graph_refused(hGraphExec)) return gs::kRefused;          \
-    gate(gated_stream(hStream, per_thread), hGraphExec);             \
-    return real(hGraphExec, hStream);                                \
+    const CUstream gs_stream = gated_stream(hStream, per_thread);    \
+    const bool gated = gate(gs_stream, hGraphExec);                  \
+    return launched(gated, gs_stream, real(hGraphExec, hStream));    \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch, kLegacy)
 GS_GRAPH_LAUNCH(cuGraphLaunch_ptsz, kPerThread)
@@ -80,7 +94,7 @@ GS_SYNC_HOOK(cuCtxSynchronize, (void), ())
 // nothing about the device the gates look at (they follow the current context), so it is passed on.
 GS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxSynchronize_v2);
-  bool gated = ::gpuslice::interposer::compute_active();
+  bool gated = ::gpuslice::interposer::launch_gated();
   if (gated && ctx != nullptr) {
     CUcontext current = nullptr;
     static auto get_current = REAL_UNHOOKED(Cuda, cuCtxGetCurrent);

@@ -12,10 +12,11 @@
 
 #include "common/log.h"
 #include "common/safe_file.h"
-#include "interposer/compute_gate.h"
+#include "interposer/compute_limit.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
 #include "interposer/hooks.h"
+#include "interposer/launch_gate.h"
 #include "interposer/memory_books.h"
 #include "interposer/priority_sharing.h"
 #include "interposer/runtime.h"
@@ -57,7 +58,7 @@ bool bring_up_ledger(Runtime& rt) {
   rt.ledger.store(books, std::memory_order_release);
   // Work still queued at exit is charged, so a short-lived process cannot escape its share.
   std::atexit([] {
-    compute_gate::settle_at_exit();
+    compute_limit::settle_at_exit();
     priority_sharing::settle_at_exit();
   });
   return true;
@@ -81,7 +82,8 @@ void* watcher_main(void*) {
       refresh_limits_file();
     }
     if (rt.ledger.load(std::memory_order_acquire) == nullptr) continue;
-    compute_gate::tick();
+    compute_limit::tick();
+    priority_sharing::tick();
     memory_books::tick(tick);
   }
   return nullptr;
@@ -154,14 +156,12 @@ Phase initialise() {
   if (!bring_up_ledger(*rt)) return Phase::Broken;
   shm::Ledger* const books = rt->ledger.load(std::memory_order_relaxed);
   // GPUSLICE_PRIORITY is the container's initial level; a level set live since (gpuslice set
-  // --priority) wins. The launch hooks reach the priority gate through the compute gate's branch.
-  if (priority) books->init_priority(static_cast<unsigned>(*rt->settings.priority));
-  const int level = books->priority();
-  if (level >= 0) priority_sharing::enable(static_cast<unsigned>(level));
+  // --priority) wins.
+  if (priority) books->init_priority(*rt->settings.priority);
+  priority_sharing::refresh();
   const config::Settings& s = rt->settings;
   g_memory_active.store(!s.memory.empty() || !s.memory_cap.empty(), std::memory_order_release);
-  g_compute_active.store(!s.compute.empty() || !s.compute_cap.empty() || level >= 0,
-                         std::memory_order_release);
+  if (!s.compute.empty() || !s.compute_cap.empty()) launch_gate::turn_on();
   start_watcher();
   GS_LOG(Info, "limits active (state %s)", rt->settings.shared_file.c_str());
   return Phase::Ready;
@@ -179,7 +179,8 @@ void rebuild_after_fork() {
     return;
   }
   memory_books::after_fork();
-  compute_gate::after_fork();
+  compute_limit::after_fork();
+  priority_sharing::after_fork();
   if (auto reg = books->register_process(); !reg) {
     GS_LOG(Error, "forked child cannot register: %s; CUDA calls will fail", reg.error().c_str());
     g_phase.store(Phase::Broken);

@@ -3,7 +3,6 @@
 namespace gpuslice::interposer {
 
 std::atomic<bool> g_memory_active{false};
-std::atomic<bool> g_compute_active{false};
 
 namespace {
 Runtime* g_rt = nullptr;

@@ -1,6 +1,6 @@
 // Process-wide state of the interposer: configuration, the container ledger and the device table.
 // State only: lifecycle.h brings it up (lazily, on the first hooked call, never from a
-// constructor), devices.h attaches devices, memory_books.h and compute_gate.h enforce. It stays
+// constructor), devices.h attaches devices, memory_books.h and launch_gate.h enforce. It stays
 // alive until the process ends (hooks still run during exit).
 #pragma once
 
@@ -12,13 +12,16 @@
 
 #include "config/settings.h"
 #include "shared_state/ledger.h"
-#include "shared_state/node_channel.h"
 
 namespace gpuslice::limiter {
 class ComputeLimiter;
-}
+class PriorityGate;
+class PeerBoard;
+}  // namespace gpuslice::limiter
 
 namespace gpuslice::interposer {
+
+class NodePresence;
 
 inline constexpr int kMaxDevices = config::kMaxCudaDevices;
 
@@ -43,8 +46,12 @@ struct DeviceState {
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies
   std::atomic<std::uint64_t> busy_published{0};            // limiter busy time already in the ledger
   std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
-  shm::NodeChannel* turns = nullptr;                       // watcher thread only
-  bool turns_failed = false;                               // watcher thread only
+  // Priority sharing (priority_sharing.h): the device's gate once the container has a level.
+  std::atomic<limiter::PriorityGate*> priority_gate{nullptr};
+  limiter::PeerBoard* priority_board = nullptr;  // watcher thread only
+  std::uint64_t held_back_published = 0;         // watcher thread only: gate time already in the ledger
+  NodePresence* presence = nullptr;              // node_presence.h; watcher thread only
+  bool presence_failed = false;                  // watcher thread only
 };
 
 // Where a device of the table stands; only Ready devices are read without synchronisation.
@@ -69,7 +76,8 @@ struct Runtime {
   std::atomic<shm::Ledger*> ledger{nullptr};
   DeviceState devices[kMaxDevices];
   std::atomic<DevicePhase> phases[kMaxDevices] = {};
-  std::uint64_t container_key = 0;  // identity of this container's state file (node-wide turns)
+  std::uint64_t container_key = 0;        // identity of this container's state file (node-wide turns)
+  std::atomic<bool> has_priority{false};  // the container has a level: priority sharing runs
   // The ledger came after the process started (a cap written later): what it already holds on a
   // device, from before the device had a record, is found by the footprint reconciliation.
   std::atomic<bool> capped_late{false};
@@ -87,9 +95,9 @@ struct Runtime {
   off_t limits_size = -1;
 };
 
-// Any device has a memory quota / compute limit: the hooks' single predictable branch.
+// Any device has a memory quota: the memory hooks' single predictable branch (the launch hooks'
+// is launch_gate.h's).
 extern std::atomic<bool> g_memory_active;
-extern std::atomic<bool> g_compute_active;
 
 // The runtime once initialised (lifecycle.h), else null.
 Runtime* runtime();

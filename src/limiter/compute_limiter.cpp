@@ -21,6 +21,8 @@ constexpr std::uint64_t kCloserPollNs = 200'000;
 // Shortest throttling sleep: below this a sleep costs more than it is worth.
 constexpr std::uint64_t kMinNapNs = 20'000;
 
+constexpr std::uint64_t kPermille = 1000;
+
 bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
 
 std::uint64_t elapsed(std::uint64_t from, std::uint64_t to) { return to > from ? to - from : 0; }
@@ -39,6 +41,10 @@ ComputeLimiter::ComputeLimiter(Clock& clock, const DriverOps& ops, shm::ComputeS
   if (tuning_.gap_ns == 0) tuning_.gap_ns = defaults.gap_ns;
   if (tuning_.max_sleep_ns == 0) tuning_.max_sleep_ns = defaults.max_sleep_ns;
   if (tuning_.initial_launch_cap == 0) tuning_.initial_launch_cap = defaults.initial_launch_cap;
+  if (tuning_.full_duty_permille == 0 || tuning_.full_duty_permille > kPermille) {
+    tuning_.full_duty_permille = defaults.full_duty_permille;
+  }
+  probe_supported_ = BusyProbe::supported(ops_);
 }
 
 unsigned ComputeLimiter::limit_percent() const {
@@ -52,6 +58,7 @@ Stats ComputeLimiter::stats() const {
   s.windows = windows_.load(kRelaxed);
   s.paused_windows = paused_windows_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
+  s.measured_windows = measured_windows_.load(kRelaxed);
   return s;
 }
 
@@ -66,22 +73,25 @@ std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
   // Half a launch too, so that a part which had to leave less than half a launch unused can pass it
   // on (see wait_for_turn): with 100 ms kernels the parts' rounding is what sets the share.
   const std::uint64_t half_launch = std::min(launch_cost_.per_launch_ns() / 2, window_budget_ns(limit));
-  return static_cast<std::int64_t>(std::max(jitter, half_launch));
+  // And a measured window's charge (see ComputeShared::measured_charge_ns), at most one window.
+  const std::uint64_t measured =
+      shared_ != nullptr ? std::min(shared_->measured_charge_ns.load(kRelaxed), window_budget_ns(limit)) : 0;
+  return static_cast<std::int64_t>(std::max({jitter, half_launch, measured}));
 }
 
-void ComputeLimiter::gate(CUstream stream) {
+bool ComputeLimiter::gate(CUstream stream) {
   const unsigned limit_now = limit_percent();
   if (unlimited(limit_now) || shared_ == nullptr) {
     // A limit lifted mid-window: forget the window rather than charge unthrottled time later.
     if (window_start_ns_.load(kRelaxed) != 0) abandon_window();
-    return;
+    return false;
   }
   std::uint64_t now = clock_.now_ns();
   bool on_cycle = false;
   for (;;) {
     if (closing_.load(kAcquire)) {
       wait_for_closer();
-      if (unlimited(limit_percent())) return;
+      if (unlimited(limit_percent())) return false;
       now = clock_.now_ns();
       continue;
     }
@@ -100,8 +110,9 @@ void ComputeLimiter::gate(CUstream stream) {
         now = clock_.now_ns();
         continue;
       }
-      close_window(stream, gap ? CloseReason::Gap : CloseReason::Budget);
-      on_cycle = !gap;
+      // A window charged below its wall time did not use its time: like after a pause, the next
+      // one opens at once when out of debt (work below its limit is never delayed).
+      on_cycle = close_window(stream, gap ? CloseReason::Gap : CloseReason::Budget) && !gap;
     } else {
       if (!try_become_closer()) continue;
       if (window_start_ns_.load(kAcquire) != 0) {
@@ -109,17 +120,23 @@ void ComputeLimiter::gate(CUstream stream) {
         continue;
       }
     }
-    const std::uint64_t budget = wait_for_turn(on_cycle);
+    std::uint64_t budget = wait_for_turn(on_cycle);
     now = clock_.now_ns();
     const unsigned limit = limit_percent();
+    // A window charged by measured duty is charged in one piece when it closes; short ones keep
+    // the pieces within what the bucket banks while other processes refill it.
+    if (last_window_light_) budget = std::min(budget, std::max(tuning_.min_window_ns, tuning_.max_bank_ns));
     if (!unlimited(limit)) open_window(now, limit, budget);
     release_closer();
-    if (unlimited(limit)) return;
+    if (unlimited(limit)) return false;
     break;
   }
-  window_launches_.fetch_add(1, kRelaxed);
+  const std::uint32_t launch = window_launches_.fetch_add(1, kRelaxed);
   last_launch_ns_.store(now, kRelaxed);
+  return probe_.before_launch(ops_, stream, now, launch);
 }
+
+void ComputeLimiter::after_launch(CUstream stream) { probe_.after_launch(ops_, stream); }
 
 void ComputeLimiter::note_host_sync() { last_sync_ns_.store(clock_.now_ns(), kRelaxed); }
 
@@ -164,24 +181,30 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   window_launches_.store(0, kRelaxed);
   last_launch_ns_.store(now, kRelaxed);
   resume_at_ns_.store(0, kRelaxed);
+  // The probe times the window's first launches: the window opens on a drained queue, so no work
+  // queued before the probe runs inside its span uncounted.
+  if (probe_supported_) probe_.arm(0);
   window_start_ns_.store(std::max<std::uint64_t>(now, 1), kRelease);  // 0 means "no window"
 }
 
 void ComputeLimiter::abandon_window() {
   if (!try_become_closer()) return;
+  probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
   window_start_ns_.store(0, kRelease);
   release_closer();
 }
 
-void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
+bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   const std::uint64_t start = window_start_ns_.load(kAcquire);
-  if (start == 0) return;
+  if (start == 0) return true;
   if (reason != CloseReason::Settle && stream_capturing(ops_, stream)) {
     // Launches being captured run nothing now; a drain would break the capture.
+    probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
     window_start_ns_.store(0, kRelease);
-    return;
+    return true;
   }
   const std::uint32_t launches = window_launches_.load(kRelaxed);
+  const bool first_window = launch_cost_.per_launch_ns() == 0;
   const std::uint64_t drain_start = clock_.now_ns();
   CUresult rc = CUDA_SUCCESS;
   if (ops_.ctx_synchronize != nullptr) {
@@ -216,9 +239,36 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
       charge_drain = still_busy;
     }
   }
-  // Oldest first: charge_interval() keeps the union with the container's other processes.
-  std::uint64_t charged = charge_interval(start, end);
-  if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end);
+  // The share of the window the device was busy, from the probe's events (busy_probe.h). A queue
+  // that still held a tenth of the window's length at its close says the device was not idle at
+  // the end, whatever the probe saw earlier: charged in full. A probe still running represents the
+  // window up to its charged end (a host sync may have said the device went idle before the drain).
+  std::uint64_t duty = kPermille;
+  const BusyProbe::Result probe = probe_.collect(ops_, end);
+  if (probe.valid && elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start)) {
+    duty = std::min<std::uint64_t>(kPermille, probe.busy_ns * kPermille / probe.span_ns);
+    if (duty >= tuning_.full_duty_permille) duty = kPermille;
+  }
+  std::uint64_t charged = 0;
+  if (duty == kPermille) {
+    // Oldest first: charge_interval() keeps the union with the container's other processes.
+    charged = charge_interval(start, end);
+    if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end);
+  } else {
+    // The device was idle most of the window, so its busy time does not overlap another process's
+    // window the way time-sliced kernels do: no union, each process charges its own kernels.
+    charged = charge_scaled(elapsed(start, end), duty);
+    if (charge_drain) charged += charge_scaled(elapsed(std::max(end, drain_start), drain_end), duty);
+    measured_windows_.fetch_add(1, kRelaxed);
+    std::uint64_t largest = shared_->measured_charge_ns.load(kRelaxed);
+    while (largest < charged &&
+           !shared_->measured_charge_ns.compare_exchange_weak(largest, charged, kRelaxed)) {
+    }
+  }
+  if (duty == kPermille) {
+    // Device-bound work takes over: the bank shrinks back to its usual size within a few windows.
+    shared_->measured_charge_ns.store(shared_->measured_charge_ns.load(kRelaxed) / 2, kRelaxed);
+  }
   busy_ns_.fetch_add(charged, kRelaxed);
   windows_.fetch_add(1, kRelaxed);
   if (paused) paused_windows_.fetch_add(1, kRelaxed);
@@ -230,6 +280,16 @@ void ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
     launch_cost_.add(std::max<std::uint64_t>(elapsed(start, end), launches), launches);
   }
   window_start_ns_.store(0, kRelease);
+  last_window_light_ = duty != kPermille;
+  // The first window (a couple of launches, to measure their cost) says nothing about the workload.
+  return duty == kPermille && !first_window;
+}
+
+std::uint64_t ComputeLimiter::charge_scaled(std::uint64_t ns, std::uint64_t duty_permille) {
+  const std::uint64_t charged = ns / kPermille * duty_permille + ns % kPermille * duty_permille / kPermille;
+  shared_->tokens_ns.fetch_sub(static_cast<std::int64_t>(charged), kAcqRel);
+  shared_->busy_total_ns.fetch_add(charged, kRelaxed);
+  return charged;
 }
 
 // Charges [start, end) to the container, minus what another of its processes already charged:
@@ -309,7 +369,9 @@ std::uint64_t ComputeLimiter::wait_for_turn(bool on_cycle) {
     refill(now, limit);
     const std::int64_t tokens = shared_->tokens_ns.load(kAcquire);
     std::uint64_t phase = phase_offset();
-    const bool strict = on_cycle || phase != kNoPhase;
+    // Turns keep containers' device-bound windows apart; a container whose last window kept the
+    // device mostly idle (launch-bound) runs outside its turn too, charged its own kernels' time.
+    const bool strict = on_cycle || (phase != kNoPhase && !last_window_light_);
     if (phase == kNoPhase) phase = container_cycle_phase(now);
     if (!strict && tokens >= 0) return budget;
     const std::uint64_t period = tuning_.period_ns;

@@ -11,6 +11,7 @@
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
+#include "limiter/busy_probe.h"
 #include "limiter/launch_cost.h"
 #include "shared_state/compute_shared.h"
 
@@ -64,14 +65,18 @@ struct Tuning {
   std::uint64_t max_bank_ns = 20'000'000;
   // Launches allowed in the first window, before the cost of a launch has been measured.
   std::uint32_t initial_launch_cap = 2;
+  // A window whose probe found the device busy at least this share (per mille) of its time is
+  // charged in full: the probe's error is below it, and device-bound work charges exactly as before.
+  std::uint32_t full_duty_permille = 900;
 };
 
 struct Stats {
-  std::uint64_t busy_ns = 0;         // device time this process charged to the container
-  std::uint64_t throttled_ns = 0;    // time launching threads of this process were held back
-  std::uint64_t windows = 0;         // measuring windows closed
-  std::uint64_t paused_windows = 0;  // of which ended by a pause in the launches
-  std::uint64_t drains = 0;          // queue drains performed (ctx synchronize)
+  std::uint64_t busy_ns = 0;           // device time this process charged to the container
+  std::uint64_t throttled_ns = 0;      // time launching threads of this process were held back
+  std::uint64_t windows = 0;           // measuring windows closed
+  std::uint64_t paused_windows = 0;    // of which ended by a pause in the launches
+  std::uint64_t drains = 0;            // queue drains performed (ctx synchronize)
+  std::uint64_t measured_windows = 0;  // charged below their wall time: the probe saw the device idle
 };
 
 class ComputeLimiter {
@@ -86,8 +91,11 @@ class ComputeLimiter {
 
   // Called before each kernel/graph launch on this device, from any thread. May sleep (throttle)
   // and may drain the queue to measure how long the device was busy. Under budget it is a few
-  // relaxed atomic operations and one clock read: no lock, no allocation, no driver call.
-  void gate(CUstream stream);
+  // relaxed atomic operations and one clock read: no lock, no allocation, no driver call, except for
+  // the few launches of a window that its busy probe times (busy_probe.h). Returns true for those:
+  // the caller then calls after_launch() on the same thread once the launch was submitted.
+  bool gate(CUstream stream);
+  void after_launch(CUstream stream);
 
   // Optional cross-container schedule. Containers whose kernels time-slice on one GPU each charge
   // wall time that the other partly used, so together they get less than their limits. A node-wide
@@ -117,7 +125,9 @@ class ComputeLimiter {
   void release_closer();
   void wait_for_closer();
   void open_window(std::uint64_t now, unsigned limit, std::uint64_t budget);
-  void close_window(CUstream stream, CloseReason reason);
+  // Returns whether the window was charged in full (device-bound, or nothing measured).
+  bool close_window(CUstream stream, CloseReason reason);
+  std::uint64_t charge_scaled(std::uint64_t ns, std::uint64_t duty_permille);
   void abandon_window();
   std::uint64_t wait_for_turn(bool on_cycle);
   std::uint64_t container_cycle_phase(std::uint64_t now);
@@ -145,6 +155,14 @@ class ComputeLimiter {
   // Measured over dense windows: sizes launch_cap_ so that a deep queue of heavy kernels is drained
   // before it can overrun the window.
   LaunchCost launch_cost_;
+  // Times a run of launches of each window on the device's timeline: the window is charged its wall
+  // time times the share of it the device was busy (closer thread arms and reads it).
+  BusyProbe probe_;
+  bool probe_supported_ = false;
+  // Closer only. The last window kept the device mostly idle (charged below its wall time): the
+  // next one is short, and opens at once when out of debt, even in turns.
+  bool last_window_light_ = false;
+
   // One thread at a time closes/opens windows; the others wait until it is done.
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> resume_at_ns_{0};
@@ -154,6 +172,7 @@ class ComputeLimiter {
   std::atomic<std::uint64_t> windows_{0};
   std::atomic<std::uint64_t> paused_windows_{0};
   std::atomic<std::uint64_t> drains_{0};
+  std::atomic<std::uint64_t> measured_windows_{0};
 };
 
 }  // namespace gpuslice::limiter

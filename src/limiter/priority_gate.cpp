@@ -37,8 +37,14 @@ bool is_per_thread(CUstream stream) { return stream == CU_STREAM_PER_THREAD; }
 }  // namespace
 
 PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
-                           const std::atomic<std::uint32_t>* priority_source, const PriorityTuning& tuning)
-    : clock_(clock), ops_(ops), board_(board), priority_source_(priority_source), tuning_(tuning) {
+                           const std::atomic<std::uint32_t>* priority_source, const PriorityTuning& tuning,
+                           const std::atomic<std::uint32_t>* ceiling_source)
+    : clock_(clock),
+      ops_(ops),
+      board_(board),
+      priority_source_(priority_source),
+      ceiling_source_(ceiling_source),
+      tuning_(tuning) {
   // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
   const PriorityTuning defaults;
   if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
@@ -56,9 +62,11 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
 }
 
 Priority PriorityGate::priority() const {
-  const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed)
-                                                        : static_cast<std::uint32_t>(Priority::Normal);
-  return raw <= static_cast<std::uint32_t>(Priority::High) ? static_cast<Priority>(raw) : Priority::Normal;
+  const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed) : kNoPriority;
+  const Priority claimed = priority_from_value(raw).value_or(Priority::Normal);
+  if (ceiling_source_ == nullptr) return claimed;
+  return lower_priority(claimed,
+                        priority_from_value(ceiling_source_->load(kRelaxed)).value_or(Priority::Normal));
 }
 
 PriorityStats PriorityGate::stats() const {

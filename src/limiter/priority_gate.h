@@ -22,14 +22,12 @@
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
+#include "common/priority.h"
 #include "limiter/compute_limiter.h"
 #include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
 
 namespace gpuslice::limiter {
-
-// Same values as the node channel's shm::Priority.
-enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
 
 // What one container publishes about itself on one GPU.
 struct PeerView {
@@ -138,12 +136,14 @@ struct PriorityStats {
 
 class PriorityGate {
  public:
-  // `priority_source` holds the container's Priority as its integer value, read at every launch
-  // so `gpuslice set --priority` applies live. `board`, `clock` and the source must outlive the
-  // gate.
+  // `priority_source` holds the level the container claims as a Priority's value (kNoPriority:
+  // normal), read at every launch so `gpuslice set --priority` applies live; `ceiling_source` (may
+  // be null: none) the highest level the operator assigned it: the gate runs at the lower of the
+  // two. `board`, `clock` and the sources must outlive the gate.
   PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
                const std::atomic<std::uint32_t>* priority_source,
-               const PriorityTuning& tuning = PriorityTuning{});
+               const PriorityTuning& tuning = PriorityTuning{},
+               const std::atomic<std::uint32_t>* ceiling_source = nullptr);
   PriorityGate(const PriorityGate&) = delete;
   PriorityGate& operator=(const PriorityGate&) = delete;
 
@@ -199,6 +199,7 @@ class PriorityGate {
   DriverOps ops_;
   PeerBoard* board_;
   const std::atomic<std::uint32_t>* priority_source_;
+  const std::atomic<std::uint32_t>* ceiling_source_;
   PriorityTuning tuning_;
 
   // Own published state.

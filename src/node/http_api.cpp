@@ -41,8 +41,6 @@ std::optional<std::string> known(const std::string& value) {
   return value.empty() ? std::nullopt : std::optional<std::string>(value);
 }
 
-constexpr const char* kPriorityNames[] = {"low", "normal", "high"};  // shm::Priority's values
-
 // The container objects have the one status shape shared with `gpuslice status --json` (docs/api.md),
 // plus what only the node knows: its name and the container's collection state.
 json container_json(const ContainerView& c, const std::string& node) {
@@ -55,8 +53,7 @@ json container_json(const ContainerView& c, const std::string& node) {
   if (!c.error.empty()) out.error = c.error;
   out.memory_limit = c.limits.memory;
   out.compute_limit = c.limits.compute;
-  if (c.priority >= 0 && c.priority < static_cast<int>(std::size(kPriorityNames)))
-    out.priority = kPriorityNames[c.priority];
+  if (c.priority) out.priority = priority_name(*c.priority);
   out.held_back_ns = c.held_back_ns;
   for (const auto& d : c.devices) {
     status::DeviceStatus dev;

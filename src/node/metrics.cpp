@@ -260,14 +260,16 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
              "Priority of the container among those sharing a GPU: 0 low, 1 normal, 2 high (absent when "
              "not set).");
     for (const auto& c : view.containers) {
-      if (c.has_state && c.priority >= 0) f.sample(container_labels(view, c), c.priority);
+      // The documented scale starts at 0 for low.
+      if (c.has_state && c.priority)
+        f.sample(container_labels(view, c), static_cast<double>(priority_value(*c.priority) - 1));
     }
   }
   {
     Family f(out, "gpuslice_container_held_back_seconds_total", "counter",
              "Time the container's kernel launches were held back by higher-priority containers.");
     for (const auto& c : view.containers) {
-      if (c.has_state && c.priority >= 0)
+      if (c.has_state && c.priority)
         f.sample(container_labels(view, c), static_cast<double>(c.held_back_ns) / 1e9);
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace gpuslice::shm {
@@ -17,8 +18,14 @@ struct alignas(64) ComputeShared {
   // Where the container's on/off cycles start (CLOCK_MONOTONIC modulo the cycle) + 1; 0 = not yet
   // chosen. Every process of the container opens its windows in the same part of the cycle.
   std::atomic<std::uint64_t> cycle_anchor_ns;
+  // Added in reserved (zero-filled) space, 0 = none: the largest recent charge of a window measured
+  // below its wall time (charged when it closes, in one piece). The bucket banks at least this much,
+  // so that another process's refill, capping the bucket meanwhile, does not drop the credit that
+  // this window's charge will need.
+  std::atomic<std::uint64_t> measured_charge_ns;
 };
 static_assert(sizeof(ComputeShared) == 64, "the state file's layout counts on one cache line per device");
+static_assert(offsetof(ComputeShared, measured_charge_ns) == 40, "field offsets are part of the format");
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 

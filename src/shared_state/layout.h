@@ -73,7 +73,7 @@ struct Header {
   // reserved space, with 0 meaning "not set": files created before them read as unset, and older
   // readers ignore them, so no version change was needed.
   alignas(64) std::atomic<std::uint32_t> slot_high_water;  // 1 + highest slot index ever claimed
-  std::atomic<std::uint32_t> priority;      // 0 = not set, else 1 + shm::Priority (priority sharing)
+  std::atomic<std::uint32_t> priority;                     // priority sharing: a Priority value, 0 = not set
   std::atomic<std::uint64_t> held_back_ns;  // time the container's launches were held back by priority
   // Per device record: the largest context footprint a process measured there (0 = none yet); a
   // process reserves it before its first context on the device.

@@ -461,16 +461,15 @@ class MappedLedger final : public Ledger {
 
   bool writable() const override { return writable_; }
 
-  void set_priority(unsigned level) override {
-    if (writable_ && level <= 2) header_->priority.store(level + 1, std::memory_order_relaxed);
+  void set_priority(Priority level) override {
+    if (writable_) header_->priority.store(priority_value(level), std::memory_order_relaxed);
   }
-  void init_priority(unsigned level) override {
-    std::uint32_t unset = 0;
-    if (writable_ && level <= 2) header_->priority.compare_exchange_strong(unset, level + 1);
+  void init_priority(Priority level) override {
+    std::uint32_t unset = kNoPriority;
+    if (writable_) header_->priority.compare_exchange_strong(unset, priority_value(level));
   }
-  int priority() const override {
-    const std::uint32_t stored = header_->priority.load(std::memory_order_relaxed);
-    return stored >= 1 && stored <= 3 ? static_cast<int>(stored) - 1 : -1;
+  std::optional<Priority> priority() const override {
+    return priority_from_value(header_->priority.load(std::memory_order_relaxed));
   }
   std::uint64_t context_footprint(int dev) const override {
     return device_ready(dev) ? header_->context_footprint[dev].load(std::memory_order_relaxed) : 0;
@@ -484,6 +483,7 @@ class MappedLedger final : public Ledger {
     }
   }
 
+  const std::atomic<std::uint32_t>* priority_source() const override { return &header_->priority; }
   void add_held_back_ns(std::uint64_t ns) override {
     if (writable_ && ns != 0) header_->held_back_ns.fetch_add(ns, std::memory_order_relaxed);
   }

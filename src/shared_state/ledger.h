@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/priority.h"
 #include "common/result.h"
 #include "shared_state/compute_shared.h"
 
@@ -62,8 +64,8 @@ struct DeviceRow {
 struct Snapshot {
   std::string path;
   std::string error;  // non-empty: the file could not be read (truncated, replaced); nothing else is set
-  int priority = -1;  // priority sharing: -1 not set, else shm::Priority (0 low, 1 normal, 2 high)
-  std::uint64_t held_back_ns = 0;  // time the container's launches were held back by higher priorities
+  std::optional<Priority> priority;  // priority sharing: the level asked for, unset when never set
+  std::uint64_t held_back_ns = 0;    // time the container's launches were held back by higher priorities
   std::vector<DeviceRow> devices;
   std::vector<ProcessRow> processes;
 };
@@ -151,14 +153,17 @@ class Ledger {
   // False for an observer that could only open the file read-only: it can show, not change.
   virtual bool writable() const = 0;
 
-  // Priority sharing (docs/priority.md): the container's level (0 low, 1 normal, 2 high; -1 when
-  // never set), which `gpuslice set --priority` changes live, and the time its launches were held
-  // back, which the library adds to.
-  virtual void set_priority(unsigned level) = 0;
+  // Priority sharing (docs/priority.md): the level the container asks for (unset when never set),
+  // which `gpuslice set --priority` changes live, and the time its launches were held back, which
+  // the library adds to.
+  virtual void set_priority(Priority level) = 0;
   // Sets the level only if none is set yet (the environment's initial value: a live change made
   // with `gpuslice set` is not undone by a process that starts later).
-  virtual void init_priority(unsigned level) = 0;
-  virtual int priority() const = 0;
+  virtual void init_priority(Priority level) = 0;
+  virtual std::optional<Priority> priority() const = 0;
+  // The stored level (a Priority's value, kNoPriority when none) in the mapped file, for the launch
+  // gate to read live like compute_limit_source; null where nothing is mapped.
+  virtual const std::atomic<std::uint32_t>* priority_source() const = 0;
   virtual void add_held_back_ns(std::uint64_t ns) = 0;
 
   // The context footprint measured on a device: the largest any process of the container found

@@ -115,8 +115,7 @@ void recompute_limits(layout::DeviceRecord& r) {
 Snapshot LedgerView::snapshot(const std::string& path) const {
   Snapshot snap;
   snap.path = path;
-  const std::uint32_t stored_priority = header->priority.load();
-  snap.priority = stored_priority >= 1 && stored_priority <= 3 ? static_cast<int>(stored_priority) - 1 : -1;
+  snap.priority = priority_from_value(header->priority.load());
   snap.held_back_ns = header->held_back_ns.load();
   std::vector<int> records;
   for (std::uint32_t r = 0; r < kMaxDeviceRecords; ++r) {

@@ -39,8 +39,7 @@ bool peer_record_valid(const PeerRecord& record, std::uint64_t expected_uuid_has
   return std::memcmp(record.magic, PeerRecord::kMagic, sizeof record.magic) == 0 &&
          record.version == PeerRecord::kVersion && record.size == sizeof(PeerRecord) &&
          record.uuid_hash == expected_uuid_hash && record.container_key != 0 &&
-         record.compute_limit_percent <= 100 &&
-         record.priority <= static_cast<std::uint32_t>(Priority::High) &&
+         record.compute_limit_percent <= 100 && priority_from_value(record.priority).has_value() &&
          record.checksum == peer_checksum(record);
 }
 
@@ -352,7 +351,7 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
                                           std::uint64_t stale_ns, Priority above) const {
   std::size_t count = 0;
   for (std::size_t i = 0; i < known_count_ && count < capacity; ++i) {
-    if (static_cast<std::uint32_t>(known_[i].priority) <= static_cast<std::uint32_t>(above)) continue;
+    if (priority_value(known_[i].priority) <= priority_value(above)) continue;
     PeerRecord record;
     // Each kept file is one record of one writer directory: nothing to deduplicate.
     if (!reread_record(known_[i].fd, uuid_hash_, &record) || record.container_key != known_[i].key ||

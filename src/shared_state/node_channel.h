@@ -17,11 +17,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/priority.h"
 #include "common/result.h"
 
 namespace gpuslice::shm {
-
-enum class Priority : std::uint32_t { Low = 0, Normal = 1, High = 2 };
 
 struct PeerState {                          // what one container publishes about itself on one GPU
   std::uint64_t container_key = 0;          // identity of the container (its ledger file); set by the channel

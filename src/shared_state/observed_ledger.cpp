@@ -179,20 +179,21 @@ class ObservedLedger final : public Ledger {
   int slot_index() const override { return -1; }
   bool writable() const override { return writable_; }
 
-  void set_priority(unsigned level) override {
-    if (!writable_ || level > 2) return;
+  void set_priority(Priority level) override {
+    if (!writable_) return;
     Store s;
     s.kind = Store::Priority;
-    s.value = level + 1;
+    s.value = priority_value(level);
     with_mapping(&s);
   }
-  void init_priority(unsigned) override {}
-  int priority() const override {
-    std::uint32_t stored = 0;
+  void init_priority(Priority) override {}
+  std::optional<Priority> priority() const override {
+    std::uint32_t stored = kNoPriority;
     if (!fs::pread_exact(fd_, &stored, sizeof stored, static_cast<off_t>(offsetof(Header, priority))))
-      return -1;
-    return stored >= 1 && stored <= 3 ? static_cast<int>(stored) - 1 : -1;
+      return std::nullopt;
+    return priority_from_value(stored);
   }
+  const std::atomic<std::uint32_t>* priority_source() const override { return nullptr; }
   void add_held_back_ns(std::uint64_t) override {}
 
  private:

@@ -11,7 +11,8 @@ namespace gpuslice::shm::detail {
 
 struct PeerRecord {
   static constexpr char kMagic[8] = {'G', 'S', 'P', 'E', 'E', 'R', '0', '1'};
-  static constexpr std::uint32_t kVersion = 1;
+  // 2: priority holds a Priority's value (1 low .. 3 high).
+  static constexpr std::uint32_t kVersion = 2;
   char magic[8];
   std::uint32_t version;
   std::uint32_t size;

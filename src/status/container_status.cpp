@@ -9,8 +9,7 @@ namespace gpuslice::status {
 ContainerStatus from_snapshot(const shm::Snapshot& snap) {
   ContainerStatus out;
   out.path = snap.path;
-  static constexpr const char* kPriorityNames[] = {"low", "normal", "high"};  // shm::Priority's values
-  if (snap.priority >= 0 && snap.priority <= 2) out.priority = kPriorityNames[snap.priority];
+  if (snap.priority) out.priority = priority_name(*snap.priority);
   out.held_back_ns = snap.held_back_ns;
   for (const shm::DeviceRow& row : snap.devices) {
     DeviceStatus d;

@@ -47,6 +47,40 @@ pool = load(os.path.join(ROOT, "bench", "gpu", "priority_pool.py"), "priority_po
 by_idle = load(os.path.join(ROOT, "bench", "gpu", "priority_by_idle.py"), "priority_by_idle")
 timeslice = load(os.path.join(ROOT, "bench", "gpu", "timeslice_probe.py"), "timeslice_probe")
 driver_paths = load(os.path.join(ROOT, "tests", "gpu", "driver_paths.py"), "driver_paths")
+accuracy = load(os.path.join(ROOT, "bench", "gpu", "compute_accuracy.py"), "compute_accuracy")
+
+
+class ComputeAccuracyExpectsGpuTime(unittest.TestCase):
+    """A limit caps GPU time: the expected throughput ratio is the limit over the unlimited busy share."""
+
+    def test_device_bound_work_is_expected_at_the_limit(self):
+        self.assertAlmostEqual(accuracy.expected_ratio(30, 100.0), 0.30)
+        self.assertAlmostEqual(accuracy.expected_ratio(30, None), 0.30)
+
+    def test_work_below_its_limit_is_expected_at_full_speed(self):
+        self.assertEqual(accuracy.expected_ratio(50, 4.0), 1.0)
+
+    def test_mixed_work_is_expected_between(self):
+        self.assertAlmostEqual(accuracy.expected_ratio(20, 40.0), 0.5)
+
+    def test_held_work_passes_within_the_tolerance_and_free_work_at_the_floor(self):
+        self.assertTrue(accuracy.phase_passes(0.325, 0.30, 3.0))
+        self.assertFalse(accuracy.phase_passes(0.34, 0.30, 3.0))
+        self.assertTrue(accuracy.phase_passes(0.91, 1.0, 3.0))
+        self.assertFalse(accuracy.phase_passes(0.48, 1.0, 3.0))  # the old definition's decode loop
+
+    def test_a_phase_row_carries_its_expected_ratio(self):
+        phases = [
+            {"limit": 100, "start": 0.0, "end": 4.0, "from": 0.0, "it_s": 100.0, "util": 5.0, "sm_mhz": None},
+            {"limit": 50, "start": 4.0, "end": 8.0, "from": 5.0, "it_s": 95.0, "util": 5.0, "sm_mhz": None},
+            {"limit": 100, "start": 8.0, "end": 12.0, "from": 9.0, "it_s": 100.0, "util": 5.0, "sm_mhz": None},
+        ]
+        data = {"phases": phases, "timeline": [[t / 10, 10 * t] for t in range(1, 121)], "unhooked_it_s": 100.0}
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows, _ = accuracy.analyse("decode", data)
+        self.assertEqual(len(rows), 1)
+        self.assertEqual(rows[0]["expected_ratio"], 1.0)
+        self.assertTrue(rows[0]["pass"])
 
 
 class EveryScriptCompiles(unittest.TestCase):

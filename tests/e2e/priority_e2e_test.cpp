@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/priority.h"
 #include "process.h"
 #include "shared_state/peer_record.h"
 
@@ -290,7 +291,8 @@ TEST_F(PriorityE2E, SetPriorityFromAnotherProcessChangesThePublishedRecordAndThe
   };
   sleep_until_ms(300);
   const std::vector<unsigned> before = published_priorities();
-  EXPECT_EQ(before, std::vector<unsigned>{2}) << "only the server publishes: the trainer has no priority yet";
+  EXPECT_EQ(before, std::vector<unsigned>{priority_value(Priority::High)})
+      << "only the server publishes: the trainer has no priority yet";
   Env cli_env;
   cli_env["PATH"] = "/usr/bin:/bin";
   const Outcome set =
@@ -300,7 +302,8 @@ TEST_F(PriorityE2E, SetPriorityFromAnotherProcessChangesThePublishedRecordAndThe
   sleep_until_ms(900);
   std::vector<unsigned> after = published_priorities();
   std::sort(after.begin(), after.end());
-  EXPECT_EQ(after, (std::vector<unsigned>{0, 2})) << "the trainer's gate publishes its live level";
+  EXPECT_EQ(after, (std::vector<unsigned>{priority_value(Priority::Low), priority_value(Priority::High)}))
+      << "the trainer's gate publishes its live level";
   EXPECT_EQ(server.wait(), 0) << server.output();
   EXPECT_EQ(trainer.wait(), 0) << trainer.output();
   const std::vector<long> b = buckets_of(Outcome{0, trainer.output(), "", parse_values(trainer.output())});

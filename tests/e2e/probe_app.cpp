@@ -36,7 +36,10 @@ struct Options {
   int threads = 8;
   int iterations = 2000;
   int kernel_us = 20;
-  int late_device = -1;  // hold: attach this device once `late_trigger` exists
+  int kernels = 10;         // steps: kernels launched back to back per step
+  int host_us = 500;        // steps: host work (a spin) after them
+  int measure_from_ms = 0;  // steps: the device-busy share is counted from here to the end
+  int late_device = -1;     // hold: attach this device once `late_trigger` exists
   std::string late_trigger;
   std::string release_trigger;  // ipc-export / vmm-export: free the exported memory once it exists
   std::string ipc_handle;       // ipc-import: the exporter's handle, in hex
@@ -543,6 +546,44 @@ int reservation() {
   return 0;
 }
 
+// A step loop, the shape of batch-1 decoding: --kernels kernels of --kernel-us launched back to back,
+// then --host-us of host work (a spin, so the host time is exact), for --seconds. Prints the steps
+// done and the share of [--measure-from-ms, end) the launched kernels occupy the device (what was
+// launched in that span, waited for at the end), which is the GPU time a device-bound loop gets.
+int steps() {
+  static const char image[] = "mock-module";
+  CUmodule mod = nullptr;
+  check(g_drv.module_load(&mod, image), "cuModuleLoadData");
+  CUfunction fn = nullptr;
+  std::string name = "sleep_" + std::to_string(g_opt.kernel_us) + "us";
+  check(g_drv.get_function(&fn, mod, name.c_str()), "cuModuleGetFunction");
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::seconds(g_opt.seconds);
+  const auto measure_from = t0 + std::chrono::milliseconds(g_opt.measure_from_ms);
+  long long steps = 0;
+  long long measured_kernels = 0;
+  Clock::time_point measured_start{};
+  while (Clock::now() < end) {
+    const auto now = Clock::now();
+    if (now >= measure_from && measured_start == Clock::time_point{}) measured_start = now;
+    for (int i = 0; i < g_opt.kernels; ++i)
+      check(g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+    if (measured_start != Clock::time_point{}) measured_kernels += g_opt.kernels;
+    const auto host_end = Clock::now() + std::chrono::microseconds(g_opt.host_us);
+    while (Clock::now() < host_end) {
+    }
+    ++steps;
+  }
+  check(g_drv.synchronize_v2 != nullptr ? g_drv.synchronize_v2(nullptr) : g_drv.synchronize(),
+        "cuCtxSynchronize");
+  const double span_us = std::chrono::duration<double, std::micro>(Clock::now() - measured_start).count();
+  std::printf("steps=%lld\n", steps);
+  std::printf("busy_permille=%lld\n", static_cast<long long>(1000.0 * static_cast<double>(measured_kernels) *
+                                                             g_opt.kernel_us / span_us));
+  return 0;
+}
+
 // NVML as nvidia-smi uses it: dlopen + dlsym, memory info of every device.
 int nvml() {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -714,6 +755,12 @@ int main(int argc, char** argv) {
       g_opt.iterations = std::atoi(next());
     else if (a == "--kernel-us")
       g_opt.kernel_us = std::atoi(next());
+    else if (a == "--kernels")
+      g_opt.kernels = std::atoi(next());
+    else if (a == "--host-us")
+      g_opt.host_us = std::atoi(next());
+    else if (a == "--measure-from-ms")
+      g_opt.measure_from_ms = std::atoi(next());
     else if (a == "--late-device")
       g_opt.late_device = std::atoi(next());
     else if (a == "--late-trigger")
@@ -742,6 +789,7 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "fork") return forked();
   if (g_opt.scenario == "launch") return launches();
   if (g_opt.scenario == "reservation") return reservation();
+  if (g_opt.scenario == "steps") return steps();
   if (g_opt.scenario == "ipc-export") return ipc_export();
   if (g_opt.scenario == "ipc-import") return ipc_import();
   if (g_opt.scenario == "vmm-export") return vmm_export();

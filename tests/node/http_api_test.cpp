@@ -138,7 +138,7 @@ class NodeApiTest : public ::testing::Test {
     ASSERT_TRUE(ledger_->try_reserve(dev_, 100ULL << 20));
     ledger_->count_refusal(dev_);
     ledger_->count_refusal(dev_);
-    ledger_->init_priority(0);  // low, held back 1.5 s so far
+    ledger_->init_priority(Priority::Low);  // low, held back 1.5 s so far
     ledger_->add_held_back_ns(1'500'000'000);
     // A container directory without any state yet.
     std::filesystem::create_directories(layout_.container_dir("c2-idle"));
@@ -436,7 +436,7 @@ TEST(NodeApi, TheApiDocumentNamesEveryMemberTheDaemonSends) {
   c.id = "alloc-1";
   c.owner = {"ml", "trainer-0", "main"};
   c.has_state = true;
-  c.priority = 1;
+  c.priority = Priority::Normal;
   c.limits.memory = "8Gi";
   ContainerDevice d;
   d.uuid = gpu.uuid;

@@ -56,7 +56,7 @@ TEST_F(CliTest, SetPriorityIsShownByStatusWithTheHeldBackTime) {
   Outcome set = run({"set", "--file", state_, "--priority", "HIGH"});
   ASSERT_EQ(set.status, 0) << set.err;
   EXPECT_TRUE(contains(set.out, "priority not set -> high")) << set.out;
-  EXPECT_EQ(ledger->priority(), 2);
+  EXPECT_EQ(ledger->priority(), gpuslice::Priority::High);
   ledger->add_held_back_ns(2'500'000'000);
   Outcome text = run({"status", "--file", state_});
   EXPECT_TRUE(contains(text.out, "Priority: high, held back 2.500 s")) << text.out;
@@ -67,7 +67,7 @@ TEST_F(CliTest, SetPriorityIsShownByStatusWithTheHeldBackTime) {
   Outcome bad = run({"set", "--file", state_, "--priority", "urgent"});
   EXPECT_EQ(bad.status, 2) << bad.out << bad.err;
   EXPECT_TRUE(contains(bad.err, "--priority 'urgent'")) << bad.err;
-  EXPECT_EQ(ledger->priority(), 2) << "a refused value changes nothing";
+  EXPECT_EQ(ledger->priority(), gpuslice::Priority::High) << "a refused value changes nothing";
 }
 
 class NodeStatusTest : public CliTest {

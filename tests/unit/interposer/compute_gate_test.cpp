@@ -1,7 +1,6 @@
-// The compute gate on a simulated driver (DriverOps) and a simulated clock over a real container
-// ledger: what an unlimited device costs, live limits, late devices, graph capture, busy time, fork.
-#include "interposer/compute_gate.h"
-
+// The compute limit behind the launch gate on a simulated driver (DriverOps) and a simulated clock over a
+// real container ledger: what an unlimited device costs, live limits, late devices, graph capture, busy time,
+// fork.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,9 +10,11 @@
 #include <fstream>
 #include <string>
 
+#include "interposer/compute_limit.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
+#include "interposer/launch_gate.h"
 #include "limiter/compute_limiter.h"
 
 namespace gpuslice::interposer {
@@ -107,7 +108,7 @@ class ComputeGate : public ::testing::Test {
       delete rt->ledger.load();
     }
     delete rt;
-    g_compute_active.store(false);
+    g_launch_gated.store(false);
     set_gate_clock(nullptr);
     std::filesystem::remove_all(dir_);
   }
@@ -130,7 +131,7 @@ class ComputeGate : public ::testing::Test {
     rt->ledger.store(std::move(opened).value().release());
     EXPECT_TRUE(rt->ledger.load()->register_process().ok());
     install_runtime(rt);
-    g_compute_active.store(!rt->settings.compute.empty());
+    g_launch_gated.store(!rt->settings.compute.empty());
     return *rt;
   }
 
@@ -141,7 +142,7 @@ class ComputeGate : public ::testing::Test {
 
   // A launch as the launch hooks make it: through the gate only while some device is limited.
   static void launch(CUstream stream = nullptr) {
-    if (compute_active()) gate_launch(stream);
+    if (launch_gated()) gate_launch(stream);
   }
 
   static limiter::ComputeLimiter* limiter_of(CUdevice dev) {
@@ -155,7 +156,7 @@ class ComputeGate : public ::testing::Test {
 
 TEST_F(ComputeGate, AnUnlimitedDeviceNeverReadsTheClockNorDrains) {
   start("1=50");  // only device 1 is limited: the gate is on for the whole process
-  ASSERT_TRUE(compute_active());
+  ASSERT_TRUE(launch_gated());
   for (int i = 0; i < 100; ++i) {
     launch(stream_handle(0x100));
     note_sync_begin();
@@ -206,12 +207,12 @@ TEST_F(ComputeGate, ALimitSetLiveOnAnUnlimitedProcessTurnsTheGateOnAtTheNextTick
   DeviceState* d = device_state(0);
   ASSERT_NE(d, nullptr);
   ASSERT_GE(d->ledger_dev, 0);
-  compute_gate::tick();
-  EXPECT_FALSE(compute_active());
+  compute_limit::tick();
+  EXPECT_FALSE(launch_gated());
 
   rt.ledger.load()->set_compute_limit(d->ledger_dev, 30);
-  compute_gate::tick();
-  ASSERT_TRUE(compute_active());
+  compute_limit::tick();
+  ASSERT_TRUE(launch_gated());
   launch();
   ASSERT_NE(limiter_of(0), nullptr);
   EXPECT_EQ(limiter_of(0)->limit_percent(), 30u);
@@ -257,9 +258,9 @@ TEST_F(ComputeGate, BusyTimeTheLimiterMeasuredReachesTheLedgerAtTheNextTick) {
     return std::uint64_t{0};
   };
   EXPECT_EQ(own_busy(), 0u) << "published by the watcher, not by the launches";
-  compute_gate::tick();
+  compute_limit::tick();
   EXPECT_EQ(own_busy(), busy);
-  compute_gate::tick();
+  compute_limit::tick();
   EXPECT_EQ(own_busy(), busy) << "published once";
 }
 
@@ -268,7 +269,7 @@ TEST_F(ComputeGate, SettlingAtExitChargesTheOpenWindow) {
   launch();
   clock_.advance(500 * kUs);
   ASSERT_EQ(limiter_of(0)->stats().windows, 0u);
-  compute_gate::settle_at_exit();
+  compute_limit::settle_at_exit();
   EXPECT_EQ(limiter_of(0)->stats().windows, 1u);
   EXPECT_EQ(Simulation::drains.load(), 1);
   EXPECT_GT(limiter_of(0)->stats().busy_ns, 0u);
@@ -283,7 +284,7 @@ TEST_F(ComputeGate, AForkedChildMeasuresWithALimiterOfItsOwn) {
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    compute_gate::after_fork();
+    compute_limit::after_fork();
     DeviceState& d = *device_state(0);
     bool ok = d.limiter.load() == nullptr && d.busy_published.load() == 0 &&
               rt.ledger.load()->register_process().ok();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 #include "limiter/compute_limiter.h"
 #include "limiter/launch_cost.h"
@@ -65,9 +66,60 @@ DriverOps stub_ops() {
   return ops;
 }
 
+// Timing events on a device that runs each kernel for `kernel_ns` as soon as it is launched (an
+// idle device): a "before" event completes at the launch, an "after" one a kernel later. The
+// limiter records them in that order, so odd records are "after" events.
+struct EventStubs {
+  static inline std::uint64_t kernel_ns = 0;
+  static inline std::uint64_t times[1024] = {};
+  static inline int created = 0;
+  static inline int records = 0;
+  static inline int elapsed_reads = 0;
+  static inline bool fail_records = false;
+
+  static int id(CUevent event) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(event)) - 1; }
+  static CUresult create(CUevent* event) {
+    *event = reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(++created));
+    return CUDA_SUCCESS;
+  }
+  static CUresult record(CUevent event, CUstream) {
+    if (fail_records) return CUDA_ERROR_INVALID_HANDLE;
+    times[id(event)] = Stubs::clock->now + (records++ % 2 == 1 ? kernel_ns : 0);
+    return CUDA_SUCCESS;
+  }
+  static CUresult elapsed(CUevent start, CUevent end, std::uint64_t* ns) {
+    ++elapsed_reads;
+    *ns = times[id(end)] - times[id(start)];
+    return CUDA_SUCCESS;
+  }
+  static void reset() {
+    kernel_ns = 0;
+    created = 0;
+    records = 0;
+    elapsed_reads = 0;
+    fail_records = false;
+  }
+};
+
+DriverOps event_ops() {
+  DriverOps ops = stub_ops();
+  ops.event_create = &EventStubs::create;
+  ops.event_record = &EventStubs::record;
+  ops.event_elapsed_ns = &EventStubs::elapsed;
+  return ops;
+}
+
+// A launch as the hooks make it.
+void launch(ComputeLimiter& limiter) {
+  if (limiter.gate(nullptr)) limiter.after_launch(nullptr);
+}
+
 class LimiterMechanics : public ::testing::Test {
  protected:
-  void SetUp() override { Stubs::reset(&clock); }
+  void SetUp() override {
+    Stubs::reset(&clock);
+    EventStubs::reset();
+  }
   ManualClock clock;
   shm::ComputeShared shared{};
   std::atomic<unsigned> limit{0};
@@ -300,6 +352,93 @@ TEST_F(LimiterMechanics, ZeroTuningFallsBackToDefaults) {
   }
   // Default initial cap (2 launches) closes the first window; no division by zero, no spin.
   EXPECT_GE(limiter.stats().windows, 1u);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter
+
+namespace gpuslice::limiter {
+namespace {
+
+// Launch-bound: a 20 us kernel every 200 us keeps the device busy 10% of the time. The window's
+// probe times its kernels on the device, and the window is charged a tenth of its wall time (the
+// old definition charged all of it, the launch gaps being under 1 ms).
+TEST_F(LimiterMechanics, SparseLaunchesAreChargedTheirKernelsDeviceTime) {
+  limit.store(50);
+  EventStubs::kernel_ns = 20'000;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {  // 10 ms of launches
+    launch(limiter);
+    clock.now += 200'000;
+  }
+  limiter.settle();
+  // Two windows: the first one's two launches measure the launch cost; the second lasts the rest.
+  EXPECT_EQ(limiter.stats().measured_windows, 2u);
+  EXPECT_EQ(shared.busy_total_ns.load(), 1 * kMs);
+  // Each probe's events: the first window's 2 launches, the second's first 5 ms (25 launches).
+  EXPECT_EQ(EventStubs::records, 2 * (2 + 25));
+  EXPECT_EQ(EventStubs::elapsed_reads, 2 + 25);
+}
+
+// A probe that finds the device busy at least 90% of the time charges the window in full: the
+// device-bound case is charged exactly as before.
+TEST_F(LimiterMechanics, BusyProbeChargesTheWindowInFull) {
+  limit.store(50);
+  EventStubs::kernel_ns = 190'000;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {
+    launch(limiter);
+    clock.now += 200'000;
+  }
+  limiter.settle();
+  EXPECT_EQ(limiter.stats().measured_windows, 0u);
+  EXPECT_EQ(shared.busy_total_ns.load(), 10 * kMs);
+}
+
+// Outside the probe a launch makes no driver call; and a probed launch whose events fail (a context
+// destroyed under the limiter) leaves the window charged in full, as before.
+TEST_F(LimiterMechanics, FailedEventsChargeTheWindowInFull) {
+  limit.store(50);
+  EventStubs::kernel_ns = 20'000;
+  EventStubs::fail_records = true;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {
+    launch(limiter);
+    clock.now += 200'000;
+  }
+  limiter.settle();
+  EXPECT_EQ(limiter.stats().measured_windows, 0u);
+  EXPECT_EQ(shared.busy_total_ns.load(), 10 * kMs);
+}
+
+// The probe times every launch of its span, whichever thread makes it: a second thread's kernel
+// is in the sum too (the old probe charged that window in full).
+TEST_F(LimiterMechanics, AnotherThreadsLaunchDuringTheProbeIsTimedToo) {
+  limit.store(50);
+  EventStubs::kernel_ns = 20'000;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {
+    launch(limiter);
+    if (i == 3) std::thread([&] { launch(limiter); }).join();
+    clock.now += 200'000;
+  }
+  limiter.settle();
+  EXPECT_EQ(limiter.stats().measured_windows, 2u);
+  // The first window's 400 us at a tenth; the second's 9.6 ms at 26 kernels of 20 us in 5 ms.
+  EXPECT_EQ(shared.busy_total_ns.load(), 40'000u + 9'600'000u * 104 / 1000);
+  EXPECT_EQ(EventStubs::records, 2 * (2 + 26));
+}
+
+// Launches into a stream being captured run nothing now: they are never timed.
+TEST_F(LimiterMechanics, CapturedLaunchesAreNotProbed) {
+  limit.store(50);
+  Stubs::capture_status = 1;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {
+    launch(limiter);
+    clock.now += 200'000;
+  }
+  EXPECT_EQ(EventStubs::records, 0);
 }
 
 }  // namespace

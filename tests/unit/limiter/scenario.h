@@ -108,12 +108,19 @@ class Scenario {
   std::vector<std::unique_ptr<Process>> processes_;
 };
 
+// One launch as the library's hooks make it: the gate, the kernel, and the gate's after-launch call
+// when it probes this launch (its timing events around the kernel).
+inline void gated_launch(Process& process, World& world, std::uint64_t kernel_ns) {
+  const bool probed = process.limiter->gate(nullptr);
+  world.launch(kernel_ns);
+  if (probed) process.limiter->after_launch(nullptr);
+}
+
 // Launch loop: gate, one kernel of `kernel_ns`, `cpu_ns` of host work, until virtual `until`.
 inline void kernel_loop(Process& process, World& world, std::uint64_t kernel_ns, std::uint64_t cpu_ns,
                         std::uint64_t until) {
   while (world.now() < until) {
-    process.limiter->gate(nullptr);
-    world.launch(kernel_ns);
+    gated_launch(process, world, kernel_ns);
     world.sleep(cpu_ns);
   }
 }

@@ -28,6 +28,34 @@ CUresult sim_stream_synchronize(CUstream) {
   return CUDA_SUCCESS;
 }
 
+int event_id(CUevent event) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(event)) - 1; }
+
+CUresult sim_event_create(CUevent* event) {
+  *event = reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(World::current()->create_event() + 1));
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_event_record(CUevent event, CUstream) {
+  World::current()->record_event(event_id(event));
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_event_query(CUevent event) {
+  std::uint64_t at = 0;
+  return World::current()->event_time(event_id(event), &at) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult sim_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
+  std::uint64_t from = 0;
+  std::uint64_t to = 0;
+  if (!World::current()->event_time(event_id(start), &from) ||
+      !World::current()->event_time(event_id(end), &to)) {
+    return CUDA_ERROR_NOT_READY;
+  }
+  *ns = to > from ? to - from : 0;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 World::World() : World(Options{}) {}
@@ -198,8 +226,11 @@ void World::advance_device(std::uint64_t to) {
       ctx.remaining.front() -= progress;
       if (ctx.remaining.front() <= kEpsilonNs) {
         add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
+        for (const int event : ctx.markers.front())
+          event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
         ctx.remaining.pop_front();
         ctx.nominal.pop_front();
+        ctx.markers.pop_front();
       }
     }
     now_ += step;
@@ -224,6 +255,33 @@ void World::launch(std::uint64_t duration_ns) {
   }
   ctx.remaining.push_back(static_cast<double>(duration_ns));
   ctx.nominal.push_back(duration_ns);
+  ctx.markers.emplace_back();
+}
+
+int World::create_event() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  event_done_.push_back(0);
+  return static_cast<int>(event_done_.size()) - 1;
+}
+
+void World::record_event(int event) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Context& ctx = contexts_[static_cast<std::size_t>(t_current.ctx)];
+  auto& done = event_done_.at(static_cast<std::size_t>(event));
+  if (ctx.remaining.empty()) {
+    done = now_ + 1;
+  } else {
+    done = 0;
+    ctx.markers.back().push_back(event);
+  }
+}
+
+bool World::event_time(int event, std::uint64_t* at) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::uint64_t done = event_done_.at(static_cast<std::size_t>(event));
+  if (done == 0) return false;
+  *at = done - 1;
+  return true;
 }
 
 void World::synchronize() {
@@ -257,6 +315,10 @@ DriverOps sim_driver_ops() {
   DriverOps ops;
   ops.ctx_synchronize = &sim_ctx_synchronize;
   ops.stream_synchronize = &sim_stream_synchronize;
+  ops.event_create = &sim_event_create;
+  ops.event_record = &sim_event_record;
+  ops.event_query = &sim_event_query;
+  ops.event_elapsed_ns = &sim_event_elapsed_ns;
   return ops;
 }
 

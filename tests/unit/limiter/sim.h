@@ -8,6 +8,10 @@
 //
 // The device runs each context's kernels in order; contexts with queued work share the device
 // equally (processor sharing: the fluid limit of the driver's time-slicing between processes).
+// Timing events are markers in a context's queue: one completes, and takes its timestamp, when the
+// work queued before it has finished (at once on an idle queue), as cuEventRecord does on a device.
+// Host time and device time therefore differ: an actor's host work (sleep) between launches leaves
+// the device idle, and the events show it.
 #pragma once
 
 #include <condition_variable>
@@ -53,6 +57,11 @@ class World {
   void sleep(std::uint64_t ns);
   void launch(std::uint64_t duration_ns);
   void synchronize();
+  // Timing events of the calling actor's context: ids from 0; the time is the device time at which
+  // the event completed, or false while it has not (or was never recorded).
+  int create_event();
+  void record_event(int event);
+  bool event_time(int event, std::uint64_t* at) const;
 
   // Results. Share of the device the container's kernels held over [from, to).
   double occupancy(int container, std::uint64_t from, std::uint64_t to) const;
@@ -77,6 +86,7 @@ class World {
     int container = 0;
     std::deque<double> remaining;  // ns of work left per queued kernel, head running
     std::deque<std::uint64_t> nominal;
+    std::deque<std::vector<int>> markers;  // events recorded after each queued kernel
     std::vector<double> work_by_bucket;
   };
 
@@ -98,6 +108,7 @@ class World {
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Context> contexts_;
   std::vector<std::vector<double>> busy_by_container_;
+  std::vector<std::uint64_t> event_done_;  // per event: completion time + 1, 0 = not completed
   bool finished_ = false;
 };
 

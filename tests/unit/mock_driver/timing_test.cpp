@@ -110,6 +110,41 @@ TEST_F(TimingTest, EveryLaunchPathTakesDeviceTime) {
   EXPECT_FLOAT_EQ(ms, 5.056f);
 }
 
+// What the compute limiter's busy probe relies on: events recorded just before and just after a
+// launch span exactly its kernel's device time, whatever host time passes between launches; on a
+// device busy with another stream's work the pair also holds the wait (an overestimate).
+TEST_F(TimingTest, EventsAroundALaunchSpanItsDeviceTimeNotTheHostGaps) {
+  start({{"GPUSLICE_MOCK_FAKE_CLOCK", kStart}});
+  CUfunction short_kernel = kernel("sleep_50us");
+  CUfunction long_kernel = kernel("sleep_1000us");
+  CUevent events[6] = {};
+  for (CUevent& event : events) ASSERT_EQ(cuEventCreate(&event, 0), CUDA_SUCCESS);
+  CUstream mine = nullptr;
+  CUstream other = nullptr;
+  ASSERT_EQ(cuStreamCreate(&mine, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&other, 0), CUDA_SUCCESS);
+  for (int step = 0; step < 2; ++step) {  // a kernel, then 1 ms of host work
+    ASSERT_EQ(cuEventRecord(events[2 * step], mine), CUDA_SUCCESS);
+    ASSERT_EQ(launch(short_kernel, mine), CUDA_SUCCESS);
+    ASSERT_EQ(cuEventRecord(events[2 * step + 1], mine), CUDA_SUCCESS);
+    ASSERT_EQ(gpuslice_mock_advance_clock_ns(kMs), 0);
+  }
+  ASSERT_EQ(launch(long_kernel, other), CUDA_SUCCESS);  // the device is busy with another stream
+  ASSERT_EQ(cuEventRecord(events[4], mine), CUDA_SUCCESS);
+  ASSERT_EQ(launch(short_kernel, mine), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(events[5], mine), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  float ms = 0;
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_EQ(cuEventElapsedTime_v2(&ms, events[2 * step], events[2 * step + 1]), CUDA_SUCCESS);
+    EXPECT_FLOAT_EQ(ms, 0.05f);
+  }
+  ASSERT_EQ(cuEventElapsedTime_v2(&ms, events[1], events[2]), CUDA_SUCCESS);
+  EXPECT_FLOAT_EQ(ms, 0.95f);  // the host gap: the device idle
+  ASSERT_EQ(cuEventElapsedTime_v2(&ms, events[4], events[5]), CUDA_SUCCESS);
+  EXPECT_FLOAT_EQ(ms, 1.05f);
+}
+
 TEST_F(TimingTest, AFullLaunchQueueMakesTheLaunchWait) {
   start({{"GPUSLICE_MOCK_FAKE_CLOCK", kStart}, {"GPUSLICE_MOCK_QUEUE_DEPTH", "4"}});
   CUfunction sleeper = kernel("sleep_1000us");

@@ -169,18 +169,19 @@ TEST_F(LedgerTest, LiveComputeLimitIsVisibleEverywhere) {
 
 TEST_F(LedgerTest, PriorityIsUnsetUntilSetAndTheEnvironmentsInitialValueDoesNotUndoALiveChange) {
   auto observer = open_ledger(path_, Ledger::Mode::Observer);
-  EXPECT_EQ(a_->priority(), -1);
-  EXPECT_EQ(observer->priority(), -1);
-  EXPECT_EQ(observer->snapshot().priority, -1);
-  a_->init_priority(0);  // GPUSLICE_PRIORITY=low at the first process's start
-  EXPECT_EQ(observer->priority(), 0);
-  observer->set_priority(2);  // gpuslice set --priority high
-  EXPECT_EQ(a_->priority(), 2);
-  open_process(path_)->init_priority(0);  // a process started later with the same environment
-  EXPECT_EQ(a_->priority(), 2);
-  EXPECT_EQ(observer->snapshot().priority, 2);
-  observer->set_priority(7);  // not a level: ignored
-  EXPECT_EQ(a_->priority(), 2);
+  EXPECT_EQ(a_->priority(), std::nullopt);
+  EXPECT_EQ(observer->priority(), std::nullopt);
+  EXPECT_EQ(observer->snapshot().priority, std::nullopt);
+  a_->init_priority(Priority::Low);  // GPUSLICE_PRIORITY=low at the first process's start
+  EXPECT_EQ(observer->priority(), Priority::Low);
+  observer->set_priority(Priority::High);  // gpuslice set --priority high
+  EXPECT_EQ(a_->priority(), Priority::High);
+  open_process(path_)->init_priority(Priority::Low);  // a process started later with the same environment
+  EXPECT_EQ(a_->priority(), Priority::High);
+  EXPECT_EQ(observer->snapshot().priority, Priority::High);
+  ASSERT_NE(a_->priority_source(), nullptr);
+  EXPECT_EQ(a_->priority_source()->load(), priority_value(Priority::High))
+      << "the gate reads the value itself";
 }
 
 TEST_F(LedgerTest, HeldBackTimeOfAllProcessesAddsUpInTheSnapshot) {

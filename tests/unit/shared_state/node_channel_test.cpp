@@ -44,7 +44,7 @@ class NodeChannelTest : public ::testing::Test {
     r.container_key = key;
     r.uuid_hash = detail::uuid_hash(kGpu);
     r.compute_limit_percent = percent;
-    r.priority = 1;
+    r.priority = priority_value(Priority::Normal);
     r.heartbeat_ns = kNow;
     r.checksum = detail::peer_checksum(r);
     return r;

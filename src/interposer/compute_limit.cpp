@@ -1,4 +1,4 @@
-#include "interposer/compute_gate.h"
+#include "interposer/compute_limit.h"
 
 #include <cinttypes>
 #include <new>
@@ -6,13 +6,14 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
-#include "interposer/priority_sharing.h"
+#include "interposer/launch_gate.h"
+#include "interposer/node_presence.h"
+#include "interposer/runtime.h"
 #include "limiter/compute_limiter.h"
 #include "shared_state/turn_order.h"
 
-namespace gpuslice::interposer {
+namespace gpuslice::interposer::compute_limit {
 namespace {
 
 // The limiter's cycle: turns are offsets within it.
@@ -43,6 +44,12 @@ limiter::ComputeLimiter* current_limiter() {
   return limiter_for(*d);
 }
 
+// The device's limit in percent when it limits anything (strictly between 0 and 100), else 0.
+unsigned limit_of(const DeviceState& d) {
+  const unsigned pct = d.ledger_dev >= 0 ? ledger()->compute_limit(d.ledger_dev) : 0;
+  return pct > 0 && pct < 100 ? pct : 0;
+}
+
 // Pushes the busy time the limiters measured into the ledger (for status and metrics).
 void publish_compute_usage() {
   shm::Ledger* l = ledger();
@@ -57,85 +64,72 @@ void publish_compute_usage() {
 }
 
 // A compute limit set live (gpuslice set, limits file) on a process started without one turns the
-// gate on; the limiters read the limit itself from the shared state at every decision.
-void refresh_compute_active() {
+// launch gate on; the limiters read the limit itself from the shared state at every decision.
+bool any_limit() {
   bool any = !settings().compute.empty();
   for_each_ready_device([&any](DeviceState& d) {
-    if (d.ledger_dev < 0) return;
-    unsigned pct = ledger()->compute_limit(d.ledger_dev);
-    if (pct > 0 && pct < 100) any = true;
+    if (limit_of(d) != 0) any = true;
   });
-  // A priority set live (gpuslice set --priority) starts the priority gates the same way.
-  if (priority_sharing::refresh_level()) any = true;
-  if (any) g_compute_active.store(true, std::memory_order_relaxed);
+  return any;
 }
 
-// Containers with compute limits on the same GPU take turns (see turn_order.h); every process of
-// a container publishes the container's record on the node channel and hands its offset to the limiter.
+// Containers with compute limits on the same GPU take turns (see turn_order.h): every process of a
+// container publishes the container's limit on the node channel and hands its offset to the limiter.
 void refresh_turns() {
   Runtime& rt = *runtime();
   for_each_ready_device([&rt](DeviceState& d) {
-    unsigned pct = d.ledger_dev >= 0 ? ledger()->compute_limit(d.ledger_dev) : 0;
-    if (pct == 0 || pct >= 100 || d.turns_failed || rt.container_key == 0) {
+    const unsigned pct = limit_of(d);
+    NodePresence* presence = pct != 0 ? node_presence::of(d) : d.presence;
+    if (presence == nullptr) {
       d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
       return;
     }
-    if (d.turns == nullptr) {
-      auto opened =
-          shm::NodeChannel::open(rt.settings.node_dir, d.uuid, rt.container_key, rt.settings.node_writer);
-      if (!opened) {
-        d.turns_failed = true;
-        GS_LOG(Info, "no turns with other containers on %s: %s", d.uuid, opened.error().c_str());
-        return;
-      }
-      d.turns = std::move(opened).value().release();
-    }
     const std::uint64_t now = monotonic_ns();
-    shm::PeerState own;
-    own.compute_limit_percent = pct;
-    own.heartbeat_ns = now;
-    priority_sharing::fill_record(d, own);  // one record per container: keep the priority's fields
-    d.turns->publish(own);
+    presence->publish_compute_limit(pct, now);
+    if (pct == 0) {
+      d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
+      return;
+    }
     static shm::PeerState peers[shm::NodeChannel::kMaxWriters];  // watcher thread only
-    const std::size_t count = d.turns->read_peers(peers, shm::NodeChannel::kMaxWriters, now);
+    const std::size_t count = presence->channel().read_peers(peers, shm::NodeChannel::kMaxWriters, now);
     d.turn_offset.store(shm::turn_offset(rt.container_key, pct, peers, count, kTurnPeriodNs),
                         std::memory_order_relaxed);
   });
 }
 
+// The limiter whose busy probe times this thread's launch in flight, between before_launch() and
+// after_launch(); null for every other launch.
+thread_local limiter::ComputeLimiter* t_probing = nullptr;
+
 }  // namespace
 
-void gate_launch(CUstream stream, std::uint64_t kernel) {
-  // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
-  if (priority_sharing::enabled()) priority_sharing::before_launch(stream, kernel);
-  if (limiter::ComputeLimiter* lim = current_limiter()) lim->gate(stream);
+void before_launch(CUstream stream) {
+  if (limiter::ComputeLimiter* lim = current_limiter()) {
+    if (lim->gate(stream)) [[unlikely]]
+      t_probing = lim;
+  }
 }
 
-void note_sync_begin() {
-  if (priority_sharing::enabled()) priority_sharing::sync_begin();
+void after_launch(CUstream stream) {
+  if (limiter::ComputeLimiter* lim = t_probing) [[unlikely]] {
+    t_probing = nullptr;
+    lim->after_launch(stream);
+  }
 }
 
-void note_host_sync() {
-  if (priority_sharing::enabled()) priority_sharing::sync_end();
+void after_host_sync() {
   if (limiter::ComputeLimiter* lim = current_limiter()) lim->note_host_sync();
 }
 
-namespace compute_gate {
-
 void tick() {
-  refresh_compute_active();
-  if (!compute_active()) return;
+  if (any_limit()) launch_gate::turn_on();
+  if (!launch_gated()) return;
   publish_compute_usage();
-  if (priority_sharing::enabled()) {
-    Runtime& rt = *runtime();
-    for_each_ready_device(
-        [&rt](DeviceState& d) { priority_sharing::tick(d, rt.settings, rt.container_key); });
-  }
   refresh_turns();
 }
 
 void settle_at_exit() {
-  if (!compute_active()) return;
+  if (!launch_gated()) return;
   for_each_ready_device([](DeviceState& d) {
     limiter::ComputeLimiter* lim = d.limiter.load(std::memory_order_acquire);
     if (lim == nullptr) return;
@@ -151,7 +145,6 @@ void settle_at_exit() {
 }
 
 void after_fork() {
-  priority_sharing::after_fork();
   if (Runtime* rt = runtime()) {
     for (DeviceState& d : rt->devices) {
       d.limiter.store(nullptr);  // its measuring window belonged to the parent
@@ -160,5 +153,4 @@ void after_fork() {
   }
 }
 
-}  // namespace compute_gate
-}  // namespace gpuslice::interposer
+}  // namespace gpuslice::interposer::compute_limit

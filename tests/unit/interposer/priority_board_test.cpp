@@ -1,4 +1,7 @@
-// The priority gate over the real node channel: two containers' records in a node directory.
+// The priority gate over the real node channel (the container's presence and its board): several
+// containers' records in a node directory.
+#include "interposer/priority_board.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +18,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "limiter/priority_channel_board.h"
+#include "interposer/node_presence.h"
 #include "shared_state/peer_record.h"
 
 // Counts the allocations of the calling thread while counting is on (the gate's path must make none).
@@ -37,8 +40,13 @@ void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
-namespace gpuslice::limiter {
+namespace gpuslice::interposer {
 namespace {
+
+using limiter::DriverOps;
+using limiter::PeerView;
+using limiter::PriorityGate;
+using limiter::PriorityTuning;
 
 constexpr std::uint64_t kMs = 1'000'000;
 constexpr std::uint64_t kStale = 500 * kMs;
@@ -63,20 +71,21 @@ class PriorityChannel : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   struct Container {
-    std::unique_ptr<shm::NodeChannel> channel;
-    std::unique_ptr<ChannelBoard> board;
-    std::atomic<std::uint32_t> priority{1};
-    std::atomic<std::uint32_t> limit{0};
+    std::unique_ptr<NodePresence> presence;
+    shm::NodeChannel* channel = nullptr;
+    std::unique_ptr<PresenceBoard> board;
+    std::atomic<std::uint32_t> priority{kNoPriority};
     std::unique_ptr<PriorityGate> gate;
   };
   std::unique_ptr<Container> container(std::uint64_t key, const char* writer, Priority p) {
     auto c = std::make_unique<Container>();
-    auto opened = shm::NodeChannel::open(dir_, kGpu, key, writer);
+    auto opened = NodePresence::open(dir_, kGpu, key, writer);
     EXPECT_TRUE(opened.ok()) << opened.error();
     if (!opened.ok()) return nullptr;
-    c->channel = std::move(opened).value();
-    c->board = std::make_unique<ChannelBoard>(*c->channel, &c->limit);
-    c->priority.store(static_cast<std::uint32_t>(p));
+    c->presence = std::move(opened).value();
+    c->channel = &c->presence->channel();
+    c->board = std::make_unique<PresenceBoard>(*c->presence);
+    c->priority.store(priority_value(p));
     DriverOps ops;
     ops.ctx_synchronize = &no_sync;
     c->gate = std::make_unique<PriorityGate>(clock_, ops, c->board.get(), &c->priority);
@@ -114,26 +123,26 @@ TEST_F(PriorityChannel, LowIsHeldThroughTheChannelWhileHighIsBusyAndReleasedWhen
   EXPECT_EQ(clock_.now, before + 2 * kMs);
 }
 
-TEST_F(PriorityChannel, RecordsCarryTheComputeLimitAndAnotherPublisherKeepsThePriorityFields) {
+TEST_F(PriorityChannel, EachFeatureWritesOnlyItsOwnFieldsOfTheContainersOneRecord) {
   auto high = container(1, "high", Priority::High);
   auto reader = container(2, "reader", Priority::Low);
   ASSERT_TRUE(high && reader);
-  high->limit.store(40);
-  high->gate->gate(nullptr);
+  high->presence->publish_compute_limit(40, clock_.now);  // the compute limit's turns
+  high->gate->gate(nullptr);                              // priority sharing's busy
   shm::PeerState peers[4];
   ASSERT_EQ(reader->channel->read_peers(peers, 4, clock_.now), 1U);
   EXPECT_EQ(peers[0].compute_limit_percent, 40U);
-  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  EXPECT_EQ(peers[0].priority, Priority::High);
   EXPECT_GT(peers[0].busy_until_ns, clock_.now);
-  // The turns' heartbeat republishes the record: it must not reset the priority fields.
-  shm::PeerState turns_record;
-  turns_record.compute_limit_percent = 40;
-  turns_record.heartbeat_ns = clock_.now + kMs;
-  high->board->fill_priority_fields(turns_record);
-  high->channel->publish(turns_record);
+  // The turns' heartbeat republishes the record: it keeps the priority fields it does not own.
+  high->presence->publish_compute_limit(40, clock_.now + kMs);
   ASSERT_EQ(reader->channel->read_peers(peers, 4, clock_.now + kMs), 1U);
-  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  EXPECT_EQ(peers[0].priority, Priority::High);
   EXPECT_GT(peers[0].busy_until_ns, clock_.now);
+  // And the priority's heartbeat keeps the limit.
+  high->gate->heartbeat();
+  ASSERT_EQ(reader->channel->read_peers(peers, 4, clock_.now + kMs), 1U);
+  EXPECT_EQ(peers[0].compute_limit_percent, 40U);
 }
 
 // Between scans the reader re-reads the files it kept open; nothing it re-reads is trusted more
@@ -147,26 +156,25 @@ TEST_F(PriorityChannel, KnownRecordsAreReReadWithoutAScanAndOnlyThoseAboveTheRea
   normal->gate->heartbeat();
   shm::PeerState peers[4];
   ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 2U);
-  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 2U);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 2U);
   ASSERT_EQ(normal->channel->scan_peers(peers, 4, clock_.now, kStale),
             1U);  // high only (low never published)
-  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
-  EXPECT_EQ(peers[0].priority, shm::Priority::High);
+  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Normal), 1U);
+  EXPECT_EQ(peers[0].priority, Priority::High);
   // A fresh publish is what the re-read returns (the same file, read again).
   high->gate->gate(nullptr);
-  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
+  ASSERT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Normal), 1U);
   EXPECT_GT(peers[0].busy_until_ns, clock_.now);
   // A container that appears after the scan is not re-read: the next scan finds it.
   auto late = container(4, "late", Priority::High);
   ASSERT_TRUE(late);
   late->gate->heartbeat();
-  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 1U);
+  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Normal), 1U);
   EXPECT_EQ(normal->channel->scan_peers(peers, 4, clock_.now, kStale), 2U);
-  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Normal), 2U);
+  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Normal), 2U);
   // Stale records are skipped on re-read as on a scan.
-  EXPECT_EQ(
-      normal->channel->read_known_peers(peers, 4, clock_.now + kStale + kMs, kStale, shm::Priority::Normal),
-      0U);
+  EXPECT_EQ(normal->channel->read_known_peers(peers, 4, clock_.now + kStale + kMs, kStale, Priority::Normal),
+            0U);
 }
 
 // The attack: after a reader found its record, a peer replaces it with a symbolic link (to a file
@@ -183,10 +191,10 @@ TEST_F(PriorityChannel, ARecordReplacedByASymlinkOrAFifoLaterIsRefusedOnTheNextS
   const std::string moved = dir_ + "/high/elsewhere";
   ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
   ASSERT_EQ(::symlink(moved.c_str(), path.c_str()), 0);
-  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 1U)
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 1U)
       << "the open file is the old record itself";
   EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U) << "a symbolic link is not followed";
-  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 0U);
   ASSERT_EQ(::unlink(path.c_str()), 0);
   ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
   EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U)
@@ -196,7 +204,7 @@ TEST_F(PriorityChannel, ARecordReplacedByASymlinkOrAFifoLaterIsRefusedOnTheNextS
   ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
   // Grown past one record: refused by the re-read too.
   ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
-  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U);
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 0U);
   EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 0U);
 }
 
@@ -215,7 +223,7 @@ TEST_F(PriorityChannel, AnImpersonatorOfTheHighContainerCannotReleaseTheLowOne) 
   forged.sequence = 1;
   forged.container_key = 0x51;
   forged.uuid_hash = shm::detail::uuid_hash(kGpu);
-  forged.priority = static_cast<std::uint32_t>(shm::Priority::Low);
+  forged.priority = priority_value(Priority::Low);
   forged.heartbeat_ns = clock_.now;
   forged.checksum = shm::detail::peer_checksum(forged);
   for (int i = 0; i < 24; ++i) {
@@ -275,7 +283,7 @@ TEST_F(PriorityChannel, ADescriptorTheApplicationReusedIsNotClosedByTheNextScan)
   ASSERT_GE(app, 0);
   ASSERT_EQ(dup2(app, kept), kept);  // the application's file now has the kept number
   close(app);
-  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, shm::Priority::Low), 0U)
+  EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 0U)
       << "not a record: nothing read from it";
   EXPECT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
   struct stat after {};
@@ -287,4 +295,4 @@ TEST_F(PriorityChannel, ADescriptorTheApplicationReusedIsNotClosedByTheNextScan)
 }
 
 }  // namespace
-}  // namespace gpuslice::limiter
+}  // namespace gpuslice::interposer

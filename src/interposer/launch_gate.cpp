@@ -1,0 +1,25 @@
+#include "interposer/launch_gate.h"
+
+#include "interposer/compute_limit.h"
+#include "interposer/priority_sharing.h"
+
+namespace gpuslice::interposer {
+
+std::atomic<bool> g_launch_gated{false};
+
+void gate_launch(CUstream stream, std::uint64_t kernel) {
+  // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
+  priority_sharing::before_launch(stream, kernel);
+  compute_limit::before_launch(stream);
+}
+
+void after_launch(CUstream stream) { compute_limit::after_launch(stream); }
+
+void note_sync_begin() { priority_sharing::sync_begin(); }
+
+void note_host_sync() {
+  priority_sharing::sync_end();
+  compute_limit::after_host_sync();
+}
+
+}  // namespace gpuslice::interposer

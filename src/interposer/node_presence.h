@@ -1,0 +1,57 @@
+// This container's presence on the node channel (shared_state/node_channel.h), one per device: the
+// channel opened once, by whichever feature needs it first, and the container's one record on it.
+// Each feature writes only its own fields (the compute limit its share, for turns; priority sharing
+// its level and busy time); the record is composed here from the latest fields of each and written
+// whole, so no feature copies another's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/priority.h"
+#include "common/result.h"
+#include "shared_state/node_channel.h"
+
+namespace gpuslice::interposer {
+
+struct DeviceState;
+
+class NodePresence {
+ public:
+  static Result<std::unique_ptr<NodePresence>> open(const std::string& node_dir, std::string_view gpu_uuid,
+                                                    std::uint64_t container_key, std::string_view writer);
+  explicit NodePresence(std::unique_ptr<shm::NodeChannel> channel) : channel_(std::move(channel)) {}
+
+  // The compute limit's field: its percent (0 = none), for the turns of limited containers.
+  void publish_compute_limit(unsigned percent, std::uint64_t now_ns);
+  // Priority sharing's fields (see limiter::PeerView).
+  struct PriorityFields {
+    Priority priority = Priority::Normal;
+    std::uint64_t busy_until_ns = 0;
+    std::uint64_t held_back_ns = 0;
+  };
+  void publish_priority(const PriorityFields& fields, std::uint64_t now_ns);
+
+  // For reading the other containers' records.
+  shm::NodeChannel& channel() { return *channel_; }
+
+ private:
+  void publish(std::uint64_t now_ns);
+
+  std::unique_ptr<shm::NodeChannel> channel_;
+  std::atomic<std::uint32_t> compute_limit_{0};
+  std::atomic<std::uint32_t> priority_{priority_value(Priority::Normal)};
+  std::atomic<std::uint64_t> busy_until_ns_{0};
+  std::atomic<std::uint64_t> held_back_ns_{0};
+};
+
+namespace node_presence {
+// The presence of a ready device, opened on its first use (watcher thread); null when this process
+// has no container key or the channel cannot be used here (said once per device).
+NodePresence* of(DeviceState& d);
+}  // namespace node_presence
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,44 @@
+#include "interposer/priority_board.h"
+
+#include <algorithm>
+
+namespace gpuslice::interposer {
+namespace {
+
+// Records converted per read; the gate asks for no more.
+constexpr std::size_t kMaxRecords = 64;
+
+void convert(const shm::PeerState* records, std::size_t count, limiter::PeerView* out) {
+  for (std::size_t i = 0; i < count; ++i) {
+    out[i].priority = records[i].priority;
+    out[i].heartbeat_ns = records[i].heartbeat_ns;
+    out[i].busy_until_ns = records[i].busy_until_ns;
+    out[i].held_back_ns = records[i].held_back_ns;
+  }
+}
+
+}  // namespace
+
+std::size_t PresenceBoard::read_peers(limiter::PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                                      std::uint64_t stale_ns) {
+  shm::PeerState records[kMaxRecords];
+  const std::size_t count =
+      presence_.channel().scan_peers(records, std::min(capacity, kMaxRecords), now_ns, stale_ns);
+  convert(records, count, out);
+  return count;
+}
+
+std::size_t PresenceBoard::read_known_above(limiter::PeerView* out, std::size_t capacity,
+                                            std::uint64_t now_ns, std::uint64_t stale_ns, Priority above) {
+  shm::PeerState records[kMaxRecords];
+  const std::size_t count =
+      presence_.channel().read_known_peers(records, std::min(capacity, kMaxRecords), now_ns, stale_ns, above);
+  convert(records, count, out);
+  return count;
+}
+
+void PresenceBoard::publish(const limiter::PeerView& own) {
+  presence_.publish_priority({own.priority, own.busy_until_ns, own.held_back_ns}, own.heartbeat_ns);
+}
+
+}  // namespace gpuslice::interposer

@@ -1,0 +1,117 @@
+#include "limiter/busy_probe.h"
+
+#include "limiter/compute_limiter.h"
+
+namespace gpuslice::limiter {
+thread_local BusyProbe::Pending BusyProbe::t_pending;
+
+bool BusyProbe::supported(const DriverOps& ops) {
+  return ops.event_create != nullptr && ops.event_record != nullptr && ops.event_elapsed_ns != nullptr;
+}
+
+void BusyProbe::lock() {
+  bool expected = false;
+  while (!lock_.compare_exchange_weak(expected, true, std::memory_order_acquire)) expected = false;
+}
+
+bool BusyProbe::create_slot(const DriverOps& ops, Slot& slot) {
+  if (slot.before == nullptr && ops.event_create(&slot.before) != CUDA_SUCCESS) slot.before = nullptr;
+  if (slot.after == nullptr && ops.event_create(&slot.after) != CUDA_SUCCESS) slot.after = nullptr;
+  return slot.before != nullptr && slot.after != nullptr;
+}
+
+bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
+  lock();
+  bool probed = false;
+  switch (phase_) {
+    case Phase::Idle:
+      if (n < start_at_.load(std::memory_order_relaxed)) break;  // disarmed meanwhile
+      phase_ = Phase::Running;
+      ++generation_;
+      claimed_ = 0;
+      completed_ = 0;
+      start_ns_ = now;
+      probed = true;
+      break;
+    case Phase::Running:
+      // The span ends at the first launch it has no room or time for: every launch before it, of
+      // any thread, was timed.
+      if (claimed_ >= kSlots || now - start_ns_ >= kMaxSpanNs) {
+        phase_ = Phase::Ended;
+        end_ns_ = now;
+        break;
+      }
+      probed = true;
+      break;
+    case Phase::Ended:
+    case Phase::Invalid:
+      break;
+  }
+  if (probed) {
+    Slot& slot = slots_[claimed_];
+    // Work captured into a graph runs later, and an event there would join the capture.
+    const bool capturing = stream_capturing(ops, stream);
+    if (capturing || !create_slot(ops, slot) || ops.event_record(slot.before, stream) != CUDA_SUCCESS) {
+      // Events of a destroyed context fail from now on: make fresh ones next time.
+      if (!capturing) slot = Slot{};
+      phase_ = Phase::Invalid;
+      probed = false;
+    } else {
+      t_pending = Pending{this, generation_, claimed_};
+      ++claimed_;
+    }
+  }
+  if (!probed) start_at_.store(kNever, std::memory_order_relaxed);
+  unlock();
+  return probed;
+}
+
+void BusyProbe::after_launch(const DriverOps& ops, CUstream stream) {
+  const Pending pending = t_pending;
+  t_pending = Pending{};
+  if (pending.probe != this) return;
+  lock();
+  // A pair of a probe since collected (or invalidated) is dropped; one begun before its probe's
+  // span ended still completes it.
+  if ((phase_ == Phase::Running || phase_ == Phase::Ended) && pending.generation == generation_) {
+    if (ops.event_record(slots_[pending.slot].after, stream) == CUDA_SUCCESS) {
+      ++completed_;
+    } else {
+      slots_[pending.slot] = Slot{};
+      phase_ = Phase::Invalid;
+      start_at_.store(kNever, std::memory_order_relaxed);
+    }
+  }
+  unlock();
+}
+
+BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read) {
+  lock();
+  Result result;
+  // A probe still running ends with the window. One with a launch half-way (a thread between its
+  // gate and its launch) cannot be read: that kernel's time is unknown.
+  if (phase_ == Phase::Running) {
+    phase_ = Phase::Ended;
+    end_ns_ = now;
+  }
+  if (read && phase_ == Phase::Ended && claimed_ > 0 && completed_ == claimed_ && end_ns_ > start_ns_) {
+    result.valid = true;
+    for (std::uint32_t i = 0; i < claimed_ && result.valid; ++i) {
+      std::uint64_t ns = 0;
+      if (ops.event_elapsed_ns(slots_[i].before, slots_[i].after, &ns) != CUDA_SUCCESS) {
+        result.valid = false;
+      }
+      result.busy_ns += ns;
+    }
+    result.span_ns = end_ns_ - start_ns_;
+  }
+  if (!result.valid) result = Result{};
+  phase_ = Phase::Idle;
+  claimed_ = 0;
+  completed_ = 0;
+  start_at_.store(kNever, std::memory_order_relaxed);
+  unlock();
+  return result;
+}
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,96 @@
+// How much of the wall time a process's launches keep the device busy, read from the device's own
+// timeline. The compute limiter charges a window's wall time times this duty: a device-bound window
+// (duty 1) is charged as before, a launch-bound one (tiny kernels between host work) only for the time
+// its kernels ran.
+//
+// A probe times every launch of a span of host time at the start of each window (any thread's, up to
+// kSlots of them): a timing event recorded on the launch's stream just before the launch and one just
+// after, so each pair spans exactly that launch's device time (the stream runs in order: the first
+// completes when the earlier work did, i.e. when the kernel starts). The duty is their sum over the
+// span. A pair costs two cuEventRecord; the pairs are read once, after the window's drain, when every
+// event has completed. Launches outside the probe cost one relaxed load and a compare.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+
+namespace gpuslice::limiter {
+
+struct DriverOps;
+
+class BusyProbe {
+ public:
+  static constexpr unsigned kSlots = 128;
+  // A probe ends at the first launch after this much host time, or when its slots are full. Launches
+  // come in bursts (a step's kernels launched back to back): ending on time cuts at the start of a
+  // burst, with the probed bursts' work done inside the span; ending on full slots may cut inside
+  // one, whose queued work then runs past the span and is counted over it (an overestimate).
+  static constexpr std::uint64_t kMaxSpanNs = 5'000'000;
+  static constexpr std::uint32_t kNever = ~0U;
+
+  struct Result {
+    bool valid = false;  // false: nothing measured (charge in full)
+    std::uint64_t busy_ns = 0;
+    std::uint64_t span_ns = 0;
+  };
+
+  BusyProbe() = default;
+  BusyProbe(const BusyProbe&) = delete;
+  BusyProbe& operator=(const BusyProbe&) = delete;
+
+  // Whether the driver offers timing events at all; without them nothing is ever probed.
+  static bool supported(const DriverOps& ops);
+
+  // At a window's opening (one thread, the limiter's closer): the probe starts at the window's
+  // launch number `first`.
+  void arm(std::uint32_t first) { start_at_.store(first, std::memory_order_relaxed); }
+
+  // Launch number `n` of the window (all threads) is about to be submitted on `stream`. The fast path:
+  // one relaxed load and a compare. Returns true when the caller must call after_launch() on the same
+  // thread once the launch was submitted.
+  bool before_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
+    if (n < start_at_.load(std::memory_order_relaxed)) [[likely]]
+      return false;
+    return probe_launch(ops, stream, now, n);
+  }
+  void after_launch(const DriverOps& ops, CUstream stream);
+
+  // After the window's drain (every event completed), by the thread closing it: what the probe
+  // measured (ending at `now` if still running), and the probe is reset (disarmed until the next
+  // arm()). Without `read` (a window dropped undrained) it only resets.
+  Result collect(const DriverOps& ops, std::uint64_t now, bool read = true);
+
+ private:
+  enum class Phase : std::uint32_t { Idle, Running, Ended, Invalid };
+  struct Slot {
+    CUevent before = nullptr;
+    CUevent after = nullptr;
+  };
+  // The probed launch a thread is submitting, between before_launch() and after_launch().
+  struct Pending {
+    BusyProbe* probe = nullptr;
+    std::uint32_t generation = 0;
+    std::uint32_t slot = 0;
+  };
+  static thread_local Pending t_pending;
+
+  bool probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n);
+  bool create_slot(const DriverOps& ops, Slot& slot);
+  void lock();
+  void unlock() { lock_.store(false, std::memory_order_release); }
+
+  std::atomic<std::uint32_t> start_at_{kNever};
+  // Guards everything below: probed launches are few, so a spin lock costs nothing that matters.
+  std::atomic<bool> lock_{false};
+  Phase phase_ = Phase::Idle;
+  std::uint32_t generation_ = 0;  // one per probe, so a late after_launch() cannot reach a later one
+  std::uint32_t claimed_ = 0;     // pairs begun ("before" recorded)
+  std::uint32_t completed_ = 0;   // pairs whose "after" is recorded too
+  std::uint64_t start_ns_ = 0;
+  std::uint64_t end_ns_ = 0;
+  Slot slots_[kSlots];
+};
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,197 @@
+// A compute limit caps GPU time, the time the container's kernels occupy the device, not the wall
+// time its launches span: on the simulated device (whose timing events follow its own timeline),
+// launch-bound work below its limit runs at full speed, while device-bound and mixed work above it
+// is held to the limit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+#include "scenario.h"
+
+namespace gpuslice::limiter::sim {
+namespace {
+
+constexpr std::uint64_t kRun = 4 * kSec;
+
+std::string describe(const WindowRange& range) {
+  char text[128];
+  std::snprintf(text, sizeof text, "1 s windows: min %.3f max %.3f mean %.3f", range.min, range.max,
+                range.mean);
+  return text;
+}
+
+// One step of a launch-bound loop (the shape of batch-1 decoding): `kernels` kernels of `kernel_ns`
+// launched back to back, optionally one longer kernel first, then `host_ns` of host work.
+struct Step {
+  int kernels = 10;
+  std::uint64_t kernel_ns = 5 * kUs;
+  std::uint64_t long_kernel_ns = 0;
+  std::uint64_t host_ns = 500 * kUs;
+  bool sync = false;  // the step ends by waiting for its work (as reading a token does)
+};
+
+int run_steps(Process& p, World& world, const Step& step, std::uint64_t until) {
+  int steps = 0;
+  while (world.now() < until) {
+    if (step.long_kernel_ns != 0) gated_launch(p, world, step.long_kernel_ns);
+    for (int i = 0; i < step.kernels; ++i) gated_launch(p, world, step.kernel_ns);
+    if (step.sync) {
+      world.synchronize();
+      p.limiter->note_host_sync();
+    }
+    world.sleep(step.host_ns);
+    ++steps;
+  }
+  return steps;
+}
+
+struct StepResult {
+  int steps = 0;
+  WindowRange occupancy;
+};
+
+StepResult limited_steps(unsigned limit, const Step& step) {
+  Scenario s;
+  Container& box = s.add_container(limit);
+  Process& p = s.add_process(box);
+  StepResult result;
+  s.add_thread(p, [&] { result.steps = run_steps(p, s.world, step, kRun); });
+  s.run();
+  result.occupancy = s.sliding(box, 0, kRun);
+  return result;
+}
+
+class LimiterGpuTime : public ::testing::TestWithParam<unsigned> {};
+
+// The case: 10 x 5 us kernels and 0.5 ms of host work per step keep the device busy 9% of
+// the time. The old definition charged the whole launch-to-drain interval (about 53% of the steps
+// under 50%); by GPU time the loop is below every limit here.
+TEST_P(LimiterGpuTime, LaunchBoundStepsBelowTheLimitRunAtFullSpeed) {
+  const unsigned limit = GetParam();
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  const StepResult limited = limited_steps(limit, step);
+  EXPECT_GE(limited.steps, free_running * 97 / 100) << limited.steps << " of " << free_running;
+  EXPECT_LE(limited.occupancy.max, limit / 100.0 + 0.03) << describe(limited.occupancy);
+}
+
+// The same with a host sync ending each step, as a decode loop reading its token does.
+TEST_P(LimiterGpuTime, LaunchBoundStepsWithAHostSyncRunAtFullSpeed) {
+  Step step;
+  step.sync = true;
+  const int free_running = limited_steps(0, step).steps;
+  const StepResult limited = limited_steps(GetParam(), step);
+  EXPECT_GE(limited.steps, free_running * 97 / 100) << limited.steps << " of " << free_running;
+}
+
+// Mixed: one 150 us kernel and ten 5 us ones per 0.5 ms step keep the device busy 40% of the time.
+// Above that limit it runs at full speed; at 20% it is held to 20% of GPU time.
+TEST_P(LimiterGpuTime, MixedStepsAreHeldToTheLimitOnlyAboveIt) {
+  const unsigned limit = GetParam();
+  Step step;
+  step.long_kernel_ns = 150 * kUs;
+  const int free_running = limited_steps(0, step).steps;
+  const StepResult limited = limited_steps(limit, step);
+  const double share = limit / 100.0;
+  EXPECT_LE(limited.occupancy.max, share + 0.03) << describe(limited.occupancy);
+  if (share > 0.40) {
+    EXPECT_GE(limited.steps, free_running * 97 / 100) << limited.steps << " of " << free_running;
+  } else {
+    EXPECT_GE(limited.occupancy.min, share - 0.03) << describe(limited.occupancy);
+  }
+}
+
+// Device-bound work (the queue never empties) is held to the limit within 3 points in every
+// second, long kernels and a tight loop of tiny ones alike.
+TEST_P(LimiterGpuTime, DeviceBoundWorkIsHeldWithinThreePoints) {
+  const unsigned limit = GetParam();
+  const double share = limit / 100.0;
+  for (const std::uint64_t kernel_ns : {1 * kMs, 5 * kUs}) {
+    Scenario s;
+    Container& box = s.add_container(limit);
+    Process& p = s.add_process(box);
+    s.add_thread(p, [&] { kernel_loop(p, s.world, kernel_ns, 2 * kUs, kRun); });
+    s.run();
+    const WindowRange occupancy = s.sliding(box, 0, kRun);
+    EXPECT_GE(occupancy.min, share - 0.03) << kernel_ns << " ns kernels: " << describe(occupancy);
+    EXPECT_LE(occupancy.max, share + 0.03) << kernel_ns << " ns kernels: " << describe(occupancy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, LimiterGpuTime, ::testing::Values(20u, 50u, 80u));
+
+// A container taking turns with others on the GPU opens its device-bound windows only in its turn.
+// Launch-bound work runs outside it too: after its first window (which waits for the turn once),
+// each window is measured light and the next opens at once.
+TEST(LimiterGpuTimeTurns, LaunchBoundStepsRunOutsideTheirTurn) {
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  Scenario s;
+  Container& box = s.add_container(50);
+  Process& p = s.add_process(box);
+  std::atomic<std::uint64_t> phase{Tuning{}.period_ns / 2};  // the turn starts 250 ms into the cycle
+  p.limiter->set_phase_source(&phase);
+  int steps = 0;
+  s.add_thread(p, [&] { steps = run_steps(p, s.world, step, kRun); });
+  s.run();
+  EXPECT_GE(steps, free_running * 9 / 10) << steps << " of " << free_running;
+  EXPECT_LE(s.sliding(box, 0, kRun).max, 0.50 + 0.03);
+}
+
+// Two threads of one process, each running the launch-bound steps (together 18% busy): the probe
+// times both threads' launches, so a 50% limit leaves them alone.
+TEST(LimiterGpuTimeThreads, LaunchBoundThreadsOfOneProcessRunAtFullSpeed) {
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  Scenario s;
+  Container& box = s.add_container(50);
+  Process& p = s.add_process(box);
+  int steps_a = 0;
+  int steps_b = 0;
+  s.add_thread(p, [&] { steps_a = run_steps(p, s.world, step, kRun); });
+  s.add_thread(p, [&] {
+    s.world.sleep(250 * kUs);
+    steps_b = run_steps(p, s.world, step, kRun);
+  });
+  s.run();
+  EXPECT_GE(steps_a + steps_b, 2 * free_running * 95 / 100)
+      << steps_a << " + " << steps_b << " of 2 x " << free_running;
+  EXPECT_LE(s.sliding(box, 0, kRun).max, 0.50 + 0.03);
+}
+
+// Two launch-bound processes of one container, each busy 30% of the time: each charges its own
+// kernels' device time, so a 70% limit leaves them alone, and under 50% together they never exceed
+// it. They get less than it: once throttled they resume together, their kernels share the device,
+// and each probe counts the other's share as its own (an overestimate, never an underestimate).
+TEST(LimiterGpuTimeProcesses, LaunchBoundProcessesAddUp) {
+  Step step;
+  step.kernels = 3;
+  step.kernel_ns = 50 * kUs;
+  for (const unsigned limit : {50u, 70u}) {
+    Scenario s;
+    Container& box = s.add_container(limit);
+    Process& a = s.add_process(box);
+    Process& b = s.add_process(box);
+    int steps_a = 0;
+    int steps_b = 0;
+    s.add_thread(a, [&] { steps_a = run_steps(a, s.world, step, kRun); });
+    s.add_thread(b, [&] {
+      s.world.sleep(250 * kUs);  // out of phase: each kernel runs alone, as in most of a real run
+      steps_b = run_steps(b, s.world, step, kRun);
+    });
+    s.run();
+    const WindowRange occupancy = s.sliding(box, 0, kRun);
+    const int free_running = limited_steps(0, step).steps;
+    if (limit == 50) {
+      EXPECT_LE(occupancy.max, 0.50 + 0.03) << describe(occupancy);
+      EXPECT_GE(occupancy.mean, 0.25) << describe(occupancy);
+    } else {
+      EXPECT_GE(steps_a + steps_b, 2 * free_running * 95 / 100) << steps_a << " + " << steps_b;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter::sim
