@@ -244,6 +244,7 @@ void forget_graph(const void* handle) {
 
 void sync_graph_charge(DeviceState& d) {
   if (d.ledger_dev < 0) return;
+  SlowPath one_at_a_time;  // the watcher's sync against a launch growing the charge
   const std::uint64_t charge = d.graph_charge.load(std::memory_order_relaxed);
   const std::uint64_t reserved = graph_figure(d, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, charge);
   if (reserved > charge) {
