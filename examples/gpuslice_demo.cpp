@@ -58,10 +58,10 @@ const char* error_name(CUresult status) {
       return "CUDA_ERROR_INVALID_DEVICE";
     case CUDA_ERROR_INVALID_IMAGE:
       return "CUDA_ERROR_INVALID_IMAGE";
-    case CUDA_ERROR_FILE_NOT_FOUND:
-      return "CUDA_ERROR_FILE_NOT_FOUND";
     case CUDA_ERROR_INVALID_CONTEXT:
       return "CUDA_ERROR_INVALID_CONTEXT";
+    case CUDA_ERROR_FILE_NOT_FOUND:
+      return "CUDA_ERROR_FILE_NOT_FOUND";
     case CUDA_ERROR_INVALID_HANDLE:
       return "CUDA_ERROR_INVALID_HANDLE";
     case CUDA_ERROR_NOT_FOUND:

@@ -286,7 +286,10 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit);
 CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc);
-CUresult cuFuncLoad(CUfunction function);  // CUDA 12.4: finishes a lazily loaded function
+CUresult cuFuncLoad(CUfunction function);
+typedef struct CUkern_st* CUkernel;  // CUDA 12: a library's kernel, which launches take cast to CUfunction
+CUresult cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel,
+                              CUdevice dev);  // CUDA 12.4: finishes a lazily loaded function
 
 CUresult cuModuleLoad(CUmodule* module, const char* fname);
 CUresult cuModuleLoadData(CUmodule* module, const void* image);

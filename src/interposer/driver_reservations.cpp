@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
+#include "interposer/module_image.h"
 
 namespace gpuslice::interposer {
 
@@ -243,6 +244,7 @@ void forget_graph(const void* handle) {
 
 void sync_graph_charge(DeviceState& d) {
   if (d.ledger_dev < 0) return;
+  SlowPath one_at_a_time;  // the watcher's sync against a launch growing the charge
   const std::uint64_t charge = d.graph_charge.load(std::memory_order_relaxed);
   const std::uint64_t reserved = graph_figure(d, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, charge);
   if (reserved > charge) {
@@ -303,14 +305,21 @@ void graph_pool_settle(CUgraphExec exec) {
   sync_graph_charge(*d);
 }
 
-ModuleLoad begin_module_load() {
+ModuleLoad begin_module_load(const void* image) {
   ModuleLoad m;
   DeviceState* d = current_device_state();
   if (d == nullptr || d->ledger_dev < 0) return m;
   m.device = d;
   const std::uint64_t quota = effective_quota(*d);
-  if (quota != shm::kUnlimited && ledger()->used(d->ledger_dev) >= quota) {
-    refuse(*d, 0);
+  const std::uint64_t globals = image_global_bytes(image);
+  const std::uint64_t used = ledger()->used(d->ledger_dev);
+  if (quota != shm::kUnlimited && (used >= quota || globals > quota - used)) {
+    GS_LOG(Info,
+           "device %d: a module load refused: the container holds %.1f MiB of its %.1f MiB and the "
+           "image declares %.1f MiB of globals",
+           d->index, static_cast<double>(used) / (1 << 20), static_cast<double>(quota) / (1 << 20),
+           static_cast<double>(globals) / (1 << 20));
+    refuse(*d, globals);
     m.refused = true;
     return m;
   }

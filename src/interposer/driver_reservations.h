@@ -115,14 +115,16 @@ struct ModuleLoad {
   bool measured = false;
   bool refused = false;
 };
-ModuleLoad begin_module_load();
+// `image` (null for a file) is read for the globals it declares (module_image.h): a load that would
+// take the container past its quota by them is refused before the driver loads anything.
+ModuleLoad begin_module_load(const void* image = nullptr);
 void end_module_load(const ModuleLoad& load, CUresult result);
 
 template <class Load>
-CUresult load_module(Load&& load) {
+CUresult load_module(const void* image, Load&& load) {
   if (!memory_active()) return load();
   AllocationInFlight flight;
-  ModuleLoad m = begin_module_load();
+  ModuleLoad m = begin_module_load(image);
   if (m.refused) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult r = load();
   end_module_load(m, r);

@@ -11,7 +11,7 @@ namespace gs = gpuslice::interposer;
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   GS_CUDA_HOOK_PROLOGUE(cuMemAlloc_v2);
   if (!gs::memory_active()) return real(dptr, bytesize);
-  return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,
+  return gs::allocate_linear(gs::current_device_state(), gs::device_granular(bytesize), dptr,
                              [&] { return real(dptr, bytesize); });
 }
 
@@ -23,7 +23,7 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t 
   // shows up in the driver's per-process figure, which the footprint reconciliation charges.
   std::uint64_t estimate = ((WidthInBytes + 511) / 512) * 512 * (Height == 0 ? 1 : Height);
   gs::DeviceState* d = gs::current_device_state();
-  return gs::allocate_linear(d, estimate, dptr,
+  return gs::allocate_linear(d, gs::device_granular(estimate), dptr,
                              [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); });
 }
 

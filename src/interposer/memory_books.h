@@ -120,6 +120,13 @@ CUresult open_imported(CUdeviceptr* ptr, Open&& open) {
 // The driver's figure for this process on the device (NVML); false when NVML does not list it.
 bool own_driver_figure(const DeviceState& d, std::uint64_t* bytes);
 
+// What the driver takes for a linear allocation of `bytes`: whole 2 MiB pages (cudaMalloc of 1 byte
+// takes 2 MiB on driver 580), so the books hold what the driver's figure will show.
+inline std::uint64_t device_granular(std::uint64_t bytes) {
+  constexpr std::uint64_t kPage = 2ULL << 20;
+  return bytes > ~0ULL - (kPage - 1) ? bytes : (bytes + kPage - 1) & ~(kPage - 1);
+}
+
 // Bytes a CUDA array of these extents takes (each extent at least 1; formats by element size).
 std::uint64_t array_bytes(std::uint64_t w, std::uint64_t h, std::uint64_t depth, CUarray_format f,
                           unsigned channels);

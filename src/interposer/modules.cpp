@@ -8,23 +8,23 @@ namespace gs = gpuslice::interposer;
 
 GS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   GS_CUDA_HOOK_PROLOGUE(cuModuleLoad);
-  return gs::load_module([&] { return real(module, fname); });
+  return gs::load_module(nullptr, [&] { return real(module, fname); });
 }
 
 GS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   GS_CUDA_HOOK_PROLOGUE(cuModuleLoadData);
-  return gs::load_module([&] { return real(module, image); });
+  return gs::load_module(image, [&] { return real(module, image); });
 }
 
 GS_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
                                       CUjit_option* options, void** optionValues) {
   GS_CUDA_HOOK_PROLOGUE(cuModuleLoadDataEx);
-  return gs::load_module([&] { return real(module, image, numOptions, options, optionValues); });
+  return gs::load_module(image, [&] { return real(module, image, numOptions, options, optionValues); });
 }
 
 GS_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
   GS_CUDA_HOOK_PROLOGUE(cuModuleLoadFatBinary);
-  return gs::load_module([&] { return real(module, fatCubin); });
+  return gs::load_module(fatCubin, [&] { return real(module, fatCubin); });
 }
 
 GS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
@@ -32,7 +32,7 @@ GS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit
                                      CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                      unsigned int numLibraryOptions) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryLoadData);
-  return gs::load_module([&] {
+  return gs::load_module(code, [&] {
     return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                 libraryOptionValues, numLibraryOptions);
   });
@@ -43,7 +43,7 @@ GS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileNam
                                          CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                          unsigned int numLibraryOptions) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryLoadFromFile);
-  return gs::load_module([&] {
+  return gs::load_module(nullptr, [&] {
     return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                 libraryOptionValues, numLibraryOptions);
   });

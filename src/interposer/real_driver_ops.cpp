@@ -88,9 +88,16 @@ CUresult real_device_attribute(int* value, CUdevice_attribute attr, CUdevice dev
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(value, attr, dev);
 }
 
+// A launch may pass a library's CUkernel cast to CUfunction (CUDA 12): asked as a kernel on the
+// current device when the function query does not know it.
 CUresult real_function_local_bytes(CUfunction f, int* bytes) {
   static auto fn = REAL_UNHOOKED(Cuda, cuFuncGetAttribute);
-  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+  static auto kernel = REAL_UNHOOKED(Cuda, cuKernelGetAttribute);
+  CUresult r = fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+  CUdevice dev = 0;
+  if (r != CUDA_SUCCESS && kernel != nullptr && real_current_device(&dev) == CUDA_SUCCESS)
+    r = kernel(bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, reinterpret_cast<CUkernel>(f), dev);
+  return r;
 }
 
 CUresult real_function_load(CUfunction f) {

@@ -681,6 +681,14 @@ TEST_F(DriverPaths, ModuleGlobalsAndLazilyLoadedCodeAreChargedAndRefuseWhatWould
   EXPECT_EQ(o.num("more_code"), 2) << "the container is over its quota: nothing more until it is below";
 }
 
+TEST_F(DriverPaths, AModuleWhoseDeclaredGlobalsWouldPassTheQuotaIsNotLoaded) {
+  Outcome o = reservation("ptx", 512 * kMiB, /*held=*/600 * kMiB);
+  EXPECT_EQ(o.num("load_code"), 2) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+  Outcome fits = reservation("ptx", 128 * kMiB, /*held=*/600 * kMiB);
+  EXPECT_EQ(fits.num("load_code"), 0) << fits.out;
+}
+
 TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
   Outcome within = reservation("unseen", 300 * kMiB, /*held=*/100 * kMiB);
   EXPECT_EQ(within.num("load_code"), 0) << within.out;

@@ -509,6 +509,12 @@ int reservation() {
       check(g_drv.get_function(&fn, mod, name.c_str()), "cuModuleGetFunction");
       std::printf("launch_code=%d\n", g_drv.launch(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
     }
+  } else if (g_opt.what == "ptx") {
+    // PTX declaring --bytes of globals (the simulated driver takes them at load: "globals=").
+    std::string image = ".version 8.0\n.target sm_90\n.address_size 64\n.global .align 8 .b8 big[" +
+                        std::to_string(n) + "];\n// globals=" + std::to_string(n) + "\n";
+    CUmodule mod = nullptr;
+    std::printf("load_code=%d\n", g_drv.module_load(&mod, image.c_str()));
   } else if (g_opt.what == "unseen") {
     // A function's code (--bytes) loaded through a call no hook sees.
     std::string image = "mock-module lazy=" + std::to_string(n);

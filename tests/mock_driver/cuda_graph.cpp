@@ -144,14 +144,16 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
              : CUDA_ERROR_INVALID_VALUE;
 }
 
+// Both are asked from other threads at any time (a watcher): under the mutex, which the exit path
+// holds while it lets go of the shared state.
 CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
   CUresult ready = check_ready();
   if (ready != CUDA_SUCCESS) return ready;
-  Driver& state = driver();
   if (device < 0 || static_cast<unsigned>(device) >= state.shared.device_count())
     return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(state.mutex);
   const GraphPool& pool = state.graph_pool[device];
   std::uint64_t figure = 0;
   switch (attr) {
@@ -175,12 +177,12 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
 }
 
 CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
   CUresult ready = check_ready();
   if (ready != CUDA_SUCCESS) return ready;
-  Driver& state = driver();
   if (device < 0 || static_cast<unsigned>(device) >= state.shared.device_count())
     return CUDA_ERROR_INVALID_DEVICE;
-  std::lock_guard<std::mutex> lock(state.mutex);
   GraphPool& pool = state.graph_pool[device];
   state.shared.uncharge(static_cast<unsigned>(device), pool.reserved - pool.used, false);
   pool.reserved = pool.used;

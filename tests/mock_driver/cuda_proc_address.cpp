@@ -227,6 +227,9 @@ CUresult cuGetErrorString(CUresult error, const char** pStr) {
     case CUDA_ERROR_INVALID_CONTEXT:
       *pStr = "invalid device context";
       break;
+    case CUDA_ERROR_FILE_NOT_FOUND:
+      *pStr = "file not found";
+      break;
     case CUDA_ERROR_INVALID_HANDLE:
       *pStr = "invalid resource handle";
       break;
