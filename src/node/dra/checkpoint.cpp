@@ -30,6 +30,7 @@ json to_json(const CheckpointEntry& e) {
   return {{"state", e.state == CheckpointEntry::State::Prepared ? "prepared" : "preparing"},
           {"namespace", e.ns},
           {"name", e.name},
+          {"pod", e.pod},
           {"container", e.container_id},
           {"cdiFile", e.cdi_file},
           {"channelWriter", e.channel_writer},
@@ -55,6 +56,7 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
           e.at("state") == "prepared" ? CheckpointEntry::State::Prepared : CheckpointEntry::State::Preparing;
       entry.ns = e.at("namespace").get<std::string>();
       entry.name = e.at("name").get<std::string>();
+      entry.pod = e.value("pod", "");
       entry.container_id = e.at("container").get<std::string>();
       entry.cdi_file = e.at("cdiFile").get<std::string>();
       entry.channel_writer = e.at("channelWriter").get<std::string>();

@@ -28,6 +28,7 @@ struct CheckpointEntry {
   enum class State { Preparing, Prepared };
   State state = State::Preparing;
   std::string ns, name;
+  std::string pod;             // the first pod the claim was reserved for (metrics' pod label)
   std::string container_id;    // <root>/containers/<id>
   std::string cdi_file;        // full path of its CDI spec
   std::string channel_writer;  // <root>/channel/<writer>, empty when the claim has no compute limit

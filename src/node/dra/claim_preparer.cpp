@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
 
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "config/limits_file.h"
+#include "node/allocation_record.h"
 #include "node/dra/cdi_spec.h"
 #include "node/limits_file.h"
 #include "node/untrusted_json.h"
@@ -139,6 +141,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   CheckpointEntry entry;
   entry.ns = ref.ns;
   entry.name = ref.name;
+  if (!allocation->pods.empty()) entry.pod = allocation->pods.front();
   entry.container_id = id;
   entry.cdi_file = options_.cdi_dir + "/" + cdi_spec_file_name(ref.uid);
   if (allocation->priority) entry.priority = config::priority_name(*allocation->priority);
@@ -179,6 +182,16 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   if (auto r = make_dir(layout_.container_dir(id), 0755); !r) return fail(r.error());
   if (auto r = make_dir(layout_.state_dir(id), 01777); !r) return fail(r.error());
   if (auto r = make_dir(layout_.config_dir(id), 0755); !r) return fail(r.error());
+  // Which claim the directory belongs to, for the metrics' pod labels (claim_attribution.h).
+  AllocationRecord record;
+  record.resource = kClaimResource;
+  record.devices = 1;
+  record.devices_sha256 = devices_digest({ref.uid});
+  record.allocated_at_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count());
+  if (auto r = write_file_atomically(layout_.allocation_file(id), render_allocation_record(record), 0644); !r)
+    return fail(r.error());
   if (!entry.channel_writer.empty()) {
     if (auto r = make_dir(layout_.channel_dir(), 0755); !r) return fail(r.error());
     if (auto r = make_dir(layout_.channel_writer_dir(entry.channel_writer), 01777); !r)

@@ -21,6 +21,9 @@
 
 namespace gpuslice::node::dra {
 
+// The resource name a claim's allocation record carries (node/allocation_record.h).
+inline constexpr const char* kClaimResource = "gpuslice.io/claim";
+
 // Where the claim object comes from: the API server (api_client.h), or a test.
 class ClaimSource {
  public:

@@ -160,6 +160,12 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
     out.devices.push_back(std::move(d));
   }
   if (out.devices.empty()) return make_error("claim has no device of driver " + shown(node.driver));
+  if (const json* reserved = at(*status, "reservedFor"); reserved && reserved->is_array()) {
+    for (const auto& consumer : *reserved) {
+      if (text_at(consumer, "resource") == "pods" && out.pods.size() < 32)
+        out.pods.push_back(text_at(consumer, "name"));
+    }
+  }
   return out;
 }
 

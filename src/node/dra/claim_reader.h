@@ -41,6 +41,7 @@ struct ClaimAllocation {
   ClaimRef ref;
   std::vector<AllocatedDevice> devices;  // ours only; another driver's devices are not our business
   std::optional<config::Priority> priority;
+  std::vector<std::string> pods;  // status.reservedFor: the pods the claim is reserved for
 };
 
 struct DriverNode {

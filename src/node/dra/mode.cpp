@@ -13,6 +13,7 @@
 #include "config/settings.h"
 #include "node/collector.h"
 #include "node/dra/api_client.h"
+#include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
 #include "node/dra/kubelet_service.h"
 #include "node/dra/slice_publisher.h"
@@ -136,6 +137,10 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   HostLayout layout(options.root);
   Collector collector(layout, source.get(), clock);
   collector.set_node_name(options.node_name);
+  // Claims are labelled with their namespace, pod and name; their directories are removed by
+  // unprepare, never by the collector (grace period 0).
+  ClaimAttribution attribution(preparer);
+  collector.set_attribution(&attribution, 0);
   collector.set_registration_source([&plugin, &options] {
     return std::vector<PluginRegistration>{plugin.status().snapshot(options.driver)};
   });

@@ -9,8 +9,11 @@
 #include "../test_util.h"
 #include "config/limits_file.h"
 #include "dra_test_util.h"
+#include "node/collector.h"
 #include "node/dra/cdi_spec.h"
+#include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
+#include "node/metrics.h"
 
 namespace gpuslice::node::dra {
 namespace {
@@ -211,6 +214,28 @@ TEST_F(DraPrepare, APreparedClaimSurvivesARestart) {
   ASSERT_EQ(restarted.claims().size(), 1u);
   EXPECT_TRUE(restarted.prepare({"team-a", "train-gpu", "uid-1"}));
   EXPECT_EQ(source.calls, 1);
+}
+
+TEST_F(DraPrepare, MetricsLabelAClaimWithItsNamespacePodAndName) {
+  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(options(), source);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  node::test::FakeClock clock;
+  Collector collector(HostLayout(tmp / "root"), nullptr, clock);
+  ClaimAttribution attribution(p);
+  collector.set_attribution(&attribution, 0);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].id, "dra-uid-1");
+  EXPECT_EQ(view->containers[0].owner.namespace_name, "team-a");
+  EXPECT_EQ(view->containers[0].owner.pod, "train-gpu-pod");
+  EXPECT_EQ(view->containers[0].owner.container, "claim/train-gpu");
+  ASSERT_TRUE(view->containers[0].limits.memory);
+  EXPECT_EQ(*view->containers[0].limits.memory, std::to_string(8ULL << 30));
+  const std::string metrics = render_metrics(*view, "test");
+  EXPECT_NE(metrics.find("pod=\"train-gpu-pod\""), std::string::npos);
+  EXPECT_NE(metrics.find("container=\"claim/train-gpu\""), std::string::npos);
 }
 
 TEST_F(DraPrepare, AClaimDirectoryNoCheckpointNamesIsRemoved) {

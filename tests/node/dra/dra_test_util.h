@@ -62,7 +62,10 @@ inline nlohmann::json allocated_claim(const std::string& uid, const std::vector<
           {"kind", "ResourceClaim"},
           {"metadata", {{"namespace", ns}, {"name", name}, {"uid", uid}, {"resourceVersion", "42"}}},
           {"spec", {{"devices", {{"requests", nlohmann::json::array({request})}}}}},
-          {"status", {{"allocation", {{"devices", devices}}}}}};
+          {"status",
+           {{"allocation", {{"devices", devices}}},
+            {"reservedFor", nlohmann::json::array(
+                                {{{"resource", "pods"}, {"name", name + "-pod"}, {"uid", "pod-" + uid}}})}}}};
 }
 
 inline nlohmann::json slice_config(const nlohmann::json& fields) {
