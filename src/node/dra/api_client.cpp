@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <condition_variable>
+#include <ctime>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -53,6 +54,15 @@ class Deadline {
 
 bool transient(int status) { return status == 429 || status >= 500; }
 
+std::string rfc3339_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
 }  // namespace
 
 bool valid_object_name(const std::string& name) {
@@ -90,7 +100,8 @@ Result<std::string> ApiClient::token() const {
 }
 
 Result<ApiResponse> ApiClient::once(const std::string& method, const std::string& path,
-                                    const std::string& body, std::chrono::milliseconds timeout,
+                                    const std::string& body, const std::string& content_type,
+                                    std::chrono::milliseconds timeout,
                                     const std::function<bool(const char*, std::size_t)>& stream) {
   if (options_.url.empty())
     return make_error("no API server address (KUBERNETES_SERVICE_HOST unset, no --api-server)");
@@ -137,7 +148,7 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
     req.headers = headers;
     if (!body.empty()) {
       req.body = body;
-      req.set_header("Content-Type", "application/json");
+      req.set_header("Content-Type", content_type);
     }
     req.response_handler = on_response;
     req.content_receiver = [&](const char* data, std::size_t length, std::uint64_t, std::uint64_t) {
@@ -162,13 +173,13 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
 }
 
 Result<ApiResponse> ApiClient::request(const std::string& method, const std::string& path,
-                                       const std::optional<json>& body) {
+                                       const std::optional<json>& body, const std::string& content_type) {
   const std::string text = body ? json_text(*body) : std::string();
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::chrono::milliseconds wait = options_.backoff;
   std::string last;
   for (unsigned attempt = 0;; ++attempt) {
-    auto r = once(method, path, text, options_.timeout);
+    auto r = once(method, path, text, content_type, options_.timeout);
     if (r && !transient(r->status)) return r;
     last = r ? "HTTP " + std::to_string(r->status) : r.error();
     if (attempt >= options_.retries) break;
@@ -229,7 +240,7 @@ Result<WatchEnd> ApiClient::watch(const std::string& path, const std::string& qu
   if (!resource_version.empty()) full += "&resourceVersion=" + resource_version;
   if (!query.empty()) full += "&" + query;
   auto r =
-      once("GET", full, {},
+      once("GET", full, {}, "application/json",
            std::chrono::duration_cast<std::chrono::milliseconds>(timeout) + std::chrono::seconds(5), stream);
   if (end.gone) return end;
   if (malformed) return make_error("watch " + path + ": malformed event");
@@ -261,6 +272,42 @@ Result<json> ApiClient::get_claim(const std::string& ns, const std::string& name
   }
   if (!r->body.is_object()) return make_error("the API server's answer is not a JSON object");
   return r->body;
+}
+
+}  // namespace gpuslice::node::dra
+
+namespace gpuslice::node::dra {
+
+Result<bool> ApiClient::report_prepared(const ClaimRef& ref, const std::vector<PreparedDevice>& devices) {
+  if (!valid_object_name(ref.ns) || !valid_object_name(ref.name))
+    return make_error("not a valid object name");
+  json entries = json::array();
+  for (const auto& d : devices) {
+    json data = {
+        {"uuid", d.gpu_uuid}, {"memoryBytes", d.memory_bytes}, {"computePercent", d.compute_percent}};
+    entries.push_back(
+        {{"driver", options_.driver},
+         {"pool", d.pool},
+         {"device", d.device},
+         {"conditions", json::array({{{"type", "Ready"},
+                                      {"status", "True"},
+                                      {"reason", "Prepared"},
+                                      {"message", "limits file and CDI spec written; gpuslice enforces them"},
+                                      {"lastTransitionTime", rfc3339_now()}}})},
+         {"data", data}});
+    if (!d.share_id.empty()) entries.back()["shareID"] = d.share_id;
+  }
+  const json apply = {{"apiVersion", "resource.k8s.io/v1"},
+                      {"kind", "ResourceClaim"},
+                      {"metadata", {{"name", ref.name}, {"namespace", ref.ns}}},
+                      {"status", {{"devices", entries}}}};
+  auto r = request("PATCH",
+                   "/apis/resource.k8s.io/v1/namespaces/" + ref.ns + "/resourceclaims/" + ref.name +
+                       "/status?fieldManager=" + options_.driver + "&force=true",
+                   apply, "application/apply-patch+yaml");
+  if (!r) return make_error(r.error());
+  if (r->status != 200) return make_error("HTTP " + std::to_string(r->status));
+  return true;
 }
 
 }  // namespace gpuslice::node::dra

@@ -29,6 +29,7 @@ struct ApiServerOptions {
   unsigned retries = 4;
   std::chrono::milliseconds backoff{200};  // first retry; doubled each time, with jitter
   std::string user_agent = "gpuslice-node-dra";
+  std::string driver = "gpuslice.io";  // field manager of status writes
 };
 
 // The in-cluster defaults: the API server's Service address and the service account's files.
@@ -56,7 +57,8 @@ class ApiClient final : public ClaimSource {
   // One request with retries; `body` is sent as JSON. A non-2xx answer is a response, not an
   // error; an error is a failure to get any answer in time.
   Result<ApiResponse> request(const std::string& method, const std::string& path,
-                              const std::optional<nlohmann::json>& body = std::nullopt);
+                              const std::optional<nlohmann::json>& body = std::nullopt,
+                              const std::string& content_type = "application/json");
 
   // GET of a watch (path without query) from `resource_version`, for at most `timeout`; calls
   // `on_event` per event until it returns false or the server ends the stream.
@@ -66,12 +68,15 @@ class ApiClient final : public ClaimSource {
 
   // ClaimSource: GET resource.k8s.io/v1 ResourceClaim.
   Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override;
+  // Server-side apply of status.devices (field manager = the driver), so entries of other drivers
+  // in the same claim are left alone.
+  Result<bool> report_prepared(const ClaimRef& ref, const std::vector<PreparedDevice>& devices) override;
 
   const ApiServerOptions& options() const { return options_; }
 
  private:
   Result<ApiResponse> once(const std::string& method, const std::string& path, const std::string& body,
-                           std::chrono::milliseconds timeout,
+                           const std::string& content_type, std::chrono::milliseconds timeout,
                            const std::function<bool(const char*, std::size_t)>& stream = {});
   Result<std::string> token() const;
 

@@ -22,6 +22,7 @@ json to_json(const CheckpointEntry& e) {
     devices.push_back({{"requests", d.requests},
                        {"pool", d.pool},
                        {"device", d.device},
+                       {"shareID", d.share_id},
                        {"cdiIds", d.cdi_ids},
                        {"uuid", d.gpu_uuid},
                        {"memory", d.memory_bytes},
@@ -66,6 +67,7 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
         dev.requests = d.at("requests").get<std::vector<std::string>>();
         dev.pool = d.at("pool").get<std::string>();
         dev.device = d.at("device").get<std::string>();
+        dev.share_id = d.value("shareID", "");
         dev.cdi_ids = d.at("cdiIds").get<std::vector<std::string>>();
         dev.gpu_uuid = d.at("uuid").get<std::string>();
         dev.memory_bytes = d.at("memory").get<std::uint64_t>();

@@ -18,6 +18,7 @@ inline constexpr std::size_t kMaxCheckpointBytes = 4 * 1024 * 1024;
 struct PreparedDevice {
   std::vector<std::string> requests;
   std::string pool, device;
+  std::string share_id;  // the allocation's shareID on a shared device
   std::vector<std::string> cdi_ids;
   std::string gpu_uuid;
   std::uint64_t memory_bytes = 0;

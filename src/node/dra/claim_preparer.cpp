@@ -153,6 +153,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     p.requests = {d.request};
     p.pool = d.pool;
     p.device = d.device;
+    p.share_id = d.share_id;
     p.cdi_ids = {cdi_device_id(ref.uid)};
     p.gpu_uuid = d.gpu.uuid;
     p.memory_bytes = d.memory_bytes;
@@ -245,6 +246,9 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   entry.state = CheckpointEntry::State::Prepared;
   checkpoint_.claims[ref.uid] = entry;
   if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) return fail(w.error());
+  if (auto reported = source_.report_prepared(ref, entry.devices); !reported)
+    GS_LOG(Warn, "claim %s/%s: device status not written: %s", ref.ns.c_str(), ref.name.c_str(),
+           reported.error().c_str());
   GS_LOG(Info, "prepared claim %s/%s (%s): %zu device(s), memory %s%s%s", ref.ns.c_str(), ref.name.c_str(),
          ref.uid.c_str(), entry.devices.size(), limits.memory->c_str(), limits.compute ? ", compute " : "",
          limits.compute ? limits.compute->c_str() : "");

@@ -29,6 +29,9 @@ class ClaimSource {
  public:
   virtual ~ClaimSource() = default;
   virtual Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) = 0;
+  // Best effort: tell the API what was prepared (ResourceClaim status.devices). A failure is logged,
+  // never fails the prepare: the claim is enforced either way.
+  virtual Result<bool> report_prepared(const ClaimRef&, const std::vector<PreparedDevice>&) { return true; }
 };
 
 struct PreparerOptions {

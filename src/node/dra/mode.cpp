@@ -91,6 +91,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   api_options.token_file = options.api_token_file;
   api_options.ca_file = options.api_server.rfind("http://", 0) == 0 ? std::string() : options.api_ca_file;
   api_options.timeout = options.api_timeout;
+  api_options.driver = options.driver;
   ApiClient api(api_options);
 
   PreparerOptions prep;

@@ -27,6 +27,7 @@ class FakeApiServer {
   std::map<std::string, json> slices, leases, claims;
   std::vector<std::string> schema_failures;  // every object the schema refused
   std::vector<std::string> authorizations;
+  std::vector<std::string> content_types;
   std::map<std::string, int> writes;  // "POST slices" -> count
   int version = 100;
   int fail_next = 0;        // answer 503 to this many requests
@@ -115,6 +116,28 @@ class FakeApiServer {
                     return reply(res, 404, {{"kind", "Status"}, {"code", 404}, {"message", "not found"}});
                   reply(res, 200, it->second);
                 });
+    // Server-side apply of status.devices: the claim with the applied status must still be valid.
+    server_.Patch("/apis/resource.k8s.io/v1/namespaces/([a-z0-9-]+)/resourceclaims/([a-z0-9.-]+)/status",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    std::lock_guard lock(mutex);
+                    ++writes["PATCH claims/status"];
+                    content_types.push_back(req.get_header_value("Content-Type"));
+                    auto it = claims.find(std::string(req.matches[1]) + "/" + std::string(req.matches[2]));
+                    if (it == claims.end()) return reply(res, 404, {{"kind", "Status"}, {"code", 404}});
+                    json patch = json::parse(req.body, nullptr, false);
+                    if (patch.is_discarded()) return reply(res, 400, {{"kind", "Status"}, {"code", 400}});
+                    json merged = it->second;
+                    merged["status"]["devices"] = patch["status"]["devices"];
+                    if (test::have_models()) {
+                      const std::string errors = test::schema_errors(merged);
+                      if (!errors.empty()) {
+                        schema_failures.push_back("PATCH claims/status: " + errors);
+                        return reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", errors}});
+                      }
+                    }
+                    it->second = merged;
+                    reply(res, 200, merged);
+                  });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -377,6 +400,18 @@ TEST_F(DraApi, PrepareReadsTheAllocationFromTheApiServer) {
   auto devices = preparer.prepare({"team-a", "train-gpu", "uid-1"});
   ASSERT_TRUE(devices) << devices.error();
   EXPECT_EQ((*devices)[0].memory_bytes, 8ULL << 30);
+  {
+    // The prepared device is reported in the claim's status, keyed as the allocation is.
+    std::lock_guard lock(server.mutex);
+    EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+    const auto& status = server.claims["team-a/train-gpu"]["status"]["devices"];
+    ASSERT_EQ(status.size(), 1u);
+    EXPECT_EQ(status[0]["device"], "gpu-0");
+    EXPECT_EQ(status[0]["shareID"], "6f1a0e5c-0000-4000-8000-000000000001");
+    EXPECT_EQ(status[0]["conditions"][0]["type"], "Ready");
+    EXPECT_EQ(status[0]["data"]["memoryBytes"], 8ULL << 30);
+    EXPECT_EQ(server.content_types.back(), "application/apply-patch+yaml");
+  }
   auto lied = preparer.prepare({"team-a", "recreated", "uid-2"});
   ASSERT_FALSE(lied);
   EXPECT_NE(lied.error().find("uid"), std::string::npos);
