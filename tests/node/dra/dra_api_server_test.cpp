@@ -427,3 +427,47 @@ TEST(DraMicroTime, RoundTrips) {
 
 }  // namespace
 }  // namespace gpuslice::node::dra
+
+namespace gpuslice::node::dra {
+namespace {
+
+// The in-cluster connection: HTTPS checked against the service account's CA, bearer token.
+TEST(DraApiTls, TheApiServersCertificateIsCheckedAgainstTheCa) {
+  const std::string cert = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.crt";
+  const std::string key = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.key";
+  httplib::SSLServer server(cert.c_str(), key.c_str());
+  ASSERT_TRUE(server.is_valid());
+  std::string authorization;
+  server.Get("/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/c", [&](const httplib::Request& req,
+                                                                                httplib::Response& res) {
+    authorization = req.get_header_value("Authorization");
+    res.set_content(test::allocated_claim("uid-1", {{}}, nullptr, "team-a", "c").dump(), "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  node::test::TempDir tmp;
+  node::test::write_file(tmp / "token", "sa-token");
+  ApiServerOptions options;
+  options.url = "https://127.0.0.1:" + std::to_string(port);
+  options.token_file = tmp / "token";
+  options.ca_file = cert;
+  options.retries = 0;
+  ApiClient trusted(options);
+  auto claim = trusted.get_claim("team-a", "c");
+  EXPECT_TRUE(claim) << claim.error();
+  EXPECT_EQ(authorization, "Bearer sa-token");
+
+  // Another CA (the system's): the server is not trusted and nothing is read.
+  options.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+  ApiClient untrusted(options);
+  auto refused = untrusted.get_claim("team-a", "c");
+  EXPECT_FALSE(refused);
+
+  server.stop();
+  thread.join();
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra
