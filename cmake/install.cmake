@@ -40,7 +40,7 @@ endfunction()
 gpuslice_man_page(gpuslice_cli gpuslice gpuslice "share NVIDIA GPUs between processes and containers")
 if(GPUSLICE_BUILD_NODE_ENABLED)
   gpuslice_man_page(gpuslice-node gpuslice-node node
-                    "gpuslice node daemon: GPU discovery, metrics, HTTP API, device plugin, webhook")
+                    "gpuslice node daemon: GPU discovery, metrics, HTTP API, device plugin, DRA driver, webhook")
 endif()
 if(_gpuslice_man_pages)
   add_custom_target(gpuslice_man ALL DEPENDS ${_gpuslice_man_pages})

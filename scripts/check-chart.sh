@@ -3,7 +3,8 @@
 #   1. helm lint --strict, default values and every deploy/helm/gpuslice/ci/*-values.yaml
 #   2. helm template of the same, every object validated strictly against the Kubernetes API's
 #      schemas (unknown fields fail), plus what ties the objects together (selectors, ports, the
-#      webhook's Service and CA); the plain manifests (kubectl kustomize deploy/kubernetes) too
+#      webhook's Service and CA); the plain manifests (kubectl kustomize deploy/kubernetes) and the
+#      DRA examples (deploy/dra-examples) too
 #   3. deploy/helm/ci-must-fail/*.yaml must be refused, each with the message its first line expects
 #   4. values.schema.json accepts exactly the flag values gpuslice-node accepts
 #   5. gpuslice-node started on loopback against the simulated NVML, with a container that had an
@@ -73,6 +74,10 @@ if $kubectl kustomize deploy/kubernetes >"$work/plain.yaml"; then
 else
   fail "kubectl kustomize deploy/kubernetes"
 fi
+
+step "DRA examples (deploy/dra-examples): ResourceClaimTemplates and a pod, validated"
+$python scripts/chart/validate_k8s.py --no-links --models "$models" deploy/dra-examples/*.yaml ||
+  fail "validation (DRA examples)"
 
 step "the validator catches what it is for (mutated copies of the default render)"
 $python - "$work/default.yaml" "$work" <<'PY' || fail "the validator missed a mutation"

@@ -32,6 +32,13 @@ KNOWN_GROUPS = {
     "DaemonSet": "apps", "Deployment": "apps",
     "PodDisruptionBudget": "policy",
     "MutatingWebhookConfiguration": "admissionregistration.k8s.io",
+    "ClusterRole": "rbac.authorization.k8s.io", "ClusterRoleBinding": "rbac.authorization.k8s.io",
+    "Role": "rbac.authorization.k8s.io", "RoleBinding": "rbac.authorization.k8s.io",
+    "Lease": "coordination.k8s.io", "Pod": "",
+    "ValidatingAdmissionPolicy": "admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": "admissionregistration.k8s.io",
+    "DeviceClass": "resource.k8s.io", "ResourceClaim": "resource.k8s.io",
+    "ResourceClaimTemplate": "resource.k8s.io", "ResourceSlice": "resource.k8s.io",
 }
 # Custom resources: no schema in the Kubernetes API.
 CUSTOM_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
@@ -86,6 +93,8 @@ class Models:
             return {"type": "boolean"}
         if t == "Date":
             return {"type": "string"}
+        if t == "V1MicroTime":  # metav1.MicroTime: RFC 3339 with microseconds; no model file of its own
+            return {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"}
         if t == "any":
             return {}
         if t == "IntOrString":
@@ -122,7 +131,14 @@ class Models:
         return {"$ref": "#/definitions/" + name, "definitions": self.definitions}
 
 
+# Kinds whose model name carries its group, because another group has a type of the same name
+# (core/v1's ResourceClaim is a container's claim reference).
+MODEL_NAMES = {("resource.k8s.io/v1", "ResourceClaim"): "ResourceV1ResourceClaim"}
+
+
 def model_name(api_version, kind):
+    if (api_version, kind) in MODEL_NAMES:
+        return MODEL_NAMES[(api_version, kind)]
     version = api_version.split("/")[-1]
     return version[0].upper() + version[1:] + kind
 

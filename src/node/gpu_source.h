@@ -21,7 +21,9 @@ struct GpuInfo {
   std::uint64_t memory_used_bytes = 0;
   std::optional<unsigned> utilization_percent;  // absent where NVML does not support it
   bool healthy = true;
-  std::string health_error;  // why it is unhealthy
+  std::string health_error;        // why it is unhealthy
+  std::string driver_version;      // "580.159.04"; empty where NVML does not say
+  std::string compute_capability;  // "9.0"; empty where NVML does not say
 };
 
 class GpuSource {

@@ -1,4 +1,5 @@
-// gpuslice-node: `serve` (DaemonSet: NVML, /metrics, HTTP API, device plugin) and `webhook`
+// gpuslice-node: `serve` (DaemonSet: NVML, /metrics, HTTP API, device plugin), `dra` (the DRA
+// kubelet plugin instead of the device plugin) and `webhook`
 // (admission webhook). Invoked as gpuslice-webhook it runs the webhook.
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include "config/settings.h"
 #include "node/collector.h"
 #include "node/device_plugin.h"
+#include "node/dra/mode.h"
 #include "node/http_api.h"
 #include "node/options.h"
 #include "node/podresources.h"
@@ -200,6 +202,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "serve") return serve(args);
   if (command == "webhook") return webhook(args);
+  if (command == "dra") return gs::dra::run_dra_mode(args, lookup_env);
   if (command == "version" || command == "--version") {
     std::printf("gpuslice-node %s\n", GPUSLICE_VERSION);
     return 0;

@@ -14,6 +14,8 @@ namespace {
 
 // Not part of abi/nvml_abi.h (the interposer never hooks it); signature from the NVML reference.
 using GetMinorNumberFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
+using GetComputeCapabilityFn = nvmlReturn_t (*)(nvmlDevice_t, int*, int*);
+using GetDriverVersionFn = nvmlReturn_t (*)(char*, unsigned int);
 
 struct NvmlApi {
   decltype(&::nvmlInit_v2) init = nullptr;
@@ -25,7 +27,9 @@ struct NvmlApi {
   decltype(&::nvmlDeviceGetName) get_name = nullptr;
   decltype(&::nvmlDeviceGetMemoryInfo) get_memory = nullptr;
   decltype(&::nvmlDeviceGetUtilizationRates) get_utilization = nullptr;
-  GetMinorNumberFn get_minor = nullptr;  // optional
+  GetMinorNumberFn get_minor = nullptr;                     // optional
+  GetComputeCapabilityFn get_compute_capability = nullptr;  // optional (DRA device attributes)
+  GetDriverVersionFn get_driver_version = nullptr;          // optional (DRA device attributes)
 };
 
 template <class Fn>
@@ -106,6 +110,13 @@ class NvmlGpuSource final : public GpuSource {
     unsigned minor = index;
     if (api_.get_minor && api_.get_minor(device, &minor) != NVML_SUCCESS) minor = index;
     info.minor = minor;
+    int major_cc = 0, minor_cc = 0;
+    if (api_.get_compute_capability &&
+        api_.get_compute_capability(device, &major_cc, &minor_cc) == NVML_SUCCESS)
+      info.compute_capability = std::to_string(major_cc) + "." + std::to_string(minor_cc);
+    char driver[96] = {};
+    if (api_.get_driver_version && api_.get_driver_version(driver, sizeof driver) == NVML_SUCCESS)
+      info.driver_version = driver;
     info.healthy = true;
     info.health_error.clear();
     last = info;
@@ -141,6 +152,8 @@ Result<std::unique_ptr<GpuSource>> open_nvml(const std::string& library) {
   }
   load(handle, "nvmlErrorString", api.error_string);
   load(handle, "nvmlDeviceGetMinorNumber", api.get_minor);
+  load(handle, "nvmlDeviceGetCudaComputeCapability", api.get_compute_capability);
+  load(handle, "nvmlSystemGetDriverVersion", api.get_driver_version);
   if (missing) {
     dlclose(handle);
     return make_error(library + " lacks " + missing);

@@ -319,6 +319,56 @@ std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
   });
 }
 
+std::vector<Flag> dra_flags(DraModeOptions& out) {
+  return joined({
+      {{"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-claim state",
+        set_text(out.root)},
+       {"listen", "HOST:PORT", "GPUSLICE_NODE_LISTEN", config::kDefaultNodeListen, "/metrics and API address",
+        set_listen(out.api.host, out.api.port)},
+       {"token-file", "FILE", "GPUSLICE_NODE_TOKEN_FILE", nullptr, "file holding the API's bearer token",
+        set_text(out.api.token_file)},
+       {"nvml-library", "PATH", "GPUSLICE_NVML_LIBRARY", "libnvidia-ml.so.1", "NVML to dlopen",
+        set_text(out.nvml_library)},
+       {"fake-gpus", "NxSIZE", nullptr, nullptr, "no NVML: N identical GPUs of SIZE memory (demos, tests)",
+        set_text(out.fake_gpus)},
+       {"scan-interval", "DURATION", nullptr, "1s", "how often GPUs and state are read",
+        set_duration(out.scan_interval)},
+       {"node-name", "NAME", "NODE_NAME", nullptr,
+        "this node's name: the ResourceSlice's node and pool (required)", set_text(out.node_name)},
+       {"driver-name", "NAME", nullptr, "gpuslice.io", "DRA driver name (DeviceClass selectors name it)",
+        set_text(out.driver)},
+       {"plugins-dir", "DIR", nullptr, "/var/lib/kubelet/plugins",
+        "where the DRA socket is served (<dir>/<driver>/dra.sock)", set_text(out.plugins_dir)},
+       {"registry-dir", "DIR", nullptr, "/var/lib/kubelet/plugins_registry",
+        "the kubelet's plugin registration directory", set_text(out.registry_dir)},
+       {"cdi-dir", "DIR", nullptr, "/var/run/cdi", "where CDI specs of prepared claims are written",
+        set_text(out.cdi_dir)},
+       {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
+        set_text(out.dev_root)},
+       {"api-server", "URL", nullptr, nullptr,
+        "Kubernetes API server (default: in-cluster, KUBERNETES_SERVICE_HOST)", set_text(out.api_server)},
+       {"api-token-file", "FILE", nullptr, "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "service-account token for the API server (read again for every request)",
+        set_text(out.api_token_file)},
+       {"api-ca-file", "FILE", nullptr, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+        "CA bundle the API server's certificate is checked against", set_text(out.api_ca_file)},
+       {"api-timeout", "DURATION", nullptr, "10s", "deadline of one API request",
+        set_duration(out.api_timeout)},
+       {"no-publish", nullptr, nullptr, nullptr, "do not publish the ResourceSlice (another process does)",
+        set_switch(out.publish, false)},
+       {"lease-namespace", "NAMESPACE", "POD_NAMESPACE", "gpuslice-system",
+        "namespace of the Lease that keeps two daemons of one node from both publishing",
+        set_text(out.lease_namespace)},
+       {"lease-duration", "DURATION", nullptr, "15s",
+        "how long the Lease holds without renewal (another daemon of the node waits this long)",
+        set_duration(out.lease_duration)},
+       {"identity", "NAME", "POD_NAME", nullptr, "holder identity in the Lease (default host name and pid)",
+        set_text(out.identity)},
+       {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
+  });
+}
+
+const char* const kDraHead = "usage: gpuslice-node dra [flags]\n";
 const char* const kServeHead = "usage: gpuslice-node serve [flags]\n";
 const char* const kWebhookHead = "usage: gpuslice-node webhook [flags]   (or: gpuslice-webhook [flags])\n";
 
@@ -359,6 +409,7 @@ std::string usage_main() {
          "\n"
          "commands:\n"
          "  serve     GPU discovery, /metrics, HTTP API and kubelet device plugin (DaemonSet)\n"
+         "  dra       DRA kubelet plugin and ResourceSlice publisher (Kubernetes 1.32+, DaemonSet)\n"
          "  webhook   mutating admission webhook over TLS (also run as 'gpuslice-webhook')\n"
          "  version   print the version\n"
          "\n"
@@ -368,6 +419,21 @@ std::string usage_main() {
 std::string usage_serve() {
   ServeOptions scratch;
   return usage_of(kServeHead, serve_flags(scratch));
+}
+
+std::string usage_dra() {
+  DraModeOptions scratch;
+  return usage_of(kDraHead, dra_flags(scratch));
+}
+
+ParseOutcome parse_dra_options(const std::vector<std::string>& args,
+                               const std::function<const char*(const char*)>& env, DraModeOptions& out) {
+  const auto flags = dra_flags(out);
+  ParseOutcome outcome = run_flags(args, env, flags, usage_of(kDraHead, flags));
+  if (outcome.help || !outcome.message.empty()) return outcome;
+  if (out.node_name.empty()) return {false, "--node-name (or NODE_NAME) is required"};
+  if (const char* token = env("GPUSLICE_NODE_TOKEN")) out.api.token = token;
+  return {};
 }
 
 std::string usage_webhook() {

@@ -38,6 +38,30 @@ struct ServeOptions {
   std::string log_level;
 };
 
+// `gpuslice-node dra`: the DRA kubelet plugin and this node's ResourceSlice publisher (node/dra/).
+struct DraModeOptions {
+  std::string root;
+  ApiOptions api;  // /metrics and the API, as in serve
+  std::string nvml_library;
+  std::string fake_gpus;
+  std::chrono::milliseconds scan_interval{0};
+  std::string node_name;  // required: the pool and the slice are the node's
+  std::string driver;
+  std::string plugins_dir;
+  std::string registry_dir;
+  std::string cdi_dir;
+  std::string dev_root;
+  std::string api_server;  // empty: in-cluster (KUBERNETES_SERVICE_HOST)
+  std::string api_token_file;
+  std::string api_ca_file;
+  std::chrono::milliseconds api_timeout{0};
+  bool publish = true;
+  std::string lease_namespace;
+  std::string identity;
+  std::chrono::milliseconds lease_duration{0};
+  std::string log_level;
+};
+
 struct WebhookModeOptions {
   WebhookServerOptions server;
   WebhookOptions webhook;
@@ -57,6 +81,8 @@ Result<bool> parse_listen(std::string_view text, std::string& host, int& port);
 // `args` excludes the program name and the subcommand. `env` looks up environment variables.
 ParseOutcome parse_serve_options(const std::vector<std::string>& args,
                                  const std::function<const char*(const char*)>& env, ServeOptions& out);
+ParseOutcome parse_dra_options(const std::vector<std::string>& args,
+                               const std::function<const char*(const char*)>& env, DraModeOptions& out);
 ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
                                    const std::function<const char*(const char*)>& env,
                                    WebhookModeOptions& out);
@@ -64,5 +90,6 @@ ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
 std::string usage_main();
 std::string usage_serve();
 std::string usage_webhook();
+std::string usage_dra();
 
 }  // namespace gpuslice::node

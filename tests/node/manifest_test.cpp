@@ -311,14 +311,15 @@ TEST(HelmChart, TemplatesReferOnlyToDefinedValuesAndHelpers) {
   }
 }
 
-TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
-  // Render the args by substituting values (the only template actions in that block) and parse them.
+// The DaemonSet's args from `first` (the mode's line) to the next template action, with the values
+// substituted (the only template actions inside such a block).
+std::vector<std::string> daemonset_args(const std::string& first, const YAML::Node& values) {
   const std::string chart = kDeploy + "/helm/gpuslice";
-  YAML::Node values = YAML::LoadFile(chart + "/values.yaml");
   const std::string text = slurp(chart + "/templates/daemonset.yaml");
-  std::size_t start = text.find("            - serve\n");
-  ASSERT_NE(start, std::string::npos);
-  std::size_t stop = text.find("          env:", start);
+  std::size_t start = text.find("            - " + first + "\n");
+  EXPECT_NE(start, std::string::npos) << first;
+  if (start == std::string::npos) return {};
+  std::size_t stop = text.find("{{-", start);
   std::stringstream block(text.substr(start, stop - start));
   std::vector<std::string> args;
   std::string line;
@@ -332,6 +333,7 @@ TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
     return node;
   };
   while (std::getline(block, line)) {
+    if (line.find("- ") == std::string::npos) continue;
     std::string arg = line.substr(line.find("- ") + 2);
     std::smatch match;
     if (std::regex_search(arg, match, join_re)) {
@@ -345,6 +347,13 @@ TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
     }
     args.push_back(arg);
   }
+  return args;
+}
+
+TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
+  YAML::Node values = YAML::LoadFile(kDeploy + "/helm/gpuslice/values.yaml");
+  auto args = daemonset_args("serve", values);
+  ASSERT_FALSE(args.empty());
   ASSERT_EQ(args.at(0), "serve");
   ServeOptions o;
   auto parsed = parse_serve_options(
@@ -353,6 +362,20 @@ TEST(HelmChart, DaemonSetTemplatePassesTheFlagsTheDaemonKnows) {
   EXPECT_EQ(parsed.message, "");
   EXPECT_EQ(o.api.port, values["node"]["port"].as<int>());
   EXPECT_EQ(o.plugin.resources.size(), 3u);
+}
+
+TEST(HelmChart, DaemonSetTemplatePassesTheDraFlagsTheDaemonKnows) {
+  YAML::Node values = YAML::LoadFile(kDeploy + "/helm/gpuslice/values.yaml");
+  auto args = daemonset_args("dra", values);
+  ASSERT_FALSE(args.empty());
+  DraModeOptions o;
+  auto parsed = parse_dra_options(
+      std::vector<std::string>(args.begin() + 1, args.end()),
+      [](const char* name) -> const char* { return std::string(name) == "NODE_NAME" ? "node-a" : nullptr; },
+      o);
+  EXPECT_EQ(parsed.message, "");
+  EXPECT_EQ(o.driver, values["dra"]["driverName"].as<std::string>());
+  EXPECT_EQ(o.lease_duration, std::chrono::seconds(values["dra"]["leaseDurationSeconds"].as<int>()));
 }
 
 }  // namespace

@@ -1,0 +1,281 @@
+#include "node/dra/claim_preparer.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "common/errno_text.h"
+#include "common/log.h"
+#include "config/limits_file.h"
+#include "node/allocation_record.h"
+#include "node/dra/cdi_spec.h"
+#include "node/limits_file.h"
+#include "node/untrusted_json.h"
+
+namespace gpuslice::node::dra {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kIdPrefix = "dra-";
+
+Result<bool> make_dir(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return make_error(path + ": " + ec.message());
+  // chmod after mkdir: the process umask must not narrow what containers may write.
+  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + fs::errno_text(errno));
+  return true;
+}
+
+Result<bool> remove_tree(const std::string& path) {
+  if (path.empty()) return true;
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);  // does not follow symlinks inside
+  if (ec) return make_error("cannot remove " + path + ": " + ec.message());
+  return true;
+}
+
+// One GPU: a plain value; several: a JSON object keyed by GPU UUID (indices inside the container
+// depend on the order the runtime exposes the GPUs in).
+template <class Value>
+std::string per_gpu(const std::vector<std::pair<std::string, Value>>& values) {
+  if (values.size() == 1) return std::to_string(values.front().second);
+  json obj = json::object();
+  for (const auto& [uuid, v] : values) obj[uuid] = v;
+  return obj.dump();
+}
+
+}  // namespace
+
+bool valid_claim_uid(const std::string& uid) {
+  if (uid.empty() || uid.size() > 64) return false;
+  for (char c : uid) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+ClaimPreparer::ClaimPreparer(PreparerOptions options, ClaimSource& source)
+    : options_(std::move(options)), source_(source), layout_(options_.root) {}
+
+std::string ClaimPreparer::checkpoint_path() const { return layout_.root() + "/dra/checkpoint.json"; }
+
+void ClaimPreparer::step(const char* name) const {
+  if (options_.after_step) options_.after_step(name);
+}
+
+Result<bool> ClaimPreparer::remove_files(const std::string& uid, const CheckpointEntry& entry) {
+  // The spec first: from then on no new container can be given the claim.
+  if (!entry.cdi_file.empty() && ::unlink(entry.cdi_file.c_str()) != 0 && errno != ENOENT)
+    return make_error("cannot remove " + entry.cdi_file + ": " + fs::errno_text(errno));
+  if (!entry.channel_writer.empty()) {
+    if (auto r = remove_tree(layout_.channel_writer_dir(entry.channel_writer)); !r) return r;
+  }
+  if (!entry.container_id.empty()) {
+    if (auto r = remove_tree(layout_.container_dir(entry.container_id)); !r) return r;
+  }
+  (void)uid;
+  return true;
+}
+
+Result<bool> ClaimPreparer::recover() {
+  std::lock_guard lock(mutex_);
+  if (auto r = make_dir(layout_.root() + "/dra", 0700); !r) return r;
+  auto read = read_checkpoint(checkpoint_path());
+  if (!read) return make_error(read.error());
+  checkpoint_ = std::move(read).value();
+  bool changed = false;
+  for (auto it = checkpoint_.claims.begin(); it != checkpoint_.claims.end();) {
+    if (it->second.state == CheckpointEntry::State::Preparing) {
+      GS_LOG(Warn, "claim %s/%s (%s) was being prepared when the daemon stopped: removing its files",
+             it->second.ns.c_str(), it->second.name.c_str(), it->first.c_str());
+      if (auto r = remove_files(it->first, it->second); !r) return r;
+      it = checkpoint_.claims.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  // Files of claims the checkpoint does not name (it was lost or replaced): nothing refers to them.
+  std::set<std::string> known;
+  for (const auto& [uid, e] : checkpoint_.claims) known.insert(e.container_id);
+  for (const auto& id : layout_.list_containers()) {
+    if (id.rfind(kIdPrefix, 0) != 0 || known.count(id)) continue;
+    GS_LOG(Warn, "removing %s: no prepared claim owns it", layout_.container_dir(id).c_str());
+    (void)remove_tree(layout_.container_dir(id));
+    (void)remove_tree(layout_.channel_writer_dir(id));
+    (void)::unlink((options_.cdi_dir + "/" + cdi_spec_file_name(id.substr(4))).c_str());
+  }
+  if (changed) {
+    if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) return w;
+  }
+  return true;
+}
+
+Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) {
+  if (!valid_claim_uid(ref.uid)) return make_error("claim uid is not a Kubernetes uid");
+  if (ref.ns.empty() || ref.name.empty() || ref.ns.size() > 253 || ref.name.size() > 253)
+    return make_error("claim namespace and name are required");
+  {
+    std::lock_guard lock(mutex_);
+    auto it = checkpoint_.claims.find(ref.uid);
+    if (it != checkpoint_.claims.end() && it->second.state == CheckpointEntry::State::Prepared)
+      return it->second.devices;  // prepared before (the kubelet retries, or restarted)
+  }
+  // Outside the lock: a slow API server must not hold every other claim up.
+  auto claim = source_.get_claim(ref.ns, ref.name);
+  if (!claim) return make_error("reading claim " + ref.ns + "/" + ref.name + ": " + claim.error());
+  auto allocation = read_claim_allocation(*claim, ref, options_.node);
+  if (!allocation) return make_error(allocation.error());
+
+  std::lock_guard lock(mutex_);
+  if (auto it = checkpoint_.claims.find(ref.uid);
+      it != checkpoint_.claims.end() && it->second.state == CheckpointEntry::State::Prepared)
+    return it->second.devices;
+
+  const std::string id = kIdPrefix + ref.uid;
+  CheckpointEntry entry;
+  entry.ns = ref.ns;
+  entry.name = ref.name;
+  if (!allocation->pods.empty()) entry.pod = allocation->pods.front();
+  entry.container_id = id;
+  entry.cdi_file = options_.cdi_dir + "/" + cdi_spec_file_name(ref.uid);
+  if (allocation->priority) entry.priority = config::priority_name(*allocation->priority);
+  std::vector<std::pair<std::string, std::uint64_t>> memory;
+  std::vector<std::pair<std::string, unsigned>> compute;
+  std::string visible;
+  for (const auto& d : allocation->devices) {
+    PreparedDevice p;
+    p.requests = {d.request};
+    p.pool = d.pool;
+    p.device = d.device;
+    p.share_id = d.share_id;
+    p.cdi_ids = {cdi_device_id(ref.uid)};
+    p.gpu_uuid = d.gpu.uuid;
+    p.memory_bytes = d.memory_bytes;
+    p.compute_percent = d.compute.value_or(100);
+    entry.devices.push_back(p);
+    memory.emplace_back(d.gpu.uuid, d.memory_bytes);
+    if (d.compute) compute.emplace_back(d.gpu.uuid, *d.compute);
+    visible += (visible.empty() ? "" : ",") + d.gpu.uuid;
+  }
+  if (!compute.empty()) entry.channel_writer = id;
+
+  // 1. Say what is about to be created before creating any of it.
+  checkpoint_.claims[ref.uid] = entry;
+  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) {
+    checkpoint_.claims.erase(ref.uid);
+    return make_error(w.error());
+  }
+  step("checkpointed");
+  auto fail = [&](const std::string& why) -> Result<std::vector<PreparedDevice>> {
+    (void)remove_files(ref.uid, entry);
+    checkpoint_.claims.erase(ref.uid);
+    (void)write_checkpoint(checkpoint_path(), checkpoint_);
+    return make_error(why);
+  };
+
+  // 2. The claim's directories: state writable by any uid of the container, config root's.
+  if (auto r = make_dir(layout_.container_dir(id), 0755); !r) return fail(r.error());
+  if (auto r = make_dir(layout_.state_dir(id), 01777); !r) return fail(r.error());
+  if (auto r = make_dir(layout_.config_dir(id), 0755); !r) return fail(r.error());
+  // Which claim the directory belongs to, for the metrics' pod labels (claim_attribution.h).
+  AllocationRecord record;
+  record.resource = kClaimResource;
+  record.devices = 1;
+  record.devices_sha256 = devices_digest({ref.uid});
+  record.allocated_at_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count());
+  if (auto r = write_file_atomically(layout_.allocation_file(id), render_allocation_record(record), 0644); !r)
+    return fail(r.error());
+  if (!entry.channel_writer.empty()) {
+    if (auto r = make_dir(layout_.channel_dir(), 0755); !r) return fail(r.error());
+    if (auto r = make_dir(layout_.channel_writer_dir(entry.channel_writer), 01777); !r)
+      return fail(r.error());
+  }
+  step("directories");
+
+  // 3. The read-only limits: exactly what was scheduled (or the claim's tighter limit).
+  Limits limits;
+  limits.memory = per_gpu(memory);
+  if (!compute.empty()) limits.compute = per_gpu(compute);
+  const std::string text = render_limits(limits);
+  if (auto checked = config::parse_limits_file(text); !checked) return fail("limits: " + checked.error());
+  if (auto r = write_file_atomically(layout_.limits_file(id), text, 0444); !r) return fail(r.error());
+  step("limits");
+
+  // 4. The CDI spec the runtime applies to every container of the claim.
+  ContainerEdits edits;
+  edits.env["LD_PRELOAD"] = kContainerLibrary;
+  edits.env["NVIDIA_VISIBLE_DEVICES"] = visible;
+  edits.env["GPUSLICE_SHARED_DIR"] = kContainerSharedDir;
+  edits.env["GPUSLICE_LIMITS_FILE"] = kContainerLimitsFile;
+  edits.env["GPUSLICE_CONTAINER_ID"] = id;
+  edits.env[kMemoryLimitKey] = *limits.memory;
+  if (limits.compute) edits.env[kComputeLimitKey] = *limits.compute;
+  if (!entry.priority.empty()) edits.env["GPUSLICE_PRIORITY"] = entry.priority;
+  edits.mounts.push_back({layout_.library_path(), kContainerLibrary, true});
+  edits.mounts.push_back({layout_.state_dir(id), kContainerSharedDir, false});
+  edits.mounts.push_back({layout_.config_dir(id), kContainerConfigDir, true});
+  if (!entry.channel_writer.empty()) {
+    edits.env["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
+    edits.env["GPUSLICE_NODE_WRITER"] = entry.channel_writer;
+    edits.mounts.push_back({layout_.channel_dir(), kContainerNodeDir, true});
+    edits.mounts.push_back({layout_.channel_writer_dir(entry.channel_writer),
+                            std::string(kContainerNodeDir) + "/" + entry.channel_writer, false});
+  }
+  // Device nodes that exist on this host; a runtime refuses a spec naming a missing one.
+  std::vector<std::string> nodes = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+  for (const auto& d : allocation->devices) nodes.push_back("nvidia" + std::to_string(d.gpu.minor));
+  for (const auto& name : nodes) {
+    const std::string host = options_.dev_root + "/" + name;
+    struct stat st {};
+    if (::stat(host.c_str(), &st) == 0) edits.device_nodes.push_back({"/dev/" + name, host});
+  }
+  if (auto r = write_file_atomically(entry.cdi_file, json_text(build_cdi_spec(ref.uid, edits)) + "\n", 0644);
+      !r)
+    return fail(r.error());
+  step("cdi");
+
+  // 5. Done: the entry now says prepared.
+  entry.state = CheckpointEntry::State::Prepared;
+  checkpoint_.claims[ref.uid] = entry;
+  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) return fail(w.error());
+  if (auto reported = source_.report_prepared(ref, entry.devices); !reported)
+    GS_LOG(Warn, "claim %s/%s: device status not written: %s", ref.ns.c_str(), ref.name.c_str(),
+           reported.error().c_str());
+  GS_LOG(Info, "prepared claim %s/%s (%s): %zu device(s), memory %s%s%s", ref.ns.c_str(), ref.name.c_str(),
+         ref.uid.c_str(), entry.devices.size(), limits.memory->c_str(), limits.compute ? ", compute " : "",
+         limits.compute ? limits.compute->c_str() : "");
+  return entry.devices;
+}
+
+Result<bool> ClaimPreparer::unprepare(const std::string& uid) {
+  if (!valid_claim_uid(uid)) return make_error("claim uid is not a Kubernetes uid");
+  std::lock_guard lock(mutex_);
+  auto it = checkpoint_.claims.find(uid);
+  if (it == checkpoint_.claims.end()) return true;  // never prepared here, or unprepared before
+  if (auto r = remove_files(uid, it->second); !r) return r;
+  const CheckpointEntry removed = it->second;
+  checkpoint_.claims.erase(it);
+  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) {
+    checkpoint_.claims[uid] = removed;  // asked again, the removal is repeated
+    return w;
+  }
+  GS_LOG(Info, "unprepared claim %s/%s (%s)", removed.ns.c_str(), removed.name.c_str(), uid.c_str());
+  return true;
+}
+
+std::vector<ClaimSummary> ClaimPreparer::claims() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ClaimSummary> out;
+  for (const auto& [uid, e] : checkpoint_.claims) out.push_back({uid, e});
+  return out;
+}
+
+}  // namespace gpuslice::node::dra

@@ -1,0 +1,80 @@
+// NodePrepareResources / NodeUnprepareResources for one claim, independent of gRPC: reads the
+// claim's allocation through a ClaimSource, then creates on the host
+//   <root>/containers/dra-<uid>/state        the claim's shared state (GPUSLICE_SHARED_DIR)
+//   <root>/containers/dra-<uid>/config/limits root-owned, read-only caps: what was scheduled
+//   <root>/channel/dra-<uid>/                 its node-channel writer directory (compute limits)
+//   <cdi dir>/gpuslice.io-claim_<uid>.json    the CDI spec naming all of the above
+// and answers the CDI device id. Both directions are idempotent; the checkpoint (checkpoint.h)
+// makes them safe against a daemon killed at any point.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "node/dra/checkpoint.h"
+#include "node/dra/claim_reader.h"
+#include "node/host_layout.h"
+
+namespace gpuslice::node::dra {
+
+// The resource name a claim's allocation record carries (node/allocation_record.h).
+inline constexpr const char* kClaimResource = "gpuslice.io/claim";
+
+// Where the claim object comes from: the API server (api_client.h), or a test.
+class ClaimSource {
+ public:
+  virtual ~ClaimSource() = default;
+  virtual Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) = 0;
+  // Best effort: tell the API what was prepared (ResourceClaim status.devices). A failure is logged,
+  // never fails the prepare: the claim is enforced either way.
+  virtual Result<bool> report_prepared(const ClaimRef&, const std::vector<PreparedDevice>&) { return true; }
+};
+
+struct PreparerOptions {
+  std::string root = kDefaultRoot;
+  std::string cdi_dir = "/var/run/cdi";
+  std::string dev_root = "/dev";
+  DriverNode node;
+  // Called after each step of a prepare ("checkpointed", "directories", "limits", "cdi"); tests
+  // end the process there to check recovery.
+  std::function<void(const char* step)> after_step;
+};
+
+struct ClaimSummary {
+  std::string uid;
+  CheckpointEntry entry;
+};
+
+class ClaimPreparer {
+ public:
+  ClaimPreparer(PreparerOptions options, ClaimSource& source);
+
+  // Reads the checkpoint, removes the files of every claim left `preparing` (and of any claim
+  // directory or spec the checkpoint does not know), and keeps the prepared ones.
+  Result<bool> recover();
+
+  Result<std::vector<PreparedDevice>> prepare(const ClaimRef& ref);
+  Result<bool> unprepare(const std::string& uid);
+
+  std::vector<ClaimSummary> claims() const;
+  std::string checkpoint_path() const;
+
+ private:
+  Result<bool> remove_files(const std::string& uid, const CheckpointEntry& entry);
+  void step(const char* name) const;
+
+  PreparerOptions options_;
+  ClaimSource& source_;
+  HostLayout layout_;
+  mutable std::mutex mutex_;
+  Checkpoint checkpoint_;
+};
+
+// A claim uid as the API server writes it: 1-64 characters of [0-9a-zA-Z-].
+bool valid_claim_uid(const std::string& uid);
+
+}  // namespace gpuslice::node::dra

@@ -1,0 +1,193 @@
+#include "node/dra/kubelet_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <thread>
+
+#include "common/log.h"
+#include "dra/v1/api.grpc.pb.h"
+#include "dra/v1beta1/api.grpc.pb.h"
+
+namespace gpuslice::node::dra {
+namespace {
+
+// The two API versions have the same messages under different packages: one handler for both.
+template <class Api>
+class DraService final : public Api::DRAPlugin::Service {
+ public:
+  explicit DraService(ClaimPreparer& preparer) : preparer_(preparer) {}
+
+  grpc::Status NodePrepareResources(grpc::ServerContext*,
+                                    const typename Api::NodePrepareResourcesRequest* request,
+                                    typename Api::NodePrepareResourcesResponse* out) override {
+    if (request->claims_size() > kMaxClaimsPerCall)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many claims in one call");
+    for (const auto& claim : request->claims()) {
+      auto& answer = (*out->mutable_claims())[claim.uid()];
+      auto prepared = preparer_.prepare({claim.namespace_(), claim.name(), claim.uid()});
+      if (!prepared) {
+        GS_LOG(Error, "NodePrepareResources %s/%s: %s", claim.namespace_().c_str(), claim.name().c_str(),
+               prepared.error().c_str());
+        answer.set_error(prepared.error());
+        continue;
+      }
+      for (const auto& d : *prepared) {
+        auto* device = answer.add_devices();
+        for (const auto& r : d.requests) device->add_request_names(r);
+        device->set_pool_name(d.pool);
+        device->set_device_name(d.device);
+        for (const auto& id : d.cdi_ids) device->add_cdi_device_ids(id);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status NodeUnprepareResources(grpc::ServerContext*,
+                                      const typename Api::NodeUnprepareResourcesRequest* request,
+                                      typename Api::NodeUnprepareResourcesResponse* out) override {
+    if (request->claims_size() > kMaxClaimsPerCall)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many claims in one call");
+    for (const auto& claim : request->claims()) {
+      auto& answer = (*out->mutable_claims())[claim.uid()];
+      if (auto done = preparer_.unprepare(claim.uid()); !done) answer.set_error(done.error());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  ClaimPreparer& preparer_;
+};
+
+// Our names for the two generated packages.
+struct V1 {
+  using DRAPlugin = ::k8s::io::kubelet::pkg::apis::dra::v1::DRAPlugin;
+  using NodePrepareResourcesRequest = ::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest;
+  using NodePrepareResourcesResponse = ::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse;
+  using NodeUnprepareResourcesRequest = ::k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest;
+  using NodeUnprepareResourcesResponse =
+      ::k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse;
+};
+struct V1beta1 {
+  using DRAPlugin = ::k8s::io::kubelet::pkg::apis::dra::v1beta1::DRAPlugin;
+  using NodePrepareResourcesRequest =
+      ::k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesRequest;
+  using NodePrepareResourcesResponse =
+      ::k8s::io::kubelet::pkg::apis::dra::v1beta1::NodePrepareResourcesResponse;
+  using NodeUnprepareResourcesRequest =
+      ::k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesRequest;
+  using NodeUnprepareResourcesResponse =
+      ::k8s::io::kubelet::pkg::apis::dra::v1beta1::NodeUnprepareResourcesResponse;
+};
+
+std::uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+struct Socket {
+  std::string path;
+  std::unique_ptr<grpc::Server> server;
+  std::uint64_t inode = 0;
+};
+
+}  // namespace
+
+struct KubeletPlugin::Impl {
+  KubeletPluginOptions options;
+  RegistrationStatusBoard board;
+  DraService<V1> v1;
+  DraService<V1beta1> v1beta1;
+  std::unique_ptr<grpc::Service> registration;
+  Socket dra, reg;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread watcher;
+
+  Impl(KubeletPluginOptions o, ClaimPreparer& preparer)
+      : options(std::move(o)), v1(preparer), v1beta1(preparer) {}
+
+  Result<bool> serve(Socket& socket, const std::vector<grpc::Service*>& services) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(socket.path).parent_path(), ec);
+    if (ec) return make_error(socket.path + ": " + ec.message());
+    ::unlink(socket.path.c_str());  // a stale socket of an earlier run blocks bind(2)
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket.path, grpc::InsecureServerCredentials());
+    builder.SetMaxReceiveMessageSize(4 * 1024 * 1024);
+    for (auto* s : services) builder.RegisterService(s);
+    socket.server = builder.BuildAndStart();
+    if (!socket.server) return make_error("cannot serve on " + socket.path);
+    socket.inode = inode_of(socket.path);
+    return true;
+  }
+
+  void shut(Socket& socket) {
+    if (!socket.server) return;
+    socket.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    socket.server->Wait();
+    socket.server.reset();
+    ::unlink(socket.path.c_str());
+  }
+
+  // The DRA socket first: the kubelet calls it as soon as it has read GetInfo.
+  Result<bool> serve_all() {
+    if (auto r = serve(dra, {&v1, &v1beta1}); !r) return r;
+    if (auto r = serve(reg, {registration.get()}); !r) return r;
+    GS_LOG(Info, "DRA driver %s: serving %s, registering through %s", options.driver.c_str(),
+           dra.path.c_str(), reg.path.c_str());
+    return true;
+  }
+
+  void watch() {
+    std::unique_lock lock(mutex);
+    while (!cv.wait_for(lock, options.watch_interval, [this] { return stopping; })) {
+      if (inode_of(dra.path) == dra.inode && inode_of(reg.path) == reg.inode) continue;
+      GS_LOG(Warn, "DRA plugin sockets were removed (kubelet restart?): serving them again");
+      shut(reg);
+      shut(dra);
+      if (auto r = serve_all(); !r) GS_LOG(Error, "%s", r.error().c_str());
+    }
+  }
+};
+
+KubeletPlugin::KubeletPlugin(KubeletPluginOptions options, ClaimPreparer& preparer)
+    : impl_(std::make_unique<Impl>(std::move(options), preparer)) {
+  impl_->dra.path = impl_->options.plugins_dir + "/" + impl_->options.driver + "/dra.sock";
+  impl_->reg.path = impl_->options.registry_dir + "/" + impl_->options.driver + "-reg.sock";
+  impl_->registration = make_registration_service({impl_->options.driver, impl_->dra.path}, impl_->board);
+}
+
+KubeletPlugin::~KubeletPlugin() { stop(); }
+
+Result<bool> KubeletPlugin::start() {
+  if (auto r = impl_->serve_all(); !r) {
+    impl_->shut(impl_->dra);
+    return r;
+  }
+  impl_->stopping = false;
+  impl_->watcher = std::thread([this] { impl_->watch(); });
+  return true;
+}
+
+void KubeletPlugin::stop() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->watcher.joinable()) impl_->watcher.join();
+  // Registration first, so the kubelet stops calling before the service goes.
+  impl_->shut(impl_->reg);
+  impl_->shut(impl_->dra);
+}
+
+std::string KubeletPlugin::dra_socket() const { return impl_->dra.path; }
+std::string KubeletPlugin::registration_socket() const { return impl_->reg.path; }
+const RegistrationStatusBoard& KubeletPlugin::status() const { return impl_->board; }
+
+}  // namespace gpuslice::node::dra

@@ -1,0 +1,172 @@
+#include "node/dra/mode.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "config/settings.h"
+#include "node/collector.h"
+#include "node/dra/api_client.h"
+#include "node/dra/claim_attribution.h"
+#include "node/dra/claim_preparer.h"
+#include "node/dra/kubelet_service.h"
+#include "node/dra/slice_publisher.h"
+#include "node/http_api.h"
+#include "node/options.h"
+
+namespace gpuslice::node::dra {
+namespace {
+
+Result<std::vector<GpuInfo>> fixed_gpus(const std::string& spec) {
+  const std::size_t x = spec.find('x');
+  const int count = x == std::string::npos ? 0 : std::atoi(spec.substr(0, x).c_str());
+  auto size =
+      x == std::string::npos ? Result<std::uint64_t>(make_error("")) : config::parse_size(spec.substr(x + 1));
+  if (count <= 0 || count > 64 || !size) return make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
+  std::vector<GpuInfo> gpus;
+  for (int i = 0; i < count; ++i) {
+    GpuInfo g;
+    g.index = g.minor = static_cast<unsigned>(i);
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
+    g.uuid = uuid;
+    g.name = "gpuslice fake GPU";
+    g.memory_total_bytes = *size;
+    gpus.push_back(g);
+  }
+  return gpus;
+}
+
+}  // namespace
+
+int run_dra_mode(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env) {
+  DraModeOptions options;
+  const ParseOutcome parsed = parse_dra_options(args, env, options);
+  if (parsed.help) {
+    std::fputs(parsed.message.c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.message.empty()) {
+    std::fprintf(stderr, "gpuslice-node dra: %s\n", parsed.message.c_str());
+    return 2;
+  }
+  log::set_level(log::Level::Info);
+  if (auto level = config::parse_log_level(options.log_level)) log::set_level(*level);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  std::unique_ptr<GpuSource> source;
+  if (options.fake_gpus.empty()) {
+    auto opened = open_nvml(options.nvml_library);
+    if (!opened) {
+      GS_LOG(Error, "%s", opened.error().c_str());
+      return 1;
+    }
+    source = std::move(opened).value();
+  } else {
+    auto gpus = fixed_gpus(options.fake_gpus);
+    if (!gpus) {
+      std::fprintf(stderr, "gpuslice-node dra: %s\n", gpus.error().c_str());
+      return 2;
+    }
+    source = std::make_unique<StaticGpuSource>(*gpus);
+  }
+  auto first = source->probe();
+  if (!first) {
+    GS_LOG(Error, "NVML: %s", first.error().c_str());
+    return 1;
+  }
+
+  ApiServerOptions api_options = in_cluster_options(env);
+  if (!options.api_server.empty()) api_options.url = options.api_server;
+  api_options.token_file = options.api_token_file;
+  api_options.ca_file = options.api_server.rfind("http://", 0) == 0 ? std::string() : options.api_ca_file;
+  api_options.timeout = options.api_timeout;
+  api_options.driver = options.driver;
+  ApiClient api(api_options);
+
+  PreparerOptions prep;
+  prep.root = options.root;
+  prep.cdi_dir = options.cdi_dir;
+  prep.dev_root = options.dev_root;
+  prep.node = {options.driver, options.node_name, *first};
+  ClaimPreparer preparer(prep, api);
+  if (auto r = preparer.recover(); !r) {
+    GS_LOG(Error, "DRA checkpoint: %s", r.error().c_str());
+    return 1;
+  }
+
+  KubeletPluginOptions plugin_options;
+  plugin_options.driver = options.driver;
+  plugin_options.plugins_dir = options.plugins_dir;
+  plugin_options.registry_dir = options.registry_dir;
+  KubeletPlugin plugin(plugin_options, preparer);
+  if (auto r = plugin.start(); !r) {
+    GS_LOG(Error, "%s", r.error().c_str());
+    return 1;
+  }
+
+  std::unique_ptr<SlicePublisher> publisher;
+  if (options.publish) {
+    PublisherOptions po;
+    po.slice.driver = options.driver;
+    po.slice.node_name = options.node_name;
+    po.lease_namespace = options.lease_namespace;
+    po.identity = options.identity;
+    po.lease_duration = std::max(std::chrono::seconds(3),
+                                 std::chrono::duration_cast<std::chrono::seconds>(options.lease_duration));
+    if (po.identity.empty()) {
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      po.identity = std::string(host) + "-" + std::to_string(::getpid());
+    }
+    publisher = std::make_unique<SlicePublisher>(po, api);
+    publisher->set_gpus(*first);
+    publisher->start();
+  }
+
+  SystemClock clock;
+  HostLayout layout(options.root);
+  Collector collector(layout, source.get(), clock);
+  collector.set_node_name(options.node_name);
+  // Claims are labelled with their namespace, pod and name; their directories are removed by
+  // unprepare, never by the collector (grace period 0).
+  ClaimAttribution attribution(preparer);
+  collector.set_attribution(&attribution, 0);
+  collector.set_registration_source([&plugin, &options] {
+    return std::vector<PluginRegistration>{plugin.status().snapshot(options.driver)};
+  });
+  collector.refresh();
+  options.api.version = GPUSLICE_VERSION;
+  ApiServer http(options.api, layout, collector);
+  if (auto port = http.start(); !port) {
+    GS_LOG(Error, "%s", port.error().c_str());
+    return 1;
+  }
+
+  timespec interval{static_cast<time_t>(options.scan_interval.count() / 1000),
+                    static_cast<long>((options.scan_interval.count() % 1000) * 1000000)};
+  while (true) {
+    const int sig = sigtimedwait(&stop, nullptr, &interval);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    auto view = collector.refresh();
+    if (publisher) publisher->set_gpus(view->gpus);
+  }
+  GS_LOG(Info, "stopping");
+  http.stop();
+  collector.set_registration_source({});
+  if (publisher) publisher->stop();
+  plugin.stop();
+  return 0;
+}
+
+}  // namespace gpuslice::node::dra

@@ -1,0 +1,473 @@
+// The API side against a fake API server on loopback (cpp-httplib) that validates every object it
+// is sent against the pinned resource.k8s.io/v1 and coordination.k8s.io/v1 schemas (the Kubernetes
+// API models the chart checks install), and that can be slow, flaky or lying on demand.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "../test_util.h"
+#include "dra_test_util.h"
+#include "node/dra/api_client.h"
+#include "node/dra/claim_preparer.h"
+#include "node/dra/slice_publisher.h"
+
+namespace gpuslice::node::dra {
+namespace {
+
+using nlohmann::json;
+
+class FakeApiServer {
+ public:
+  std::mutex mutex;
+  std::map<std::string, json> slices, leases, claims;
+  std::vector<std::string> schema_failures;  // every object the schema refused
+  std::vector<std::string> authorizations;
+  std::vector<std::string> content_types;
+  std::map<std::string, int> writes;  // "POST slices" -> count
+  int version = 100;
+  int fail_next = 0;        // answer 503 to this many requests
+  int slow_ms = 0;          // wait before answering
+  bool gone_watch = false;  // answer watches with a 410 ERROR event
+  bool lie_huge = false;    // answer claims with a body larger than any claim
+  std::atomic<int> requests{0};
+
+  FakeApiServer() {
+    server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      ++requests;
+      std::lock_guard lock(mutex);
+      authorizations.push_back(req.get_header_value("Authorization"));
+      if (slow_ms) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+      if (fail_next > 0) {
+        --fail_next;
+        res.status = 503;
+        res.set_content(R"({"kind":"Status","code":503,"message":"try later"})", "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    const std::string slices_path = "/apis/resource.k8s.io/v1/resourceslices";
+    server_.Get(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.has_param("watch")) return watch(req, res);
+      std::lock_guard lock(mutex);
+      json items = json::array();
+      for (const auto& [name, s] : slices) items.push_back(s);
+      reply(res, 200,
+            {{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceSliceList"},
+             {"metadata", {{"resourceVersion", std::to_string(version)}}},
+             {"items", items}});
+    });
+    server_.Post(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      json object = accept(req, res, "POST slices");
+      if (object.is_null()) return;
+      const std::string name = object["metadata"]["name"];
+      if (slices.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
+      store(slices[name], object);
+      reply(res, 201, slices[name]);
+    });
+    server_.Put(slices_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      json object = accept(req, res, "PUT slices");
+      if (object.is_null()) return;
+      update(slices, req.matches[1], object, res);
+    });
+    server_.Delete(slices_path + "/([a-z0-9.-]+)",
+                   [this](const httplib::Request& req, httplib::Response& res) {
+                     std::lock_guard lock(mutex);
+                     ++writes["DELETE slices"];
+                     slices.erase(req.matches[1]);
+                     reply(res, 200, {{"kind", "Status"}, {"code", 200}});
+                   });
+    const std::string leases_path = "/apis/coordination.k8s.io/v1/namespaces/([a-z0-9-]+)/leases";
+    server_.Get(leases_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      auto it = leases.find(req.matches[2]);
+      if (it == leases.end()) return reply(res, 404, {{"kind", "Status"}, {"code", 404}});
+      reply(res, 200, it->second);
+    });
+    server_.Post(leases_path, [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      json object = accept(req, res, "POST leases");
+      if (object.is_null()) return;
+      const std::string name = object["metadata"]["name"];
+      if (leases.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
+      store(leases[name], object);
+      reply(res, 201, leases[name]);
+    });
+    server_.Put(leases_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      json object = accept(req, res, "PUT leases");
+      if (object.is_null()) return;
+      update(leases, req.matches[2], object, res);
+    });
+    server_.Get("/apis/resource.k8s.io/v1/namespaces/([a-z0-9-]+)/resourceclaims/([a-z0-9.-]+)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  std::lock_guard lock(mutex);
+                  if (lie_huge)
+                    return res.set_content(std::string(16u << 20, ' ') + "{}", "application/json");
+                  auto it = claims.find(std::string(req.matches[1]) + "/" + std::string(req.matches[2]));
+                  if (it == claims.end())
+                    return reply(res, 404, {{"kind", "Status"}, {"code", 404}, {"message", "not found"}});
+                  reply(res, 200, it->second);
+                });
+    // Server-side apply of status.devices: the claim with the applied status must still be valid.
+    server_.Patch("/apis/resource.k8s.io/v1/namespaces/([a-z0-9-]+)/resourceclaims/([a-z0-9.-]+)/status",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    std::lock_guard lock(mutex);
+                    ++writes["PATCH claims/status"];
+                    content_types.push_back(req.get_header_value("Content-Type"));
+                    auto it = claims.find(std::string(req.matches[1]) + "/" + std::string(req.matches[2]));
+                    if (it == claims.end()) return reply(res, 404, {{"kind", "Status"}, {"code", 404}});
+                    json patch = json::parse(req.body, nullptr, false);
+                    if (patch.is_discarded()) return reply(res, 400, {{"kind", "Status"}, {"code", 400}});
+                    json merged = it->second;
+                    merged["status"]["devices"] = patch["status"]["devices"];
+                    if (test::have_models()) {
+                      const std::string errors = test::schema_errors(merged);
+                      if (!errors.empty()) {
+                        schema_failures.push_back("PATCH claims/status: " + errors);
+                        return reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", errors}});
+                      }
+                    }
+                    it->second = merged;
+                    reply(res, 200, merged);
+                  });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeApiServer() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  static void reply(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+  // Validates a written object; null (and a 422 answer, as the API server's) when the schema refuses it.
+  json accept(const httplib::Request& req, httplib::Response& res, const std::string& what) {
+    ++writes[what];
+    json object = json::parse(req.body, nullptr, false);
+    if (object.is_discarded()) {
+      reply(res, 400, {{"kind", "Status"}, {"code", 400}});
+      return nullptr;
+    }
+    if (test::have_models()) {
+      if (!validated_.count(req.body)) {
+        const std::string errors = test::schema_errors(object);
+        if (!errors.empty()) {
+          schema_failures.push_back(what + ": " + errors);
+          reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", errors}});
+          return nullptr;
+        }
+        validated_.insert(req.body);
+      }
+    }
+    return object;
+  }
+  void store(json& slot, json object) {
+    object["metadata"]["resourceVersion"] = std::to_string(++version);
+    slot = std::move(object);
+  }
+  void update(std::map<std::string, json>& objects, const std::string& name, json object,
+              httplib::Response& res) {
+    auto it = objects.find(name);
+    if (it == objects.end()) return reply(res, 404, {{"kind", "Status"}, {"code", 404}});
+    // Optimistic concurrency, as the API server does it.
+    if (object["metadata"].value("resourceVersion", "") != it->second["metadata"]["resourceVersion"])
+      return reply(res, 409,
+                   {{"kind", "Status"}, {"code", 409}, {"message", "the object has been modified"}});
+    store(it->second, std::move(object));
+    reply(res, 200, it->second);
+  }
+  void watch(const httplib::Request&, httplib::Response& res) {
+    const bool gone = gone_watch;
+    res.set_chunked_content_provider("application/json", [gone](size_t, httplib::DataSink& sink) {
+      std::string event = gone
+                              ? R"({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}})"
+                              : R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"999"}}})";
+      event += "\n";
+      sink.write(event.data(), event.size());
+      sink.done();
+      return true;
+    });
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::set<std::string> validated_;
+};
+
+class DraApi : public ::testing::Test {
+ protected:
+  node::test::TempDir tmp;
+  FakeApiServer server;
+
+  ApiServerOptions api_options() {
+    ApiServerOptions o;
+    o.url = server.url();
+    o.token_file = tmp / "token";
+    o.timeout = std::chrono::milliseconds(2000);
+    o.backoff = std::chrono::milliseconds(10);
+    node::test::write_file(o.token_file, "token-one\n");
+    return o;
+  }
+  PublisherOptions publisher_options(const std::string& identity) {
+    PublisherOptions p;
+    p.slice.node_name = "node-a";
+    p.lease_namespace = "gpuslice-system";
+    p.identity = identity;
+    p.lease_duration = std::chrono::seconds(3);
+    return p;
+  }
+};
+
+TEST_F(DraApi, PublishesAValidSliceUnderALease) {
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(*r);
+  std::lock_guard lock(server.mutex);
+  EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+  ASSERT_EQ(server.slices.count("node-a-gpuslice-io"), 1u);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 2u);
+  ASSERT_EQ(server.leases.count("gpuslice-dra-node-a"), 1u);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-a");
+  EXPECT_EQ(server.authorizations.back(), "Bearer token-one");
+}
+
+TEST_F(DraApi, AnUnchangedSliceIsNotWrittenAgainAndAChangedOneGetsANewGeneration) {
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  auto gpus = test::two_gpu_node().gpus;
+  publisher.set_gpus(gpus);
+  ASSERT_TRUE(publisher.round());
+  ASSERT_TRUE(publisher.round());
+  {
+    std::lock_guard lock(server.mutex);
+    EXPECT_EQ(server.writes["POST slices"], 1);
+    EXPECT_EQ(server.writes["PUT slices"], 0);
+  }
+  gpus[1].healthy = false;
+  publisher.set_gpus(gpus);
+  ASSERT_TRUE(publisher.round());
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.writes["PUT slices"], 1);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["pool"]["generation"], 2);
+  EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+}
+
+TEST_F(DraApi, TwoDaemonsOnOneNodeNeverBothPublish) {
+  ApiClient api(api_options());
+  SlicePublisher a(publisher_options("daemon-a"), api), b(publisher_options("daemon-b"), api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  auto gpus = test::two_gpu_node().gpus;
+  gpus.pop_back();
+  b.set_gpus(gpus);  // b sees something else: it must still not write
+  ASSERT_TRUE(a.round());
+  auto second = b.round();
+  ASSERT_TRUE(second) << second.error();
+  EXPECT_FALSE(*second);
+  EXPECT_FALSE(b.status().leader);
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.writes["POST slices"], 1);
+  EXPECT_EQ(server.writes["PUT slices"], 0);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 2u);
+}
+
+TEST_F(DraApi, AnExpiredLeaseIsTakenOver) {
+  ApiClient api(api_options());
+  SlicePublisher a(publisher_options("daemon-a"), api), b(publisher_options("daemon-b"), api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  b.set_gpus(test::two_gpu_node().gpus);
+  ASSERT_TRUE(a.round());
+  {
+    std::lock_guard lock(server.mutex);
+    server.leases["gpuslice-dra-node-a"]["spec"]["renewTime"] = "2020-01-01T00:00:00.000000Z";
+  }
+  auto r = b.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(*r);
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-b");
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["leaseTransitions"], 1);
+}
+
+TEST_F(DraApi, AGoneWatchLeadsToANewList) {
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  server.gone_watch = true;
+  ASSERT_TRUE(publisher.round());
+  EXPECT_EQ(publisher.status().relists, 1u);
+}
+
+TEST_F(DraApi, SlicesOfThisNodeThatAreNotOursAreDeletedOthersAreLeftAlone) {
+  {
+    std::lock_guard lock(server.mutex);
+    server.slices["stale"] = {{"metadata", {{"name", "stale"}, {"resourceVersion", "1"}}},
+                              {"spec", {{"driver", "gpuslice.io"}, {"nodeName", "node-a"}}}};
+    // A lying server lists another node's slice despite the field selector.
+    server.slices["node-b-gpuslice-io"] = {
+        {"metadata", {{"name", "node-b-gpuslice-io"}, {"resourceVersion", "1"}}},
+        {"spec", {{"driver", "gpuslice.io"}, {"nodeName", "node-b"}}}};
+  }
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  ASSERT_TRUE(publisher.round());
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.slices.count("stale"), 0u);
+  EXPECT_EQ(server.slices.count("node-b-gpuslice-io"), 1u);
+}
+
+TEST_F(DraApi, TransientErrorsAreRetriedWithBackoff) {
+  server.claims["team-a/train-gpu"] = test::allocated_claim("uid-1", {{}});
+  server.fail_next = 2;
+  ApiClient api(api_options());
+  auto claim = api.get_claim("team-a", "train-gpu");
+  ASSERT_TRUE(claim) << claim.error();
+  EXPECT_EQ(server.requests.load(), 3);
+  server.fail_next = 100;
+  auto failed = api.get_claim("team-a", "train-gpu");
+  ASSERT_FALSE(failed);
+  EXPECT_NE(failed.error().find("HTTP 503 after 5 attempts"), std::string::npos) << failed.error();
+}
+
+TEST_F(DraApi, ASlowApiServerIsGivenUpOnAtTheDeadline) {
+  server.slow_ms = 3000;
+  auto options = api_options();
+  options.timeout = std::chrono::milliseconds(300);
+  options.retries = 0;
+  ApiClient api(options);
+  auto claim = api.get_claim("team-a", "train-gpu");
+  ASSERT_FALSE(claim);
+  EXPECT_NE(claim.error().find("no complete answer within 300 ms"), std::string::npos) << claim.error();
+  server.slow_ms = 0;
+}
+
+TEST_F(DraApi, AnOversizedAnswerIsRefused) {
+  server.lie_huge = true;
+  ApiClient api(api_options());
+  auto claim = api.get_claim("team-a", "train-gpu");
+  ASSERT_FALSE(claim);
+  EXPECT_NE(claim.error().find("larger than"), std::string::npos) << claim.error();
+}
+
+TEST_F(DraApi, ClaimNamesThatAreNotObjectNamesNeverReachTheServer) {
+  ApiClient api(api_options());
+  EXPECT_FALSE(api.get_claim("team-a", "../../secrets/x"));
+  EXPECT_FALSE(api.get_claim("team-a", "a?watch=1"));
+  EXPECT_EQ(server.requests.load(), 0);
+}
+
+TEST_F(DraApi, ARotatedTokenIsUsedForTheNextRequest) {
+  auto options = api_options();
+  ApiClient api(options);
+  server.claims["team-a/c"] = test::allocated_claim("uid-1", {{}}, nullptr, "team-a", "c");
+  ASSERT_TRUE(api.get_claim("team-a", "c"));
+  node::test::write_file(options.token_file, "token-two");
+  ASSERT_TRUE(api.get_claim("team-a", "c"));
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.authorizations.back(), "Bearer token-two");
+}
+
+// Prepare end to end through the API client: the claim the server holds decides the limits, and a
+// server that answers for another claim (same name, another uid) prepares nothing.
+TEST_F(DraApi, PrepareReadsTheAllocationFromTheApiServer) {
+  server.claims["team-a/train-gpu"] = test::allocated_claim("uid-1", {{}});
+  server.claims["team-a/recreated"] =
+      test::allocated_claim("uid-other", {{}}, nullptr, "team-a", "recreated");
+  ApiClient api(api_options());
+  PreparerOptions o;
+  o.root = tmp / "root";
+  o.cdi_dir = tmp / "cdi";
+  o.node = test::two_gpu_node();
+  ClaimPreparer preparer(o, api);
+  ASSERT_TRUE(preparer.recover());
+  auto devices = preparer.prepare({"team-a", "train-gpu", "uid-1"});
+  ASSERT_TRUE(devices) << devices.error();
+  EXPECT_EQ((*devices)[0].memory_bytes, 8ULL << 30);
+  {
+    // The prepared device is reported in the claim's status, keyed as the allocation is.
+    std::lock_guard lock(server.mutex);
+    EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+    const auto& status = server.claims["team-a/train-gpu"]["status"]["devices"];
+    ASSERT_EQ(status.size(), 1u);
+    EXPECT_EQ(status[0]["device"], "gpu-0");
+    EXPECT_EQ(status[0]["shareID"], "6f1a0e5c-0000-4000-8000-000000000001");
+    EXPECT_EQ(status[0]["conditions"][0]["type"], "Ready");
+    EXPECT_EQ(status[0]["data"]["memoryBytes"], 8ULL << 30);
+    EXPECT_EQ(server.content_types.back(), "application/apply-patch+yaml");
+  }
+  auto lied = preparer.prepare({"team-a", "recreated", "uid-2"});
+  ASSERT_FALSE(lied);
+  EXPECT_NE(lied.error().find("uid"), std::string::npos);
+  EXPECT_EQ(preparer.claims().size(), 1u);
+}
+
+TEST(DraMicroTime, RoundTrips) {
+  const auto t = std::chrono::system_clock::from_time_t(1790000000) + std::chrono::microseconds(123456);
+  EXPECT_EQ(micro_time(t), "2026-09-21T14:13:20.123456Z");
+  EXPECT_EQ(*parse_micro_time(micro_time(t)), std::chrono::system_clock::from_time_t(1790000000));
+  EXPECT_FALSE(parse_micro_time("yesterday"));
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra
+
+namespace gpuslice::node::dra {
+namespace {
+
+// The in-cluster connection: HTTPS checked against the service account's CA, bearer token.
+TEST(DraApiTls, TheApiServersCertificateIsCheckedAgainstTheCa) {
+  const std::string cert = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.crt";
+  const std::string key = std::string(GPUSLICE_NODE_FIXTURES) + "/tls/tls.key";
+  httplib::SSLServer server(cert.c_str(), key.c_str());
+  ASSERT_TRUE(server.is_valid());
+  std::string authorization;
+  server.Get("/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/c", [&](const httplib::Request& req,
+                                                                                httplib::Response& res) {
+    authorization = req.get_header_value("Authorization");
+    res.set_content(test::allocated_claim("uid-1", {{}}, nullptr, "team-a", "c").dump(), "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  node::test::TempDir tmp;
+  node::test::write_file(tmp / "token", "sa-token");
+  ApiServerOptions options;
+  options.url = "https://127.0.0.1:" + std::to_string(port);
+  options.token_file = tmp / "token";
+  options.ca_file = cert;
+  options.retries = 0;
+  ApiClient trusted(options);
+  auto claim = trusted.get_claim("team-a", "c");
+  EXPECT_TRUE(claim) << claim.error();
+  EXPECT_EQ(authorization, "Bearer sa-token");
+
+  // Another CA (the system's): the server is not trusted and nothing is read.
+  options.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+  ApiClient untrusted(options);
+  auto refused = untrusted.get_claim("team-a", "c");
+  EXPECT_FALSE(refused);
+
+  server.stop();
+  thread.join();
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra

@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include "dra_test_util.h"
+
+namespace gpuslice::node::dra {
+namespace {
+
+using test::allocated_claim;
+using test::slice_config;
+
+const ClaimRef kRef{"team-a", "train-gpu", "uid-1"};
+
+TEST(DraClaimReader, ConsumedCapacityBecomesTheLimits) {
+  auto a = read_claim_allocation(allocated_claim("uid-1", {{}}), kRef, test::two_gpu_node());
+  ASSERT_TRUE(a) << a.error();
+  ASSERT_EQ(a->devices.size(), 1u);
+  EXPECT_EQ(a->devices[0].device, "gpu-0");
+  EXPECT_EQ(a->devices[0].memory_bytes, 8ULL << 30);
+  EXPECT_EQ(*a->devices[0].compute, 30u);
+  EXPECT_FALSE(a->priority);
+}
+
+TEST(DraClaimReader, AWholeDeviceWithoutConsumedCapacityHasNoComputeLimit) {
+  test::Result whole;
+  whole.consumed = nullptr;
+  whole.share_id.clear();
+  auto a = read_claim_allocation(allocated_claim("uid-1", {whole}), kRef, test::two_gpu_node());
+  ASSERT_TRUE(a) << a.error();
+  EXPECT_EQ(a->devices[0].memory_bytes, 80ULL << 30);
+  EXPECT_FALSE(a->devices[0].compute);
+}
+
+TEST(DraClaimReader, TheClaimsConfigMayOnlyTightenWhatWasScheduled) {
+  auto tighter = read_claim_allocation(
+      allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"limit", "6Gi"}}}, {"priority", "low"}})),
+      kRef, test::two_gpu_node());
+  ASSERT_TRUE(tighter) << tighter.error();
+  EXPECT_EQ(tighter->devices[0].memory_bytes, 6ULL << 30);
+  EXPECT_EQ(*tighter->priority, config::Priority::Low);
+  auto looser =
+      read_claim_allocation(allocated_claim("uid-1", {{}}, slice_config({{"compute", {{"limit", 50}}}})),
+                            kRef, test::two_gpu_node());
+  ASSERT_FALSE(looser);
+  EXPECT_NE(looser.error().find("compute.limit 50 is above the 30%"), std::string::npos) << looser.error();
+}
+
+TEST(DraClaimReader, MalformedParametersAreAClearErrorOnTheClaim) {
+  auto a =
+      read_claim_allocation(allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"limit", "lots"}}}})),
+                            kRef, test::two_gpu_node());
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().find("request \"gpu\": memory.limit: \"lots\""), std::string::npos) << a.error();
+}
+
+TEST(DraClaimReader, DevicesOfAnotherNodeAreRefused) {
+  test::Result other;
+  other.pool = "node-b";
+  auto a = read_claim_allocation(allocated_claim("uid-1", {other}), kRef, test::two_gpu_node());
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().find("belongs to another node"), std::string::npos) << a.error();
+}
+
+TEST(DraClaimReader, UnknownDevicesAndImpossibleCapacitiesAreRefused) {
+  test::Result unknown;
+  unknown.device = "gpu-7";
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {unknown}), kRef, test::two_gpu_node()));
+  test::Result huge;
+  huge.consumed = {{"memory", "1Ti"}};
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {huge}), kRef, test::two_gpu_node()));
+  test::Result over;
+  over.consumed = {{"compute", "130"}};
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {over}), kRef, test::two_gpu_node()));
+  test::Result strange;
+  strange.consumed = {{"bandwidth", "1"}};
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {strange}), kRef, test::two_gpu_node()));
+}
+
+TEST(DraClaimReader, ALyingApiServerAnswerIsRefused) {
+  auto other_uid = read_claim_allocation(allocated_claim("uid-2", {{}}), kRef, test::two_gpu_node());
+  ASSERT_FALSE(other_uid);
+  EXPECT_NE(other_uid.error().find("uid"), std::string::npos);
+  auto unallocated = allocated_claim("uid-1", {{}});
+  unallocated["status"].erase("allocation");
+  EXPECT_FALSE(read_claim_allocation(unallocated, kRef, test::two_gpu_node()));
+  EXPECT_FALSE(read_claim_allocation(nlohmann::json::array(), kRef, test::two_gpu_node()));
+  EXPECT_FALSE(read_claim_allocation(nlohmann::json("claim"), kRef, test::two_gpu_node()));
+}
+
+TEST(DraClaimReader, OtherDriversDevicesAreNotOurs) {
+  test::Result theirs;
+  theirs.driver = "gpu.nvidia.com";
+  theirs.pool = "node-b";
+  auto a = read_claim_allocation(allocated_claim("uid-1", {theirs, {}}), kRef, test::two_gpu_node());
+  ASSERT_TRUE(a) << a.error();
+  EXPECT_EQ(a->devices.size(), 1u);
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {theirs}), kRef, test::two_gpu_node()));
+}
+
+TEST(DraClaimReader, ATestClaimIsValidAgainstTheResourceV1Schema) {
+  if (!test::have_models()) GTEST_SKIP() << "no Kubernetes API models: run scripts/chart/install-tools.sh";
+  EXPECT_EQ(test::schema_errors(allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}))), "");
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra
