@@ -19,6 +19,12 @@ Result<std::unique_ptr<NodePresence>> NodePresence::open(const std::string& node
   return std::make_unique<NodePresence>(std::move(opened).value());
 }
 
+void NodePresence::refresh_assignment() {
+  const shm::Assignment assigned = channel_->own_assignment();
+  assigned_level_.store(priority_value(assigned.priority), kRelaxed);
+  assigned_compute_.store(assigned.compute_percent, kRelaxed);
+}
+
 void NodePresence::publish_compute_limit(unsigned percent, std::uint64_t now_ns) {
   compute_limit_.store(percent, kRelaxed);
   publish(now_ns);
@@ -58,6 +64,7 @@ NodePresence* of(DeviceState& d) {
     return nullptr;
   }
   d.presence = std::move(opened).value().release();  // lives as long as the process
+  d.presence->refresh_assignment();
   GS_LOG(Debug, "node channel on %s: record %s", d.uuid, d.presence->channel().record_path().c_str());
   return d.presence;
 }

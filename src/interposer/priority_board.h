@@ -18,6 +18,8 @@ class PresenceBoard final : public limiter::PeerBoard {
                          std::uint64_t stale_ns) override;
   std::size_t read_known_above(limiter::PeerView* out, std::size_t capacity, std::uint64_t now_ns,
                                std::uint64_t stale_ns, Priority above) override;
+  std::size_t read_peers_above(limiter::PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                               std::uint64_t stale_ns, Priority above) override;
   void publish(const limiter::PeerView& own) override;
 
  private:

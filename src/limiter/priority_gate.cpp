@@ -252,7 +252,7 @@ PriorityGate::PeerSummary PriorityGate::peers(std::uint64_t now, bool force) {
   const bool scan = now >= next_scan_ns_.load(kRelaxed);
   if (scan) {
     next_scan_ns_.store(now + tuning_.absent_refresh_ns, kRelaxed);
-    count = board_->read_peers(records, kMaxPeers, now, tuning_.stale_ns);
+    count = board_->read_peers_above(records, kMaxPeers, now, tuning_.stale_ns, own);
     scans_.fetch_add(1, kRelaxed);
   } else {
     count = board_->read_known_above(records, kMaxPeers, now, tuning_.stale_ns, own);

@@ -48,6 +48,13 @@ class PeerBoard {
   // block for long: called from launching threads, one at a time.
   virtual std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
                                  std::uint64_t stale_ns) = 0;
+  // read_peers() that may leave out records at or below `above` (the reader's own level), which
+  // the gate does not look at, so that they cannot take the place of a higher one.
+  virtual std::size_t read_peers_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                                       std::uint64_t stale_ns, Priority above) {
+    static_cast<void>(above);
+    return read_peers(out, capacity, now_ns, stale_ns);
+  }
   // The same for the containers the last read_peers() found with a priority above `above` only,
   // as cheaply as the board can (on the node channel, one read per record kept open). A container
   // that appeared or rose above since is seen by the next read_peers().

@@ -79,6 +79,8 @@ class PriorityChannel : public ::testing::Test {
   };
   std::unique_ptr<Container> container(std::uint64_t key, const char* writer, Priority p) {
     auto c = std::make_unique<Container>();
+    // What the operator assigned the writer (device plugin, or root on a plain host): the level it claims.
+    std::ofstream(dir_ + "/" + writer + ".assigned") << "priority=" << priority_name(p) << "\ncompute=100\n";
     auto opened = NodePresence::open(dir_, kGpu, key, writer);
     EXPECT_TRUE(opened.ok()) << opened.error();
     if (!opened.ok()) return nullptr;
