@@ -81,15 +81,18 @@ class NodeChannelTest : public ::testing::Test {
     if (d != nullptr) closedir(d);
     return names;
   }
-  // Creates candidate writer directories until one is listed after at least `behind` entries;
-  // returns its name (the others are removed).
-  std::string writer_listed_behind(std::size_t behind) {
-    for (int attempt = 0; attempt < 64; ++attempt) {
+  // Creates candidate writer directories until one is listed after at least `behind` entries and
+  // after every name starting with `after_prefix`; returns its name (the others are removed).
+  std::string writer_listed_behind(std::size_t behind, const std::string& after_prefix = "\x01") {
+    for (int attempt = 0; attempt < 256; ++attempt) {
       const std::string name = "ctr-late-" + std::to_string(attempt);
       EXPECT_EQ(mkdir(dir_.file(name).c_str(), 0755), 0);
       const std::vector<std::string> names = listing();
-      const auto at = std::find(names.begin(), names.end(), name) - names.begin();
-      if (static_cast<std::size_t>(at) >= behind) return name;
+      const auto at = static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      bool after_all = true;
+      for (std::size_t i = at; i < names.size(); ++i)
+        after_all = after_all && names[i].rfind(after_prefix, 0) != 0;
+      if (at >= behind && after_all) return name;
       rmdir(dir_.file(name).c_str());
     }
     return {};
@@ -380,7 +383,7 @@ TEST_F(NodeChannelTest, FourWritersWithSixteenRecordsEachDoNotHideAHighContainer
       plant(writer, std::string(kGpu) + "." + key, &filler, sizeof filler);
     }
   }
-  const std::string server = writer_listed_behind(6);
+  const std::string server = writer_listed_behind(6, "ctr-fill-");
   ASSERT_FALSE(server.empty());
   assign(server, "priority=high\n");
   detail::PeerRecord busy = phantom(0x99, Priority::High);
