@@ -59,7 +59,7 @@ NodePresence* of(DeviceState& d) {
       NodePresence::open(rt->settings.node_dir, d.uuid, rt->container_key, rt->settings.node_writer);
   if (!opened) {
     d.presence_failed = true;
-    GS_LOG(Warn, "no node channel on %s (no turns, no priorities with other containers): %s", d.uuid,
+    GS_LOG(Error, "node channel refused on %s: no turns and no priorities with other containers: %s", d.uuid,
            opened.error().c_str());
     return nullptr;
   }
