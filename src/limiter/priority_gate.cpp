@@ -44,7 +44,8 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
       board_(board),
       priority_source_(priority_source),
       ceiling_source_(ceiling_source),
-      tuning_(tuning) {
+      tuning_(tuning),
+      floor_(make_floor(tuning)) {
   // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
   const PriorityTuning defaults;
   if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
@@ -61,6 +62,14 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
   tuning_.floor_percent = std::min(tuning_.floor_percent, 100U);
 }
 
+// The floor's settings come from the tuning once its zeroes were replaced by the defaults.
+PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
+  const PriorityTuning defaults;
+  return PriorityFloor(tuning.floor_percent,
+                       tuning.floor_window_ns != 0 ? tuning.floor_window_ns : defaults.floor_window_ns,
+                       tuning.floor_slice_ns != 0 ? tuning.floor_slice_ns : defaults.floor_slice_ns);
+}
+
 Priority PriorityGate::priority() const {
   const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed) : kNoPriority;
   const Priority claimed = priority_from_value(raw).value_or(Priority::Normal);
@@ -75,7 +84,7 @@ PriorityStats PriorityGate::stats() const {
   s.holds = holds_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
   s.event_waits = event_waits_.load(kRelaxed);
-  s.floor_slices = floor_slices_.load(kRelaxed);
+  s.floor_slices = floor_.slices();
   s.publishes = publishes_.load(kRelaxed);
   s.scans = scans_.load(kRelaxed);
   s.rereads = rereads_.load(kRelaxed);
@@ -110,7 +119,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     const std::uint64_t round_start = now;
     bool held_now = false;
     while (summary.higher_busy_until_ns > now) {
-      if (floor_admits(now, hold_start, true)) break;
+      if (floor_.admits(now, hold_start, true)) break;
       if (!held) {
         held = true;
         holds_.fetch_add(1, kRelaxed);
@@ -164,7 +173,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);
   } else {
-    floor_admits(now, now, false);
+    floor_.admits(now, now, false);
   }
   count_launch(stream, now, kernel);
   last_launch_ns_.store(now, kRelaxed);
@@ -278,47 +287,6 @@ PriorityGate::PeerSummary PriorityGate::peers(std::uint64_t now, bool force) {
   if (!summary.higher_present) next_refresh_ns_.store(next_scan_ns_.load(kRelaxed), kRelaxed);
   reading_.store(false, kRelease);
   return summary;
-}
-
-// The floor: admission time accrues at floor_percent of the time spent held (from `held_since`)
-// and is spent at the rest of the time admitted. Credit is capped at one window's share, and a
-// slice is granted only when it is full: after floor_window_ns of continuous holding, then every
-// slice / floor_percent. Returns true when the calling thread may launch although held.
-bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, bool held) {
-  const std::uint64_t percent = tuning_.floor_percent;
-  if (percent == 0) return false;
-  if (now < floor_open_until_ns_.load(kAcquire)) return true;
-  if (!held && floor_credit_ns_.load(kRelaxed) == 0) return false;
-  if (floor_busy_.exchange(true, kAcquire)) return false;  // another thread is accounting
-  const std::uint64_t last = floor_updated_ns_.load(kRelaxed);
-  floor_updated_ns_.store(now, kRelaxed);
-  const auto cap = static_cast<std::int64_t>(tuning_.floor_window_ns / 100 * percent);
-  std::int64_t credit = floor_credit_ns_.load(kRelaxed);
-  if (held) {
-    // Up to this hold, the container was admitted (launching, or not launching at all): spent.
-    credit -= static_cast<std::int64_t>(elapsed(last, held_since) / 100 * (100 - percent));
-    credit = std::max<std::int64_t>(credit, 0);
-    credit += static_cast<std::int64_t>(elapsed(std::max(last, held_since), now) / 100 * percent);
-  } else {
-    credit -= static_cast<std::int64_t>(elapsed(last, now) / 100 * (100 - percent));
-  }
-  credit = std::clamp<std::int64_t>(credit, 0, cap);
-  bool admit = false;
-  if (held && credit >= cap) {
-    credit -= static_cast<std::int64_t>(tuning_.floor_slice_ns / 100 * (100 - percent));
-    // The slice itself is neither held nor charged again.
-    floor_updated_ns_.store(now + tuning_.floor_slice_ns, kRelaxed);
-    floor_open_until_ns_.store(now + tuning_.floor_slice_ns, kRelease);
-    floor_slices_.fetch_add(1, kRelaxed);
-    admit = true;
-  }
-  floor_credit_ns_.store(credit, kRelaxed);
-  floor_busy_.store(false, kRelease);
-  // At most one per slice / floor_percent; its time lets a benchmark place it against a tail.
-  if (admit) {
-    GS_LOG(Debug, "priority gate: floor slice at %llu us", static_cast<unsigned long long>(now / 1000));
-  }
-  return admit;
 }
 
 // The in-flight bound now: the whole of it while a higher priority is busy (a floor slice) or has

@@ -26,6 +26,7 @@
 #include "limiter/compute_limiter.h"
 #include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
+#include "limiter/priority_floor.h"
 
 namespace gpuslice::limiter {
 
@@ -185,7 +186,7 @@ class PriorityGate {
   void announce_busy(std::uint64_t now);
   void publish_own(std::uint64_t now);
   PeerSummary peers(std::uint64_t now, bool force);
-  bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
+  static PriorityFloor make_floor(const PriorityTuning& tuning);
   bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
   bool window_full(std::uint64_t now, std::uint64_t kernel) const;
   bool long_kernel(std::uint64_t kernel) const;
@@ -224,10 +225,7 @@ class PriorityGate {
   std::atomic<std::uint64_t> higher_busy_until_ns_{0};
 
   // Floor: admission time owed to this container, accrued while held, spent while admitted.
-  std::atomic<bool> floor_busy_{false};
-  std::atomic<std::uint64_t> floor_updated_ns_{0};
-  std::atomic<std::int64_t> floor_credit_ns_{0};
-  std::atomic<std::uint64_t> floor_open_until_ns_{0};
+  PriorityFloor floor_;
 
   // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
   // went to one stream (from one thread, for the per-thread default stream), and the cost of a
@@ -275,7 +273,6 @@ class PriorityGate {
   std::atomic<std::uint64_t> holds_{0};
   std::atomic<std::uint64_t> drains_{0};
   std::atomic<std::uint64_t> event_waits_{0};
-  std::atomic<std::uint64_t> floor_slices_{0};
   std::atomic<std::uint64_t> publishes_{0};
   std::atomic<std::uint64_t> scans_{0};
   std::atomic<std::uint64_t> rereads_{0};
