@@ -95,6 +95,10 @@ PriorityStats PriorityGate::stats() const {
 
 void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   std::uint64_t now = clock_.now_ns();
+  if (sync_return_ns_.load(kRelaxed) != 0) {
+    const std::uint64_t returned = sync_return_ns_.exchange(0, kRelaxed);
+    if (returned != 0) grace_pays_.store(now - std::min(now, returned) < tuning_.resume_grace_ns, kRelaxed);
+  }
   announce_busy(now);
   if (priority() == Priority::High) {
     // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
@@ -216,7 +220,8 @@ void PriorityGate::note_host_sync() {
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   // Published as is: once past, it tells lower priorities since when this container is idle.
-  const std::uint64_t idle_at = now + tuning_.resume_grace_ns;
+  sync_return_ns_.store(now, kRelaxed);
+  const std::uint64_t idle_at = now + (grace_pays_.load(kRelaxed) ? tuning_.resume_grace_ns : 0);
   if (until <= idle_at) return;  // already idle, or idle within the grace
   grace_until_ns_.store(idle_at, kRelaxed);
   busy_until_ns_.store(idle_at, kRelaxed);

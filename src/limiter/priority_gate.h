@@ -215,6 +215,11 @@ class PriorityGate {
   std::atomic<std::uint64_t> last_launch_ns_{0};
   std::atomic<std::uint64_t> sync_begin_ns_{0};
   std::atomic<std::uint64_t> grace_until_ns_{0};  // busy_until set by the last wait's return (its grace)
+  // Work conservation: the grace is kept only while it pays, that is while the container's next
+  // launch came within it after its last wait returned (a burst of requests). A host-bound one,
+  // whose device idles between its short waits, is idle at once, so lower ones use the gaps.
+  std::atomic<std::uint64_t> sync_return_ns_{0};  // when the last idle-making wait returned; 0: seen
+  std::atomic<bool> grace_pays_{true};
 
   // Cached summary of the peers, refreshed by one thread at a time (every refresh_ns while a higher
   // priority is alive, every absent_refresh_ns otherwise).
