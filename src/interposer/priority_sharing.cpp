@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <new>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "interposer/devices.h"
 #include "interposer/gate_driver.h"
@@ -50,6 +51,7 @@ void open_gate(DeviceState& d) {
                             tuning_from(settings().priority_tuning), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
+  d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());
   d.priority_gate.store(gate, std::memory_order_release);
 }
 
@@ -94,6 +96,8 @@ void tick() {
     if (limiter::PriorityGate* gate = d.priority_gate.load(std::memory_order_acquire)) {
       if (d.presence != nullptr) d.presence->refresh_assignment();
       gate->heartbeat();
+      // The node directory is listed here, not on a launching thread.
+      d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());
       publish_held_back(d, *gate);
       return;
     }

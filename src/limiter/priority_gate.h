@@ -176,6 +176,8 @@ class PriorityGate {
 
   Priority priority() const;
   PriorityStats stats() const;
+  // Records older than this are ignored (PriorityTuning::stale_ns).
+  std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
  private:
   struct PeerSummary {

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -354,19 +355,21 @@ NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string u
       record_path_(std::move(record_path)) {}
 
 NodeChannel::~NodeChannel() {
-  forget_known();
+  forget(known_[0]);
+  forget(known_[1]);
   ::close(fd_);
 }
 
-void NodeChannel::forget_known() {
-  for (std::size_t i = 0; i < known_count_; ++i) {
+void NodeChannel::forget(KnownSet& set) {
+  for (std::size_t i = 0; i < set.count; ++i) {
+    const KnownPeer& known = set.peers[i];
     struct stat st {};
-    if (::fstat(known_[i].fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == known_[i].device &&
-        static_cast<std::uint64_t>(st.st_ino) == known_[i].inode) {
-      ::close(known_[i].fd);
+    if (::fstat(known.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == known.device &&
+        static_cast<std::uint64_t>(st.st_ino) == known.inode) {
+      ::close(known.fd);
     }
   }
-  known_count_ = 0;
+  set.count = 0;
 }
 
 Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_dir, std::string_view gpu_uuid,
@@ -447,26 +450,37 @@ std::size_t NodeChannel::scan_peers(PeerState* out, std::size_t capacity, std::u
   KnownPeer found[kMaxKnownPeers];
   std::size_t kept = 0;
   const std::size_t count = scan(out, capacity, now_ns, stale_ns, above, found, &kept);
-  forget_known();
-  for (std::size_t i = 0; i < kept; ++i) known_[i] = found[i];
-  known_count_ = kept;
+  // The set not in use may still be read by a reader that took it before the last switch: wait for
+  // it (a re-read is a few preads), then replace it and switch.
+  const int next = 1 - active_known_.load();
+  while (known_readers_.load() != 0) sched_yield();
+  KnownSet& set = known_[next];
+  forget(set);
+  for (std::size_t i = 0; i < kept; ++i) set.peers[i] = found[i];
+  set.count = kept;
+  active_known_.store(next);
   return count;
 }
 
 std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                                           std::uint64_t stale_ns, Priority above) const {
   std::size_t count = 0;
-  for (std::size_t i = 0; i < known_count_ && count < capacity; ++i) {
-    if (priority_value(known_[i].priority) <= priority_value(above)) continue;
+  // Sequentially consistent with the scan's switch: a set is replaced only when no reader is in it.
+  known_readers_.fetch_add(1);
+  const KnownSet& set = known_[active_known_.load()];
+  for (std::size_t i = 0; i < set.count && count < capacity; ++i) {
+    const KnownPeer& known = set.peers[i];
+    if (priority_value(known.priority) <= priority_value(above)) continue;
     PeerRecord record;
     // Each kept file is one record of one writer directory: nothing to deduplicate.
-    if (!reread_record(known_[i].fd, uuid_hash_, &record) || record.container_key != known_[i].key ||
+    if (!reread_record(known.fd, uuid_hash_, &record) || record.container_key != known.key ||
         !fresh_peer(&record, now_ns, stale_ns)) {
       continue;
     }
     copy_peer(record, &out[count]);
-    apply_assignment(known_[i].assigned, &out[count++]);
+    apply_assignment(known.assigned, &out[count++]);
   }
+  known_readers_.fetch_sub(1);
   return count;
 }
 

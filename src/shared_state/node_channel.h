@@ -88,8 +88,10 @@ class NodeChannel {
                          std::uint64_t stale_ns = 2'000'000'000ULL) const;
 
   // read_peers() that also keeps the record files it read open (at most kMaxKnownPeers), for
-  // read_known_peers() to re-read without listing or opening anything. One thread at a time
-  // (together with read_known_peers); read_peers() may run beside it.
+  // read_known_peers() to re-read without listing or opening anything. One thread at a time (in
+  // the library the watcher, so no launching thread pays for a listing); read_known_peers() may
+  // run beside it on another thread: the kept files are published as a whole set, and a set is
+  // closed only once no reader is in it.
   // With `above`, only records believed above that level are returned (and kept): records at or
   // below the reader's own level, however many, cannot fill `capacity` in front of a higher one.
   std::size_t scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
@@ -97,7 +99,7 @@ class NodeChannel {
   // The records of the files the last scan_peers() kept whose priority then was above `above`:
   // one pread each into a local copy, validated as by read_peers(). A record replaced since (by a
   // symbolic link, a FIFO, another file) is still the old file here and turns stale; the next
-  // scan opens what is there now, with the same checks. No allocation, no lock.
+  // scan opens what is there now, with the same checks. No allocation, no lock. One thread at a time.
   std::size_t read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                                std::uint64_t stale_ns, Priority above) const;
   static constexpr std::size_t kMaxKnownPeers = 64;
@@ -124,7 +126,6 @@ class NodeChannel {
   std::size_t scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
                    std::optional<Priority> above, KnownPeer* keep, std::size_t* kept) const;
   bool fresh_peer(const void* record, std::uint64_t now_ns, std::uint64_t stale_ns) const;
-  void forget_known();
 
   std::string node_dir_;
   std::string writer_;
@@ -134,8 +135,14 @@ class NodeChannel {
   int fd_;
   std::string record_path_;
   std::atomic<std::uint64_t> sequence_{0};
-  KnownPeer known_[kMaxKnownPeers];
-  std::size_t known_count_ = 0;
+  struct KnownSet {
+    KnownPeer peers[kMaxKnownPeers];
+    std::size_t count = 0;
+  };
+  void forget(KnownSet& set);
+  KnownSet known_[2];                 // the one read_known_peers() uses, and the next
+  std::atomic<int> active_known_{0};  // which one
+  mutable std::atomic<int> known_readers_{0};
 };
 
 }  // namespace gpuslice::shm

@@ -239,6 +239,7 @@ TEST_F(PrioritySharing, TimeHeldBackByABusyHigherContainerReachesTheLedgerAtTheN
   busy.heartbeat_ns = clock_.now.load();
   busy.busy_until_ns = clock_.now.load() + 5 * kMs;
   ASSERT_TRUE(high.value()->publish(busy));
+  tick();  // the watcher's scan finds it
   launch();
   const std::uint64_t held = gate()->stats().held_back_ns;
   EXPECT_GE(held, 4 * kMs) << "held until the high one's busy time passed";
