@@ -26,6 +26,7 @@
 #include "limiter/compute_limiter.h"
 #include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
+#include "limiter/peer_watch.h"
 #include "limiter/priority_floor.h"
 
 namespace gpuslice::limiter {
@@ -180,14 +181,9 @@ class PriorityGate {
   std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
  private:
-  struct PeerSummary {
-    bool higher_present = false;
-    std::uint64_t higher_busy_until_ns = 0;
-  };
-
   void announce_busy(std::uint64_t now);
   void publish_own(std::uint64_t now);
-  PeerSummary peers(std::uint64_t now, bool force);
+  static PeerWatch::Timing watch_timing(const PriorityTuning& tuning);
   static PriorityFloor make_floor(const PriorityTuning& tuning);
   bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
   bool window_full(std::uint64_t now, std::uint64_t kernel) const;
@@ -223,13 +219,9 @@ class PriorityGate {
   std::atomic<std::uint64_t> sync_return_ns_{0};  // when the last idle-making wait returned; 0: seen
   std::atomic<bool> grace_pays_{true};
 
-  // Cached summary of the peers, refreshed by one thread at a time (every refresh_ns while a higher
-  // priority is alive, every absent_refresh_ns otherwise).
-  std::atomic<std::uint64_t> next_refresh_ns_{0};
-  std::atomic<std::uint64_t> next_scan_ns_{0};
-  std::atomic<bool> reading_{false};  // one thread reads the board at a time
-  std::atomic<bool> higher_present_{false};
-  std::atomic<std::uint64_t> higher_busy_until_ns_{0};
+  // The higher containers' records, refreshed by one thread at a time (every refresh_ns while a
+  // higher priority is alive, every absent_refresh_ns otherwise).
+  PeerWatch watch_;
 
   // Floor: admission time owed to this container, accrued while held, spent while admitted.
   PriorityFloor floor_;
@@ -281,8 +273,6 @@ class PriorityGate {
   std::atomic<std::uint64_t> drains_{0};
   std::atomic<std::uint64_t> event_waits_{0};
   std::atomic<std::uint64_t> publishes_{0};
-  std::atomic<std::uint64_t> scans_{0};
-  std::atomic<std::uint64_t> rereads_{0};
   std::atomic<std::uint64_t> long_kernels_{0};
 };
 
