@@ -29,7 +29,8 @@ const CommandSpec& set_spec() {
       "in force is the smaller of the two, and set prints it (and the cap) when the cap wins. The\n"
       "cap is the one the container's processes read, recorded in the state file, so the answer is\n"
       "the same from the host as from inside the container.\n"
-      "--priority (high, normal or low) is the container's level among containers sharing a GPU,\n"
+      "--priority (high, normal or low) is the level the container asks for among containers sharing\n"
+      "a GPU; it runs at the lower of that and the level the operator assigned it,\n"
       "for all its devices; its processes apply it within 100 ms.\n"
       "HAMi: 'shrreg-tool --set-sm-limit DEV PCT' is 'gpuslice set --device DEV --compute PCT'.",
       {

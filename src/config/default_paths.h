@@ -12,8 +12,12 @@ std::string default_shared_dir();
 inline constexpr const char* kStateFileName = "state";
 // Read-only caps written by the node daemon or an operator (GPUSLICE_LIMITS_FILE).
 inline constexpr const char* kDefaultLimitsFile = "/etc/gpuslice/limits";
-// Node-wide turn tables of the compute limiter when GPUSLICE_NODE_DIR is unset.
+// Where the Kubernetes device plugin mounts the node channel inside containers.
 inline constexpr const char* kDefaultNodeDir = "/tmp/gpuslice-node";
+// The node channel when GPUSLICE_NODE_DIR is unset (a plain host): /tmp/gpuslice-node-<euid>, one per
+// user, so whoever runs first cannot lock everyone else out; containers of different users meet
+// only in a directory the operator shares (GPUSLICE_NODE_DIR, root-owned, 01777).
+std::string default_node_dir();
 
 // The node daemon's host directory and where its per-container files appear inside containers.
 // The daemon always sets GPUSLICE_SHARED_DIR / GPUSLICE_LIMITS_FILE / GPUSLICE_NODE_DIR to these,

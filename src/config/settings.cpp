@@ -284,7 +284,7 @@ class Loader {
     auto limits_file = path("GPUSLICE_LIMITS_FILE", /*absolute=*/false);
     settings_.limits_file = limits_file ? *limits_file : kDefaultLimitsFile;
     auto node_dir = path("GPUSLICE_NODE_DIR", /*absolute=*/false);
-    settings_.node_dir = node_dir ? *node_dir : kDefaultNodeDir;
+    settings_.node_dir = node_dir ? *node_dir : default_node_dir();
     if (auto writer = get("GPUSLICE_NODE_WRITER")) {
       // One file name: the device plugin sets it to the container's own directory.
       if (text::is_plain_name(*writer)) {

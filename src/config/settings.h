@@ -90,7 +90,7 @@ struct Settings {
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
   std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
   std::string limits_file;  // GPUSLICE_LIMITS_FILE, default kDefaultLimitsFile; read-only caps
-  std::string node_dir;     // GPUSLICE_NODE_DIR, default kDefaultNodeDir: shared by every container
+  std::string node_dir;     // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities

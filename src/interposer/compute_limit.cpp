@@ -1,5 +1,6 @@
 #include "interposer/compute_limit.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <new>
 
@@ -86,13 +87,17 @@ void refresh_turns() {
     }
     const std::uint64_t now = monotonic_ns();
     presence->publish_compute_limit(pct, now);
-    if (pct == 0) {
+    // Others count this container's turn only with a share the operator assigned: so does it.
+    presence->refresh_assignment();
+    const unsigned assigned = presence->assigned_compute_percent();
+    const unsigned share = assigned == 0 ? 0 : std::min(pct, assigned);
+    if (share == 0) {
       d.turn_offset.store(shm::kNoTurn, std::memory_order_relaxed);
       return;
     }
     static shm::PeerState peers[shm::NodeChannel::kMaxWriters];  // watcher thread only
     const std::size_t count = presence->channel().read_peers(peers, shm::NodeChannel::kMaxWriters, now);
-    d.turn_offset.store(shm::turn_offset(rt.container_key, pct, peers, count, kTurnPeriodNs),
+    d.turn_offset.store(shm::turn_offset(rt.container_key, share, peers, count, kTurnPeriodNs),
                         std::memory_order_relaxed);
   });
 }

@@ -19,6 +19,12 @@ Result<std::unique_ptr<NodePresence>> NodePresence::open(const std::string& node
   return std::make_unique<NodePresence>(std::move(opened).value());
 }
 
+void NodePresence::refresh_assignment() {
+  const shm::Assignment assigned = channel_->own_assignment();
+  assigned_level_.store(priority_value(assigned.priority), kRelaxed);
+  assigned_compute_.store(assigned.compute_percent, kRelaxed);
+}
+
 void NodePresence::publish_compute_limit(unsigned percent, std::uint64_t now_ns) {
   compute_limit_.store(percent, kRelaxed);
   publish(now_ns);
@@ -53,11 +59,12 @@ NodePresence* of(DeviceState& d) {
       NodePresence::open(rt->settings.node_dir, d.uuid, rt->container_key, rt->settings.node_writer);
   if (!opened) {
     d.presence_failed = true;
-    GS_LOG(Warn, "no node channel on %s (no turns, no priorities with other containers): %s", d.uuid,
+    GS_LOG(Error, "node channel refused on %s: no turns and no priorities with other containers: %s", d.uuid,
            opened.error().c_str());
     return nullptr;
   }
   d.presence = std::move(opened).value().release();  // lives as long as the process
+  d.presence->refresh_assignment();
   GS_LOG(Debug, "node channel on %s: record %s", d.uuid, d.presence->channel().record_path().c_str());
   return d.presence;
 }

@@ -38,6 +38,13 @@ class NodePresence {
   // For reading the other containers' records.
   shm::NodeChannel& channel() { return *channel_; }
 
+  // What the operator assigned this container on the GPU, re-read (watcher thread): the highest
+  // level it runs at, and its compute share (0: none, so it takes no turn).
+  void refresh_assignment();
+  // The assigned level as a Priority's value, for the gate to read live as its ceiling.
+  const std::atomic<std::uint32_t>* assigned_level() const { return &assigned_level_; }
+  unsigned assigned_compute_percent() const { return assigned_compute_.load(std::memory_order_relaxed); }
+
  private:
   void publish(std::uint64_t now_ns);
 
@@ -46,6 +53,8 @@ class NodePresence {
   std::atomic<std::uint32_t> priority_{priority_value(Priority::Normal)};
   std::atomic<std::uint64_t> busy_until_ns_{0};
   std::atomic<std::uint64_t> held_back_ns_{0};
+  std::atomic<std::uint32_t> assigned_level_{priority_value(Priority::Normal)};
+  std::atomic<std::uint32_t> assigned_compute_{0};
 };
 
 namespace node_presence {

@@ -28,6 +28,17 @@ std::size_t PresenceBoard::read_peers(limiter::PeerView* out, std::size_t capaci
   return count;
 }
 
+void PresenceBoard::scan(std::uint64_t now_ns, std::uint64_t stale_ns, Priority above) {
+  shm::PeerState records[kMaxRecords];
+  presence_.channel().scan_peers(records, kMaxRecords, now_ns, stale_ns, above);
+}
+
+// The gate's full look: the files the watcher's last scan found, re-read now.
+std::size_t PresenceBoard::read_peers_above(limiter::PeerView* out, std::size_t capacity,
+                                            std::uint64_t now_ns, std::uint64_t stale_ns, Priority above) {
+  return read_known_above(out, capacity, now_ns, stale_ns, above);
+}
+
 std::size_t PresenceBoard::read_known_above(limiter::PeerView* out, std::size_t capacity,
                                             std::uint64_t now_ns, std::uint64_t stale_ns, Priority above) {
   shm::PeerState records[kMaxRecords];

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <new>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "interposer/devices.h"
 #include "interposer/gate_driver.h"
@@ -44,11 +45,13 @@ void open_gate(DeviceState& d) {
   if (presence == nullptr) return;
   if (d.priority_board == nullptr) d.priority_board = new (std::nothrow) PresenceBoard(*presence);
   if (d.priority_board == nullptr) return;
+  // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
   auto* gate = new (std::nothrow)
       limiter::PriorityGate(gate_clock(), gate_driver_ops(), d.priority_board, ledger()->priority_source(),
-                            tuning_from(settings().priority_tuning));
+                            tuning_from(settings().priority_tuning), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
+  d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());
   d.priority_gate.store(gate, std::memory_order_release);
 }
 
@@ -91,7 +94,10 @@ void tick() {
   if (!refresh()) return;
   for_each_ready_device([](DeviceState& d) {
     if (limiter::PriorityGate* gate = d.priority_gate.load(std::memory_order_acquire)) {
+      if (d.presence != nullptr) d.presence->refresh_assignment();
       gate->heartbeat();
+      // The node directory is listed here, not on a launching thread.
+      d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());
       publish_held_back(d, *gate);
       return;
     }

@@ -22,6 +22,7 @@ class PeerBoard;
 namespace gpuslice::interposer {
 
 class NodePresence;
+class PresenceBoard;
 
 inline constexpr int kMaxDevices = config::kMaxCudaDevices;
 
@@ -48,10 +49,10 @@ struct DeviceState {
   std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
   // Priority sharing (priority_sharing.h): the device's gate once the container has a level.
   std::atomic<limiter::PriorityGate*> priority_gate{nullptr};
-  limiter::PeerBoard* priority_board = nullptr;  // watcher thread only
-  std::uint64_t held_back_published = 0;         // watcher thread only: gate time already in the ledger
-  NodePresence* presence = nullptr;              // node_presence.h; watcher thread only
-  bool presence_failed = false;                  // watcher thread only
+  PresenceBoard* priority_board = nullptr;  // watcher thread only
+  std::uint64_t held_back_published = 0;    // watcher thread only: gate time already in the ledger
+  NodePresence* presence = nullptr;         // node_presence.h; watcher thread only
+  bool presence_failed = false;             // watcher thread only
 };
 
 // Where a device of the table stands; only Ready devices are read without synchronisation.

@@ -10,10 +10,7 @@ namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
 constexpr auto kAcquire = std::memory_order_acquire;
 constexpr auto kRelease = std::memory_order_release;
-constexpr auto kAcqRel = std::memory_order_acq_rel;
 
-// Containers read per refresh; more than this many on one GPU are not expected.
-constexpr std::size_t kMaxPeers = 64;
 // Shortest hold sleep: below this a sleep costs more than it is worth.
 constexpr std::uint64_t kMinNapNs = 20'000;
 // How often a thread waiting for another thread's drain looks again.
@@ -44,7 +41,9 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
       board_(board),
       priority_source_(priority_source),
       ceiling_source_(ceiling_source),
-      tuning_(tuning) {
+      tuning_(tuning),
+      watch_(board, watch_timing(tuning)),
+      floor_(make_floor(tuning)) {
   // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
   const PriorityTuning defaults;
   if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
@@ -61,6 +60,26 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
   tuning_.floor_percent = std::min(tuning_.floor_percent, 100U);
 }
 
+// The watch's timing from the tuning, with the same fallbacks as the gate's own.
+PeerWatch::Timing PriorityGate::watch_timing(const PriorityTuning& tuning) {
+  const PriorityTuning defaults;
+  PeerWatch::Timing t;
+  t.refresh_ns = tuning.refresh_ns != 0 ? tuning.refresh_ns : defaults.refresh_ns;
+  t.absent_refresh_ns = std::max(tuning.absent_refresh_ns, t.refresh_ns);
+  t.stale_ns = tuning.stale_ns != 0 ? tuning.stale_ns : defaults.stale_ns;
+  t.max_claim_ns = (tuning.sync_lease_ns != 0 ? tuning.sync_lease_ns : defaults.sync_lease_ns) +
+                   (tuning.busy_horizon_ns != 0 ? tuning.busy_horizon_ns : defaults.busy_horizon_ns);
+  return t;
+}
+
+// The floor's settings come from the tuning once its zeroes were replaced by the defaults.
+PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
+  const PriorityTuning defaults;
+  return PriorityFloor(tuning.floor_percent,
+                       tuning.floor_window_ns != 0 ? tuning.floor_window_ns : defaults.floor_window_ns,
+                       tuning.floor_slice_ns != 0 ? tuning.floor_slice_ns : defaults.floor_slice_ns);
+}
+
 Priority PriorityGate::priority() const {
   const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed) : kNoPriority;
   const Priority claimed = priority_from_value(raw).value_or(Priority::Normal);
@@ -75,10 +94,10 @@ PriorityStats PriorityGate::stats() const {
   s.holds = holds_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
   s.event_waits = event_waits_.load(kRelaxed);
-  s.floor_slices = floor_slices_.load(kRelaxed);
+  s.floor_slices = floor_.slices();
   s.publishes = publishes_.load(kRelaxed);
-  s.scans = scans_.load(kRelaxed);
-  s.rereads = rereads_.load(kRelaxed);
+  s.scans = watch_.scans();
+  s.rereads = watch_.rereads();
   s.kernels_costed = kernel_costs_.known();
   s.long_kernels = long_kernels_.load(kRelaxed);
   return s;
@@ -86,6 +105,10 @@ PriorityStats PriorityGate::stats() const {
 
 void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   std::uint64_t now = clock_.now_ns();
+  if (sync_return_ns_.load(kRelaxed) != 0) {
+    const std::uint64_t returned = sync_return_ns_.exchange(0, kRelaxed);
+    if (returned != 0) grace_pays_.store(now - std::min(now, returned) < tuning_.resume_grace_ns, kRelaxed);
+  }
   announce_busy(now);
   if (priority() == Priority::High) {
     // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
@@ -93,7 +116,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     last_launch_ns_.store(now, kRelaxed);
     return;
   }
-  PeerSummary summary = peers(now, false);
+  PeerWatch::Summary summary = watch_.look(now, false, priority());
   if (!summary.higher_present) {
     // Nobody above us: no bound and no bookkeeping. A window left from an earlier higher peer is
     // forgotten so that a new one starts counting from its first launch.
@@ -110,7 +133,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     const std::uint64_t round_start = now;
     bool held_now = false;
     while (summary.higher_busy_until_ns > now) {
-      if (floor_admits(now, hold_start, true)) break;
+      if (floor_.admits(now, hold_start, true)) break;
       if (!held) {
         held = true;
         holds_.fetch_add(1, kRelaxed);
@@ -134,7 +157,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
       now = clock_.now_ns();
       if (probing && queue_done_ns == 0 && ops_.event_query(probe_event_) == CUDA_SUCCESS)
         queue_done_ns = now;
-      summary = peers(now, true);
+      summary = watch_.look(now, true, priority());
     }
     if (held_now) held_ns += elapsed(round_start, now);
     if (!step_if_due(stream, now, kernel)) break;
@@ -143,7 +166,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // server between two requests of a burst): each step, a wait for the device, is also a look
     // at its record, so this launch does not go in front of its next request.
     if (bound_now(now) >= tuning_.in_flight_bound_ns) break;
-    summary = peers(now, true);
+    summary = watch_.look(now, true, priority());
     if (summary.higher_busy_until_ns <= now) break;
   }
   if (held) {
@@ -164,7 +187,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);
   } else {
-    floor_admits(now, now, false);
+    floor_.admits(now, now, false);
   }
   count_launch(stream, now, kernel);
   last_launch_ns_.store(now, kRelaxed);
@@ -207,7 +230,8 @@ void PriorityGate::note_host_sync() {
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   // Published as is: once past, it tells lower priorities since when this container is idle.
-  const std::uint64_t idle_at = now + tuning_.resume_grace_ns;
+  sync_return_ns_.store(now, kRelaxed);
+  const std::uint64_t idle_at = now + (grace_pays_.load(kRelaxed) ? tuning_.resume_grace_ns : 0);
   if (until <= idle_at) return;  // already idle, or idle within the grace
   grace_until_ns_.store(idle_at, kRelaxed);
   busy_until_ns_.store(idle_at, kRelaxed);
@@ -232,102 +256,13 @@ void PriorityGate::publish_own(std::uint64_t now) {
   publishes_.fetch_add(1, kRelaxed);
 }
 
-// The peers' records, re-read by one thread at a time when due (or when a held thread asks); the
-// others use the last summary. A full look (a scan of the node channel) is due every
-// absent_refresh_ns; in between, only the higher-priority records it found are re-read, every
-// refresh_ns (the reaction time), and nothing at all when it found none.
-PriorityGate::PeerSummary PriorityGate::peers(std::uint64_t now, bool force) {
-  std::uint64_t next = next_refresh_ns_.load(kRelaxed);
-  const bool due = force || now >= next;
-  if (!due || board_ == nullptr ||
-      !next_refresh_ns_.compare_exchange_strong(next, now + tuning_.refresh_ns, kAcqRel)) {
-    return PeerSummary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire)};
-  }
-  if (reading_.exchange(true, kAcquire)) {
-    return PeerSummary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire)};
-  }
-  const Priority own = priority();
-  PeerView records[kMaxPeers];
-  std::size_t count = 0;
-  const bool scan = now >= next_scan_ns_.load(kRelaxed);
-  if (scan) {
-    next_scan_ns_.store(now + tuning_.absent_refresh_ns, kRelaxed);
-    count = board_->read_peers(records, kMaxPeers, now, tuning_.stale_ns);
-    scans_.fetch_add(1, kRelaxed);
-  } else {
-    count = board_->read_known_above(records, kMaxPeers, now, tuning_.stale_ns, own);
-    rereads_.fetch_add(1, kRelaxed);
-  }
-  count = std::min(count, kMaxPeers);
-  PeerSummary summary;
-  for (std::size_t i = 0; i < count; ++i) {
-    const PeerView& peer = records[i];
-    if (peer.heartbeat_ns + tuning_.stale_ns < now) continue;
-    if (static_cast<std::uint32_t>(peer.priority) <= static_cast<std::uint32_t>(own)) continue;
-    summary.higher_present = true;
-    // An honest peer never claims more than one sync lease plus a horizon past its publish
-    // (which is not in the future).
-    const std::uint64_t latest =
-        std::min(peer.heartbeat_ns, now) + tuning_.sync_lease_ns + tuning_.busy_horizon_ns;
-    summary.higher_busy_until_ns =
-        std::max(summary.higher_busy_until_ns, std::min(peer.busy_until_ns, latest));
-  }
-  higher_busy_until_ns_.store(summary.higher_busy_until_ns, kRelease);
-  higher_present_.store(summary.higher_present, kRelease);
-  // Nobody above: nothing to re-read until the next full look.
-  if (!summary.higher_present) next_refresh_ns_.store(next_scan_ns_.load(kRelaxed), kRelaxed);
-  reading_.store(false, kRelease);
-  return summary;
-}
-
-// The floor: admission time accrues at floor_percent of the time spent held (from `held_since`)
-// and is spent at the rest of the time admitted. Credit is capped at one window's share, and a
-// slice is granted only when it is full: after floor_window_ns of continuous holding, then every
-// slice / floor_percent. Returns true when the calling thread may launch although held.
-bool PriorityGate::floor_admits(std::uint64_t now, std::uint64_t held_since, bool held) {
-  const std::uint64_t percent = tuning_.floor_percent;
-  if (percent == 0) return false;
-  if (now < floor_open_until_ns_.load(kAcquire)) return true;
-  if (!held && floor_credit_ns_.load(kRelaxed) == 0) return false;
-  if (floor_busy_.exchange(true, kAcquire)) return false;  // another thread is accounting
-  const std::uint64_t last = floor_updated_ns_.load(kRelaxed);
-  floor_updated_ns_.store(now, kRelaxed);
-  const auto cap = static_cast<std::int64_t>(tuning_.floor_window_ns / 100 * percent);
-  std::int64_t credit = floor_credit_ns_.load(kRelaxed);
-  if (held) {
-    // Up to this hold, the container was admitted (launching, or not launching at all): spent.
-    credit -= static_cast<std::int64_t>(elapsed(last, held_since) / 100 * (100 - percent));
-    credit = std::max<std::int64_t>(credit, 0);
-    credit += static_cast<std::int64_t>(elapsed(std::max(last, held_since), now) / 100 * percent);
-  } else {
-    credit -= static_cast<std::int64_t>(elapsed(last, now) / 100 * (100 - percent));
-  }
-  credit = std::clamp<std::int64_t>(credit, 0, cap);
-  bool admit = false;
-  if (held && credit >= cap) {
-    credit -= static_cast<std::int64_t>(tuning_.floor_slice_ns / 100 * (100 - percent));
-    // The slice itself is neither held nor charged again.
-    floor_updated_ns_.store(now + tuning_.floor_slice_ns, kRelaxed);
-    floor_open_until_ns_.store(now + tuning_.floor_slice_ns, kRelease);
-    floor_slices_.fetch_add(1, kRelaxed);
-    admit = true;
-  }
-  floor_credit_ns_.store(credit, kRelaxed);
-  floor_busy_.store(false, kRelease);
-  // At most one per slice / floor_percent; its time lets a benchmark place it against a tail.
-  if (admit) {
-    GS_LOG(Debug, "priority gate: floor slice at %llu us", static_cast<unsigned long long>(now / 1000));
-  }
-  return admit;
-}
-
 // The in-flight bound now: the whole of it while a higher priority is busy (a floor slice) or has
 // never been busy, else in proportion to how long the most recent one has been idle, up to the
 // whole after in_flight_ramp_ns.
 std::uint64_t PriorityGate::bound_now(std::uint64_t now) const {
   const std::uint64_t bound = tuning_.in_flight_bound_ns;
   const std::uint64_t ramp = tuning_.in_flight_ramp_ns;
-  const std::uint64_t idle_since = higher_busy_until_ns_.load(kAcquire);
+  const std::uint64_t idle_since = watch_.higher_busy_until_ns();
   if (ramp == 0 || idle_since == 0 || idle_since >= now) return bound;
   const std::uint64_t idle = now - idle_since;
   if (idle >= ramp) return bound;

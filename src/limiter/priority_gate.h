@@ -26,6 +26,8 @@
 #include "limiter/compute_limiter.h"
 #include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
+#include "limiter/peer_watch.h"
+#include "limiter/priority_floor.h"
 
 namespace gpuslice::limiter {
 
@@ -48,6 +50,13 @@ class PeerBoard {
   // block for long: called from launching threads, one at a time.
   virtual std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
                                  std::uint64_t stale_ns) = 0;
+  // read_peers() that may leave out records at or below `above` (the reader's own level), which
+  // the gate does not look at, so that they cannot take the place of a higher one.
+  virtual std::size_t read_peers_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
+                                       std::uint64_t stale_ns, Priority above) {
+    static_cast<void>(above);
+    return read_peers(out, capacity, now_ns, stale_ns);
+  }
   // The same for the containers the last read_peers() found with a priority above `above` only,
   // as cheaply as the board can (on the node channel, one read per record kept open). A container
   // that appeared or rose above since is seen by the next read_peers().
@@ -168,17 +177,14 @@ class PriorityGate {
 
   Priority priority() const;
   PriorityStats stats() const;
+  // Records older than this are ignored (PriorityTuning::stale_ns).
+  std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
  private:
-  struct PeerSummary {
-    bool higher_present = false;
-    std::uint64_t higher_busy_until_ns = 0;
-  };
-
   void announce_busy(std::uint64_t now);
   void publish_own(std::uint64_t now);
-  PeerSummary peers(std::uint64_t now, bool force);
-  bool floor_admits(std::uint64_t now, std::uint64_t held_since, bool held);
+  static PeerWatch::Timing watch_timing(const PriorityTuning& tuning);
+  static PriorityFloor make_floor(const PriorityTuning& tuning);
   bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
   bool window_full(std::uint64_t now, std::uint64_t kernel) const;
   bool long_kernel(std::uint64_t kernel) const;
@@ -207,20 +213,18 @@ class PriorityGate {
   std::atomic<std::uint64_t> last_launch_ns_{0};
   std::atomic<std::uint64_t> sync_begin_ns_{0};
   std::atomic<std::uint64_t> grace_until_ns_{0};  // busy_until set by the last wait's return (its grace)
+  // Work conservation: the grace is kept only while it pays, that is while the container's next
+  // launch came within it after its last wait returned (a burst of requests). A host-bound one,
+  // whose device idles between its short waits, is idle at once, so lower ones use the gaps.
+  std::atomic<std::uint64_t> sync_return_ns_{0};  // when the last idle-making wait returned; 0: seen
+  std::atomic<bool> grace_pays_{true};
 
-  // Cached summary of the peers, refreshed by one thread at a time (every refresh_ns while a higher
-  // priority is alive, every absent_refresh_ns otherwise).
-  std::atomic<std::uint64_t> next_refresh_ns_{0};
-  std::atomic<std::uint64_t> next_scan_ns_{0};
-  std::atomic<bool> reading_{false};  // one thread reads the board at a time
-  std::atomic<bool> higher_present_{false};
-  std::atomic<std::uint64_t> higher_busy_until_ns_{0};
+  // The higher containers' records, refreshed by one thread at a time (every refresh_ns while a
+  // higher priority is alive, every absent_refresh_ns otherwise).
+  PeerWatch watch_;
 
   // Floor: admission time owed to this container, accrued while held, spent while admitted.
-  std::atomic<bool> floor_busy_{false};
-  std::atomic<std::uint64_t> floor_updated_ns_{0};
-  std::atomic<std::int64_t> floor_credit_ns_{0};
-  std::atomic<std::uint64_t> floor_open_until_ns_{0};
+  PriorityFloor floor_;
 
   // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
   // went to one stream (from one thread, for the per-thread default stream), and the cost of a
@@ -268,10 +272,7 @@ class PriorityGate {
   std::atomic<std::uint64_t> holds_{0};
   std::atomic<std::uint64_t> drains_{0};
   std::atomic<std::uint64_t> event_waits_{0};
-  std::atomic<std::uint64_t> floor_slices_{0};
   std::atomic<std::uint64_t> publishes_{0};
-  std::atomic<std::uint64_t> scans_{0};
-  std::atomic<std::uint64_t> rereads_{0};
   std::atomic<std::uint64_t> long_kernels_{0};
 };
 

@@ -299,6 +299,13 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     const std::string writer = new_container_id();
     if (auto r = make_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
     if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
+    // What the container's records are believed at (node_channel.h): its share on each GPU, and
+    // the default level; beside its writer directory, where it cannot change it.
+    std::string assigned = "priority=normal\n";
+    for (const auto& [gpu, count] : units_per_gpu)
+      assigned += "compute." + catalog.gpus()[gpu].uuid + "=" + std::to_string(count) + "\n";
+    if (auto r = write_file_atomically(layout.channel_writer_dir(writer) + ".assigned", assigned, 0644); !r)
+      return make_error(r.error());
     plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
     plan.envs["GPUSLICE_NODE_WRITER"] = writer;
     plan.mounts.push_back({kContainerNodeDir, layout.channel_dir(), true});

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "config/settings.h"
+#include "node/channel_gc.h"
 #include "node/collector.h"
 #include "node/device_plugin.h"
 #include "node/dra/mode.h"
@@ -159,6 +160,9 @@ int serve(const std::vector<std::string>& args) {
 
   while (!wait_for_stop(stop_signals, options.scan_interval)) {
     auto view = collector.refresh();
+    gs::remove_stale_writers(layout.channel_dir(),
+                             static_cast<std::uint64_t>(options.gc_grace_period.count()) * 1'000'000ULL,
+                             gpuslice::realtime_ns());
     if (plugins) plugins->update_health(view->gpus);  // a failed probe lists none: all unhealthy
   }
   GS_LOG(Info, "stopping");

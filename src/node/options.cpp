@@ -313,7 +313,23 @@ std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
        {"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot,
         "gpuslice root on the nodes; the library is DIR/lib", set_text(out.webhook.host_root)},
        {"resource-domain", "NAME", nullptr, "gpuslice.io", "device plugin resource prefix",
-        set_text(out.webhook.resource_domain)}},
+        set_text(out.webhook.resource_domain)},
+       {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_WEBHOOK_PRIORITY_HIGH_NAMESPACES", "",
+        "namespaces whose pods may run at gpuslice.io/priority: high (empty: none)",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          auto parsed = parse_namespace_list(v);
+          if (!parsed) return parsed.error();
+          out.webhook.priority.high_namespaces = *parsed;
+          return std::nullopt;
+        }},
+       {"priority-classes", "CLASS=LEVEL[,...]", "GPUSLICE_WEBHOOK_PRIORITY_CLASSES", "",
+        "PriorityClass names and the gpuslice level their pods get (high allowed for them)",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          auto parsed = parse_priority_classes(v);
+          if (!parsed) return parsed.error();
+          out.webhook.priority.priority_classes = *parsed;
+          return std::nullopt;
+        }}},
       limit_flags(out.server.limits, {"threads", "connections-per-client", "request-timeout"}, "64"),
       {{"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
   });

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -83,7 +84,7 @@ WebhookReply deny(const std::string& uid, const std::string& message) {
 struct ContainerNeeds {
   std::optional<std::uint64_t> hcs_bytes;  // ai.compute/vram
   bool device_plugin = false;              // <domain>/vram or <domain>/cores
-  std::optional<std::string> priority;     // the pod's gpuslice.io/priority, validated
+  std::optional<std::string> priority;     // the pod's level, as the policy allowed it
 };
 
 // Reads one resource of a container from limits, else requests (extended resources must agree).
@@ -166,6 +167,8 @@ std::optional<std::string> mutate_container(const json& container, const std::st
     }
   }
   wanted.push_back({{"name", "LD_PRELOAD"}, {"value", preload}});
+  // The pod's own GPUSLICE_PRIORITY is replaced by the level the policy allowed (the same one the
+  // pod's annotation or its own variable asked for).
   if (needs.hcs_bytes)
     wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
   if (needs.priority) wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
@@ -210,6 +213,115 @@ std::optional<std::string> mutate_container(const json& container, const std::st
 
 }  // namespace
 
+Result<std::vector<std::string>> parse_namespace_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+    if (item.empty() || item.size() > 63) return make_error("expected namespace names separated by commas");
+    for (char c : item) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+        return make_error("namespace '" + printable(std::string(item), 64) + "' is not a namespace name");
+    }
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<std::map<std::string, Priority>> parse_priority_classes(std::string_view text) {
+  std::map<std::string, Priority> out;
+  std::size_t start = 0;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      return make_error("expected CLASS=LEVEL pairs separated by commas (LEVEL: high, normal or low)");
+    const auto level = priority_from_name(item.substr(eq + 1));
+    if (!level)
+      return make_error("'" + printable(std::string(item), 64) + "': the level must be high, normal or low");
+    out[std::string(item.substr(0, eq))] = *level;
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// The level the pod's gpuslice containers claim: its annotation, else its own GPUSLICE_PRIORITY
+// (every container's, which must agree), else its PriorityClass's; high only where the policy
+// allows it. An error denies the pod.
+Result<std::optional<Priority>> pod_priority(const json& pod, const json* annotations, const json* request,
+                                             const PriorityPolicy& policy) {
+  const json* spec = member(pod, "spec");
+  const json* metadata = member(pod, "metadata");
+  std::string ns;
+  for (const json* holder : {request, metadata}) {
+    const json* value = holder ? member(*holder, "namespace") : nullptr;
+    if (value && value->is_string() && ns.empty()) ns = value->get<std::string>();
+  }
+  const json* class_value = spec ? member(*spec, "priorityClassName") : nullptr;
+  const std::string klass = class_value && class_value->is_string() ? class_value->get<std::string>() : "";
+  const auto mapped = policy.priority_classes.find(klass);
+  const std::optional<Priority> class_level =
+      mapped != policy.priority_classes.end() ? std::optional<Priority>(mapped->second) : std::nullopt;
+
+  std::optional<Priority> level;
+  std::string source;
+  if (const json* value = annotations ? member(*annotations, kPriorityAnnotation) : nullptr) {
+    source = std::string("annotation ") + kPriorityAnnotation;
+    if (!value->is_string()) return make_error(source + " must be a string: high, normal or low");
+    auto parsed = config::parse_priority(value->get<std::string>());
+    if (!parsed)
+      return make_error(source + " \"" + printable(value->get<std::string>(), 64) + "\": " + parsed.error());
+    level = *parsed;
+  }
+  for (const char* list : {"initContainers", "containers"}) {
+    const json* containers = spec ? member(*spec, list) : nullptr;
+    if (!containers || !containers->is_array()) continue;
+    for (const json& container : *containers) {
+      const json* env = member(container, "env");
+      if (!env || !env->is_array()) continue;
+      for (const json& var : *env) {
+        const json* name = member(var, "name");
+        if (!name || !name->is_string() || *name != "GPUSLICE_PRIORITY") continue;
+        if (member(var, "valueFrom"))
+          return make_error("GPUSLICE_PRIORITY from valueFrom cannot be checked; set the annotation " +
+                            std::string(kPriorityAnnotation) + " instead");
+        const json* value = member(var, "value");
+        auto parsed = config::parse_priority(value && value->is_string() ? value->get<std::string>() : "");
+        if (!parsed) return make_error("GPUSLICE_PRIORITY: " + parsed.error());
+        if (!level) {
+          level = *parsed;
+          source = "GPUSLICE_PRIORITY";
+        } else if (*level != *parsed && source == "GPUSLICE_PRIORITY") {
+          return make_error("the containers' GPUSLICE_PRIORITY values disagree; set the annotation " +
+                            std::string(kPriorityAnnotation) + " instead");
+        }
+      }
+    }
+  }
+  if (!level && class_level) {
+    level = class_level;
+    source = "PriorityClass " + printable(klass, 64);
+  }
+  if (level != Priority::High) return level;
+  const bool allowed_ns = std::find(policy.high_namespaces.begin(), policy.high_namespaces.end(), ns) !=
+                          policy.high_namespaces.end();
+  if (allowed_ns || class_level == Priority::High) return level;
+  return make_error(
+      source + " asks for high priority, which namespace \"" + printable(ns, 64) +
+      "\" may not have (the operator allows it by namespace or PriorityClass; docs/priority.md)");
+}
+
+}  // namespace
+
 WebhookReply review_admission(std::string_view body, const WebhookOptions& options) {
   if (body.size() > kMaxReviewBytes) {
     return structural_error("request body is larger than " + std::to_string(kMaxReviewBytes) + " bytes", 413);
@@ -249,20 +361,13 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
     const json* done = member(*annotations, kInjectedAnnotation);
     if (done && *done == "true") return allow(uid);  // reinvocation: already mutated
   }
-  // The annotation applies to every container gpuslice manages in the pod; a bad value denies the pod.
+  // The level applies to every container gpuslice manages in the pod; a bad or forbidden one denies
+  // the pod.
   std::optional<std::string> priority;
-  if (const json* level = annotations ? member(*annotations, kPriorityAnnotation) : nullptr) {
-    if (!level->is_string()) {
-      return deny(
-          uid, std::string("annotation ") + kPriorityAnnotation + " must be a string: high, normal or low");
-    }
-    auto parsed = config::parse_priority(level->get<std::string>());
-    if (!parsed) {
-      return deny(uid, std::string("annotation ") + kPriorityAnnotation + " \"" +
-                           printable(level->get<std::string>(), 64) + "\": " + parsed.error());
-    }
-    priority = config::priority_name(*parsed);
-  }
+  auto level = pod_priority(*pod, annotations && annotations->is_object() ? annotations : nullptr, request,
+                            options.priority);
+  if (!level) return deny(uid, level.error());
+  if (*level) priority = priority_name(**level);
   const json* spec = member(*pod, "spec");
   if (!spec || !spec->is_object()) return deny(uid, "pod has no spec");
 

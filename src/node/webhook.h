@@ -9,9 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "common/priority.h"
 #include "common/result.h"
 #include "node/host_layout.h"
 
@@ -20,14 +23,27 @@ namespace gpuslice::node {
 inline constexpr const char* kHcsVramResource = "ai.compute/vram";
 inline constexpr const char* kInjectAnnotation = "gpuslice.io/inject";      // "false" opts a pod out
 inline constexpr const char* kInjectedAnnotation = "gpuslice.io/injected";  // set on mutated pods
-// high | normal | low: GPUSLICE_PRIORITY of the pod's gpuslice containers (docs/priority.md)
+// high | normal | low: GPUSLICE_PRIORITY of the pod's gpuslice containers (docs/priority.md); high
+// only where WebhookOptions::priority allows it. A pod's own GPUSLICE_PRIORITY is judged the same way.
 inline constexpr const char* kPriorityAnnotation = "gpuslice.io/priority";
 inline constexpr const char* kStateVolumePrefix = "gpuslice-state-";  // + c<i> / i<i>
 inline constexpr const char* kLibraryVolume = "gpuslice-lib";
 
+// Who may run at `high` (docs/priority.md): a pod in one of `high_namespaces`, or one whose
+// PriorityClass `priority_classes` maps to high. A PriorityClass mapped to a level gives pods of that
+// class that level when they name none. Anyone may ask for normal or low.
+struct PriorityPolicy {
+  std::vector<std::string> high_namespaces;
+  std::map<std::string, Priority> priority_classes;
+};
+// "NS[,NS...]" for the namespaces; "CLASS=LEVEL[,CLASS=LEVEL...]" for the classes.
+Result<std::vector<std::string>> parse_namespace_list(std::string_view text);
+Result<std::map<std::string, Priority>> parse_priority_classes(std::string_view text);
+
 struct WebhookOptions {
   std::string host_root = kDefaultRoot;  // the library is <host_root>/lib on every node
   std::string resource_domain = "gpuslice.io";
+  PriorityPolicy priority;
 };
 
 struct WebhookReply {

@@ -2,10 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -48,6 +50,9 @@ bool peer_record_valid(const PeerRecord& record, std::uint64_t expected_uuid_has
 namespace {
 
 using detail::PeerRecord;
+
+// An assignment file is a few short lines; anything longer is not one.
+constexpr std::size_t kMaxAssignmentBytes = 1024;
 
 // Record files of our own writer directory untouched for this long belong to containers that are
 // gone; the directory's owner removes them so it does not grow without bound.
@@ -227,6 +232,68 @@ bool reread_record(int fd, std::uint64_t uuid_hash, PeerRecord* out) {
   return detail::peer_record_valid(*out, uuid_hash);
 }
 
+// "0".."100" exactly; false for anything else.
+bool parse_percent(std::string_view text, unsigned* out) {
+  if (text.empty() || text.size() > 3) return false;
+  unsigned value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value > 100) return false;
+  *out = value;
+  return true;
+}
+
+bool iequal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// "priority=LEVEL", "compute=N" (every GPU) and "compute.<uuid>=N" (that GPU, which wins) lines;
+// blank lines and '#' comments skipped, other keys ignored (a newer writer's), any malformed value
+// refuses the whole file.
+bool parse_assignment(std::string_view text, std::string_view uuid, Assignment* out) {
+  Assignment parsed;
+  bool gpu_share = false;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    if (line.empty() || line.front() == '#') continue;
+    const std::size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return false;
+    const std::string_view key = line.substr(0, eq);
+    const std::string_view value = line.substr(eq + 1);
+    if (key == "priority") {
+      const auto level = priority_from_name(value);
+      if (!level) return false;
+      parsed.priority = *level;
+    } else if (key == "compute") {
+      unsigned pct = 0;
+      if (!parse_percent(value, &pct)) return false;
+      if (!gpu_share) parsed.compute_percent = pct;
+    } else if (key.size() > 8 && key.substr(0, 8) == "compute.") {
+      unsigned pct = 0;
+      if (!parse_percent(value, &pct)) return false;
+      if (iequal(key.substr(8), uuid)) {
+        parsed.compute_percent = pct;
+        gpu_share = true;
+      }
+    }
+  }
+  *out = parsed;
+  return true;
+}
+
 void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->container_key = record.container_key;
   peer->compute_limit_percent = record.compute_limit_percent;
@@ -238,9 +305,49 @@ void copy_peer(const PeerRecord& record, PeerState* peer) {
 
 }  // namespace
 
-NodeChannel::NodeChannel(std::string node_dir, std::string uuid, std::uint64_t key, int fd,
-                         std::string record_path)
+void apply_assignment(const Assignment& assigned, PeerState* peer) {
+  peer->priority = lower_priority(peer->priority, assigned.priority);
+  peer->compute_limit_percent = assigned.compute_percent == 0 ? 0
+                                : peer->compute_limit_percent == 0
+                                    ? assigned.compute_percent
+                                    : std::min(peer->compute_limit_percent, assigned.compute_percent);
+}
+
+bool NodeChannel::read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out) {
+  *out = Assignment{};
+  char name[300];
+  const int length = std::snprintf(name, sizeof name, "%s.assigned", writer);
+  if (length <= 0 || static_cast<std::size_t>(length) >= sizeof name) return false;
+  struct stat dir_st {};
+  if (::fstat(node_fd, &dir_st) != 0) return false;
+  fs::UniqueFd fd(fs::open_in_dir_raw(node_fd, name, O_RDONLY | O_NONBLOCK));
+  if (fd.get() < 0) return false;
+  struct stat st {};
+  // Only the operator (root, or whoever owns the node directory) can have written it.
+  if (::fstat(fd.get(), &st) != 0 || (st.st_uid != 0 && st.st_uid != dir_st.st_uid) ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size <= 0 ||
+      static_cast<std::size_t>(st.st_size) > kMaxAssignmentBytes) {
+    return false;
+  }
+  char text[kMaxAssignmentBytes];
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (!fs::pread_exact(fd.get(), text, size, 0)) return false;
+  return parse_assignment(std::string_view(text, size), uuid, out);
+}
+
+Assignment NodeChannel::own_assignment() const {
+  Assignment assigned;
+  const int node_fd = fs::open_dir_raw(node_dir_.c_str(), fs::DirTrust::SharedSticky);
+  if (node_fd < 0) return assigned;
+  fs::UniqueFd node_guard(node_fd);
+  read_assignment(node_fd, writer_.c_str(), uuid_, &assigned);
+  return assigned;
+}
+
+NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string uuid, std::uint64_t key,
+                         int fd, std::string record_path)
     : node_dir_(std::move(node_dir)),
+      writer_(std::move(writer)),
       uuid_(std::move(uuid)),
       uuid_hash_(detail::uuid_hash(uuid_)),
       key_(key),
@@ -248,19 +355,21 @@ NodeChannel::NodeChannel(std::string node_dir, std::string uuid, std::uint64_t k
       record_path_(std::move(record_path)) {}
 
 NodeChannel::~NodeChannel() {
-  forget_known();
+  forget(known_[0]);
+  forget(known_[1]);
   ::close(fd_);
 }
 
-void NodeChannel::forget_known() {
-  for (std::size_t i = 0; i < known_count_; ++i) {
+void NodeChannel::forget(KnownSet& set) {
+  for (std::size_t i = 0; i < set.count; ++i) {
+    const KnownPeer& known = set.peers[i];
     struct stat st {};
-    if (::fstat(known_[i].fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == known_[i].device &&
-        static_cast<std::uint64_t>(st.st_ino) == known_[i].inode) {
-      ::close(known_[i].fd);
+    if (::fstat(known.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == known.device &&
+        static_cast<std::uint64_t>(st.st_ino) == known.inode) {
+      ::close(known.fd);
     }
   }
-  known_count_ = 0;
+  set.count = 0;
 }
 
 Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_dir, std::string_view gpu_uuid,
@@ -301,8 +410,8 @@ Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_d
     return make_error(path + ": cannot size the record: " + fs::errno_text(errno));
   }
   remove_abandoned_records(*writer_fd, name);
-  return std::unique_ptr<NodeChannel>(
-      new NodeChannel(node_dir, std::string(gpu_uuid), container_key, record_guard.release(), path));
+  return std::unique_ptr<NodeChannel>(new NodeChannel(node_dir, writer_name, std::string(gpu_uuid),
+                                                      container_key, record_guard.release(), path));
 }
 
 bool NodeChannel::publish(const PeerState& own) {
@@ -333,42 +442,55 @@ bool NodeChannel::fresh_peer(const void* raw, std::uint64_t now_ns, std::uint64_
 
 std::size_t NodeChannel::read_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                                     std::uint64_t stale_ns) const {
-  return scan(out, capacity, now_ns, stale_ns, nullptr, nullptr);
+  return scan(out, capacity, now_ns, stale_ns, std::nullopt, nullptr, nullptr);
 }
 
 std::size_t NodeChannel::scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
-                                    std::uint64_t stale_ns) {
+                                    std::uint64_t stale_ns, std::optional<Priority> above) {
   KnownPeer found[kMaxKnownPeers];
   std::size_t kept = 0;
-  const std::size_t count = scan(out, capacity, now_ns, stale_ns, found, &kept);
-  forget_known();
-  for (std::size_t i = 0; i < kept; ++i) known_[i] = found[i];
-  known_count_ = kept;
+  const std::size_t count = scan(out, capacity, now_ns, stale_ns, above, found, &kept);
+  // The set not in use may still be read by a reader that took it before the last switch: wait for
+  // it (a re-read is a few preads), then replace it and switch.
+  const int next = 1 - active_known_.load();
+  while (known_readers_.load() != 0) sched_yield();
+  KnownSet& set = known_[next];
+  forget(set);
+  for (std::size_t i = 0; i < kept; ++i) set.peers[i] = found[i];
+  set.count = kept;
+  active_known_.store(next);
   return count;
 }
 
 std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                                           std::uint64_t stale_ns, Priority above) const {
   std::size_t count = 0;
-  for (std::size_t i = 0; i < known_count_ && count < capacity; ++i) {
-    if (priority_value(known_[i].priority) <= priority_value(above)) continue;
+  // Sequentially consistent with the scan's switch: a set is replaced only when no reader is in it.
+  known_readers_.fetch_add(1);
+  const KnownSet& set = known_[active_known_.load()];
+  for (std::size_t i = 0; i < set.count && count < capacity; ++i) {
+    const KnownPeer& known = set.peers[i];
+    if (priority_value(known.priority) <= priority_value(above)) continue;
     PeerRecord record;
     // Each kept file is one record of one writer directory: nothing to deduplicate.
-    if (!reread_record(known_[i].fd, uuid_hash_, &record) || record.container_key != known_[i].key ||
+    if (!reread_record(known.fd, uuid_hash_, &record) || record.container_key != known.key ||
         !fresh_peer(&record, now_ns, stale_ns)) {
       continue;
     }
-    copy_peer(record, &out[count++]);
+    copy_peer(record, &out[count]);
+    apply_assignment(known.assigned, &out[count++]);
   }
+  known_readers_.fetch_sub(1);
   return count;
 }
 
-// One pass over the node directory, bounded: kMaxNodeEntries entries of it, kMaxWriters trusted
-// writer directories, kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each. An
-// entry others could have planted costs one fstatat before anything is opened. No allocation: the
-// listings go through stack buffers.
+// One pass over the node directory, bounded: kMaxWriters assigned and kMaxUnassignedWriters other
+// trusted writer directories, kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of
+// each. A file others planted costs one listing entry, a directory one fstatat before anything is
+// opened. No allocation: the listings go through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
-                              std::uint64_t stale_ns, KnownPeer* keep, std::size_t* kept) const {
+                              std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
+                              std::size_t* kept) const {
   if (capacity == 0) return 0;
   const int node_fd = fs::open_dir_raw(node_dir_.c_str(), fs::DirTrust::SharedSticky);
   if (node_fd < 0) return 0;
@@ -376,6 +498,7 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const uid_t self = ::geteuid();
   std::size_t count = 0;
   std::size_t writers = 0;
+  std::size_t unassigned = 0;
   std::size_t entries = 0;
   alignas(8) char node_buffer[4096];
   DirListing node_listing(node_fd, node_buffer, sizeof node_buffer);
@@ -398,7 +521,12 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
         opened_st.st_ino != listed_st.st_ino || !trusted_writer(writer.name, opened_st, self)) {
       continue;
     }
-    ++writers;
+    Assignment assigned;
+    if (read_assignment(node_fd, writer.name, uuid_, &assigned)) {
+      ++writers;
+    } else if (++unassigned > kMaxUnassignedWriters) {
+      continue;
+    }
     alignas(8) char buffer[2048];
     DirListing records(writer_fd, buffer, sizeof buffer);
     DirListing::Entry entry;
@@ -418,11 +546,16 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       // writer has one record per key; a copy of another container's key in another writer
       // directory is listed beside the original, never instead of it.
       if (fd.get() < 0 || record.container_key != key || !fresh_peer(&record, now_ns, stale_ns)) continue;
-      copy_peer(record, &out[count++]);
+      PeerState& peer = out[count];
+      copy_peer(record, &peer);
+      apply_assignment(assigned, &peer);
+      if (above && priority_value(peer.priority) <= priority_value(*above)) continue;
+      ++count;
       if (keep != nullptr && *kept < kMaxKnownPeers) {
         KnownPeer& known = keep[(*kept)++];
         known.fd = fd.release();
-        known.priority = static_cast<Priority>(record.priority);
+        known.priority = peer.priority;
+        known.assigned = assigned;
         known.device = static_cast<std::uint64_t>(identity.st_dev);
         known.inode = static_cast<std::uint64_t>(identity.st_ino);
         known.key = key;

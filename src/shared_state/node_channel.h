@@ -8,12 +8,21 @@
 // A record is a fixed-size, checksummed struct written with one pwrite; readers pread it into a local
 // copy, check kind, size, magic, checksum, GPU and freshness, and skip anything else. No mapping of a
 // file another tenant can write, so a hostile writer can at worst publish false numbers about itself.
+//
+// What a writer may claim is bounded by what the operator assigned it, in a file beside (not
+// inside) its directory that the writer cannot change:
+//   <node dir>/<writer>.assigned    e.g. "priority=high\ncompute=30\n" (compute.<gpu uuid>=N per GPU)
+// believed only when owned by root or by the node directory's owner and writable by nobody else (the
+// device plugin writes it on Kubernetes; on a plain host the operator does). Readers take the lower
+// of the claimed and the assigned level (no file: normal), and a compute share only when one is
+// assigned (the lower of the two), so no record a tenant writes can raise its level or take a turn.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +30,16 @@
 #include "common/result.h"
 
 namespace gpuslice::shm {
+
+// What the operator assigned a writer on one GPU (see above).
+struct Assignment {
+  Priority priority = Priority::Normal;  // the highest level its records are believed at
+  unsigned compute_percent = 0;          // its compute share; 0 = none (it takes no turn)
+};
+
+// `assigned` applied to what a record claims (the level and share readers believe).
+struct PeerState;
+void apply_assignment(const Assignment& assigned, PeerState* peer);
 
 struct PeerState {                          // what one container publishes about itself on one GPU
   std::uint64_t container_key = 0;          // identity of the container (its ledger file); set by the channel
@@ -35,12 +54,16 @@ struct PeerState {                          // what one container publishes abou
 
 class NodeChannel {
  public:
-  // The work of one scan is bounded: entries of the node directory examined (only a user of the
-  // host can create them; a container's mount of it is read-only), trusted writer directories
-  // read, entries examined and records read in each. A writer that fills its own directory slows
-  // nobody down beyond this.
-  static constexpr std::size_t kMaxNodeEntries = 65536;
-  static constexpr std::size_t kMaxWriters = 256;
+  // The work of one scan is bounded by what is believed, not by what anyone can create: writer
+  // directories the operator assigned (kMaxWriters; stale ones go with their allocation), others
+  // (read at the default level, kMaxUnassignedWriters, never counted against the assigned ones),
+  // entries examined and records read in each. Entries of the node directory that are no writer
+  // directory cost one listing entry each (only a user of the host can create them; a container's
+  // mount of it is read-only), up to kMaxNodeEntries, far more than any listing order can push a
+  // writer behind.
+  static constexpr std::size_t kMaxNodeEntries = 16'000'000;
+  static constexpr std::size_t kMaxWriters = 4096;
+  static constexpr std::size_t kMaxUnassignedWriters = 256;
   static constexpr std::size_t kMaxEntriesPerWriter = 256;
   static constexpr std::size_t kMaxRecordsPerWriter = 16;
 
@@ -65,43 +88,61 @@ class NodeChannel {
                          std::uint64_t stale_ns = 2'000'000'000ULL) const;
 
   // read_peers() that also keeps the record files it read open (at most kMaxKnownPeers), for
-  // read_known_peers() to re-read without listing or opening anything. One thread at a time
-  // (together with read_known_peers); read_peers() may run beside it.
-  std::size_t scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns);
+  // read_known_peers() to re-read without listing or opening anything. One thread at a time (in
+  // the library the watcher, so no launching thread pays for a listing); read_known_peers() may
+  // run beside it on another thread: the kept files are published as a whole set, and a set is
+  // closed only once no reader is in it.
+  // With `above`, only records believed above that level are returned (and kept): records at or
+  // below the reader's own level, however many, cannot fill `capacity` in front of a higher one.
+  std::size_t scan_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
+                         std::optional<Priority> above = std::nullopt);
   // The records of the files the last scan_peers() kept whose priority then was above `above`:
   // one pread each into a local copy, validated as by read_peers(). A record replaced since (by a
   // symbolic link, a FIFO, another file) is still the old file here and turns stale; the next
-  // scan opens what is there now, with the same checks. No allocation, no lock.
+  // scan opens what is there now, with the same checks. No allocation, no lock. One thread at a time.
   std::size_t read_known_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                                std::uint64_t stale_ns, Priority above) const;
   static constexpr std::size_t kMaxKnownPeers = 64;
 
   const std::string& record_path() const { return record_path_; }
+  // What the operator assigned this container's writer on this GPU (read now; defaults when none).
+  Assignment own_assignment() const;
+  // Reads <writer>.assigned in the node directory `node_fd` for `uuid`: false (and defaults) when
+  // there is none or it is not believed (owner, mode, type, size, syntax). No allocation.
+  static bool read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out);
 
  private:
-  NodeChannel(std::string node_dir, std::string uuid, std::uint64_t key, int fd, std::string record_path);
+  NodeChannel(std::string node_dir, std::string writer, std::string uuid, std::uint64_t key, int fd,
+              std::string record_path);
 
   struct KnownPeer {
     int fd = -1;
-    Priority priority = Priority::Normal;
+    Priority priority = Priority::Normal;  // as believed at the scan (assignment applied)
+    Assignment assigned;
     std::uint64_t device = 0;  // the file's identity, so that a descriptor the application closed
     std::uint64_t inode = 0;   // and reused for its own file is never closed by us
     std::uint64_t key = 0;     // the container key its name carries
   };
   std::size_t scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t stale_ns,
-                   KnownPeer* keep, std::size_t* kept) const;
+                   std::optional<Priority> above, KnownPeer* keep, std::size_t* kept) const;
   bool fresh_peer(const void* record, std::uint64_t now_ns, std::uint64_t stale_ns) const;
-  void forget_known();
 
   std::string node_dir_;
+  std::string writer_;
   std::string uuid_;
   std::uint64_t uuid_hash_;
   std::uint64_t key_;
   int fd_;
   std::string record_path_;
   std::atomic<std::uint64_t> sequence_{0};
-  KnownPeer known_[kMaxKnownPeers];
-  std::size_t known_count_ = 0;
+  struct KnownSet {
+    KnownPeer peers[kMaxKnownPeers];
+    std::size_t count = 0;
+  };
+  void forget(KnownSet& set);
+  KnownSet known_[2];                 // the one read_known_peers() uses, and the next
+  std::atomic<int> active_known_{0};  // which one
+  mutable std::atomic<int> known_readers_{0};
 };
 
 }  // namespace gpuslice::shm

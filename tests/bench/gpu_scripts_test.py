@@ -124,8 +124,10 @@ class GateLog(unittest.TestCase):
         self.assertEqual((queue["p50_ms"], queue["max_ms"]), (1.5, 1.5))
 
     def test_the_pattern_is_the_gates_message(self):
-        with open(os.path.join(ROOT, "src", "limiter", "priority_gate.cpp")) as f:
-            source = f.read()
+        source = ""
+        for name in ("priority_gate.cpp", "priority_floor.cpp"):  # the gate and its floor policy
+            with open(os.path.join(ROOT, "src", "limiter", name)) as f:
+                source += f.read()
         for message in ('"priority gate: floor slice at %llu us"', '"priority gate: held at %llu us, ',
                         '"priority gate: released at %llu us"', '"priority gate: released at %llu us, queued work done %llu us',
                         '"priority gate: released at %llu us, queued work still running"'):

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +71,13 @@ class PriorityE2E : public ::testing::Test {
   void SetUp() override {
     dir_ = make_temp_dir("gpuslice-prio-e2e-");
     ASSERT_FALSE(dir_.empty());
+    // The operator lets this user's containers (writer uid-<euid>) run up to high.
+    ASSERT_EQ(mkdir((dir_ + "/node").c_str(), 01777), 0);
+    ASSERT_EQ(chmod((dir_ + "/node").c_str(), 01777), 0);
+    FILE* assigned = std::fopen((dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned").c_str(), "w");
+    ASSERT_NE(assigned, nullptr);
+    std::fputs("priority=high\n", assigned);
+    std::fclose(assigned);
   }
   void TearDown() override { remove_tree(dir_); }
 

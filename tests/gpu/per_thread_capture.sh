@@ -26,7 +26,9 @@ check() {  # NAME VAR=VALUE...: runs the capture case with the library and those
 }
 check no-limit
 check compute-50 GPUSLICE_COMPUTE_LIMIT=50
-mkdir -p "$work/high"
+mkdir -p "$work/high" "$work/node"
+# The operator's word (docs/priority.md): this user's containers may run up to high.
+echo priority=high > "$work/node/uid-$(id -u).assigned"
 env LD_PRELOAD="$lib" GPUSLICE_SHARED_DIR="$work/high" GPUSLICE_NODE_DIR="$work/node" GPUSLICE_PRIORITY=high \
   build/gpu/per_thread_capture idle 10 > "$work/high.out" 2>&1 &
 high=$!

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "node/limits_file.h"
@@ -168,6 +170,12 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   EXPECT_EQ(std::filesystem::status(layout.channel_writer_dir(writer)).permissions(),
             std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
   EXPECT_FALSE(std::filesystem::exists(layout.containers_dir()));
+  // Beside (not inside) the writer directory: the share and level its records are believed at.
+  std::ifstream assigned(layout.channel_writer_dir(writer) + ".assigned");
+  const std::string text((std::istreambuf_iterator<char>(assigned)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "priority=normal\ncompute." + std::string(kUuid1) + "=30\n");
+  EXPECT_EQ(std::filesystem::status(layout.channel_writer_dir(writer) + ".assigned").permissions(),
+            std::filesystem::perms(0644));
 
   auto replica = plan_allocation(ResourceKind::Gpu, {"11111111-r1"}, c, layout);
   ASSERT_TRUE(replica.ok());

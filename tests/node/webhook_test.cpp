@@ -107,7 +107,9 @@ TEST(Webhook, PriorityAnnotationSetsGpuslicePriorityInTheManagedContainers) {
   json& pod = review_json["request"]["object"];
   pod["metadata"]["annotations"]["gpuslice.io/priority"] = " High ";
   pod["spec"]["containers"][0]["env"].push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", "low"}});
-  auto r = review(review_json.dump());
+  WebhookOptions options;
+  options.priority.high_namespaces = {"inference"};  // the operator lets this namespace run at high
+  auto r = review(review_json.dump(), options);
   ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
   json patched = pod.patch(r.patch);
   const json& env = patched["spec"]["containers"][0]["env"];
@@ -123,6 +125,83 @@ TEST(Webhook, PriorityAnnotationSetsGpuslicePriorityInTheManagedContainers) {
   // Without the annotation nothing sets it.
   auto plain = review_fixture("admission_hcs_vram.json");
   EXPECT_EQ(plain.patch.dump().find("GPUSLICE_PRIORITY"), std::string::npos);
+}
+
+// What was found (1): any pod could claim high priority with the annotation. Only the namespaces
+// and PriorityClasses the operator named may.
+TEST(Webhook, ThePriorityAnnotationHighIsRefusedOutsideTheAllowedNamespacesAndClasses) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  review_json["request"]["object"]["metadata"]["annotations"]["gpuslice.io/priority"] = "high";
+  auto refused = review(review_json.dump());
+  EXPECT_EQ(refused.response["allowed"], false) << refused.body.dump();
+  const std::string message = refused.response["status"]["message"];
+  EXPECT_NE(message.find("inference"), std::string::npos) << message;
+
+  WebhookOptions other;
+  other.priority.high_namespaces = {"serving"};
+  EXPECT_EQ(review(review_json.dump(), other).response["allowed"], false);
+
+  WebhookOptions by_class;
+  by_class.priority.priority_classes = {{"latency-critical", Priority::High}};
+  review_json["request"]["object"]["spec"]["priorityClassName"] = "latency-critical";
+  EXPECT_EQ(review(review_json.dump(), by_class).response["allowed"], true);
+
+  // Anyone may ask for normal or low.
+  json low = json::parse(test::fixture("admission_hcs_vram.json"));
+  low["request"]["object"]["metadata"]["annotations"]["gpuslice.io/priority"] = "low";
+  EXPECT_EQ(review(low.dump()).response["allowed"], true);
+}
+
+// What was found (1): the webhook passed a pod's own GPUSLICE_PRIORITY through. It is judged like
+// the annotation: high is refused where not allowed, and what passes is the webhook's value.
+TEST(Webhook, APodsOwnGpuslicePriorityIsJudgedLikeTheAnnotation) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  json& pod = review_json["request"]["object"];
+  pod["spec"]["containers"][0]["env"].push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", "high"}});
+  auto refused = review(review_json.dump());
+  EXPECT_EQ(refused.response["allowed"], false) << refused.body.dump();
+
+  pod["spec"]["containers"][0]["env"].back()["value"] = " LOW";
+  auto r = review(review_json.dump());
+  ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
+  json patched = pod.patch(r.patch);
+  int found = 0;
+  for (const json& var : patched["spec"]["containers"][0]["env"]) {
+    if (var["name"] != "GPUSLICE_PRIORITY") continue;
+    ++found;
+    EXPECT_EQ(var["value"], "low");
+  }
+  EXPECT_EQ(found, 1);
+
+  pod["spec"]["containers"][0]["env"].back() = {{"name", "GPUSLICE_PRIORITY"},
+                                                {"valueFrom", {{"configMapKeyRef", {{"name", "x"}}}}}};
+  EXPECT_EQ(review(review_json.dump()).response["allowed"], false) << "a value it cannot check";
+}
+
+// A PriorityClass the operator mapped gives its pods that level when they name none.
+TEST(Webhook, APriorityClassMappedToALevelGivesItsPodsThatLevel) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  review_json["request"]["object"]["spec"]["priorityClassName"] = "batch";
+  WebhookOptions options;
+  options.priority.priority_classes = {{"batch", Priority::Low}};
+  auto r = review(review_json.dump(), options);
+  ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
+  EXPECT_NE(r.patch.dump().find(R"({"name":"GPUSLICE_PRIORITY","value":"low"})"), std::string::npos)
+      << r.patch.dump();
+}
+
+TEST(Webhook, PriorityPolicyFlagsParseNamespacesAndClasses) {
+  EXPECT_EQ(*parse_namespace_list("serving,inference-2"),
+            (std::vector<std::string>{"serving", "inference-2"}));
+  EXPECT_TRUE(parse_namespace_list("")->empty());
+  EXPECT_FALSE(parse_namespace_list("a,,b").ok());
+  EXPECT_FALSE(parse_namespace_list("Bad_NS").ok());
+  auto classes = parse_priority_classes("critical=high,batch=LOW");
+  ASSERT_TRUE(classes.ok()) << classes.error();
+  EXPECT_EQ(classes->at("critical"), Priority::High);
+  EXPECT_EQ(classes->at("batch"), Priority::Low);
+  EXPECT_FALSE(parse_priority_classes("critical").ok());
+  EXPECT_FALSE(parse_priority_classes("critical=urgent").ok());
 }
 
 TEST(Webhook, ABadPriorityAnnotationDeniesThePodNamingTheAnnotationAndTheLevels) {

@@ -55,7 +55,7 @@ TEST(LoadSettings, DefaultsWithEmptyEnvironment) {
   const std::string private_dir = "/tmp/gpuslice-" + std::to_string(::getuid());
   EXPECT_EQ(s.shared_dir, private_dir) << "no world-shared default";
   EXPECT_EQ(s.shared_file, private_dir + "/state");
-  EXPECT_EQ(s.node_dir, "/tmp/gpuslice-node");
+  EXPECT_EQ(s.node_dir, "/tmp/gpuslice-node-" + std::to_string(geteuid())) << "one per user on a plain host";
   EXPECT_EQ(s.profile_dir, "");
   EXPECT_EQ(s.limits_file, "/etc/gpuslice/limits");
 }

@@ -79,6 +79,8 @@ class PriorityChannel : public ::testing::Test {
   };
   std::unique_ptr<Container> container(std::uint64_t key, const char* writer, Priority p) {
     auto c = std::make_unique<Container>();
+    // What the operator assigned the writer (device plugin, or root on a plain host): the level it claims.
+    std::ofstream(dir_ + "/" + writer + ".assigned") << "priority=" << priority_name(p) << "\ncompute=100\n";
     auto opened = NodePresence::open(dir_, kGpu, key, writer);
     EXPECT_TRUE(opened.ok()) << opened.error();
     if (!opened.ok()) return nullptr;
@@ -92,6 +94,9 @@ class PriorityChannel : public ::testing::Test {
     return c;
   }
 
+  // The watcher's tick: the listing of the node directory, off the launching threads.
+  void watch(Container& c) { c.board->scan(clock_.now, kStale, c.gate->priority()); }
+
   std::string dir_;
   ManualClock clock_;
 };
@@ -102,6 +107,7 @@ TEST_F(PriorityChannel, LowIsHeldThroughTheChannelWhileHighIsBusyAndReleasedWhen
   ASSERT_TRUE(high && low);
   low->gate->heartbeat();
   high->gate->heartbeat();
+  watch(*low);
   low->gate->gate(nullptr);  // sees the high one alive and idle: not held
   EXPECT_EQ(low->gate->stats().holds, 0U);
   high->gate->gate(nullptr);      // a launch: busy for the horizon
@@ -234,9 +240,25 @@ TEST_F(PriorityChannel, AnImpersonatorOfTheHighContainerCannotReleaseTheLowOne) 
   }
   const std::uint64_t start = clock_.now;
   clock_.now += 2 * kMs;
+  watch(*low);
   low->gate->gate(nullptr);
   EXPECT_EQ(low->gate->stats().holds, 1U) << "the forged idle records released the low container";
   EXPECT_GT(clock_.now - start, 100 * kMs);
+}
+
+// What was found (2): the full look at the node directory ran on the launching thread (47-60 ms
+// every 100 ms behind 300,000 files). The gate's full look re-reads what the watcher's scan kept.
+TEST_F(PriorityChannel, TheGatesFullLookListsNothingOnTheLaunchingThread) {
+  auto high = container(1, "high", Priority::High);
+  auto low = container(2, "low", Priority::Low);
+  ASSERT_TRUE(high && low);
+  high->gate->heartbeat();
+  PeerView views[8];
+  EXPECT_EQ(low->board->read_peers_above(views, 8, clock_.now, kStale, Priority::Low), 0U)
+      << "found by a listing on the launching thread";
+  watch(*low);
+  ASSERT_EQ(low->board->read_peers_above(views, 8, clock_.now, kStale, Priority::Low), 1U);
+  EXPECT_EQ(views[0].priority, Priority::High);
 }
 
 // PeerBoard::read_peers runs on launching threads, which must not allocate.

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "interposer/compute_limit.h"
@@ -110,11 +111,19 @@ class PrioritySharing : public ::testing::Test {
     rt->ledger.store(std::move(opened).value().release());
     EXPECT_TRUE(rt->ledger.load()->register_process().ok());
     install_runtime(rt);
+    assign("priority=high\ncompute=100\n");  // the operator lets this user's containers go up to high
     if (level) rt->ledger.load()->init_priority(*level);
     priority_sharing::refresh();
     if (!rt->settings.compute.empty()) launch_gate::turn_on();
     EXPECT_NE(device_state(0), nullptr);  // attached by the first CUDA call
     return *rt;
+  }
+
+  // The node directory's owner (the operator) assigns this process's writer (uid-<euid>).
+  void assign(const std::string& text) {
+    std::filesystem::create_directories(dir_ + "/node");
+    std::filesystem::permissions(dir_ + "/node", std::filesystem::perms(01777));
+    std::ofstream(dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned") << text;
   }
 
   static void launch() {
@@ -175,6 +184,28 @@ TEST_F(PrioritySharing, ALevelSetLiveTurnsTheGateOnAndAChangeAppliesWithoutANewG
   EXPECT_EQ(gate(), first);
 }
 
+// What was found (1): `gpuslice set --priority high` (or GPUSLICE_PRIORITY=high) raised a
+// container above its neighbours. The level it runs at is the lower of what it asks and what the
+// operator assigned it.
+TEST_F(PrioritySharing, GpusliceSetPriorityHighCannotRaiseTheLevelAboveTheAssignedOne) {
+  Runtime& rt = start(Priority::Low);
+  assign("priority=normal\n");
+  tick();
+  ASSERT_NE(gate(), nullptr);
+  rt.ledger.load()->set_priority(Priority::High);  // gpuslice set --priority high
+  tick();
+  EXPECT_EQ(gate()->priority(), Priority::Normal);
+  launch();
+  shm::PeerState seen[4];
+  ASSERT_EQ(read_records(seen, 4), 1u);
+  EXPECT_EQ(seen[0].priority, Priority::Normal) << "others believe the assigned level too";
+  assign("");  // no assignment at all: normal
+  tick();
+  EXPECT_EQ(gate()->priority(), Priority::Normal);
+  rt.ledger.load()->set_priority(Priority::Low);  // lowering is always allowed
+  EXPECT_EQ(gate()->priority(), Priority::Low);
+}
+
 TEST_F(PrioritySharing, TheContainersOneRecordCarriesItsLevelAndItsComputeLimit) {
   start(Priority::High, "40");
   tick();
@@ -208,6 +239,7 @@ TEST_F(PrioritySharing, TimeHeldBackByABusyHigherContainerReachesTheLedgerAtTheN
   busy.heartbeat_ns = clock_.now.load();
   busy.busy_until_ns = clock_.now.load() + 5 * kMs;
   ASSERT_TRUE(high.value()->publish(busy));
+  tick();  // the watcher's scan finds it
   launch();
   const std::uint64_t held = gate()->stats().held_back_ns;
   EXPECT_GE(held, 4 * kMs) << "held until the high one's busy time passed";

@@ -904,3 +904,31 @@ TEST(PriorityGateMechanics, SettlePublishesIdleAndHeartbeatCarriesALivePriorityC
 
 }  // namespace
 }  // namespace gpuslice::limiter
+
+namespace gpuslice::limiter {
+namespace {
+
+// The floor on its own (priority_floor.h): a held thread gets a slice only after a window of
+// holding, then one every slice / percent; a floor of 0 never admits.
+TEST(PriorityFloorPolicy, ASliceComesOnlyAfterAWindowOfHoldingThenEverySliceOverPercent) {
+  PriorityFloor floor(5, 1000 * kMs, 5 * kMs);
+  const std::uint64_t start = 1'000 * kMs;
+  int admitted = 0;  // launches admitted while held
+  std::uint64_t first = 0;
+  for (std::uint64_t t = start; t < start + 3000 * kMs; t += kMs) {
+    if (floor.admits(t, start, true)) {
+      ++admitted;
+      if (first == 0) first = t;
+    }
+  }
+  EXPECT_GE(first, start + 1000 * kMs);
+  EXPECT_GT(floor.slices(), 0u);
+  // About 5% of the two seconds after the first window: 100 ms of 5 ms slices, some 20 of them.
+  EXPECT_GE(floor.slices(), 15u);
+  EXPECT_LE(floor.slices(), 25u);
+  PriorityFloor strict(0, 1000 * kMs, 5 * kMs);
+  for (std::uint64_t t = start; t < start + 3000 * kMs; t += kMs) EXPECT_FALSE(strict.admits(t, start, true));
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter

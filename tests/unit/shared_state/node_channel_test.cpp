@@ -2,6 +2,7 @@
 // symlink, FIFO, stale heartbeat, bad checksum) never crashes or blocks a reader and is skipped.
 #include "shared_state/node_channel.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
@@ -15,8 +16,10 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "shared_state/peer_record.h"
+#include "shared_state/turn_order.h"
 #include "test_util.h"
 
 namespace gpuslice::shm {
@@ -49,6 +52,51 @@ class NodeChannelTest : public ::testing::Test {
     r.checksum = detail::peer_checksum(r);
     return r;
   }
+  // What the operator assigned a writer (the device plugin on Kubernetes, root on a plain host).
+  void assign(const std::string& writer, const std::string& text) {
+    std::ofstream(dir_.file(writer + ".assigned")) << text;
+  }
+  // A writer directory as another local user creates it for itself (uid-N, owned by N), with one
+  // fresh record it wrote.
+  void plant_as_user(uid_t uid, const detail::PeerRecord& record) {
+    const std::string writer = "uid-" + std::to_string(uid);
+    char key[20];
+    std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(record.container_key));
+    plant(writer, std::string(kGpu) + "." + key, &record, sizeof record);
+    ASSERT_EQ(chown(dir_.file(writer).c_str(), uid, uid), 0);
+  }
+  // A record claiming `level`, busy for a second, as a script without any GPU writes it.
+  detail::PeerRecord phantom(std::uint64_t key, Priority level, std::uint32_t percent = 0) {
+    detail::PeerRecord r = good_record(key, percent);
+    r.priority = static_cast<std::uint32_t>(level);
+    r.busy_until_ns = kNow + kSecond;
+    r.checksum = detail::peer_checksum(r);
+    return r;
+  }
+  // Names of the node directory in the order a scan lists them.
+  std::vector<std::string> listing() {
+    std::vector<std::string> names;
+    DIR* d = opendir(dir_.path().c_str());
+    while (dirent* e = d != nullptr ? readdir(d) : nullptr) names.emplace_back(e->d_name);
+    if (d != nullptr) closedir(d);
+    return names;
+  }
+  // Creates candidate writer directories until one is listed after at least `behind` entries and
+  // after every name starting with `after_prefix`; returns its name (the others are removed).
+  std::string writer_listed_behind(std::size_t behind, const std::string& after_prefix = "\x01") {
+    for (int attempt = 0; attempt < 256; ++attempt) {
+      const std::string name = "ctr-late-" + std::to_string(attempt);
+      EXPECT_EQ(mkdir(dir_.file(name).c_str(), 0755), 0);
+      const std::vector<std::string> names = listing();
+      const auto at = static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      bool after_all = true;
+      for (std::size_t i = at; i < names.size(); ++i)
+        after_all = after_all && names[i].rfind(after_prefix, 0) != 0;
+      if (at >= behind && after_all) return name;
+      rmdir(dir_.file(name).c_str());
+    }
+    return {};
+  }
   void plant(const std::string& writer, const std::string& name, const void* data, std::size_t size) {
     std::string dir = dir_.file(writer);
     mkdir(dir.c_str(), 0755);
@@ -70,6 +118,7 @@ class NodeChannelTest : public ::testing::Test {
 };
 
 TEST_F(NodeChannelTest, TwoContainersSeeEachOtherButNotThemselves) {
+  assign("ctr-a", "priority=high\ncompute=50\n");
   auto a = open(11, "ctr-a");
   auto b = open(22, "ctr-b");
   PeerState sa = state(30);
@@ -182,6 +231,7 @@ TEST_F(NodeChannelTest, TheSameKeyInTwoWriterDirectoriesIsListedFromEach) {
 // see the victim's own values, whatever order the directories are listed in.
 TEST_F(NodeChannelTest, AWriterCopyingAnotherContainersKeyCannotSpeakForIt) {
   auto reader = open(11, "ctr-reader");
+  assign("ctr-victim", "priority=high\ncompute=100\n");
   auto victim = open(0x77, "ctr-victim");
   PeerState honest = state(30);
   honest.priority = Priority::High;
@@ -245,6 +295,139 @@ TEST_F(NodeChannelTest, AWriterFloodingJunkEntriesCannotHideTheOthers) {
   for (std::size_t i = 0; i < count; ++i) a_seen = a_seen || seen[i].container_key == 22;
   EXPECT_TRUE(a_seen) << "the flooding writer hid another";
   EXPECT_LE(count, 2U);
+}
+
+// What was found (1): another local user's script, with no GPU, publishes a record claiming high
+// priority and busy in its own uid-N writer directory; readers believed it and held a normal
+// trainer for as long as it ran. Nobody assigned that user anything: it is believed at normal.
+TEST_F(NodeChannelTest, AnotherUsersPhantomRecordClaimingHighIsBelievedAtMostNormal) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  auto trainer = open(11, "ctr-trainer");
+  plant_as_user(65534, phantom(0x66, Priority::High));
+  PeerState seen[8];
+  ASSERT_EQ(trainer->read_peers(seen, 8, kNow), 1U);
+  EXPECT_NE(seen[0].priority, Priority::High) << "a tenant's own record raised its level";
+  // The operator's assignment is what raises a level, and a claim never exceeds it.
+  assign("uid-65534", "priority=normal\n");
+  ASSERT_EQ(trainer->read_peers(seen, 8, kNow), 1U);
+  EXPECT_EQ(seen[0].priority, Priority::Normal);
+}
+
+// What was found (1): one phantom record claiming a 50% compute limit, keyed between two real
+// containers, made their compute turns overlap. Only writers with an assigned share take a turn.
+TEST_F(NodeChannelTest, APhantomComputeShareKeyedBetweenTwoContainersDoesNotShiftTheirTurns) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  assign("ctr-a", "compute=50\n");
+  assign("ctr-b", "compute=50\n");
+  auto a = open(0x10, "ctr-a");
+  auto b = open(0x30, "ctr-b");
+  ASSERT_TRUE(a->publish(state(50)));
+  ASSERT_TRUE(b->publish(state(50)));
+  plant_as_user(65534, phantom(0x20, Priority::Normal, 50));
+  constexpr std::uint64_t kPeriod = 500'000'000;
+  PeerState seen[8];
+  const std::size_t count = b->read_peers(seen, 8, kNow);
+  EXPECT_EQ(turn_offset(0x30, 50, seen, count, kPeriod), kPeriod / 2)
+      << "the phantom's claimed share moved b's turn onto a's";
+}
+
+// What was found (2): empty files a local user created in the node directory made the scan stop
+// before root's busy high server, listed behind them, and the low tenant ran free.
+TEST_F(NodeChannelTest, AHundredThousandEmptyFilesDoNotHideABusyHighServer) {
+  auto low = open(11, "ctr-low");
+  for (int i = 0; i < 100'000; ++i) {
+    const int fd = ::open(dir_.file("f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  const std::string server = writer_listed_behind(70'000);
+  ASSERT_FALSE(server.empty());
+  assign(server, "priority=high\n");
+  detail::PeerRecord busy = phantom(0x99, Priority::High);
+  plant(server, std::string(kGpu) + ".0000000000000099", &busy, sizeof busy);
+  PeerState seen[8];
+  ASSERT_EQ(low->read_peers(seen, 8, kNow), 1U) << "the server is hidden by the files listed before it";
+  EXPECT_EQ(seen[0].priority, Priority::High);
+}
+
+// What was found (2): on Kubernetes every cores allocation left a writer directory; 600 stale ones
+// listed before the busy high server stopped the scan before it.
+TEST_F(NodeChannelTest, SixHundredStaleWriterDirectoriesDoNotHideABusyHighServer) {
+  auto low = open(11, "ctr-low");
+  for (int i = 0; i < 600; ++i) {
+    const std::string stale = "alloc-" + std::to_string(i);
+    ASSERT_EQ(mkdir(dir_.file(stale).c_str(), 01777), 0);
+    assign(stale, "priority=normal\ncompute=10\n");
+  }
+  const std::string server = writer_listed_behind(400);
+  ASSERT_FALSE(server.empty());
+  assign(server, "priority=high\n");
+  detail::PeerRecord busy = phantom(0x99, Priority::High);
+  plant(server, std::string(kGpu) + ".0000000000000099", &busy, sizeof busy);
+  PeerState seen[8];
+  ASSERT_EQ(low->read_peers(seen, 8, kNow), 1U);
+  EXPECT_EQ(seen[0].priority, Priority::High);
+}
+
+// What was found (2): four containers with sixteen records each filled the 64 records a gate reads
+// in front of a fifth, high one. The gate reads only records above its own level.
+TEST_F(NodeChannelTest, FourWritersWithSixteenRecordsEachDoNotHideAHighContainer) {
+  auto normal = open(11, "ctr-normal");
+  for (int w = 0; w < 4; ++w) {
+    const std::string writer = "ctr-fill-" + std::to_string(w);
+    ASSERT_EQ(mkdir(dir_.file(writer).c_str(), 01777), 0);
+    for (int r = 0; r < 16; ++r) {
+      detail::PeerRecord filler = good_record(0x1000 + static_cast<std::uint64_t>(w * 16 + r));
+      char key[20];
+      std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(filler.container_key));
+      plant(writer, std::string(kGpu) + "." + key, &filler, sizeof filler);
+    }
+  }
+  const std::string server = writer_listed_behind(6, "ctr-fill-");
+  ASSERT_FALSE(server.empty());
+  assign(server, "priority=high\n");
+  detail::PeerRecord busy = phantom(0x99, Priority::High);
+  plant(server, std::string(kGpu) + ".0000000000000099", &busy, sizeof busy);
+  PeerState seen[64];
+  const std::size_t count = normal->scan_peers(seen, 64, kNow, 2 * kSecond, Priority::Normal);
+  bool server_seen = false;
+  for (std::size_t i = 0; i < count; ++i) server_seen = server_seen || seen[i].container_key == 0x99;
+  EXPECT_TRUE(server_seen) << "records at the reader's own level filled the gate's view";
+}
+
+// An assignment only the operator could have written is believed: one the writer's own user (or
+// anyone but root and the node directory's owner) wrote is not.
+TEST_F(NodeChannelTest, AnAssignmentTheTenantWroteItselfIsNotBelieved) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a file away";
+  auto reader = open(11, "ctr-reader");
+  plant_as_user(65534, phantom(0x66, Priority::High, 50));
+  assign("uid-65534", "priority=high\ncompute=50\n");
+  ASSERT_EQ(chown(dir_.file("uid-65534.assigned").c_str(), 65534, 65534), 0);
+  PeerState seen[8];
+  ASSERT_EQ(reader->read_peers(seen, 8, kNow), 1U);
+  EXPECT_EQ(seen[0].priority, Priority::Normal);
+  EXPECT_EQ(seen[0].compute_limit_percent, 0U);
+  ASSERT_EQ(chown(dir_.file("uid-65534.assigned").c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(dir_.file("uid-65534.assigned").c_str(), 0666), 0);
+  ASSERT_EQ(reader->read_peers(seen, 8, kNow), 1U);
+  EXPECT_EQ(seen[0].priority, Priority::Normal) << "writable by others: not the operator's word";
+}
+
+// Readers take the lower of claimed and assigned, for the level and the share.
+TEST_F(NodeChannelTest, ReadersTakeTheLowerOfClaimedAndAssigned) {
+  auto reader = open(11, "ctr-reader");
+  assign("ctr-a", "# written by the device plugin\npriority=high\ncompute=30\ncompute.GPU-AAAA-bbbb=20\n");
+  auto a = open(22, "ctr-a");
+  PeerState claim = state(60);
+  claim.priority = Priority::Low;
+  ASSERT_TRUE(a->publish(claim));
+  PeerState seen[8];
+  ASSERT_EQ(reader->read_peers(seen, 8, kNow), 1U);
+  EXPECT_EQ(seen[0].priority, Priority::Low);
+  EXPECT_EQ(seen[0].compute_limit_percent, 20U) << "this GPU's own share wins, case-insensitive";
+  EXPECT_EQ(a->own_assignment().priority, Priority::High);
+  assign("ctr-a", "priority=urgent\n");
+  EXPECT_EQ(a->own_assignment().priority, Priority::Normal) << "malformed: the defaults";
 }
 
 // Another user pre-creates uid-<victim> and publishes there: it is not the victim's writer.

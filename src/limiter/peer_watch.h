@@ -1,0 +1,54 @@
+// One policy of the priority gate (priority_gate.h): its view of the containers above it. The
+// records are read by one thread at a time when due (or when a held thread asks); the others use
+// the last summary. A full look is due every absent_refresh_ns; in between only the higher records
+// it found are re-read, every refresh_ns (the reaction time), and nothing at all when it found none.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/priority.h"
+
+namespace gpuslice::limiter {
+
+class PeerBoard;
+
+class PeerWatch {
+ public:
+  struct Summary {
+    bool higher_present = false;
+    // The latest time a higher container says its work runs until (past: idle since then).
+    std::uint64_t higher_busy_until_ns = 0;
+  };
+  struct Timing {
+    std::uint64_t refresh_ns;
+    std::uint64_t absent_refresh_ns;
+    std::uint64_t stale_ns;
+    // What an honest peer can claim at most past its publish: a sync lease plus a busy horizon.
+    std::uint64_t max_claim_ns;
+  };
+
+  PeerWatch(PeerBoard* board, const Timing& timing) : board_(board), timing_(timing) {}
+
+  // The summary for a container at `own`, re-read first when due or `force`d.
+  Summary look(std::uint64_t now, bool force, Priority own);
+  // The last summary's latest busy time of the higher containers.
+  std::uint64_t higher_busy_until_ns() const { return higher_busy_until_ns_.load(std::memory_order_acquire); }
+  std::uint64_t scans() const { return scans_.load(std::memory_order_relaxed); }
+  std::uint64_t rereads() const { return rereads_.load(std::memory_order_relaxed); }
+
+ private:
+  Summary cached() const;
+
+  PeerBoard* board_;
+  const Timing timing_;
+  std::atomic<std::uint64_t> next_refresh_ns_{0};
+  std::atomic<std::uint64_t> next_scan_ns_{0};
+  std::atomic<bool> reading_{false};  // one thread reads the board at a time
+  std::atomic<bool> higher_present_{false};
+  std::atomic<std::uint64_t> higher_busy_until_ns_{0};
+  std::atomic<std::uint64_t> scans_{0};
+  std::atomic<std::uint64_t> rereads_{0};
+};
+
+}  // namespace gpuslice::limiter
