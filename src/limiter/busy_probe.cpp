@@ -20,7 +20,9 @@ bool BusyProbe::create_slot(const DriverOps& ops, Slot& slot) {
   return slot.before != nullptr && slot.after != nullptr;
 }
 
-bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
+bool BusyProbe::probe_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now,
+                             std::uint32_t n) {
+  const std::uint64_t entered = clock.now_ns();
   lock();
   bool probed = false;
   switch (phase_) {
@@ -30,6 +32,7 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
       ++generation_;
       claimed_ = 0;
       completed_ = 0;
+      own_ns_ = 0;
       start_ns_ = now;
       probed = true;
       break;
@@ -59,6 +62,8 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
     } else {
       t_pending = Pending{this, generation_, claimed_};
       ++claimed_;
+      const std::uint64_t left = clock.now_ns();
+      own_ns_ += left > entered ? left - entered : 0;
     }
   }
   if (!probed) start_at_.store(kNever, std::memory_order_relaxed);
@@ -66,16 +71,19 @@ bool BusyProbe::probe_launch(const DriverOps& ops, CUstream stream, std::uint64_
   return probed;
 }
 
-void BusyProbe::after_launch(const DriverOps& ops, CUstream stream) {
+void BusyProbe::after_launch(const DriverOps& ops, Clock& clock, CUstream stream) {
   const Pending pending = t_pending;
   t_pending = Pending{};
   if (pending.probe != this) return;
+  const std::uint64_t entered = clock.now_ns();
   lock();
   // A pair of a probe since collected (or invalidated) is dropped; one begun before its probe's
   // span ended still completes it.
   if ((phase_ == Phase::Running || phase_ == Phase::Ended) && pending.generation == generation_) {
     if (ops.event_record(slots_[pending.slot].after, stream) == CUDA_SUCCESS) {
       ++completed_;
+      const std::uint64_t left = clock.now_ns();
+      own_ns_ += left > entered ? left - entered : 0;
     } else {
       slots_[pending.slot] = Slot{};
       phase_ = Phase::Invalid;
@@ -103,7 +111,9 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
       }
       result.busy_ns += ns;
     }
-    result.span_ns = end_ns_ - start_ns_;
+    // Threads probed at once add up more of it than the span holds: then nothing is left (in full).
+    const std::uint64_t span = end_ns_ - start_ns_;
+    result.span_ns = span > own_ns_ ? span - own_ns_ : 0;
   }
   if (!result.valid) result = Result{};
   phase_ = Phase::Idle;

@@ -9,12 +9,18 @@
 // completes when the earlier work did, i.e. when the kernel starts). The duty is their sum over the
 // span. A pair costs two cuEventRecord; the pairs are read once, after the window's drain, when every
 // event has completed. Launches outside the probe cost one relaxed load and a compare.
+//
+// The probe's own host time (its lock, the two records: microseconds per launch on a real driver) is
+// not in the span: it slows the probed launches, and a step that keeps the device busy when launched
+// plainly could leave it idle between steps while probed. Without that time the span is the host
+// time the same launches take unprobed, and the duty what they cause (at least; never below).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
 #include "abi/cuda_abi.h"
+#include "common/clock.h"
 
 namespace gpuslice::limiter {
 
@@ -33,7 +39,7 @@ class BusyProbe {
   struct Result {
     bool valid = false;  // false: nothing measured (charge in full)
     std::uint64_t busy_ns = 0;
-    std::uint64_t span_ns = 0;
+    std::uint64_t span_ns = 0;  // the span's host time less the probe's own (may be <= busy_ns)
   };
 
   BusyProbe() = default;
@@ -50,12 +56,13 @@ class BusyProbe {
   // Launch number `n` of the window (all threads) is about to be submitted on `stream`. The fast path:
   // one relaxed load and a compare. Returns true when the caller must call after_launch() on the same
   // thread once the launch was submitted.
-  bool before_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n) {
+  bool before_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now,
+                     std::uint32_t n) {
     if (n < start_at_.load(std::memory_order_relaxed)) [[likely]]
       return false;
-    return probe_launch(ops, stream, now, n);
+    return probe_launch(ops, clock, stream, now, n);
   }
-  void after_launch(const DriverOps& ops, CUstream stream);
+  void after_launch(const DriverOps& ops, Clock& clock, CUstream stream);
 
   // After the window's drain (every event completed), by the thread closing it: what the probe
   // measured (ending at `now` if still running), and the probe is reset (disarmed until the next
@@ -76,7 +83,7 @@ class BusyProbe {
   };
   static thread_local Pending t_pending;
 
-  bool probe_launch(const DriverOps& ops, CUstream stream, std::uint64_t now, std::uint32_t n);
+  bool probe_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now, std::uint32_t n);
   bool create_slot(const DriverOps& ops, Slot& slot);
   void lock();
   void unlock() { lock_.store(false, std::memory_order_release); }
@@ -90,6 +97,7 @@ class BusyProbe {
   std::uint32_t completed_ = 0;   // pairs whose "after" is recorded too
   std::uint64_t start_ns_ = 0;
   std::uint64_t end_ns_ = 0;
+  std::uint64_t own_ns_ = 0;  // host time spent in the probe's pairs, every thread's
   Slot slots_[kSlots];
 };
 

@@ -133,10 +133,10 @@ bool ComputeLimiter::gate(CUstream stream) {
   }
   const std::uint32_t launch = window_launches_.fetch_add(1, kRelaxed);
   last_launch_ns_.store(now, kRelaxed);
-  return probe_.before_launch(ops_, stream, now, launch);
+  return probe_.before_launch(ops_, clock_, stream, now, launch);
 }
 
-void ComputeLimiter::after_launch(CUstream stream) { probe_.after_launch(ops_, stream); }
+void ComputeLimiter::after_launch(CUstream stream) { probe_.after_launch(ops_, clock_, stream); }
 
 void ComputeLimiter::note_host_sync() { last_sync_ns_.store(clock_.now_ns(), kRelaxed); }
 
@@ -246,7 +246,7 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   std::uint64_t duty = kPermille;
   const BusyProbe::Result probe = probe_.collect(ops_, end);
   if (probe.valid && elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start)) {
-    duty = std::min<std::uint64_t>(kPermille, probe.busy_ns * kPermille / probe.span_ns);
+    if (probe.busy_ns < probe.span_ns) duty = probe.busy_ns * kPermille / probe.span_ns;
     if (duty >= tuning_.full_duty_permille) duty = kPermille;
   }
   std::uint64_t charged = 0;

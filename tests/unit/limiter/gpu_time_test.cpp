@@ -120,6 +120,33 @@ TEST_P(LimiterGpuTime, DeviceBoundWorkIsHeldWithinThreePoints) {
   }
 }
 
+// Device-bound mix: one 200 us kernel then sixteen 3 us ones, 5 us of host work per launch, so the
+// host runs ahead of the device and the queue never empties. A real cuEventRecord costs the host
+// microseconds: the probe's two per launch made the probed launches host-bound (the device idle
+// between steps while probed, never otherwise), and the window was charged that lower duty.
+TEST_P(LimiterGpuTime, DeviceBoundMixIsHeldDespiteTheProbesHostCost) {
+  const unsigned limit = GetParam();
+  const double share = limit / 100.0;
+  Scenario s;
+  s.world.event_record_host_ns = 6 * kUs;
+  Container& box = s.add_container(limit);
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] {
+    while (s.world.now() < kRun) {
+      gated_launch(p, s.world, 200 * kUs);
+      s.world.sleep(5 * kUs);
+      for (int i = 0; i < 16; ++i) {
+        gated_launch(p, s.world, 3 * kUs);
+        s.world.sleep(5 * kUs);
+      }
+    }
+  });
+  s.run();
+  const WindowRange occupancy = s.sliding(box, 0, kRun);
+  EXPECT_GE(occupancy.min, share - 0.03) << describe(occupancy);
+  EXPECT_LE(occupancy.max, share + 0.03) << describe(occupancy);
+}
+
 INSTANTIATE_TEST_SUITE_P(Limits, LimiterGpuTime, ::testing::Values(20u, 50u, 80u));
 
 // A container taking turns with others on the GPU opens its device-bound windows only in its turn.

@@ -36,7 +36,9 @@ CUresult sim_event_create(CUevent* event) {
 }
 
 CUresult sim_event_record(CUevent event, CUstream) {
-  World::current()->record_event(event_id(event));
+  World* world = World::current();
+  if (world->event_record_host_ns != 0) world->sleep(world->event_record_host_ns);
+  world->record_event(event_id(event));
   return CUDA_SUCCESS;
 }
 

@@ -70,6 +70,9 @@ class World {
 
   // The actor calling, for the fake driver entry points.
   static World* current();
+  // Host time one cuEventRecord takes on the calling actor (0: free). A real driver spends a
+  // microsecond or more there, which slows a probed launch's host side.
+  std::uint64_t event_record_host_ns = 0;
 
  private:
   enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
