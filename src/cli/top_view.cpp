@@ -16,6 +16,7 @@
 #include "cli/gpu_info.h"
 #include "cli/profile_data.h"
 #include "cli/status_text.h"
+#include "cli/terminal_text.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -147,13 +148,13 @@ class TopView {
     localtime_r(&taken_, &local);
     std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
     std::string head = std::string("gpuslice top  ") + clock + "  driver " +
-                       (machine_.driver_version.empty() ? "-" : printable(machine_.driver_version, 24)) +
+                       (machine_.driver_version.empty() ? "-" : terminal_text(machine_.driver_version, 24)) +
                        "  CUDA " + (machine_.cuda_version.empty() ? "-" : machine_.cuda_version);
     int y = s.line(0, head, A_BOLD);
     std::map<std::string, int> names;
-    for (const auto& g : machine_.gpus) ++names[printable(g.name, 40)];
+    for (const auto& g : machine_.gpus) ++names[terminal_text(g.name, 40)];
     if (machine_.gpus.empty()) {
-      for (const auto& g : view_.gpus) ++names[printable(g.name, 40)];
+      for (const auto& g : view_.gpus) ++names[terminal_text(g.name, 40)];
     }
     std::string gpus = "GPUs: ";
     if (names.empty())
@@ -189,7 +190,7 @@ class TopView {
     if (!c.priority) return "";
     char held[32];
     std::snprintf(held, sizeof held, "%.1fs", static_cast<double>(c.held_back_ns) / 1e9);
-    return "  prio " + printable(*c.priority, 8) + " held " + held;
+    return "  prio " + terminal_text(*c.priority, 8) + " held " + held;
   }
 
   int draw_device(Screen& s, int y, const status::DeviceStatus& d) {
@@ -258,7 +259,7 @@ class TopView {
           "   " + pad_left(std::to_string(r.p->pid), 7) +
           (host_column ? " " + pad_left(r.p->host_pid ? std::to_string(*r.p->host_pid) : "-", 8) : "") + " " +
           pad_left(index_text(r.pd->record), 3) + " " + pad_left(compact_bytes(r.pd->used_bytes), 7) + " " +
-          pad_left(share, 5) + "  " + printable(r.p->command, 40);
+          pad_left(share, 5) + "  " + terminal_text(r.p->command, 40);
       y = s.line(y, text);
     }
     return y;
@@ -268,20 +269,21 @@ class TopView {
     erase();
     Screen s(COLS);
     int y = draw_header(s);
-    if (!view_.error.empty()) y = s.line(y, "error: " + printable(view_.error, 300), A_BOLD);
+    if (!view_.error.empty()) y = s.line(y, "error: " + terminal_text(view_.error, 300), A_BOLD);
     for (const auto& c : view_.containers) {
       if (y >= LINES - 1) break;
       if (options_.node) {
-        std::string title = "container " + printable(c.id.value_or("?"), 48);
+        std::string title = "container " + terminal_text(c.id.value_or("?"), 48);
         if (c.pod_name) {
-          title += "  pod " + printable((c.pod_namespace ? *c.pod_namespace + "/" : "") + *c.pod_name, 60);
+          title +=
+              "  pod " + terminal_text((c.pod_namespace ? *c.pod_namespace + "/" : "") + *c.pod_name, 60);
         }
         y = s.line(y, title + priority_text(c), A_BOLD);
       } else if (c.path) {
-        y = s.line(y, "state " + printable(*c.path, 200) + priority_text(c), A_BOLD);
+        y = s.line(y, "state " + terminal_text(*c.path, 200) + priority_text(c), A_BOLD);
       }
       if (c.error) {
-        y = s.line(y, " error: " + printable(*c.error, 200));
+        y = s.line(y, " error: " + terminal_text(*c.error, 200));
         continue;
       }
       if (c.devices.empty()) {
