@@ -68,7 +68,8 @@ class Screen {
   int line(int y, const std::string& text, attr_t attr = A_NORMAL) {
     if (y >= LINES) return y + 1;
     attron(attr);
-    mvaddnstr(y, 0, text.c_str(), width_);
+    // Callers escape what they cut to width; this is where the screen is written, so once more.
+    mvaddnstr(y, 0, terminal_text(text).c_str(), width_);
     attroff(attr);
     return y + 1;
   }
@@ -108,6 +109,16 @@ class TopView {
       }
       int key = getch();  // waits at most 100 ms (timeout below)
       if (key == 'q' || key == 'Q') break;
+      if (key == 'h' || key == 'H' || key == '?') {
+        help_ = !help_;
+        draw();
+        continue;
+      }
+      if (help_ && key != ERR) {  // any other key closes the help screen
+        help_ = false;
+        draw();
+        continue;
+      }
       if (key == 's' || key == 'S') {
         sort_ = sort_ == SortKey::Memory  ? SortKey::Share
                 : sort_ == SortKey::Share ? SortKey::Pid
@@ -173,7 +184,7 @@ class TopView {
     std::snprintf(interval, sizeof interval, "%.2gs", static_cast<double>(options_.interval_ns) / 1e9);
     y = s.line(y,
                std::string("sort ") + sort_name(sort_) + "  device " + filter + "  every " + interval +
-                   "   keys: q quit  s sort  d device",
+                   "   keys: q quit  s sort  d device  h help",
                A_DIM);
     return y;
   }
@@ -259,13 +270,41 @@ class TopView {
           "   " + pad_left(std::to_string(r.p->pid), 7) +
           (host_column ? " " + pad_left(r.p->host_pid ? std::to_string(*r.p->host_pid) : "-", 8) : "") + " " +
           pad_left(index_text(r.pd->record), 3) + " " + pad_left(compact_bytes(r.pd->used_bytes), 7) + " " +
-          pad_left(share, 5) + "  " + terminal_text(r.p->command, 40);
+          pad_left(share, 5) + "  ";
+      // The command gets what is left of the line, however wide the terminal is.
+      const int room = std::max(8, w - static_cast<int>(text.size()));
+      text += terminal_text(r.p->command, static_cast<std::size_t>(room));
       y = s.line(y, text);
     }
     return y;
   }
 
+  void draw_help() {
+    static constexpr const char* kLines[] = {
+        "gpuslice top: keys",
+        "",
+        "  q        quit",
+        "  s        sort processes: memory, share, pid",
+        "  d, Tab   show one device, the next, or all",
+        "  h, ?     this help (any key closes it)",
+        "",
+        "Device row: memory bar (used/quota), 'sm NOW/LIMIT' the compute rate of the last",
+        "interval against the limit, 'refused +N' allocations refused in it.",
+        "Process rows: PID (in the container), HOST PID, DEV (device record), MEMORY,",
+        "SHARE (the process's compute rate), COMMAND (as wide as the terminal allows).",
+    };
+    erase();
+    Screen s(COLS);
+    int y = 0;
+    for (const char* line : kLines) y = s.line(y, line, y == 0 ? A_BOLD : A_NORMAL);
+    refresh();
+  }
+
   void draw() {
+    if (help_) {
+      draw_help();
+      return;
+    }
     erase();
     Screen s(COLS);
     int y = draw_header(s);
@@ -305,6 +344,7 @@ class TopView {
   time_t taken_ = 0;
   SortKey sort_ = SortKey::Memory;
   int device_filter_ = 0;  // 0: all, else 1 + index into device_uuids()
+  bool help_ = false;
 };
 
 }  // namespace

@@ -103,6 +103,32 @@ TEST_F(TopTerminalTest, WideTerminalShowsTheCardTotalAndHostPids) {
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 120u) << line;
 }
 
+TEST_F(TopTerminalTest, HelpScreenOpensOnHAndClosesOnAnyKey) {
+  auto ledger = make_state();
+  start(80, 24);
+  ASSERT_TRUE(contains(wait_for("h help"), "h help"));
+  ASSERT_EQ(std::system(tmux("send-keys h").c_str()), 0);
+  std::string shown = wait_for("gpuslice top: keys");
+  EXPECT_TRUE(contains(shown, "gpuslice top: keys")) << shown;
+  EXPECT_TRUE(contains(shown, "sort processes")) << shown;
+  ASSERT_EQ(std::system(tmux("send-keys x").c_str()), 0);
+  shown = wait_for("HOST PID");
+  EXPECT_FALSE(contains(shown, "gpuslice top: keys")) << shown;
+  EXPECT_TRUE(running()) << "a key other than q closed the help, not the view";
+}
+
+// Commands were cut at 40 characters at any width; a wide terminal shows as much as fits.
+TEST_F(TopTerminalTest, AWideTerminalShowsTheCommandLineAsFarAsItFits) {
+  auto ledger = make_state();
+  std::string command = read_file("/proc/self/cmdline");
+  for (char& c : command) c = c == '\0' ? ' ' : c;
+  while (!command.empty() && command.back() == ' ') command.pop_back();
+  if (command.size() < 50) GTEST_SKIP() << "this test's own command line is too short: " << command;
+  start(200, 32);
+  std::string shown = wait_for("HOST PID");
+  EXPECT_TRUE(contains(shown, command.substr(0, 50))) << shown;
+}
+
 TEST_F(TopTerminalTest, NotATerminalPrintsThePlainRefreshes) {
   auto ledger = make_state();
   Outcome o = run({"top", "--file", state_, "--interval", "0.05", "--iterations", "2"});
