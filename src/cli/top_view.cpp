@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -79,6 +80,15 @@ class Screen {
   int width_;
 };
 
+bool g_colour = false;  // the terminal has colours (set once the screen starts)
+
+// Green below 75 % of the quota, yellow to 90 %, red above: the colour of a memory figure.
+attr_t colour(double fraction) {
+  if (!g_colour) return A_NORMAL;
+  return COLOR_PAIR(fraction < 0.75 ? 1 : fraction < 0.9 ? 2 : 3);
+}
+attr_t error_colour() { return g_colour ? COLOR_PAIR(3) : A_NORMAL; }
+
 std::string pad_left(const std::string& text, std::size_t width) {
   if (text.size() >= width) return text.substr(0, width);
   return std::string(width - text.size(), ' ') + text;
@@ -140,6 +150,39 @@ class TopView {
     std::uint64_t now = monotonic_ns();
     for (auto& c : view_.containers) rates_.update(c, now);
     taken_ = time(nullptr);
+    // Per GPU: memory and the compute rate of every container on it, and the rate's history.
+    gpus_.clear();
+    for (const auto& c : view_.containers) {
+      for (const auto& d : c.devices) {
+        GpuLine& g = gpus_[d.uuid];
+        g.used += d.used_bytes;
+        g.total = std::max<std::uint64_t>(g.total, d.total_bytes);
+        if (d.compute_utilization_ratio) g.rate = g.rate.value_or(0.0) + *d.compute_utilization_ratio;
+      }
+    }
+    for (auto& [uuid, g] : gpus_) {
+      std::vector<double>& past = history_[uuid];
+      past.push_back(std::min(1.0, g.rate.value_or(0.0)));
+      if (past.size() > kHistory) past.erase(past.begin());
+    }
+  }
+
+  // One line per GPU the containers use: memory of all of them, their compute rate now and over
+  // the last kHistory refreshes (oldest left), like nvtop's graphs in one row of characters.
+  int draw_gpu_summary(Screen& s, int y) {
+    static constexpr char kLevels[] = " _.-=+*#";
+    for (const auto& [uuid, g] : gpus_) {
+      if (!device_shown(uuid)) continue;
+      std::string graph;
+      for (double v : history_[uuid]) graph += kLevels[static_cast<int>(v * 7.0 + 0.5)];
+      std::string text = "gpu " + short_uuid(uuid) + "  mem " + compact_bytes(g.used) + "/" +
+                         compact_bytes(g.total) + "  sm " +
+                         (g.rate ? percent_text(std::min(1.0, *g.rate)) : "-") + "  [" + graph +
+                         std::string(kHistory - graph.size(), ' ') + "]";
+      y = s.line(y, text,
+                 colour(g.total > 0 ? static_cast<double>(g.used) / static_cast<double>(g.total) : 0.0));
+    }
+    return y;
   }
 
   std::vector<std::string> device_uuids() const {
@@ -230,7 +273,7 @@ class TopView {
     std::string text = " " + name + "  ";
     if (bar_cells >= 6) text += bar(fraction, bar_cells) + " ";
     text += used + (with_card ? "  " + card : "") + "  " + compute + "  " + refused;
-    return s.line(y, text);
+    return s.line(y, text, colour(fraction));
   }
 
   int draw_processes(Screen& s, int y, const status::ContainerStatus& c) {
@@ -308,7 +351,9 @@ class TopView {
     erase();
     Screen s(COLS);
     int y = draw_header(s);
-    if (!view_.error.empty()) y = s.line(y, "error: " + terminal_text(view_.error, 300), A_BOLD);
+    y = draw_gpu_summary(s, y);
+    if (!view_.error.empty())
+      y = s.line(y, "error: " + terminal_text(view_.error, 300), A_BOLD | error_colour());
     for (const auto& c : view_.containers) {
       if (y >= LINES - 1) break;
       if (options_.node) {
@@ -322,7 +367,7 @@ class TopView {
         y = s.line(y, "state " + terminal_text(*c.path, 200) + priority_text(c), A_BOLD);
       }
       if (c.error) {
-        y = s.line(y, " error: " + terminal_text(*c.error, 200));
+        y = s.line(y, " error: " + terminal_text(*c.error, 200), error_colour());
         continue;
       }
       if (c.devices.empty()) {
@@ -345,6 +390,13 @@ class TopView {
   SortKey sort_ = SortKey::Memory;
   int device_filter_ = 0;  // 0: all, else 1 + index into device_uuids()
   bool help_ = false;
+  struct GpuLine {
+    std::uint64_t used = 0, total = 0;
+    std::optional<double> rate;
+  };
+  static constexpr std::size_t kHistory = 30;
+  std::map<std::string, GpuLine> gpus_;                 // by UUID, this refresh
+  std::map<std::string, std::vector<double>> history_;  // by UUID, compute rate per refresh
 };
 
 }  // namespace
@@ -359,6 +411,14 @@ int run_top_view(const TopOptions& options) {
   sigaction(SIGTERM, &action, nullptr);
   TopView view(options);  // probes NVML before the screen changes, so its messages stay readable
   if (initscr() == nullptr) return 1;
+  if (has_colors()) {
+    start_color();
+    use_default_colors();
+    init_pair(1, COLOR_GREEN, -1);
+    init_pair(2, COLOR_YELLOW, -1);
+    init_pair(3, COLOR_RED, -1);
+    g_colour = true;
+  }
   cbreak();
   noecho();
   keypad(stdscr, TRUE);

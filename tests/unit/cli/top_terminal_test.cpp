@@ -129,6 +129,25 @@ TEST_F(TopTerminalTest, AWideTerminalShowsTheCommandLineAsFarAsItFits) {
   EXPECT_TRUE(contains(shown, command.substr(0, 50))) << shown;
 }
 
+// As nvtop shows a graph per GPU: one summary line per GPU with the compute rate's history, and
+// memory figures in colour (green, yellow, red by how full the quota is).
+TEST_F(TopTerminalTest, EachGpuHasASummaryLineWithHistoryAndMemoryInColour) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 7 * kGi));  // 7 of 8 GiB: yellow
+  start(100, 30);
+  for (int i = 0; i < 5; ++i) {
+    ledger->add_busy_ns(0, 150'000'000);  // busy while the view refreshes every 0.2 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::string shown = wait_for("gpu 00000000..4444");
+  EXPECT_TRUE(contains(shown, "gpu 00000000..4444  mem 7G/80G  sm ")) << shown;
+  std::size_t row = shown.find("gpu 00000000..4444");
+  std::string line = shown.substr(row, shown.find('\n', row) - row);
+  EXPECT_NE(line.find_first_of("_.-=+*#", line.find('[')), std::string::npos) << "no history: " << line;
+  const std::string coloured = shell(tmux("capture-pane -p -e"));
+  EXPECT_TRUE(contains(coloured, "\x1b[33m")) << "no yellow for a quota 7/8 full: " << coloured;
+}
+
 TEST_F(TopTerminalTest, NotATerminalPrintsThePlainRefreshes) {
   auto ledger = make_state();
   Outcome o = run({"top", "--file", state_, "--interval", "0.05", "--iterations", "2"});
