@@ -65,19 +65,29 @@ std::string compact_bytes(std::uint64_t bytes) {
 class Screen {
  public:
   explicit Screen(int width) : width_(width) {}
-  // Writes `text` at row y (clipped to the width); returns the next row.
+  // Writes `text` at row y (clipped to the width); returns the next row. Rows from body_start()
+  // on scroll: the first `scroll` of them are not shown.
   int line(int y, const std::string& text, attr_t attr = A_NORMAL) {
-    if (y >= LINES) return y + 1;
+    const int row = y >= body_start_ ? y - scroll_ : y;
+    if ((y >= body_start_ && row < body_start_) || row >= LINES) return y + 1;
     attron(attr);
     // Callers escape what they cut to width; this is where the screen is written, so once more.
-    mvaddnstr(y, 0, terminal_text(text).c_str(), width_);
+    mvaddnstr(row, 0, terminal_text(text).c_str(), width_);
     attroff(attr);
     return y + 1;
   }
+  void start_body(int y, int scroll) {
+    body_start_ = y;
+    scroll_ = scroll;
+  }
+  // Whether row y falls past the bottom of the screen.
+  bool full(int y) const { return (y >= body_start_ ? y - scroll_ : y) >= LINES - 1; }
   int width() const { return width_; }
 
  private:
   int width_;
+  int body_start_ = 1 << 30;
+  int scroll_ = 0;
 };
 
 bool g_colour = false;  // the terminal has colours (set once the screen starts)
@@ -136,6 +146,15 @@ class TopView {
         draw();
       } else if (key == 'd' || key == 'D' || key == '\t') {
         device_filter_ = (device_filter_ + 1) % static_cast<int>(device_uuids().size() + 1);
+        draw();
+      } else if (key == KEY_DOWN || key == 'j' || key == KEY_NPAGE) {
+        scroll_ += key == KEY_NPAGE ? std::max(1, LINES - 6) : 1;
+        draw();
+      } else if (key == KEY_UP || key == 'k' || key == KEY_PPAGE) {
+        scroll_ = std::max(0, scroll_ - (key == KEY_PPAGE ? std::max(1, LINES - 6) : 1));
+        draw();
+      } else if (key == KEY_HOME || key == 'g') {
+        scroll_ = 0;
         draw();
       } else if (key == KEY_RESIZE) {
         draw();
@@ -306,7 +325,7 @@ class TopView {
     });
     if (rows.empty()) return s.line(y, "   (no process)");
     for (const Row& r : rows) {
-      if (y >= LINES - 1) break;
+      if (s.full(y)) break;
       std::string share =
           r.pd->compute_utilization_ratio ? percent_text(*r.pd->compute_utilization_ratio) : "-";
       std::string text =
@@ -329,6 +348,7 @@ class TopView {
         "  q        quit",
         "  s        sort processes: memory, share, pid",
         "  d, Tab   show one device, the next, or all",
+        "  j k, arrows, PgUp PgDn, Home   scroll the containers and processes",
         "  h, ?     this help (any key closes it)",
         "",
         "Device row: memory bar (used/quota), 'sm NOW/LIMIT' the compute rate of the last",
@@ -352,10 +372,12 @@ class TopView {
     Screen s(COLS);
     int y = draw_header(s);
     y = draw_gpu_summary(s, y);
+    // What follows scrolls (arrows, j/k, PgUp/PgDn, Home); the header and the GPUs stay.
+    s.start_body(y, scroll_);
     if (!view_.error.empty())
       y = s.line(y, "error: " + terminal_text(view_.error, 300), A_BOLD | error_colour());
     for (const auto& c : view_.containers) {
-      if (y >= LINES - 1) break;
+      if (s.full(y)) break;
       if (options_.node) {
         std::string title = "container " + terminal_text(c.id.value_or("?"), 48);
         if (c.pod_name) {
@@ -390,6 +412,7 @@ class TopView {
   SortKey sort_ = SortKey::Memory;
   int device_filter_ = 0;  // 0: all, else 1 + index into device_uuids()
   bool help_ = false;
+  int scroll_ = 0;  // body rows scrolled off the top
   struct GpuLine {
     std::uint64_t used = 0, total = 0;
     std::optional<double> rate;

@@ -22,7 +22,9 @@ class TopTerminalTest : public CliTest {
   void SetUp() override {
     CliTest::SetUp();
     if (shell("command -v tmux").empty()) GTEST_SKIP() << "tmux is not installed (CI installs it)";
-    socket_ = "gpuslice-top-" + std::to_string(getpid());
+    // One tmux server per test: a server still exiting from the previous test cannot take this one.
+    socket_ = "gpuslice-top-" + std::to_string(getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::create_directory(dir_ + "/mock");
   }
   void TearDown() override {
@@ -146,6 +148,25 @@ TEST_F(TopTerminalTest, EachGpuHasASummaryLineWithHistoryAndMemoryInColour) {
   EXPECT_NE(line.find_first_of("_.-=+*#", line.find('[')), std::string::npos) << "no history: " << line;
   const std::string coloured = shell(tmux("capture-pane -p -e"));
   EXPECT_TRUE(contains(coloured, "\x1b[33m")) << "no yellow for a quota 7/8 full: " << coloured;
+}
+
+// What does not fit was out of reach: the view scrolls below the header and the GPU lines.
+TEST_F(TopTerminalTest, ALowTerminalScrollsToTheProcessRows) {
+  auto ledger = make_state();
+  start(80, 7);
+  std::string shown = wait_for("gpu 00000000..4444");
+  const std::string pid = std::to_string(getpid());
+  ASSERT_FALSE(contains(shown, "HOST PID")) << "fits without scrolling; make the terminal lower: " << shown;
+  for (int i = 0; i < 6 && !contains(shown, "HOST PID"); ++i) {
+    ASSERT_EQ(std::system(tmux("send-keys j").c_str()), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    shown = screen();
+  }
+  EXPECT_TRUE(contains(shown, "HOST PID")) << shown;
+  EXPECT_TRUE(contains(shown, "gpuslice top")) << "the header stays: " << shown;
+  ASSERT_EQ(std::system(tmux("send-keys g").c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(contains(screen(), "HOST PID")) << "Home goes back to the top";
 }
 
 TEST_F(TopTerminalTest, NotATerminalPrintsThePlainRefreshes) {
