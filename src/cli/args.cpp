@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cli/terminal_text.h"
 #include "config/settings.h"
 
 namespace gpuslice::cli {
@@ -120,13 +121,14 @@ std::optional<int> parse_command(const CommandSpec& spec, int argc, char** argv,
 
 int usage_error(const CommandSpec& spec, const std::string& message) {
   std::fprintf(stderr, "gpuslice %.*s: %s\nTry 'gpuslice %.*s --help'.\n", static_cast<int>(spec.name.size()),
-               spec.name.data(), message.c_str(), static_cast<int>(spec.name.size()), spec.name.data());
+               spec.name.data(), terminal_text(message).c_str(), static_cast<int>(spec.name.size()),
+               spec.name.data());
   return kExitUsage;
 }
 
 int runtime_error(std::string_view command, const std::string& message) {
   std::fprintf(stderr, "gpuslice %.*s: %s\n", static_cast<int>(command.size()), command.data(),
-               message.c_str());
+               terminal_text(message).c_str());
   return kExitRuntime;
 }
 

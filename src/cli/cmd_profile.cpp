@@ -14,6 +14,7 @@
 #include "cli/profile_data.h"
 #include "cli/profile_html.h"
 #include "cli/profile_trace.h"
+#include "cli/terminal_text.h"
 #include "common/errno_text.h"
 
 namespace gpuslice::cli {
@@ -85,7 +86,7 @@ nlohmann::json summary_json(const ProfileData& data, const std::vector<ApiSummar
 }
 
 void print_table(const ProfileData& data, const std::vector<ApiSummary>& rows) {
-  std::printf("Profile %s: %s, %s\n\n", printable(data.dir, 200).c_str(),
+  std::printf("Profile %s: %s, %s\n\n", terminal_text(data.dir, 200).c_str(),
               data.have_metrics ? "metrics.log" : "no metrics.log",
               data.have_timeline
                   ? ("timeline.log with " + std::to_string(data.timeline_calls) + " calls").c_str()
@@ -95,7 +96,7 @@ void print_table(const ProfileData& data, const std::vector<ApiSummary>& rows) {
     std::string mean =
         r.count > 0 ? format_duration_ns(static_cast<double>(r.total_ns) / static_cast<double>(r.count))
                     : std::string("-");
-    table.add_row({printable(r.api, kApiColumnWidth), std::to_string(r.count),
+    table.add_row({terminal_text(r.api, kApiColumnWidth), std::to_string(r.count),
                    format_duration_ns(static_cast<double>(r.total_ns)), mean,
                    r.p50 ? format_duration_ns(static_cast<double>(*r.p50)) : "-",
                    r.p99 ? format_duration_ns(static_cast<double>(*r.p99)) : "-"});

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/terminal_text.h"
 #include "config/priority.h"
 #include "config/settings.h"
 #include "shared_state/ledger.h"
@@ -148,7 +149,7 @@ int cmd_set(int argc, char** argv) {
       // its processes read it (the ledger carries it), so this is right from the host as well.
       const std::uint64_t now = ledger.quota(record);
       const std::uint64_t cap = ledger.caps(record).quota;
-      std::printf("device %d (%s): memory quota %s -> %s", record, row->uuid.c_str(),
+      std::printf("device %d (%s): memory quota %s -> %s", record, terminal_text(row->uuid).c_str(),
                   format_bytes(row->quota).c_str(), format_bytes(now).c_str());
       if (now != *memory) {
         std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",
@@ -164,7 +165,7 @@ int cmd_set(int argc, char** argv) {
     if (compute) {
       ledger.set_compute_limit(record, *compute);
       const unsigned now = ledger.compute_limit(record);
-      std::printf("device %d (%s): compute limit %s -> %s", record, row->uuid.c_str(),
+      std::printf("device %d (%s): compute limit %s -> %s", record, terminal_text(row->uuid).c_str(),
                   shown_percent(row->compute_limit).c_str(), shown_percent(now).c_str());
       if (now != *compute) {
         std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",

@@ -63,7 +63,8 @@ const CommandSpec& status_spec() {
 const CommandSpec& top_spec() {
   static const CommandSpec spec{
       "top", "[options]",
-      "Live view of 'gpuslice status': full-screen on a terminal (q quits, s sorts, d switches device).",
+      "Live view of 'gpuslice status': full-screen on a terminal (q quits, s sorts, d switches device, h "
+      "helps).",
       "On a terminal: header with time, GPUs, driver and CUDA version; per device a memory bar\n"
       "(used/quota, and the card's total), the compute rate of the last interval against the\n"
       "limit ('sm 23%/30%') and the allocations refused in it; process rows (pid, host pid,\n"

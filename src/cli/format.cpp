@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "cli/terminal_text.h"
+
 namespace gpuslice::cli {
 
 std::string format_bytes(std::uint64_t bytes) {
@@ -48,15 +50,24 @@ void Table::add_row(std::vector<std::string> cells) {
 }
 
 void Table::print(std::FILE* out) const {
+  // Every cell is rendered safe for a terminal here, so no caller can forget it.
+  std::vector<std::vector<std::string>> shown;
+  shown.reserve(rows_.size() + 1);
+  auto escaped = [](const std::vector<std::string>& cells) {
+    std::vector<std::string> safe;
+    for (const auto& cell : cells) safe.push_back(terminal_text(cell));
+    return safe;
+  };
+  shown.push_back(escaped(headers_));
+  for (const auto& row : rows_) shown.push_back(escaped(row));
   std::vector<std::size_t> widths(headers_.size());
-  for (std::size_t c = 0; c < headers_.size(); ++c) {
-    widths[c] = headers_[c].size();
-    for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
+  for (const auto& row : shown) {
+    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], terminal_columns(row[c]));
   }
-  auto print_row = [&](const std::vector<std::string>& cells) {
+  for (const auto& cells : shown) {
     std::string line;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      std::string pad(widths[c] - cells[c].size(), ' ');
+      std::string pad(widths[c] - terminal_columns(cells[c]), ' ');
       bool last = c + 1 == cells.size();
       if (right_[c]) {
         line += pad + cells[c];
@@ -68,9 +79,7 @@ void Table::print(std::FILE* out) const {
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::fprintf(out, "%s\n", line.c_str());
-  };
-  print_row(headers_);
-  for (const auto& row : rows_) print_row(row);
+  }
 }
 
 }  // namespace gpuslice::cli

@@ -101,11 +101,26 @@ Result<bool> check_open(int fd, std::uint64_t file_size, const std::string& path
                                  sizeof(Elf64_Dyn));
   if (!read_exact(fd, entries.data(), entries.size() * sizeof(Elf64_Dyn), dynamic->p_offset))
     return fail("cannot read the dynamic section");
+  bool ended = false;
   for (const Elf64_Dyn& entry : entries) {
-    if (entry.d_tag == DT_NULL) break;
+    if (entry.d_tag == DT_NULL) {
+      ended = true;
+      break;
+    }
     if (entry.d_tag == DT_FLAGS_1 && (entry.d_un.d_val & DF_1_PIE) != 0)
       return fail("not a shared library but a position-independent executable (DF_1_PIE)");
+    // The dependency check runs the loader with this file as its main program, and the loader loads
+    // and starts the audit modules a main program names: code of the candidate's choosing, which a
+    // plain preload never runs. Nothing of a library is run to inspect it, so these are refused.
+    if (entry.d_tag == DT_AUDIT || entry.d_tag == DT_DEPAUDIT) {
+      return fail(std::string("it names audit modules (") +
+                  (entry.d_tag == DT_AUDIT ? "DT_AUDIT" : "DT_DEPAUDIT") +
+                  "), which the dependency check would load and run");
+    }
   }
+  // An entry past what was read could be one of those: a section without its end is refused too.
+  if (!ended)
+    return fail("its dynamic section has no end within " + std::to_string(kMaxDynamicBytes) + " bytes");
   return true;
 }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/terminal_text.h"
 #include "common/text.h"
 
 extern char** environ;
@@ -135,14 +136,8 @@ Traced run_loader(const std::string& loader, const std::string& library) {
   return out;
 }
 
-// Control characters of a file name or message shown as '?', at most 300 bytes.
-std::string shown(std::string_view text) {
-  std::string out(text.substr(0, 300));
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return out;
-}
+// A file name or message of the loader's, at most 300 characters.
+std::string shown(std::string_view text) { return terminal_text(text, 300); }
 
 }  // namespace
 

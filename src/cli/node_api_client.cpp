@@ -223,7 +223,10 @@ Result<StatusView> parse_node_status(const std::string& body) {
   for (const json& c : doc["containers"]) {
     auto parsed = status::container_from_json(c);
     if (!parsed) return make_error("the daemon's status: " + parsed.error());
-    view.containers.push_back(std::move(parsed).value());
+    // The daemon relays what a tenant wrote; an older one does not check the UUIDs.
+    status::ContainerStatus container = std::move(parsed).value();
+    status::reject_bad_uuids(container);
+    view.containers.push_back(std::move(container));
   }
   return view;
 }

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/line_reader.h"
+#include "cli/terminal_text.h"
 #include "common/safe_file.h"
 #include "common/text.h"
 
@@ -24,7 +25,7 @@ class LineReporter {
   explicit LineReporter(std::string file) : file_(std::move(file)) {}
   void malformed(std::size_t line, std::string_view text, std::string_view why) {
     if (++count_ <= kReportedPerFile) {
-      std::string shown = printable(text, 120);
+      std::string shown = terminal_text(text, 120);
       std::fprintf(stderr, "gpuslice profile: %s:%zu: %.*s: '%s'; skipped\n", file_.c_str(), line,
                    static_cast<int>(why.size()), why.data(), shown.c_str());
     }
@@ -272,19 +273,6 @@ std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
 }
 
 }  // namespace
-
-std::string printable(std::string_view text, std::size_t max_width) {
-  std::string out;
-  for (char c : text) {
-    auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  if (out.size() > max_width && max_width > 3) {
-    out.resize(max_width - 3);
-    out += "...";
-  }
-  return out;
-}
 
 Result<ProfileData> load_profile(const std::string& dir_arg, const ProfileLimits& limits) {
   std::string dir = dir_arg;

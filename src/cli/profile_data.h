@@ -73,8 +73,4 @@ struct ApiSummary {
 };
 std::vector<ApiSummary> summarise(const ProfileData& data);
 
-// Printable form of a name from a file: control bytes become '?', and names longer than
-// `max_width` end in "...".
-std::string printable(std::string_view text, std::size_t max_width);
-
 }  // namespace gpuslice::cli

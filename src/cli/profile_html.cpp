@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "cli/profile_trace.h"
+#include "cli/terminal_text.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -226,7 +227,7 @@ constexpr const char* kScript = R"JS(
 }  // namespace
 
 std::string profile_html(const ProfileData& data) {
-  std::string title = "gpuslice profile: " + html_escape(printable(data.dir, 200));
+  std::string title = "gpuslice profile: " + html_escape(terminal_text(data.dir, 200));
   std::string page = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + title +
                      "</title>\n<style>" + kStyle + "</style></head>\n<body>\n<h1>" + title + "</h1>\n";
   page +=

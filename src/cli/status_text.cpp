@@ -2,6 +2,7 @@
 
 #include "cli/format.h"
 #include "cli/profile_data.h"
+#include "cli/terminal_text.h"
 
 namespace gpuslice::cli {
 
@@ -33,9 +34,9 @@ std::string usage_percent(const status::DeviceStatus& d) {
 }  // namespace
 
 void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
-  if (c.path) std::fprintf(out, "State file: %s\n\n", c.path->c_str());
+  if (c.path) std::fprintf(out, "State file: %s\n\n", terminal_text(*c.path).c_str());
   if (c.priority) {
-    std::fprintf(out, "Priority: %s, held back %.3f s\n\n", printable(*c.priority, 16).c_str(),
+    std::fprintf(out, "Priority: %s, held back %.3f s\n\n", terminal_text(*c.priority, 16).c_str(),
                  static_cast<double>(c.held_back_ns) / 1e9);
   }
   if (c.devices.empty()) {
@@ -83,7 +84,7 @@ void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
                   {true, true, true, true, true, false});
   for (const auto& p : c.processes) {
     std::string host = p.host_pid ? std::to_string(*p.host_pid) : "-";
-    std::string command = printable(p.command, 64);
+    std::string command = terminal_text(p.command, 64);
     if (p.devices.empty()) processes.add_row({std::to_string(p.pid), host, "-", "-", "-", command});
     for (const auto& pd : p.devices) {
       processes.add_row({std::to_string(p.pid), host, index_text(pd.record), format_bytes(pd.used_bytes),
@@ -103,9 +104,9 @@ void print_view_text(const StatusView& view, bool node, std::FILE* out) {
     std::string title = "Container " + (c.id ? *c.id : std::string("?"));
     if (c.pod_name)
       title += "  pod " + (c.pod_namespace ? *c.pod_namespace + "/" : std::string()) + *c.pod_name;
-    std::fprintf(out, "== %s\n", printable(title, 200).c_str());
+    std::fprintf(out, "== %s\n", terminal_text(title, 200).c_str());
     if (c.error) {
-      std::fprintf(out, "error: %s\n\n", printable(*c.error, 300).c_str());
+      std::fprintf(out, "error: %s\n\n", terminal_text(*c.error, 300).c_str());
       continue;
     }
     if (!c.has_state) {

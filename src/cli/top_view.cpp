@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "cli/gpu_info.h"
 #include "cli/profile_data.h"
 #include "cli/status_text.h"
+#include "cli/terminal_text.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -63,19 +65,39 @@ std::string compact_bytes(std::uint64_t bytes) {
 class Screen {
  public:
   explicit Screen(int width) : width_(width) {}
-  // Writes `text` at row y (clipped to the width); returns the next row.
+  // Writes `text` at row y (clipped to the width); returns the next row. Rows from body_start()
+  // on scroll: the first `scroll` of them are not shown.
   int line(int y, const std::string& text, attr_t attr = A_NORMAL) {
-    if (y >= LINES) return y + 1;
+    const int row = y >= body_start_ ? y - scroll_ : y;
+    if ((y >= body_start_ && row < body_start_) || row >= LINES) return y + 1;
     attron(attr);
-    mvaddnstr(y, 0, text.c_str(), width_);
+    // Callers escape what they cut to width; this is where the screen is written, so once more.
+    mvaddnstr(row, 0, terminal_text(text).c_str(), width_);
     attroff(attr);
     return y + 1;
   }
+  void start_body(int y, int scroll) {
+    body_start_ = y;
+    scroll_ = scroll;
+  }
+  // Whether row y falls past the bottom of the screen.
+  bool full(int y) const { return (y >= body_start_ ? y - scroll_ : y) >= LINES - 1; }
   int width() const { return width_; }
 
  private:
   int width_;
+  int body_start_ = 1 << 30;
+  int scroll_ = 0;
 };
+
+bool g_colour = false;  // the terminal has colours (set once the screen starts)
+
+// Green below 75 % of the quota, yellow to 90 %, red above: the colour of a memory figure.
+attr_t colour(double fraction) {
+  if (!g_colour) return A_NORMAL;
+  return COLOR_PAIR(fraction < 0.75 ? 1 : fraction < 0.9 ? 2 : 3);
+}
+attr_t error_colour() { return g_colour ? COLOR_PAIR(3) : A_NORMAL; }
 
 std::string pad_left(const std::string& text, std::size_t width) {
   if (text.size() >= width) return text.substr(0, width);
@@ -107,6 +129,16 @@ class TopView {
       }
       int key = getch();  // waits at most 100 ms (timeout below)
       if (key == 'q' || key == 'Q') break;
+      if (key == 'h' || key == 'H' || key == '?') {
+        help_ = !help_;
+        draw();
+        continue;
+      }
+      if (help_ && key != ERR) {  // any other key closes the help screen
+        help_ = false;
+        draw();
+        continue;
+      }
       if (key == 's' || key == 'S') {
         sort_ = sort_ == SortKey::Memory  ? SortKey::Share
                 : sort_ == SortKey::Share ? SortKey::Pid
@@ -114,6 +146,15 @@ class TopView {
         draw();
       } else if (key == 'd' || key == 'D' || key == '\t') {
         device_filter_ = (device_filter_ + 1) % static_cast<int>(device_uuids().size() + 1);
+        draw();
+      } else if (key == KEY_DOWN || key == 'j' || key == KEY_NPAGE) {
+        scroll_ += key == KEY_NPAGE ? std::max(1, LINES - 6) : 1;
+        draw();
+      } else if (key == KEY_UP || key == 'k' || key == KEY_PPAGE) {
+        scroll_ = std::max(0, scroll_ - (key == KEY_PPAGE ? std::max(1, LINES - 6) : 1));
+        draw();
+      } else if (key == KEY_HOME || key == 'g') {
+        scroll_ = 0;
         draw();
       } else if (key == KEY_RESIZE) {
         draw();
@@ -128,6 +169,39 @@ class TopView {
     std::uint64_t now = monotonic_ns();
     for (auto& c : view_.containers) rates_.update(c, now);
     taken_ = time(nullptr);
+    // Per GPU: memory and the compute rate of every container on it, and the rate's history.
+    gpus_.clear();
+    for (const auto& c : view_.containers) {
+      for (const auto& d : c.devices) {
+        GpuLine& g = gpus_[d.uuid];
+        g.used += d.used_bytes;
+        g.total = std::max<std::uint64_t>(g.total, d.total_bytes);
+        if (d.compute_utilization_ratio) g.rate = g.rate.value_or(0.0) + *d.compute_utilization_ratio;
+      }
+    }
+    for (auto& [uuid, g] : gpus_) {
+      std::vector<double>& past = history_[uuid];
+      past.push_back(std::min(1.0, g.rate.value_or(0.0)));
+      if (past.size() > kHistory) past.erase(past.begin());
+    }
+  }
+
+  // One line per GPU the containers use: memory of all of them, their compute rate now and over
+  // the last kHistory refreshes (oldest left), like nvtop's graphs in one row of characters.
+  int draw_gpu_summary(Screen& s, int y) {
+    static constexpr char kLevels[] = " _.-=+*#";
+    for (const auto& [uuid, g] : gpus_) {
+      if (!device_shown(uuid)) continue;
+      std::string graph;
+      for (double v : history_[uuid]) graph += kLevels[static_cast<int>(v * 7.0 + 0.5)];
+      std::string text = "gpu " + short_uuid(uuid) + "  mem " + compact_bytes(g.used) + "/" +
+                         compact_bytes(g.total) + "  sm " +
+                         (g.rate ? percent_text(std::min(1.0, *g.rate)) : "-") + "  [" + graph +
+                         std::string(kHistory - graph.size(), ' ') + "]";
+      y = s.line(y, text,
+                 colour(g.total > 0 ? static_cast<double>(g.used) / static_cast<double>(g.total) : 0.0));
+    }
+    return y;
   }
 
   std::vector<std::string> device_uuids() const {
@@ -147,13 +221,13 @@ class TopView {
     localtime_r(&taken_, &local);
     std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
     std::string head = std::string("gpuslice top  ") + clock + "  driver " +
-                       (machine_.driver_version.empty() ? "-" : printable(machine_.driver_version, 24)) +
+                       (machine_.driver_version.empty() ? "-" : terminal_text(machine_.driver_version, 24)) +
                        "  CUDA " + (machine_.cuda_version.empty() ? "-" : machine_.cuda_version);
     int y = s.line(0, head, A_BOLD);
     std::map<std::string, int> names;
-    for (const auto& g : machine_.gpus) ++names[printable(g.name, 40)];
+    for (const auto& g : machine_.gpus) ++names[terminal_text(g.name, 40)];
     if (machine_.gpus.empty()) {
-      for (const auto& g : view_.gpus) ++names[printable(g.name, 40)];
+      for (const auto& g : view_.gpus) ++names[terminal_text(g.name, 40)];
     }
     std::string gpus = "GPUs: ";
     if (names.empty())
@@ -172,7 +246,7 @@ class TopView {
     std::snprintf(interval, sizeof interval, "%.2gs", static_cast<double>(options_.interval_ns) / 1e9);
     y = s.line(y,
                std::string("sort ") + sort_name(sort_) + "  device " + filter + "  every " + interval +
-                   "   keys: q quit  s sort  d device",
+                   "   keys: q quit  s sort  d device  h help",
                A_DIM);
     return y;
   }
@@ -189,7 +263,7 @@ class TopView {
     if (!c.priority) return "";
     char held[32];
     std::snprintf(held, sizeof held, "%.1fs", static_cast<double>(c.held_back_ns) / 1e9);
-    return "  prio " + printable(*c.priority, 8) + " held " + held;
+    return "  prio " + terminal_text(*c.priority, 8) + " held " + held;
   }
 
   int draw_device(Screen& s, int y, const status::DeviceStatus& d) {
@@ -218,7 +292,7 @@ class TopView {
     std::string text = " " + name + "  ";
     if (bar_cells >= 6) text += bar(fraction, bar_cells) + " ";
     text += used + (with_card ? "  " + card : "") + "  " + compute + "  " + refused;
-    return s.line(y, text);
+    return s.line(y, text, colour(fraction));
   }
 
   int draw_processes(Screen& s, int y, const status::ContainerStatus& c) {
@@ -251,37 +325,71 @@ class TopView {
     });
     if (rows.empty()) return s.line(y, "   (no process)");
     for (const Row& r : rows) {
-      if (y >= LINES - 1) break;
+      if (s.full(y)) break;
       std::string share =
           r.pd->compute_utilization_ratio ? percent_text(*r.pd->compute_utilization_ratio) : "-";
       std::string text =
           "   " + pad_left(std::to_string(r.p->pid), 7) +
           (host_column ? " " + pad_left(r.p->host_pid ? std::to_string(*r.p->host_pid) : "-", 8) : "") + " " +
           pad_left(index_text(r.pd->record), 3) + " " + pad_left(compact_bytes(r.pd->used_bytes), 7) + " " +
-          pad_left(share, 5) + "  " + printable(r.p->command, 40);
+          pad_left(share, 5) + "  ";
+      // The command gets what is left of the line, however wide the terminal is.
+      const int room = std::max(8, w - static_cast<int>(text.size()));
+      text += terminal_text(r.p->command, static_cast<std::size_t>(room));
       y = s.line(y, text);
     }
     return y;
   }
 
+  void draw_help() {
+    static constexpr const char* kLines[] = {
+        "gpuslice top: keys",
+        "",
+        "  q        quit",
+        "  s        sort processes: memory, share, pid",
+        "  d, Tab   show one device, the next, or all",
+        "  j k, arrows, PgUp PgDn, Home   scroll the containers and processes",
+        "  h, ?     this help (any key closes it)",
+        "",
+        "Device row: memory bar (used/quota), 'sm NOW/LIMIT' the compute rate of the last",
+        "interval against the limit, 'refused +N' allocations refused in it.",
+        "Process rows: PID (in the container), HOST PID, DEV (device record), MEMORY,",
+        "SHARE (the process's compute rate), COMMAND (as wide as the terminal allows).",
+    };
+    erase();
+    Screen s(COLS);
+    int y = 0;
+    for (const char* line : kLines) y = s.line(y, line, y == 0 ? A_BOLD : A_NORMAL);
+    refresh();
+  }
+
   void draw() {
+    if (help_) {
+      draw_help();
+      return;
+    }
     erase();
     Screen s(COLS);
     int y = draw_header(s);
-    if (!view_.error.empty()) y = s.line(y, "error: " + printable(view_.error, 300), A_BOLD);
+    y = draw_gpu_summary(s, y);
+    // What follows scrolls (arrows, j/k, PgUp/PgDn, Home); the header and the GPUs stay.
+    s.start_body(y, scroll_);
+    if (!view_.error.empty())
+      y = s.line(y, "error: " + terminal_text(view_.error, 300), A_BOLD | error_colour());
     for (const auto& c : view_.containers) {
-      if (y >= LINES - 1) break;
+      if (s.full(y)) break;
       if (options_.node) {
-        std::string title = "container " + printable(c.id.value_or("?"), 48);
+        std::string title = "container " + terminal_text(c.id.value_or("?"), 48);
         if (c.pod_name) {
-          title += "  pod " + printable((c.pod_namespace ? *c.pod_namespace + "/" : "") + *c.pod_name, 60);
+          title +=
+              "  pod " + terminal_text((c.pod_namespace ? *c.pod_namespace + "/" : "") + *c.pod_name, 60);
         }
         y = s.line(y, title + priority_text(c), A_BOLD);
       } else if (c.path) {
-        y = s.line(y, "state " + printable(*c.path, 200) + priority_text(c), A_BOLD);
+        y = s.line(y, "state " + terminal_text(*c.path, 200) + priority_text(c), A_BOLD);
       }
       if (c.error) {
-        y = s.line(y, " error: " + printable(*c.error, 200));
+        y = s.line(y, " error: " + terminal_text(*c.error, 200), error_colour());
         continue;
       }
       if (c.devices.empty()) {
@@ -303,6 +411,15 @@ class TopView {
   time_t taken_ = 0;
   SortKey sort_ = SortKey::Memory;
   int device_filter_ = 0;  // 0: all, else 1 + index into device_uuids()
+  bool help_ = false;
+  int scroll_ = 0;  // body rows scrolled off the top
+  struct GpuLine {
+    std::uint64_t used = 0, total = 0;
+    std::optional<double> rate;
+  };
+  static constexpr std::size_t kHistory = 30;
+  std::map<std::string, GpuLine> gpus_;                 // by UUID, this refresh
+  std::map<std::string, std::vector<double>> history_;  // by UUID, compute rate per refresh
 };
 
 }  // namespace
@@ -317,6 +434,14 @@ int run_top_view(const TopOptions& options) {
   sigaction(SIGTERM, &action, nullptr);
   TopView view(options);  // probes NVML before the screen changes, so its messages stay readable
   if (initscr() == nullptr) return 1;
+  if (has_colors()) {
+    start_color();
+    use_default_colors();
+    init_pair(1, COLOR_GREEN, -1);
+    init_pair(2, COLOR_YELLOW, -1);
+    init_pair(3, COLOR_RED, -1);
+    g_colour = true;
+  }
   cbreak();
   noecho();
   keypad(stdscr, TRUE);

@@ -1,7 +1,10 @@
 // The full-screen `gpuslice top` (ncurses, alternate screen): header with time, GPUs, driver and
 // CUDA version; per container and device a memory bar, the compute rate of the last interval
-// against the limit and the refusals of the interval; process rows like `nvidia-smi pmon`.
-// Keys: q quit, s cycle the sort, d cycle the device shown.
+// against the limit and the refusals of the interval; process rows like `nvidia-smi pmon`; a
+// summary line per GPU with the compute rate's history; memory coloured by how full the quota is.
+// Keys: q quit, s cycle the sort, d cycle the device shown, h (or ?) a help screen, j/k and the
+// arrows scroll. Commands get
+// what is left of the line.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Small text helpers shared by every component (header-only: no allocation, no locale).
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 namespace gpuslice::text {
@@ -27,6 +28,46 @@ inline bool is_plain_name(std::string_view name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// A GPU or MIG UUID as NVML and CUDA write them: "GPU-" or "MIG-" and 8-4-4-4-12 hex digits, or the
+// older MIG form "MIG-GPU-<uuid>/<GPU instance>/<compute instance>". What reads a UUID from a file a
+// tenant can write checks it with this before showing or matching it.
+inline bool is_gpu_uuid(std::string_view uuid) {
+  auto hex_groups = [](std::string_view s) {  // exactly 8-4-4-4-12
+    static constexpr std::size_t kGroups[] = {8, 4, 4, 4, 12};
+    std::size_t at = 0;
+    for (std::size_t g = 0; g < 5; ++g) {
+      if (g > 0 && (at >= s.size() || s[at++] != '-')) return std::string_view::npos;
+      for (std::size_t i = 0; i < kGroups[g]; ++i, ++at) {
+        const char c = at < s.size() ? s[at] : '\0';
+        const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+        if (!hex) return std::string_view::npos;
+      }
+    }
+    return at;
+  };
+  auto small_number = [](std::string_view s) {
+    if (s.empty() || s.size() > 5) return false;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+    }
+    return true;
+  };
+  const bool gpu = uuid.substr(0, 4) == "GPU-";
+  if (!gpu && uuid.substr(0, 4) != "MIG-") return false;
+  uuid.remove_prefix(4);
+  if (!gpu && uuid.substr(0, 4) == "GPU-") {
+    const std::size_t end = hex_groups(uuid.substr(4));
+    if (end == std::string_view::npos) return false;
+    std::string_view rest = uuid.substr(4 + end);
+    if (rest.empty() || rest[0] != '/') return false;
+    rest.remove_prefix(1);
+    const std::size_t slash = rest.find('/');
+    return slash != std::string_view::npos && small_number(rest.substr(0, slash)) &&
+           small_number(rest.substr(slash + 1));
+  }
+  return hex_groups(uuid) == uuid.size();
 }
 
 }  // namespace gpuslice::text

@@ -56,6 +56,7 @@ Result<LimitValue> parse_limit_value(std::string_view key, std::string_view text
 
 Result<LimitsFile> parse_limits_file(std::string_view text) {
   LimitsFile limits;
+  const std::string_view whole = text;
   std::size_t memory_line = 0;
   std::size_t compute_line = 0;
   std::size_t line_number = 0;
@@ -85,10 +86,16 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if ((memory || key == kComputeLimitKey) && seen_on != 0) {
       return problem(std::string(key) + " is set twice (first on line " + std::to_string(seen_on) + ")");
     }
+    seen_on = line_number;
+    if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
-    seen_on = line_number;
+  }
+  if (memory_line == 0 && compute_line == 0) {
+    return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
+                      ", as a file being rewritten does for a moment; to lift the caps write " +
+                      kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
   }
   return limits;
 }
@@ -96,8 +103,8 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
 std::string render_limits_file(const LimitsFile& limits, std::string_view header_comment) {
   std::string out;
   if (!header_comment.empty()) out += "# " + std::string(header_comment) + "\n";
-  if (limits.memory) out += std::string(kMemoryLimitKey) + "=" + limits.memory->text + "\n";
-  if (limits.compute) out += std::string(kComputeLimitKey) + "=" + limits.compute->text + "\n";
+  out += std::string(kMemoryLimitKey) + "=" + (limits.memory ? limits.memory->text : kNoCap) + "\n";
+  out += std::string(kComputeLimitKey) + "=" + (limits.compute ? limits.compute->text : kNoCap) + "\n";
   return out;
 }
 
@@ -106,8 +113,11 @@ Result<LimitsFile> read_limits_file(const std::string& path) {
   std::string text;
   std::string why;
   switch (read_small_file(path, text, why)) {
-    case ReadStatus::Missing:
-      return LimitsFile{};
+    case ReadStatus::Missing: {
+      LimitsFile none;
+      none.missing = true;
+      return none;
+    }
     case ReadStatus::Failed:
       return make_error(name + ": " + why);
     case ReadStatus::Ok:
@@ -125,6 +135,7 @@ void apply_limits_file(Settings& settings, const std::string& path) {
     settings.errors.push_back(limits.error());
     return;
   }
+  settings.limits_file_missing = limits->missing;
   settings.memory_cap = limits->memory ? std::move(limits->memory->values) : DeviceValues{};
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
 }

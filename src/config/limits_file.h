@@ -4,7 +4,9 @@
 //
 // Format: KEY=VALUE lines, '#' comments, blank lines; keys GPUSLICE_MEMORY_LIMIT and
 // GPUSLICE_COMPUTE_LIMIT (each at most once), values in the grammar of those variables, optionally
-// quoted. Anything else is an error naming the line.
+// quoted, or `none`: no cap for that key. Anything else is an error naming the line. A file with no
+// KEY=VALUE line at all is an error too: an empty file is what a tool that truncates before it
+// writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
 
 #include <optional>
@@ -25,21 +27,27 @@ struct LimitValue {
   DeviceValues values;  // parsed
 };
 
+inline constexpr const char* kNoCap = "none";
+
 struct LimitsFile {
-  std::optional<LimitValue> memory;   // bytes
-  std::optional<LimitValue> compute;  // percent
+  std::optional<LimitValue> memory;   // bytes; absent: no cap (`none`, or the key left out)
+  std::optional<LimitValue> compute;  // percent; idem
+  bool missing = false;               // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
 
 // Parses the text of a limits file; on the first problem returns "line N: problem".
 Result<LimitsFile> parse_limits_file(std::string_view text);
-// The canonical text of `limits` (parse_limits_file reads it back to the same values).
+// The canonical text of `limits`: both keys, `none` for an absent one (parse_limits_file reads it
+// back to the same values).
 std::string render_limits_file(const LimitsFile& limits, std::string_view header_comment = {});
 // Checks one value as the file would hold it (for writers building a file from other input).
 Result<LimitValue> parse_limit_value(std::string_view key, std::string_view text);
 
-// Reads `path`: a missing file is empty limits; a file that is not regular (a FIFO, a directory),
-// larger than kMaxLimitsFileBytes, unreadable or malformed is an error naming the file.
+// Reads `path`: a missing file is no caps with `missing` set (a process that starts without one
+// runs uncapped; one that had caps keeps them: see the interposer's limits tick); a file that is
+// not regular (a FIFO, a directory), larger than kMaxLimitsFileBytes, unreadable, empty or
+// malformed is an error naming the file.
 Result<LimitsFile> read_limits_file(const std::string& path);
 
 }  // namespace gpuslice::config

@@ -90,7 +90,8 @@ struct Settings {
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
   std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
   std::string limits_file;  // GPUSLICE_LIMITS_FILE, default kDefaultLimitsFile; read-only caps
-  std::string node_dir;     // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
+  bool limits_file_missing = false;  // apply_limits_file found no file at limits_file
+  std::string node_dir;              // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
@@ -115,8 +116,8 @@ Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string
 Settings load_settings_from_environment();
 
 // Reads the read-only limits file (config/limits_file.h) into memory_cap / compute_cap, replacing
-// what they held. A missing file is not an error (no caps); an unreadable or malformed one is
-// (appended to errors, caps unchanged).
+// what they held. A missing file is not an error (no caps, limits_file_missing set); an
+// unreadable, empty or malformed one is (appended to errors, caps unchanged).
 void apply_limits_file(Settings& settings, const std::string& path);
 
 }  // namespace gpuslice::config

@@ -180,7 +180,6 @@ bool refresh_limits_file() {
   config::Settings& s = rt->settings;
   if (s.limits_file.empty()) return false;
   struct stat st {};
-  // A file that disappeared lifts its caps, as a missing file at start means none.
   const bool present = stat(s.limits_file.c_str(), &st) == 0;
   if (!present) st = {};
   const off_t size = present ? st.st_size : -1;
@@ -191,7 +190,16 @@ bool refresh_limits_file() {
   if (!same) {
     auto limits = config::read_limits_file(s.limits_file);
     if (!limits) {
+      // Empty counts as malformed: a tool that truncates before writing must not lift the caps.
       GS_LOG(Error, "%s (keeping the previous limits)", limits.error().c_str());
+    } else if (limits->missing) {
+      // Gone for a moment (a rewrite that is not a rename) or for good: caps are lifted only by a
+      // file that says so, so the ones in force stay.
+      if (!s.memory_cap.empty() || !s.compute_cap.empty()) {
+        GS_LOG(Warn,
+               "limits file %s disappeared; keeping its caps until it is back (write %s=%s to lift them)",
+               s.limits_file.c_str(), config::kMemoryLimitKey, config::kNoCap);
+      }
     } else if (books == nullptr) {
       // No ledger yet: the caller brings the limits up (and calls again) once the file caps something.
       return limits->memory.has_value() || limits->compute.has_value();

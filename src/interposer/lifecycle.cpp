@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/safe_file.h"
+#include "config/limits_file.h"
 #include "interposer/compute_limit.h"
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
@@ -97,6 +98,21 @@ bool limits_file_may_appear(const std::string& file) {
   return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The limits file is missing while the container's state records caps read from it: it is being
+// rewritten (deleted, then created) or was removed. Starting without them would lift them, for
+// this process and, at its first attach, for the container. Lifting takes a file saying `none`.
+bool caps_recorded_without_their_file(const config::Settings& s) {
+  if (!s.limits_file_missing || !limits_file_may_appear(s.limits_file)) return false;
+  struct stat st {};
+  if (stat(s.shared_file.c_str(), &st) != 0) return false;  // the container's first process
+  auto opened = shm::Ledger::open(s.shared_file, shm::Ledger::Mode::Observer);
+  if (!opened) return false;  // the ledger's own bring-up reports what is wrong with it
+  for (const shm::DeviceRow& row : opened.value()->snapshot().devices) {
+    if (row.cap.quota != shm::kUnlimited || row.cap.compute != shm::kNoComputeLimit) return true;
+  }
+  return false;
+}
+
 void start_watcher() {
   bool expected = false;
   if (!g_watcher_running.compare_exchange_strong(expected, true)) return;
@@ -142,6 +158,14 @@ Phase initialise() {
   if (!rt->settings.ok()) {
     for (const auto& e : rt->settings.errors)
       GS_LOG(Error, "invalid configuration: %s; CUDA calls will fail until it is fixed", e.c_str());
+    return Phase::Broken;
+  }
+  if (caps_recorded_without_their_file(rt->settings)) {
+    GS_LOG(Error,
+           "limits file %s is missing, but the container's state (%s) records caps from it; CUDA calls "
+           "fail (write %s=%s to lift the caps)",
+           rt->settings.limits_file.c_str(), rt->settings.shared_file.c_str(), config::kMemoryLimitKey,
+           config::kNoCap);
     return Phase::Broken;
   }
   if (!rt->settings.profile_dir.empty()) start_profiler(rt->settings.profile_dir);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,10 +56,16 @@ std::string ApiToken::current() {
   Stamp stamp;
   if (::stat(file_.c_str(), &st) == 0) {
     stamp = {st.st_dev, st.st_ino, st.st_size,
-             static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+             static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+             static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec};
   }
+  timespec now_ts{};
+  clock_gettime(CLOCK_MONOTONIC, &now_ts);
+  const std::uint64_t now =
+      static_cast<std::uint64_t>(now_ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(now_ts.tv_nsec);
   std::lock_guard lock(mutex_);
-  if (loaded_ && stamp == stamp_) return token_;
+  if (loaded_ && stamp == stamp_ && now - read_at_ns_ < kTokenRereadNs) return token_;
+  read_at_ns_ = now;
   std::string problem;
   std::string token = stamp.size < 0 ? std::string() : read_token_file(file_, problem);
   if (stamp.size < 0) problem = "token file " + file_ + " does not exist (yet)";

@@ -12,6 +12,7 @@
 namespace gpuslice::node {
 
 inline constexpr std::size_t kMaxTokenBytes = 4096;
+inline constexpr std::uint64_t kTokenRereadNs = 10'000'000'000ULL;
 
 class ApiToken {
  public:
@@ -19,8 +20,10 @@ class ApiToken {
   ApiToken(std::string fixed, std::string file);
 
   // The token to accept now; empty when there is none (the API then answers 401). With a file,
-  // its identity (device, inode, size, mtime) is checked on every call and the file re-read when
-  // it changed: a stat per request costs microseconds, and no rotation is ever missed.
+  // its identity (device, inode, size, mtime, ctime) is checked on every call and the file re-read
+  // when it changed: a stat per request costs microseconds. ctime catches an in-place rewrite of
+  // the same size that put the old mtime back; a file read more than kTokenRereadNs ago is read
+  // again whatever its stamp says (a filesystem whose times are coarse or not kept).
   std::string current();
 
   const std::string& file() const { return file_; }
@@ -31,6 +34,7 @@ class ApiToken {
     ino_t ino = 0;
     off_t size = -1;
     std::int64_t mtime_ns = -1;
+    std::int64_t ctime_ns = -1;
     bool operator==(const Stamp&) const = default;
   };
 
@@ -39,6 +43,7 @@ class ApiToken {
   std::mutex mutex_;
   Stamp stamp_;
   bool loaded_ = false;
+  std::uint64_t read_at_ns_ = 0;  // CLOCK_MONOTONIC of the last read
   std::string token_;
   std::string last_problem_;
 };

@@ -16,6 +16,7 @@
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "common/safe_file.h"
+#include "common/text.h"
 #include "node/allocation_record.h"
 #include "status/container_status.h"
 
@@ -191,7 +192,14 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
 
   for (std::size_t d = 0; d < snap.devices.size(); ++d) {
     const shm::DeviceRow& row = snap.devices[d];
+    // The state file is the tenant's: a UUID that is not one is this container's error.
+    if (!text::is_gpu_uuid(row.uuid)) {
+      view.error = "device record " + std::to_string(row.record) + " of the state file has no valid GPU UUID";
+      view.devices.clear();
+      return view;
+    }
     ContainerDevice dev;
+    dev.record = row.record;
     status::copy_row_figures(row, dev);
     dev.compute_limit = row.compute_limit;
     for (const GpuInfo& gpu : gpus) {
@@ -219,6 +227,8 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
     p.command = proc.command;
     p.used_bytes = proc.used_by_device;
     p.used_bytes.resize(snap.devices.size());
+    p.busy_ns = proc.busy_ns_by_device;
+    p.busy_ns.resize(snap.devices.size());
     view.processes.push_back(std::move(p));
   }
   return view;

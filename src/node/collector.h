@@ -27,6 +27,7 @@
 namespace gpuslice::node {
 
 struct ContainerDevice {
+  int record = -1;  // the device record in the ledger (what `gpuslice set --device` takes)
   std::string uuid;
   std::optional<unsigned> gpu;  // host GPU index, when the UUID is one of this node's GPUs
   int cuda_index = -1;          // index inside the container
@@ -46,6 +47,7 @@ struct ContainerProcess {
   std::int32_t host_pid = 0;
   std::string command;
   std::vector<std::uint64_t> used_bytes;  // per entry of ContainerView::devices
+  std::vector<std::uint64_t> busy_ns;     // idem: device time of this process
 };
 
 enum class ContainerState {

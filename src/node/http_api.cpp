@@ -57,6 +57,7 @@ json container_json(const ContainerView& c, const std::string& node) {
   out.held_back_ns = c.held_back_ns;
   for (const auto& d : c.devices) {
     status::DeviceStatus dev;
+    dev.record = d.record;
     dev.uuid = d.uuid;
     dev.gpu = d.gpu;
     dev.cuda_index = d.cuda_index;
@@ -78,7 +79,15 @@ json container_json(const ContainerView& c, const std::string& node) {
     proc.command = p.command;
     for (std::size_t i = 0; i < p.used_bytes.size(); ++i) {
       status::ProcessDeviceStatus pd;
+      if (i < c.devices.size()) pd.record = c.devices[i].record;
       pd.used_bytes = p.used_bytes[i];
+      // The same figures `gpuslice status` reads from the state file, so the two views agree.
+      if (i < p.busy_ns.size()) {
+        pd.busy_ns = p.busy_ns[i];
+        if (i < c.devices.size() && c.devices[i].busy_ns > 0) {
+          pd.compute_share = static_cast<double>(p.busy_ns[i]) / static_cast<double>(c.devices[i].busy_ns);
+        }
+      }
       proc.devices.push_back(pd);
     }
     out.processes.push_back(std::move(proc));

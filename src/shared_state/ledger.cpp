@@ -165,10 +165,11 @@ Result<bool> create_state_file(int dirfd, const struct stat& dir, const std::str
     unlinkat(dirfd, temp.c_str(), 0);
     return make_error("cannot initialise " + temp + ": " + errno_text(saved));
   }
-  int rc = linkat(dirfd, temp.c_str(), dirfd, name.c_str(), 0);
+  // A no-replace rename publishes without the file ever having a second link (readers refuse a
+  // state file with more than one); a hard link is the way where the filesystem has no such rename.
+  int rc = renameat2(dirfd, temp.c_str(), dirfd, name.c_str(), RENAME_NOREPLACE);
   if (rc != 0 && errno != EEXIST) {
-    // Some filesystems refuse hard links; a no-replace rename publishes as atomically.
-    rc = renameat2(dirfd, temp.c_str(), dirfd, name.c_str(), RENAME_NOREPLACE);
+    rc = linkat(dirfd, temp.c_str(), dirfd, name.c_str(), 0);
     if (rc != 0 && errno != EEXIST) {
       saved = errno;
       unlinkat(dirfd, temp.c_str(), 0);
@@ -743,6 +744,12 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& path, Mode mode)
   struct stat st {};
   if (fstat(fd.get(), &st) != 0)
     return make_error("cannot stat state file " + path + ": " + errno_text(errno));
+  // A second name may be another container's file: what this observer changes (PUT /limits,
+  // gpuslice set) or shows would be that container's. No writer of state files makes one.
+  if (mode == Mode::Observer && st.st_nlink > 1) {
+    return make_error("state file " + path + " has " + std::to_string(st.st_nlink) +
+                      " links (another container's file may be linked in): refusing it");
+  }
   unsigned char head[sizeof(Header)] = {};
   ssize_t got = pread(fd.get(), head, sizeof head, 0);
   if (got < 0) return make_error("cannot read state file " + path + ": " + errno_text(errno));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/text.h"
 #include "shared_state/layout.h"
 
 namespace gpuslice::status {
@@ -40,7 +41,22 @@ ContainerStatus from_snapshot(const shm::Snapshot& snap) {
     }
     out.processes.push_back(std::move(ps));
   }
+  reject_bad_uuids(out);
   return out;
+}
+
+bool reject_bad_uuids(ContainerStatus& status) {
+  for (const DeviceStatus& d : status.devices) {
+    if (text::is_gpu_uuid(d.uuid)) continue;
+    // The bytes themselves stay out of the message: the printers escape, but a log reader may not.
+    status.error = "device record " + std::to_string(d.record) +
+                   " of the state file has no valid GPU UUID (" + std::to_string(d.uuid.size()) +
+                   " bytes that are not GPU-/MIG- and 8-4-4-4-12 hex digits)";
+    status.devices.clear();
+    status.processes.clear();
+    return false;
+  }
+  return true;
 }
 
 void RateTracker::update(ContainerStatus& status, std::uint64_t now_ns) {

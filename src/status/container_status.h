@@ -60,8 +60,14 @@ struct ContainerStatus {
   std::vector<ProcessStatus> processes;
 };
 
-// Everything a ledger snapshot says (rates left empty).
+// Everything a ledger snapshot says (rates left empty); a GPU UUID that is not one
+// (reject_bad_uuids) makes it an error.
 ContainerStatus from_snapshot(const shm::Snapshot& snap);
+
+// The state file is the tenant's to write: a device UUID that is not a GPU or MIG UUID
+// (text::is_gpu_uuid) makes the container an error, its devices and processes dropped, so nothing
+// of that file is shown or matched. Returns false when it did.
+bool reject_bad_uuids(ContainerStatus& status);
 
 // The figures of a ledger device row that DeviceStatus and the daemon's ContainerDevice name alike,
 // read one way for both; a quota of shm::kUnlimited stays absent.

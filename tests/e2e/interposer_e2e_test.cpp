@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -274,16 +275,58 @@ TEST_F(E2E, LimitsFileNeverRaisesAStricterEnvironmentComputeLimit) {
   EXPECT_NE(status.out.find("\"compute_limit_percent\":20"), std::string::npos) << status.out;
 }
 
-TEST_F(E2E, AStricterLimitsFileLowersTheEnvironmentAndRemovingItRestoresIt) {
+TEST_F(E2E, AStricterLimitsFileLowersTheEnvironmentAndNoneRestoresIt) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
   Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
   ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
   write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
   EXPECT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
-  std::filesystem::remove(dir_ + "/limits");
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=none\n");
   let_the_watcher_run();
   EXPECT_EQ(last_value(app.output(), "live_total"), 2 * kGiB) << app.output();
+}
+
+// The attack: the operator's tool rewrites the limits file without a rename (truncate, then
+// write), or deletes and recreates it. In between, the file is empty or missing; read as "no caps",
+// every cap was lifted at the next tick, and a second process allocated 4 GiB under a 1 GiB cap.
+class LimitsFileRewrite : public E2E {
+ protected:
+  // A process holding 128 MiB under the file's 1 GiB cap, before the rewrite starts.
+  void start_under_a_file_cap() {
+    write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+    app_ = std::make_unique<Background>(holder_argv(128 * kMiB), base_env(), dir_ + "/app.out");
+    ASSERT_TRUE(app_->wait_for_output("live_total=" + std::to_string(kGiB), 10000)) << app_->output();
+  }
+  // Still capped: what the running process reports and what a second process can take.
+  void expect_the_cap_holds() {
+    let_the_watcher_run();
+    EXPECT_EQ(last_value(app_->output(), "live_total"), kGiB) << app_->output();
+    // A process started meanwhile either runs under the cap or fails closed, saying why.
+    Outcome fill = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, base_env());
+    if (fill.exit_code == 0) {
+      EXPECT_LE(fill.num("allocated"), kGiB) << fill.out;
+    } else {
+      EXPECT_NE(fill.err.find(dir_ + "/limits"), std::string::npos) << fill.err;
+      EXPECT_EQ(fill.out.find("allocated="), std::string::npos) << fill.out;
+    }
+  }
+  std::unique_ptr<Background> app_;
+};
+
+TEST_F(LimitsFileRewrite, AnEmptyLimitsFileDoesNotLiftTheCaps) {
+  start_under_a_file_cap();
+  std::ofstream(dir_ + "/limits", std::ios::trunc).close();  // truncated in place: empty
+  expect_the_cap_holds();
+}
+
+TEST_F(LimitsFileRewrite, ALimitsFileMissingForAMomentDoesNotLiftTheCaps) {
+  start_under_a_file_cap();
+  std::filesystem::remove(dir_ + "/limits");
+  expect_the_cap_holds();
+  // Back with the same cap: nothing changes either.
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  expect_the_cap_holds();
 }
 
 TEST_F(E2E, SetMemoryIsNotUndoneWhenTheOperatorRewritesTheFile) {

@@ -1,7 +1,9 @@
 // The API token read from a file as the daemon is configured (--token-file): a rotated token
 // replaces the old one without a restart, and a file that appears after the start is picked up.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -71,6 +73,34 @@ TEST_F(ApiTokenFileTest, RotatedTokenReplacesTheOldOne) {
   // A removed token file closes the API rather than keeping the last token.
   ASSERT_EQ(::unlink(file.c_str()), 0);
   EXPECT_EQ(status_with("third-token-longer"), 401);
+}
+
+// Rotation by an in-place rewrite of the same size that puts the old mtime back (a tool that
+// preserves times, or an attacker hiding the change): only the ctime says the file changed.
+TEST_F(ApiTokenFileTest, SameSizeRewriteKeepingTheMtimeStillRotatesTheToken) {
+  const std::string file = dir_ / "token";
+  test::write_file(file, "token-aaaa\n");
+  struct stat before {};
+  ASSERT_EQ(::stat(file.c_str(), &before), 0);
+  start(file);
+  EXPECT_EQ(status_with("token-aaaa"), 200);
+
+  {
+    std::FILE* f = std::fopen(file.c_str(), "r+");
+    ASSERT_NE(f, nullptr);
+    std::fputs("token-bbbb\n", f);
+    std::fclose(f);
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  struct stat after {};
+  ASSERT_EQ(::stat(file.c_str(), &after), 0);
+  ASSERT_EQ(after.st_size, before.st_size);
+  ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  ASSERT_EQ(after.st_ino, before.st_ino);
+
+  EXPECT_EQ(status_with("token-aaaa"), 401) << "the old token kept working after the rotation";
+  EXPECT_EQ(status_with("token-bbbb"), 200);
 }
 
 TEST_F(ApiTokenFileTest, TokenFileCreatedAfterStartIsPickedUp) {

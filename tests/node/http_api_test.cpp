@@ -492,5 +492,66 @@ TEST(Metrics, EscapesLabelValues) {
   EXPECT_EQ(escape_label_value("plain"), "plain");
 }
 
+// `gpuslice status --node` reads this API by default on a node: it must lose nothing the state file
+// says, or the view shows "-" for the device and the share, and "device -: requested ..." lines.
+TEST_F(NodeApiTest, StatusThroughTheApiKeepsTheDeviceRecordAndEachProcessShare) {
+  auto res = client_->Get("/api/v1/status", auth());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  const auto c1 = json::parse(res->body)["containers"][0];
+  EXPECT_EQ(c1["devices"][0]["record"], dev_);
+  const auto& pd = c1["processes"][0]["devices"][0];
+  EXPECT_EQ(pd["record"], dev_);
+  EXPECT_EQ(pd["busy_ns"], 250'000'000u);
+  EXPECT_EQ(pd["compute_share"], 1.0) << "the only process holds all of the container's device time";
+}
+
+// The state file is the tenant's: a UUID carrying terminal escapes is that container's error, not
+// a string the daemon relays to every operator's terminal.
+TEST_F(NodeApiTest, AStateFileUuidWithTerminalEscapesIsThatContainersError) {
+  std::filesystem::create_directories(layout_.config_dir("evil"));
+  auto opened = shm::Ledger::open(layout_.state_file("evil"), shm::Ledger::Mode::Process);
+  ASSERT_TRUE(opened.ok()) << opened.error();
+  auto evil = std::move(opened).value();
+  ASSERT_TRUE(evil->attach_device("\x1b]0;owned\x07\x1b[2J", 0, 1ULL << 30, 512ULL << 20, 0).ok());
+  collector_->refresh();
+  auto res = client_->Get("/api/v1/status", auth());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->body.find("owned"), std::string::npos) << res->body;
+  bool seen = false;
+  const json doc = json::parse(res->body);
+  for (const auto& c : doc["containers"]) {
+    if (c["id"] != "evil") continue;
+    seen = true;
+    EXPECT_EQ(c["state"], "error");
+    EXPECT_TRUE(c["devices"].empty());
+    ASSERT_TRUE(c["error"].is_string());
+    EXPECT_NE(c["error"].get<std::string>().find("no valid GPU UUID"), std::string::npos) << c["error"];
+  }
+  EXPECT_TRUE(seen) << res->body;
+}
+
+// A state file hard-linked to another container's: PUT /limits on the one changed the other's
+// quota, and the view showed the other's use as its own.
+TEST_F(NodeApiTest, AStateFileHardLinkedToAnotherContainersIsRefused) {
+  std::filesystem::create_directories(std::filesystem::path(layout_.state_file("c2-idle")).parent_path());
+  ASSERT_EQ(::link(layout_.state_file("c1").c_str(), layout_.state_file("c2-idle").c_str()), 0);
+  auto res =
+      client_->Put("/api/v1/containers/c2-idle/limits", auth(), R"({"memory":"64Mi"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(ledger_->quota(dev_), 512ULL << 20) << "c2-idle's PUT /limits changed c1's quota: " << res->body;
+  EXPECT_NE(res->body.find("links"), std::string::npos) << res->body;
+  EXPECT_EQ(json::parse(res->body)["live_devices_updated"], 0);
+
+  collector_->refresh();
+  auto status = client_->Get("/api/v1/containers/c2-idle", auth());
+  ASSERT_TRUE(status);
+  auto doc = json::parse(status->body);
+  EXPECT_TRUE(doc["devices"].empty()) << status->body;
+  ASSERT_TRUE(doc["error"].is_string()) << status->body;
+  EXPECT_NE(doc["error"].get<std::string>().find("links"), std::string::npos) << status->body;
+}
+
 }  // namespace
 }  // namespace gpuslice::node

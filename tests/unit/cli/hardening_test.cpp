@@ -93,6 +93,26 @@ TEST_F(CliHardeningTest, ProfileBoundsColumnWidthsAndHidesControlCharacters) {
   EXPECT_FALSE(contains(o.out, "\x1b")) << "an escape sequence from the file reached the terminal";
 }
 
+// U+009B encoded in UTF-8 (C2 9B) is CSI to a terminal that reads UTF-8: a byte filter that only
+// knew C0 controls let it through, in the table and in the malformed-line report alike.
+TEST_F(CliHardeningTest, ProfileDoesNotPassUtf8EncodedC1Controls) {
+  write("timeline.log",
+        "name:cu\xc2\x9b"
+        "2Jevil start:2 burst:3\nname:cuInit\xc2\x9b"
+        "31m start:x burst:1\n");
+  write("metrics.log",
+        "name:cu\xc2\x9d"
+        "0;title\xc2\x9c\ncount:1\nburst:5\n");
+  Outcome o = run_bounded({"profile", dir_}, 10);
+  ASSERT_EQ(o.status, 0) << o.err;
+  for (const std::string& text : {o.out, o.err}) {
+    for (const char* c1 : {"\xc2\x9b", "\xc2\x9c", "\xc2\x9d", "\x1b"}) {
+      EXPECT_FALSE(contains(text, c1)) << "a C1 control from the file reached the terminal: " << text;
+    }
+  }
+  EXPECT_TRUE(contains(o.out, "cu?2Jevil")) << o.out;
+}
+
 TEST_F(CliHardeningTest, StatusAndTopRefuseAFifoStateFileWithoutBlocking) {
   ASSERT_EQ(mkfifo(state_.c_str(), 0600), 0);
   Outcome status = run_bounded({"status", "--file", state_}, 10);
@@ -182,6 +202,17 @@ TEST_F(CliHardeningTest, RunRefusesALibraryPathTheLoaderWouldSplit) {
   expect_refused(spaced, "LD_PRELOAD");
   std::filesystem::create_directories(dir_ + "/a:b");
   expect_refused(make_library("a:b/libgpuslice.so"), "LD_PRELOAD");
+}
+
+// A library naming an audit module: the dependency check ran the loader with the library as its
+// main program, and the loader loaded and started the module (code a plain preload never runs).
+TEST_F(CliHardeningTest, RunRefusesALibraryWithAnAuditModuleWithoutRunningIt) {
+  for (const char* library : {GPUSLICE_TEST_AUDITED_LIBRARY, GPUSLICE_TEST_DEP_AUDITED_LIBRARY}) {
+    std::filesystem::remove(GPUSLICE_TEST_AUDIT_MARKER);
+    expect_refused(library, "audit module");
+    EXPECT_FALSE(std::filesystem::exists(GPUSLICE_TEST_AUDIT_MARKER))
+        << "the audit module of " << library << " ran";
+  }
 }
 
 TEST_F(CliHardeningTest, RunAcceptsARealSharedLibrary) {

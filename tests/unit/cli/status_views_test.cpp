@@ -286,3 +286,120 @@ TEST_F(NodeStatusTest, StatusApiWithoutATokenFileIsAUsageError) {
 }
 
 }  // namespace
+
+// ---- a tenant's bytes on the operator's terminal ----
+
+// What a terminal takes as a command: ESC (OSC title/clipboard, CSI clear), BEL, and the C1 CSI
+// in either encoding (raw 0x9B, UTF-8 C2 9B).
+bool has_terminal_control(const std::string& text) {
+  return text.find('\x1b') != std::string::npos || text.find('\x07') != std::string::npos ||
+         text.find('\x9b') != std::string::npos;
+}
+
+constexpr char kTitleAndClear[] = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;cHduZWQ=\x07";
+
+// The tenant writes its state file: a GPU UUID that set the operator's terminal title, cleared the
+// screen and wrote the clipboard when `gpuslice status` printed it.
+TEST_F(CliTest, StatusRefusesAStateFileUuidCarryingTerminalEscapes) {
+  auto ledger = std::move(Ledger::open(state_, Ledger::Mode::Process)).value();
+  ASSERT_TRUE(ledger->register_process().ok());
+  ASSERT_TRUE(ledger->attach_device(kTitleAndClear, 0, 80 * kGi, 8 * kGi, 0).ok());
+  Outcome o = run({"status", "--file", state_});
+  EXPECT_EQ(o.status, 1) << o.out;
+  EXPECT_FALSE(has_terminal_control(o.out + o.err)) << o.out << o.err;
+  EXPECT_TRUE(contains(o.err, "no valid GPU UUID")) << o.err;
+  Outcome top = run({"top", "--iterations", "1", "--file", state_});
+  EXPECT_FALSE(has_terminal_control(top.out + top.err)) << top.out << top.err;
+}
+
+TEST_F(NodeStatusTest, StatusNodeShowsABadUuidAsThatContainersErrorAndTheOthersAsBefore) {
+  auto good = make_container("alpha", kGi);
+  std::filesystem::create_directories(dir_ + "/root/containers/evil/state");
+  auto evil =
+      std::move(Ledger::open(dir_ + "/root/containers/evil/state/state", Ledger::Mode::Process)).value();
+  ASSERT_TRUE(evil->register_process().ok());
+  ASSERT_TRUE(evil->attach_device(kTitleAndClear, 0, 80 * kGi, 8 * kGi, 0).ok());
+  Outcome o = run({"status", "--node", dir_ + "/root"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(has_terminal_control(o.out + o.err)) << o.out << o.err;
+  EXPECT_TRUE(
+      contains(o.out, "== Container evil\nerror: device record 0 of the state file has no valid GPU UUID"))
+      << o.out;
+  EXPECT_TRUE(contains(o.out, kUuid0)) << "the other container as before: " << o.out;
+}
+
+// The daemon's JSON escapes what a tenant wrote; the CLI decoded it and printed it raw again.
+TEST_F(NodeStatusTest, StatusApiDoesNotPrintTheTerminalEscapesTheDaemonRelays) {
+  const std::string c1_csi =
+      "\xc2\x9b"
+      "2J";  // U+009B: CSI on a UTF-8 terminal
+  json container = {{"id", "ctr-1"},
+                    {"has_state", true},
+                    {"pod", {{"namespace", std::string("ml") + kTitleAndClear}, {"name", "p" + c1_csi}}},
+                    {"priority", "low\x1b[31m"},
+                    {"devices",
+                     {{{"record", 0},
+                       {"uuid", kUuid0},
+                       {"total_bytes", 80 * kGi},
+                       {"quota_bytes", 8 * kGi},
+                       {"used_bytes", 3 * kGi}}}},
+                    {"processes",
+                     {{{"pid", 12},
+                       {"command", std::string("python ") + kTitleAndClear + c1_csi},
+                       {"devices", {{{"record", 0}, {"used_bytes", 3 * kGi}}}}}}}};
+  json failed = {{"id", "ctr-2"}, {"has_state", true}, {"error", std::string("bad ") + kTitleAndClear}};
+  json bad_uuid = {{"id", "ctr-3"},
+                   {"has_state", true},
+                   {"devices", {{{"record", 0}, {"uuid", kTitleAndClear}, {"used_bytes", 0}}}}};
+  json body = {{"gpus", {{{"index", 0}, {"uuid", kUuid0}, {"name", std::string("H100") + kTitleAndClear}}}},
+               {"containers", {container, failed, bad_uuid}}};
+  FakeDaemon daemon(body.dump());
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  Outcome o = run({"status", "--api", "http://127.0.0.1:" + std::to_string(daemon.port()), "--token-file",
+                   dir_ + "/token"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(has_terminal_control(o.out + o.err)) << o.out << o.err;
+  EXPECT_TRUE(contains(o.out, "python ?]0;owned??[2J?]52;c;cHduZWQ=??2J")) << o.out;
+  EXPECT_TRUE(
+      contains(o.out, "== Container ctr-3\nerror: device record 0 of the state file has no valid GPU UUID"))
+      << o.out;
+}
+
+// The default node view goes through the daemon: what it sends is shown as the state file's view is.
+TEST_F(NodeStatusTest, StatusApiShowsTheDeviceRecordAndEachProcessShare) {
+  json container = {
+      {"id", "ctr-1"},
+      {"has_state", true},
+      {"devices",
+       {{{"record", 1},
+         {"uuid", kUuid0},
+         {"total_bytes", 80 * kGi},
+         {"quota_bytes", 2 * kGi},
+         {"requested_quota_bytes", 8 * kGi},
+         {"quota_cap_bytes", 2 * kGi},
+         {"used_bytes", kGi}}}},
+      {"processes",
+       {{{"pid", 12},
+         {"command", "python"},
+         {"devices", {{{"record", 1}, {"used_bytes", kGi}, {"busy_ns", 5}, {"compute_share", 0.5}}}}}}}};
+  FakeDaemon daemon(json{{"gpus", json::array()}, {"containers", {container}}}.dump());
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  Outcome o = run({"status", "--api", "http://127.0.0.1:" + std::to_string(daemon.port()), "--token-file",
+                   dir_ + "/token"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "device 1: requested 8 GiB, capped to 2 GiB")) << o.out;
+  EXPECT_TRUE(contains(o.out, "\n 12         -    1  1 GiB    50%  python\n")) << o.out;
+}
+
+// `set --memory unlimited` under a cap: the request is kept, the cap stays enforced, and set says so.
+TEST_F(CliTest, SetUnlimitedUnderACapSaysTheCapHoldsItsRequest) {
+  auto ledger = make_state();
+  ledger->set_caps(0, {kGi, gpuslice::shm::kNoComputeLimit});  // as the container's processes record it
+  Outcome o = run({"set", "--file", state_, "--device", "0", "--memory", "unlimited"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out,
+                       "memory quota 1 GiB -> 1 GiB (requested unlimited; the container's cap is 1 GiB, "
+                       "so 1 GiB stays enforced)"))
+      << o.out;
+  EXPECT_EQ(ledger->quota(0), kGi);
+}

@@ -22,7 +22,9 @@ class TopTerminalTest : public CliTest {
   void SetUp() override {
     CliTest::SetUp();
     if (shell("command -v tmux").empty()) GTEST_SKIP() << "tmux is not installed (CI installs it)";
-    socket_ = "gpuslice-top-" + std::to_string(getpid());
+    // One tmux server per test: a server still exiting from the previous test cannot take this one.
+    socket_ = "gpuslice-top-" + std::to_string(getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::create_directory(dir_ + "/mock");
   }
   void TearDown() override {
@@ -101,6 +103,70 @@ TEST_F(TopTerminalTest, WideTerminalShowsTheCardTotalAndHostPids) {
   EXPECT_TRUE(contains(shown, "99999999..5555 dev 1")) << shown;
   std::istringstream lines(shown);
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 120u) << line;
+}
+
+TEST_F(TopTerminalTest, HelpScreenOpensOnHAndClosesOnAnyKey) {
+  auto ledger = make_state();
+  start(80, 24);
+  ASSERT_TRUE(contains(wait_for("h help"), "h help"));
+  ASSERT_EQ(std::system(tmux("send-keys h").c_str()), 0);
+  std::string shown = wait_for("gpuslice top: keys");
+  EXPECT_TRUE(contains(shown, "gpuslice top: keys")) << shown;
+  EXPECT_TRUE(contains(shown, "sort processes")) << shown;
+  ASSERT_EQ(std::system(tmux("send-keys x").c_str()), 0);
+  shown = wait_for("HOST PID");
+  EXPECT_FALSE(contains(shown, "gpuslice top: keys")) << shown;
+  EXPECT_TRUE(running()) << "a key other than q closed the help, not the view";
+}
+
+// Commands were cut at 40 characters at any width; a wide terminal shows as much as fits.
+TEST_F(TopTerminalTest, AWideTerminalShowsTheCommandLineAsFarAsItFits) {
+  auto ledger = make_state();
+  std::string command = read_file("/proc/self/cmdline");
+  for (char& c : command) c = c == '\0' ? ' ' : c;
+  while (!command.empty() && command.back() == ' ') command.pop_back();
+  if (command.size() < 50) GTEST_SKIP() << "this test's own command line is too short: " << command;
+  start(200, 32);
+  std::string shown = wait_for("HOST PID");
+  EXPECT_TRUE(contains(shown, command.substr(0, 50))) << shown;
+}
+
+// As nvtop shows a graph per GPU: one summary line per GPU with the compute rate's history, and
+// memory figures in colour (green, yellow, red by how full the quota is).
+TEST_F(TopTerminalTest, EachGpuHasASummaryLineWithHistoryAndMemoryInColour) {
+  auto ledger = make_state();
+  ASSERT_TRUE(ledger->try_reserve(0, 7 * kGi));  // 7 of 8 GiB: yellow
+  start(100, 30);
+  for (int i = 0; i < 5; ++i) {
+    ledger->add_busy_ns(0, 150'000'000);  // busy while the view refreshes every 0.2 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::string shown = wait_for("gpu 00000000..4444");
+  EXPECT_TRUE(contains(shown, "gpu 00000000..4444  mem 7G/80G  sm ")) << shown;
+  std::size_t row = shown.find("gpu 00000000..4444");
+  std::string line = shown.substr(row, shown.find('\n', row) - row);
+  EXPECT_NE(line.find_first_of("_.-=+*#", line.find('[')), std::string::npos) << "no history: " << line;
+  const std::string coloured = shell(tmux("capture-pane -p -e"));
+  EXPECT_TRUE(contains(coloured, "\x1b[33m")) << "no yellow for a quota 7/8 full: " << coloured;
+}
+
+// What does not fit was out of reach: the view scrolls below the header and the GPU lines.
+TEST_F(TopTerminalTest, ALowTerminalScrollsToTheProcessRows) {
+  auto ledger = make_state();
+  start(80, 7);
+  std::string shown = wait_for("gpu 00000000..4444");
+  const std::string pid = std::to_string(getpid());
+  ASSERT_FALSE(contains(shown, "HOST PID")) << "fits without scrolling; make the terminal lower: " << shown;
+  for (int i = 0; i < 6 && !contains(shown, "HOST PID"); ++i) {
+    ASSERT_EQ(std::system(tmux("send-keys j").c_str()), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    shown = screen();
+  }
+  EXPECT_TRUE(contains(shown, "HOST PID")) << shown;
+  EXPECT_TRUE(contains(shown, "gpuslice top")) << "the header stays: " << shown;
+  ASSERT_EQ(std::system(tmux("send-keys g").c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(contains(screen(), "HOST PID")) << "Home goes back to the top";
 }
 
 TEST_F(TopTerminalTest, NotATerminalPrintsThePlainRefreshes) {

@@ -118,11 +118,38 @@ TEST_F(LimitsFile, CommentsBlankLinesWhitespaceQuotesAndCrlf) {
   EXPECT_EQ(s.compute_cap.lookup(0, ""), 40u);
 }
 
-TEST_F(LimitsFile, EmptyFileChangesNothing) {
-  Settings s = apply("", with_memory("8Gi"));
-  EXPECT_TRUE(s.ok());
-  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+// An operator's tool that truncates and then writes leaves an empty file for a moment: read as "no
+// caps", it lifted every cap at the next tick. Empty (or comments only) is malformed; lifting the
+// caps takes an explicit `none`.
+TEST_F(LimitsFile, AnEmptyFileIsAnErrorNotALiftOfTheCaps) {
+  for (const char* text : {"", "\n\n", "# being rewritten\n"}) {
+    Settings s = apply(text, with_memory("8Gi"));
+    ASSERT_EQ(s.errors.size(), 1u) << text;
+    EXPECT_NE(s.errors[0].find("GPUSLICE_MEMORY_LIMIT=none"), std::string::npos) << s.errors[0];
+    EXPECT_TRUE(s.memory_cap.empty());
+  }
+  EXPECT_NE(single_error("").find("is empty"), std::string::npos);
+}
+
+TEST_F(LimitsFile, NoneSaysExplicitlyThatAKeyHasNoCap) {
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_COMPUTE_LIMIT='none'\n", with_memory("8Gi"));
+  EXPECT_TRUE(s.ok()) << s.errors[0];
   EXPECT_TRUE(s.memory_cap.empty());
+  EXPECT_TRUE(s.compute_cap.empty());
+  Settings one = apply("GPUSLICE_COMPUTE_LIMIT=none\n");
+  EXPECT_TRUE(one.ok());
+  EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_MEMORY_LIMIT=1Gi\n").find("set twice"),
+            std::string::npos);
+}
+
+TEST_F(LimitsFile, AMissingFileReadsAsMissingNotAsAnEmptyOne) {
+  auto missing = read_limits_file(dir_ + "/nothing-here");
+  ASSERT_TRUE(missing.ok()) << missing.error();
+  EXPECT_TRUE(missing->missing);
+  write("GPUSLICE_MEMORY_LIMIT=none\n");
+  auto present = read_limits_file(path_);
+  ASSERT_TRUE(present.ok()) << present.error();
+  EXPECT_FALSE(present->missing);
 }
 
 TEST_F(LimitsFile, MalformedValueNamesFileLineAndProblem) {
@@ -190,6 +217,10 @@ TEST(LimitsFileText, RendersWhatItParses) {
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_EQ(again->memory->values.lookup(1, ""), 4 * kGi);
   EXPECT_EQ(again->compute->values.lookup(7, ""), 30u);
+  // No caps at all is written out as such, never as an empty file.
+  EXPECT_EQ(render_limits_file(gpuslice::config::LimitsFile{}),
+            "GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_COMPUTE_LIMIT=none\n");
+  EXPECT_TRUE(parse_limits_file(render_limits_file(gpuslice::config::LimitsFile{})).ok());
 }
 
 TEST(LimitsFileText, AValueMustBeOneLineOfAKnownKey) {
