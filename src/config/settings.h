@@ -90,6 +90,9 @@ struct Settings {
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)
   std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
   std::string limits_file;  // GPUSLICE_LIMITS_FILE, default kDefaultLimitsFile; read-only caps
+  // GPUSLICE_LIMITS_REQUIRED=1 (set by the node daemon, which wrote the file): a missing limits file
+  // is an error at start and keeps the previous caps later, instead of meaning "no cap".
+  bool limits_file_required = false;
   std::string node_dir;     // GPUSLICE_NODE_DIR, default kDefaultNodeDir: shared by every container
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
