@@ -72,7 +72,7 @@ build_binaries() {
     log "cached binaries: $cache/bin"
     return 0
   fi
-  install_packages golang-go golang-github-modern-go-reflect2-dev dpkg-dev
+  install_packages golang-go golang-github-modern-go-reflect2-dev dpkg-dev rsync make
   add_deb_src
   local work=$cache/src
   rm -rf "$work"
@@ -90,23 +90,20 @@ build_binaries() {
   rm -rf "$tree/vendor/github.com/modern-go/reflect2"
   cp -r "$reflect2" "$tree/vendor/github.com/modern-go/reflect2"
   sed -i 's|^# github.com/modern-go/reflect2 v1.0.1$|# github.com/modern-go/reflect2 v1.0.2|' "$tree/vendor/modules.txt"
-  # Built as upstream's hack/ scripts do for 1.20: GOPATH mode with the tree at k8s.io/kubernetes.
+  # Built as debian/rules does: upstream's make, which first generates code the tree does not carry
+  # (the OpenAPI definitions kube-apiserver needs), with the tree at k8s.io/kubernetes in a GOPATH.
   local gopath=$work/gopath
   mkdir -p "$gopath/src/k8s.io"
   ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
-  local v=k8s.io/component-base/version cv=k8s.io/client-go/pkg/version ldflags="-s -w" x
-  for x in "$v" "$cv"; do
-    ldflags+=" -X $x.gitVersion=$K8S_GIT_VERSION -X $x.gitMajor=1 -X $x.gitMinor=20 -X $x.gitTreeState=clean"
-    ldflags+=" -X $x.buildDate=1970-01-01T00:00:00Z"
-  done
+  local what="" b started=$SECONDS
+  for b in "${bins[@]}"; do what+=" cmd/$b"; done
+  log "building${what} with make (nice -n 19)"
+  (cd "$gopath/src/k8s.io/kubernetes" &&
+    env GOPATH="$gopath" CGO_ENABLED=0 GOCACHE="$cache_root/gocache" HOME="$work" GOFLAGS= \
+      KUBE_GIT_VERSION="$K8S_GIT_VERSION" KUBE_GIT_TREE_STATE=clean KUBE_BUILD_PLATFORMS=linux/amd64 \
+      GOMAXPROCS="${GPUSLICE_K8S_BUILD_JOBS:-2}" nice -n 19 make WHAT="${what# }")
   mkdir -p "$work/bin"
-  local b started=$SECONDS
-  for b in "${bins[@]}"; do
-    log "building $b (nice -n 19; the first one takes longest)"
-    (cd "$gopath/src/k8s.io/kubernetes" &&
-      env GOPATH="$gopath" GO111MODULE=off CGO_ENABLED=0 GOCACHE="$cache_root/gocache" HOME="$work" \
-        nice -n 19 go build -p "${GPUSLICE_K8S_BUILD_JOBS:-2}" -ldflags "$ldflags" -o "$work/bin/$b" "./cmd/$b")
-  done
+  for b in "${bins[@]}"; do cp "$tree/_output/bin/$b" "$work/bin/$b"; done
   log "built in $(((SECONDS - started) / 60)) min"
   mkdir -p "$cache/bin"
   for b in "${bins[@]}"; do mv "$work/bin/$b" "$cache/bin/$b"; done

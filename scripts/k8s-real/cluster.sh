@@ -68,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+k() { "$kctl" --kubeconfig "$kubeconfig" "$@"; }
 # wait_for SECONDS DESCRIPTION COMMAND...: until COMMAND succeeds.
 wait_for() {
   local seconds=$1 what=$2
@@ -84,6 +84,9 @@ wait_for() {
 install_packages etcd-server containerd runc containernetworking-plugins busybox-static openssl curl
 [[ -x $repo/.tools/bin/helm ]] || "$repo/scripts/chart/install-tools.sh"
 helm=$repo/.tools/bin/helm
+# kubectl of the chart tools (pinned); the API server is 1.20, which it still speaks.
+kctl=$repo/.tools/bin/kubectl
+[[ -x $kctl ]] || kctl=kubectl
 cmake --build "$build" --target gpuslice_cli gpuslice-node gpuslice_preload probe_app gpuslice_mock_cuda \
   gpuslice_mock_nvml >/dev/null
 
@@ -240,7 +243,7 @@ start_kubelet() {
 step "kubelet"
 start_kubelet
 wait_for 180 "node $node Ready" \
-  sh -c "kubectl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True" ||
+  sh -c "$kctl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True" ||
   exit 1
 pass "node $node is Ready (etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet)"
 
@@ -251,12 +254,14 @@ k create namespace "$ns" >/dev/null
   --set image.tag=dev --set webhook.replicaCount=1 --set node.gcGracePeriod=20s \
   --set node.scanInterval=1s >"$work/chart.yaml"
 k apply -f "$work/chart.yaml" >/dev/null
+# The simulated NVML keeps its device state in a file: somewhere writable beside a read-only root.
+k -n "$ns" set env daemonset --all GPUSLICE_MOCK_STATE_DIR=/var/lib/gpuslice/mock-nvml >/dev/null
 wait_for 180 "gpuslice.io/vram advertised on $node" \
-  sh -c "kubectl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.allocatable.gpuslice\\.io/vram}' | grep -q '[1-9]'" ||
+  sh -c "$kctl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.allocatable.gpuslice\\.io/vram}' | grep -q '[1-9]'" ||
   exit 1
 pass "the device plugin registered: allocatable $(k get node $node -o jsonpath='{.status.allocatable}')"
 wait_for 120 "the webhook's endpoints" \
-  sh -c "kubectl --kubeconfig '$kubeconfig' -n $ns get endpoints -o jsonpath='{.items[*].subsets[*].addresses[*].ip}' | grep -q ."
+  sh -c "$kctl --kubeconfig '$kubeconfig' -n $ns get endpoints -o jsonpath='{.items[*].subsets[*].addresses[*].ip}' | grep -q ."
 
 daemon_ip() { k -n "$ns" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].status.podIP}'; }
 metrics() { curl -fsS "http://$(daemon_ip):9410/metrics"; }
@@ -278,11 +283,23 @@ spec:
     resources: {limits: $2}
 EOF
 }
+# The simulated node has two 80 GiB GPUs whose UUIDs share long prefixes: 1 MiB units would not fit
+# the kubelet's message, so the default unit (auto) is coarser; pods ask in that unit.
+unit=$(metrics | sed -n 's/^gpuslice_device_plugin_vram_unit_bytes{.*} \([0-9.e+]*\)$/\1/p' | head -n1)
+unit=$(python3 -c "print(int(float('${unit:-0}')))")
+if ((unit > 0)); then
+  pass "vram unit $((unit >> 20)) MiB (auto), allocatable gpuslice.io/vram $(k get node $node -o jsonpath='{.status.allocatable.gpuslice\.io/vram}')"
+else
+  fail "no gpuslice_device_plugin_vram_unit_bytes"
+  unit=$((1 << 20))
+fi
+units=$(((2 << 30) / unit))
+
 step "scenario: vram and cores pods, scheduled by the scheduler"
-pod vram-pod '{"gpuslice.io/vram": "2048"}'
+pod vram-pod "{\"gpuslice.io/vram\": \"$units\"}"
 pod cores-pod '{"gpuslice.io/cores": "30"}'
 for p in vram-pod cores-pod; do
-  wait_for 120 "$p running" sh -c "kubectl --kubeconfig '$kubeconfig' -n ml get pod $p -o jsonpath='{.status.phase}' | grep -qx Running"
+  wait_for 120 "$p running" sh -c "$kctl --kubeconfig '$kubeconfig' -n ml get pod $p -o jsonpath='{.status.phase}' | grep -qx Running"
 done
 if [[ $(k -n ml get pod vram-pod -o jsonpath='{.spec.nodeName}') == "$node" ]]; then
   pass "vram-pod scheduled on $node by kube-scheduler"
@@ -290,7 +307,7 @@ else
   fail "vram-pod not scheduled"
 fi
 sleep 2
-if k -n ml logs vram-pod | grep -q "total=$((2048 << 20))"; then
+if k -n ml logs vram-pod | grep -q "total=$((units * unit))"; then
   pass "vram-pod sees its 2 GiB quota: $(k -n ml logs vram-pod | grep -m1 -o 'total=[0-9]*')"
 else
   fail "vram-pod quota: $(k -n ml logs vram-pod 2>&1 | head -5)"
@@ -303,7 +320,7 @@ curl -fsS --cacert "$work/ca.crt" --cert "$work/admin.crt" --key "$work/admin.ke
   --data '[{"op":"add","path":"/status/capacity/ai.compute~1vram","value":"64Gi"}]' \
   "https://127.0.0.1:$api_port/api/v1/nodes/$node/status" >/dev/null
 pod hcs-pod '{"ai.compute/vram": "1Gi"}'
-wait_for 120 "hcs-pod running" sh -c "kubectl --kubeconfig '$kubeconfig' -n ml get pod hcs-pod -o jsonpath='{.status.phase}' | grep -qx Running"
+wait_for 120 "hcs-pod running" sh -c "$kctl --kubeconfig '$kubeconfig' -n ml get pod hcs-pod -o jsonpath='{.status.phase}' | grep -qx Running"
 hcs_env=$(k -n ml get pod hcs-pod -o jsonpath='{.spec.containers[0].env}')
 if grep -q GPUSLICE_SHARED_DIR <<<"$hcs_env" && k -n ml logs hcs-pod | grep -q "total=$((1 << 30))"; then
   pass "hcs-pod mutated by the webhook through the API server: $hcs_env"
@@ -341,7 +358,7 @@ sleep 45 # more than twice the grace period (20s)
 if [[ -n $dir && -d $dir ]]; then pass "vram-pod's directory $dir kept while the kubelet listed no pods"; else fail "directory $dir removed while its pod lived"; fi
 start_apiserver
 wait_for 120 "node Ready again" \
-  sh -c "kubectl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  sh -c "$kctl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 
 step "scenario: pod deletion and garbage collection"
 k -n ml delete pod vram-pod --wait=true >/dev/null

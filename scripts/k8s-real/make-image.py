@@ -41,7 +41,7 @@ def main():
     ap.add_argument("--user", default="0")
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("files", nargs="*")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
 
     entries = {}  # image path -> host path or ("link", target)
     for spec in a.files:
