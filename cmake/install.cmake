@@ -79,7 +79,7 @@ endif()
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/packaging)
 if(GZIP)
   execute_process(COMMAND ${GZIP} -9n -c ${PROJECT_SOURCE_DIR}/packaging/changelog
-                  OUTPUT_FILE ${CMAKE_BINARY_DIR}/packaging/changelog.Debian.gz)
+                  OUTPUT_FILE ${CMAKE_BINARY_DIR}/packaging/changelog.gz)
 endif()
 foreach(doc_component gpuslice node)
   set(doc_package ${doc_component})
@@ -91,7 +91,8 @@ foreach(doc_component gpuslice node)
   endif()
   install(FILES packaging/copyright DESTINATION share/doc/${doc_package} COMPONENT ${doc_component})
   if(GZIP)
-    install(FILES ${CMAKE_BINARY_DIR}/packaging/changelog.Debian.gz DESTINATION share/doc/${doc_package}
+    # A native package (no Debian revision): changelog.gz, not changelog.Debian.gz.
+    install(FILES ${CMAKE_BINARY_DIR}/packaging/changelog.gz DESTINATION share/doc/${doc_package}
             COMPONENT ${doc_component})
   endif()
 endforeach()
@@ -133,14 +134,16 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_DEBIAN_GPUSLICE_PACKAGE_NAME gpuslice)
-set(CPACK_COMPONENT_GPUSLICE_DESCRIPTION
-    "gpuslice CLI and the injected library (libgpuslice.so) that enforces VRAM quotas and compute limits")
+set(CPACK_COMPONENT_GPUSLICE_DESCRIPTION "gpuslice CLI and the injected library (libgpuslice.so)\n\
+The library enforces VRAM quotas and compute limits in the processes it is\n\
+loaded into; the CLI runs jobs under it and shows and changes their limits.")
 if(GPUSLICE_BUILD_NODE_ENABLED)
   list(APPEND CPACK_COMPONENTS_ALL node)
   set(CPACK_DEBIAN_NODE_PACKAGE_NAME gpuslice-node)
   set(CPACK_COMPONENT_NODE_DEPENDS gpuslice)
-  set(CPACK_COMPONENT_NODE_DESCRIPTION
-      "gpuslice node daemon: GPU discovery, /metrics, HTTP API, kubelet device plugin, admission webhook")
+  set(CPACK_COMPONENT_NODE_DESCRIPTION "gpuslice node daemon\n\
+GPU discovery, Prometheus /metrics, an HTTP API, the kubelet device plugin\n\
+and the admission webhook.")
   # CPack takes control files by their name: this one must be called "conffiles".
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/node/conffiles "${GPUSLICE_ETC_DIR}/default/gpuslice-node\n")
   set(CPACK_DEBIAN_NODE_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/node/conffiles)
