@@ -12,9 +12,9 @@ RUN_PACKAGES := g++ cmake make nlohmann-json3-dev libncurses-dev
 TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config prometheus clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \
   libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl tmux chromium \
-  python3-jsonschema openssl g++-aarch64-linux-gnu qemu-user-static help2man dpkg-dev
+  python3-jsonschema openssl g++-aarch64-linux-gnu qemu-user-static help2man dpkg-dev lintian
 
-.PHONY: run test build install deps-run deps-test deps-chart bench clean
+.PHONY: run test build install deps-run deps-test deps-chart bench clean k8s-real
 
 deps-run:
 	@scripts/install-deps.sh $(RUN_PACKAGES)
@@ -40,6 +40,13 @@ install: deps-run
 
 test: deps-test deps-chart
 	scripts/test.sh
+
+# A real kube-apiserver, scheduler, controller-manager and kubelet (built once from Debian's source
+# package, about 30 minutes on 2 cores, then cached), containerd and the chart on loopback with the
+# simulated GPU, and the Kubernetes scenarios (docs/kubernetes.md, "A real cluster").
+k8s-real: deps-test deps-chart
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSLICE_BUILD_NODE=ON -DGPUSLICE_BUILD_TESTS=ON >/dev/null
+	scripts/k8s-real.sh run $(BUILD)
 
 bench: deps-test
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_BENCH=ON >/dev/null

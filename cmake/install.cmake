@@ -21,32 +21,81 @@ install(DIRECTORY docs/ DESTINATION share/doc/gpuslice/docs COMPONENT gpuslice F
 install(FILES packaging/gpuslice.bash-completion DESTINATION share/bash-completion/completions
         RENAME gpuslice COMPONENT gpuslice)
 
-# Man pages: generated from each program's --help by help2man, so they never disagree with it.
+# Man pages: generated from each program's and each command's --help by help2man, so they never
+# disagree with it; gzip -9n (no name, no time stamp) as Debian wants them.
 find_program(HELP2MAN help2man)
+find_program(GZIP gzip)
 set(_gpuslice_man_pages "")
-function(gpuslice_man_page target program component summary)
-  if(NOT TARGET ${target} OR NOT HELP2MAN OR CMAKE_CROSSCOMPILING)
+# gpuslice_man_page(TARGET PAGE COMPONENT SUMMARY [COMMAND]): PAGE.1.gz from `TARGET [COMMAND] --help`.
+function(gpuslice_man_page target page_name component summary)
+  if(NOT TARGET ${target} OR NOT HELP2MAN OR NOT GZIP OR CMAKE_CROSSCOMPILING)
     return()
   endif()
-  set(page ${CMAKE_BINARY_DIR}/man/${program}.1)
-  add_custom_command(OUTPUT ${page}
+  set(page ${CMAKE_BINARY_DIR}/man/${page_name}.1)
+  # help2man runs one program: a command of a program gets a two-line wrapper.
+  set(program $<TARGET_FILE:${target}>)
+  if(ARGC GREATER 4)
+    set(wrapper ${CMAKE_BINARY_DIR}/man/bin/${page_name})
+    file(GENERATE OUTPUT ${wrapper} CONTENT "#!/bin/sh\nexec '$<TARGET_FILE:${target}>' ${ARGV4} \"$@\"\n"
+         FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+    set(program ${wrapper})
+  endif()
+  add_custom_command(OUTPUT ${page}.gz
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
     COMMAND ${HELP2MAN} --no-info --no-discard-stderr --version-string=${PROJECT_VERSION} --name=${summary}
-            --output=${page} $<TARGET_FILE:${target}>
+            --output=${page} ${program}
+    COMMAND ${GZIP} -9nf ${page}
     DEPENDS ${target} VERBATIM)
-  install(FILES ${page} DESTINATION share/man/man1 COMPONENT ${component})
-  set(_gpuslice_man_pages ${_gpuslice_man_pages} ${page} PARENT_SCOPE)
+  install(FILES ${page}.gz DESTINATION share/man/man1 COMPONENT ${component})
+  set(_gpuslice_man_pages ${_gpuslice_man_pages} ${page}.gz PARENT_SCOPE)
 endfunction()
 gpuslice_man_page(gpuslice_cli gpuslice gpuslice "share NVIDIA GPUs between processes and containers")
+foreach(command_summary
+        "run|run a command under a VRAM quota and compute limit"
+        "status|show the quotas, usage and processes of a container or a node"
+        "top|live view of a container's or a node's GPU use"
+        "set|change the limits of a running container"
+        "profile|summarize the per-API profiles a job wrote")
+  string(REPLACE "|" ";" parts "${command_summary}")
+  list(GET parts 0 command)
+  list(GET parts 1 summary)
+  gpuslice_man_page(gpuslice_cli gpuslice-${command} gpuslice "${summary}" ${command})
+endforeach()
 if(GPUSLICE_BUILD_NODE_ENABLED)
   gpuslice_man_page(gpuslice-node gpuslice-node node
                     "gpuslice node daemon: GPU discovery, metrics, HTTP API, device plugin, DRA driver, webhook")
+  gpuslice_man_page(gpuslice-node gpuslice-node-serve node
+                    "the node daemon: NVML, metrics, HTTP API, kubelet device plugin" serve)
+  gpuslice_man_page(gpuslice-node gpuslice-webhook node "gpuslice mutating admission webhook" webhook)
 endif()
 if(_gpuslice_man_pages)
   add_custom_target(gpuslice_man ALL DEPENDS ${_gpuslice_man_pages})
 elseif(NOT HELP2MAN)
   message(STATUS "gpuslice: help2man not found, no man pages")
 endif()
+
+# What Debian policy wants in every package's doc directory: the copyright file (machine-readable)
+# and the changelog, compressed without name or time stamp.
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/packaging)
+if(GZIP)
+  execute_process(COMMAND ${GZIP} -9n -c ${PROJECT_SOURCE_DIR}/packaging/changelog
+                  OUTPUT_FILE ${CMAKE_BINARY_DIR}/packaging/changelog.gz)
+endif()
+foreach(doc_component gpuslice node)
+  set(doc_package ${doc_component})
+  if(doc_component STREQUAL "node")
+    set(doc_package gpuslice-node)
+    if(NOT GPUSLICE_BUILD_NODE_ENABLED)
+      continue()
+    endif()
+  endif()
+  install(FILES packaging/copyright DESTINATION share/doc/${doc_package} COMPONENT ${doc_component})
+  if(GZIP)
+    # A native package (no Debian revision): changelog.gz, not changelog.Debian.gz.
+    install(FILES ${CMAKE_BINARY_DIR}/packaging/changelog.gz DESTINATION share/doc/${doc_package}
+            COMPONENT ${doc_component})
+  endif()
+endforeach()
 
 if(GPUSLICE_BUILD_NODE_ENABLED)
   configure_file(packaging/gpuslice-node.service.in ${CMAKE_BINARY_DIR}/packaging/gpuslice-node.service @ONLY)
@@ -80,16 +129,21 @@ set(CPACK_COMPONENTS_ALL gpuslice)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# Stripped in the packages (libgpuslice.so: 8.6 MB with debug information, about 430 KB without); the
+# build tree keeps the unstripped files.
+set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 set(CPACK_DEBIAN_GPUSLICE_PACKAGE_NAME gpuslice)
-set(CPACK_COMPONENT_GPUSLICE_DESCRIPTION
-    "gpuslice CLI and the injected library (libgpuslice.so) that enforces VRAM quotas and compute limits")
+set(CPACK_COMPONENT_GPUSLICE_DESCRIPTION "gpuslice CLI and the injected library (libgpuslice.so)\n\
+The library enforces VRAM quotas and compute limits in the processes it is\n\
+loaded into; the CLI runs jobs under it and shows and changes their limits.")
 if(GPUSLICE_BUILD_NODE_ENABLED)
   list(APPEND CPACK_COMPONENTS_ALL node)
   set(CPACK_DEBIAN_NODE_PACKAGE_NAME gpuslice-node)
   set(CPACK_COMPONENT_NODE_DEPENDS gpuslice)
-  set(CPACK_COMPONENT_NODE_DESCRIPTION
-      "gpuslice node daemon: GPU discovery, /metrics, HTTP API, kubelet device plugin, admission webhook")
+  set(CPACK_COMPONENT_NODE_DESCRIPTION "gpuslice node daemon\n\
+GPU discovery, Prometheus /metrics, an HTTP API, the kubelet device plugin\n\
+and the admission webhook.")
   # CPack takes control files by their name: this one must be called "conffiles".
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/node/conffiles "${GPUSLICE_ETC_DIR}/default/gpuslice-node\n")
   set(CPACK_DEBIAN_NODE_PACKAGE_CONTROL_EXTRA ${CMAKE_BINARY_DIR}/packaging/node/conffiles)

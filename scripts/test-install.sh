@@ -32,8 +32,10 @@ run_installed() {  # run_installed BIN_DIR LABEL
 prefix="$scratch/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 require "$prefix/bin/gpuslice" "$prefix/bin/gpuslice-node" "$prefix/lib/gpuslice/libgpuslice.so" \
-  "$prefix/lib/gpuslice/libgpuslice-addpath.so" "$prefix/share/man/man1/gpuslice.1" \
-  "$prefix/share/man/man1/gpuslice-node.1" "$prefix/share/bash-completion/completions/gpuslice" \
+  "$prefix/lib/gpuslice/libgpuslice-addpath.so" "$prefix/share/man/man1/gpuslice.1.gz" \
+  "$prefix/share/man/man1/gpuslice-run.1.gz" "$prefix/share/man/man1/gpuslice-set.1.gz" \
+  "$prefix/share/man/man1/gpuslice-node.1.gz" "$prefix/share/man/man1/gpuslice-webhook.1.gz" \
+  "$prefix/share/bash-completion/completions/gpuslice" \
   "$prefix/share/doc/gpuslice/LICENSE" "$prefix/lib/systemd/system/gpuslice-node.service"
 run_installed "$prefix/bin" "cmake --install"
 
@@ -47,7 +49,30 @@ done
 root="$scratch/root"
 require "$root/usr/bin/gpuslice" "$root/usr/lib/gpuslice/libgpuslice.so" "$root/usr/bin/gpuslice-node" \
   "$root/usr/lib/systemd/system/gpuslice-node.service" "$root/etc/default/gpuslice-node" \
-  "$root/usr/share/man/man1/gpuslice.1"
+  "$root/usr/share/man/man1/gpuslice.1.gz" "$root/usr/share/doc/gpuslice/copyright" \
+  "$root/usr/share/doc/gpuslice-node/changelog.gz"
+# Each command's page is its own --help, not the program's summary.
+if zcat "$root/usr/share/man/man1/gpuslice-run.1.gz" | grep -q -- '--shared-dir'; then
+  echo "ok: gpuslice-run(1) holds the run command's options"
+else
+  echo "FAIL: gpuslice-run(1) lacks the run command's options" >&2
+  failures=$((failures + 1))
+fi
+# Debian policy as lintian checks it: no error (stripped binaries, copyright, changelog, man pages);
+# its warnings are printed. Installed with the other test packages (make deps-test).
+if command -v lintian >/dev/null; then
+  if lintian_out=$(lintian --fail-on error "$scratch"/packages/*.deb 2>&1); then
+    echo "ok: lintian: no error"
+    grep '^W:' <<<"$lintian_out" | sed 's/^/   /' || true
+  else
+    echo "FAIL: lintian:" >&2
+    echo "$lintian_out" >&2
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: lintian is not installed (make deps-test installs it)" >&2
+  failures=$((failures + 1))
+fi
 run_installed "$root/usr/bin" "Debian packages"
 node_deb=$(ls "$scratch"/packages/gpuslice-node_*.deb)
 if dpkg-deb --ctrl-tarfile "$node_deb" | tar -xO ./conffiles 2>/dev/null | grep -qx /etc/default/gpuslice-node; then

@@ -7,7 +7,8 @@
 #   5. clang-format and clang-tidy
 #   6. the Helm chart, plain manifests, Grafana dashboard and alert rules (scripts/check-chart.sh)
 #   7. portability: the injected libraries' glibc floor, the e2e scenarios under glibc 2.31 and on
-#      aarch64 (qemu-user), install layout and Debian packages
+#      aarch64 (qemu-user), install layout and Debian packages (lintian)
+#   8. a real kubelet and API server with the chart (scripts/k8s-real.sh), when their binaries are cached
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -72,5 +73,10 @@ scripts/test-aarch64.sh build-aarch64
 stage "install layout and Debian packages (gpuslice run from a scratch root)"
 scripts/test-install.sh build
 # --- end portability
+
+# A real control plane and kubelet: only where the binaries were built and cached before (make
+# k8s-real builds them once, about 30 minutes); otherwise it says it was skipped.
+stage "real Kubernetes (kube-apiserver, scheduler, kubelet from Debian's source package; cached)"
+scripts/k8s-real.sh check build
 
 stage "all stages passed"

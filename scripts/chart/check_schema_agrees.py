@@ -19,7 +19,7 @@ import jsonschema
 
 SAMPLES = {
     # values path: (flag, list of samples, how a sample becomes the flag's text)
-    ("node", "vramUnit"): ("vram-unit", ["1Mi", "256Mi", "1Gi", "1.5Gi", "1GiB", "1gib", "1mi", "2048", "1M",
+    ("node", "vramUnit"): ("vram-unit", ["auto", "Auto", "auto1", "1Mi", "256Mi", "1Gi", "1.5Gi", "1GiB", "1gib", "1mi", "2048", "1M",
                                          "1Kb", "1b", "0.5Gi", "bogus", "0", "0Mi", "0.0Gi", "-1Mi", "+1Mi",
                                          "1 Mi", "Mi", "1Xi", "1.Mi", ".5Gi", "", "1Mii"], str),
     ("node", "scanInterval"): ("scan-interval", ["1s", "500ms", "2m", "10", "0s", "0", "1h", "1.5s", "-1s",

@@ -283,6 +283,13 @@ class Loader {
 
     auto limits_file = path("GPUSLICE_LIMITS_FILE", /*absolute=*/false);
     settings_.limits_file = limits_file ? *limits_file : kDefaultLimitsFile;
+    if (auto required = get("GPUSLICE_LIMITS_REQUIRED")) {
+      if (*required == "1") {
+        settings_.limits_file_required = true;
+      } else if (*required != "0" && !required->empty()) {
+        fail("GPUSLICE_LIMITS_REQUIRED", *required, "expected 1 or 0");
+      }
+    }
     auto node_dir = path("GPUSLICE_NODE_DIR", /*absolute=*/false);
     settings_.node_dir = node_dir ? *node_dir : default_node_dir();
     if (auto writer = get("GPUSLICE_NODE_WRITER")) {

@@ -91,7 +91,10 @@ struct Settings {
   std::string profile_dir;  // GPUSLICE_PROFILE_DIR or PFLOG; empty = profiling off
   std::string limits_file;  // GPUSLICE_LIMITS_FILE, default kDefaultLimitsFile; read-only caps
   bool limits_file_missing = false;  // apply_limits_file found no file at limits_file
-  std::string node_dir;              // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
+  // GPUSLICE_LIMITS_REQUIRED=1 (set by the node daemon, which wrote the file): a missing limits file
+  // is an error at start and keeps the previous caps later, instead of meaning "no cap".
+  bool limits_file_required = false;
+  std::string node_dir;  // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities

@@ -189,7 +189,10 @@ bool refresh_limits_file() {
       st.st_ino == rt->limits_inode && size == rt->limits_size;
   if (!same) {
     auto limits = config::read_limits_file(s.limits_file);
-    if (!limits) {
+    if (!present && s.limits_file_required) {
+      GS_LOG(Error, "limits file %s vanished, though the node daemon wrote it (keeping the previous limits)",
+             s.limits_file.c_str());
+    } else if (!limits) {
       // Empty counts as malformed: a tool that truncates before writing must not lift the caps.
       GS_LOG(Error, "%s (keeping the previous limits)", limits.error().c_str());
     } else if (limits->missing) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <ctime>
 #include <new>
@@ -153,6 +154,15 @@ Phase initialise() {
   set_driver_ops(real_driver_ops());
   rt->settings = config::load_settings_from_environment();
   config::apply_limits_file(rt->settings, rt->settings.limits_file);
+  if (rt->settings.limits_file_required) {
+    // The node daemon wrote it: gone means something removed the container's directory, not "no cap".
+    struct stat st {};
+    if (stat(rt->settings.limits_file.c_str(), &st) != 0 && errno == ENOENT) {
+      rt->settings.errors.push_back(
+          "GPUSLICE_LIMITS_FILE='" + rt->settings.limits_file +
+          "': missing, though GPUSLICE_LIMITS_REQUIRED=1 says the node daemon wrote it");
+    }
+  }
   log::set_level(rt->settings.log_level);
   install_runtime(rt);
   if (!rt->settings.ok()) {

@@ -140,6 +140,16 @@ std::vector<Collector::Source> Collector::sources() const {
   for (const std::string& id : layout_.list_containers()) {
     out.push_back({id, layout_.state_file(id), layout_.limits_file(id), true});
   }
+  if (host_jobs_) {
+    std::error_code jec;
+    for (const auto& job : std::filesystem::directory_iterator(layout_.jobs_dir(), jec)) {
+      std::error_code sec;
+      if (!job.is_directory(sec) || job.is_symlink(sec)) continue;  // a link may point anywhere
+      std::string id = "job-" + job.path().filename().string();
+      if (!valid_container_id(id)) continue;
+      out.push_back({id, (job.path() / kStateFileName).string(), "", false});
+    }
+  }
   if (kubelet_pods_dir_.empty()) return out;
   std::error_code ec;
   for (const auto& pod : std::filesystem::directory_iterator(kubelet_pods_dir_, ec)) {
@@ -257,6 +267,14 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
   if (!lister_) return;
   auto listed = lister_->list();
   view.podresources = listed ? AttributionState::Up : AttributionState::Down;
+  // How long the same kubelet has answered: a kubelet that restarted (new socket) or could not be
+  // asked starts the clock again.
+  if (!listed) {
+    answers_since_ns_ = 0;
+  } else if (answers_since_ns_ == 0 || lister_->kubelet_instance() != kubelet_instance_) {
+    answers_since_ns_ = view.taken_at_ns;
+    kubelet_instance_ = lister_->kubelet_instance();
+  }
   if (!listed) {
     view.podresources_error = listed.error();
     if (view_->podresources != AttributionState::Down)
@@ -299,6 +317,13 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
   }
 
   const std::uint64_t now = view.taken_at_ns;
+  // An empty or young answer may come from a kubelet that does not know its pods yet (restarted while
+  // the API server is away): removing on it would take a live pod's directory.
+  if (listed && listed->empty()) {
+    view.gc_held_back = "the kubelet lists no device of gpuslice's resources";
+  } else if (listed && now - answers_since_ns_ < gc_grace_ns_) {
+    view.gc_held_back = "the kubelet's answers are younger than the grace period";
+  }
   std::set<std::string> removed;
   for (ContainerView& c : view.containers) {
     auto rec = recorded.find(c.id);
@@ -323,6 +348,7 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
     }
     c.state = ContainerState::Released;
     if (gc_grace_ns_ == 0 || now - since->second < gc_grace_ns_) continue;
+    if (!view.gc_held_back.empty()) continue;
     if (ledger_held(layout_.state_file(c.id))) continue;
     fs::UniqueFd root(
         ::open(layout_.containers_dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -334,6 +360,12 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
     } else {
       c.error = "cannot remove released container directory: " +
                 (root.get() < 0 ? layout_.containers_dir() + ": " + fs::errno_text(errno) : error);
+      c.state = ContainerState::Error;
+      // Counted and logged once per directory: the metric's alert tells the operator to look.
+      if (gc_failed_.insert(c.id).second) {
+        ++gc_failures_;
+        GS_LOG(Error, "container %s: %s", c.id.c_str(), c.error.c_str());
+      }
     }
   }
   if (removed.empty()) return;
@@ -365,6 +397,7 @@ std::shared_ptr<const NodeView> Collector::refresh() {
   }
   attribute_and_collect(*view, all);
   view->containers_removed = containers_removed_;
+  view->gc_failures = gc_failures_;
   if (registration_source_) {
     view->device_plugin = true;
     view->plugins = registration_source_();
@@ -381,6 +414,9 @@ std::shared_ptr<const NodeView> Collector::refresh() {
   }
   for (auto it = released_at_.begin(); it != released_at_.end();) {
     it = seen.count(it->first) ? std::next(it) : released_at_.erase(it);
+  }
+  for (auto it = gc_failed_.begin(); it != gc_failed_.end();) {
+    it = seen.count(*it) ? std::next(it) : gc_failed_.erase(it);
   }
   {
     std::lock_guard view_lock(view_mutex_);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,11 @@ struct NodeView {
   AttributionState podresources = AttributionState::Off;
   std::string podresources_error;        // why the last List failed (Down)
   std::uint64_t containers_removed = 0;  // by garbage collection, since start
-  bool device_plugin = false;            // `plugins` is meaningful
+  // Why released directories are kept this scan although their grace period is over (empty: none
+  // is held back): the kubelet's answer is empty or younger than the grace period.
+  std::string gc_held_back;
+  std::uint64_t gc_failures = 0;  // removals that failed since start (e.g. a tree too deep)
+  bool device_plugin = false;     // `plugins` is meaningful
   std::vector<PluginRegistration> plugins;
   std::vector<GpuInfo> gpus;
   std::string gpu_error;  // NVML failure of the whole probe
@@ -98,10 +103,15 @@ class Collector {
   // <kubelet_pods_dir>/<pod uid>/volumes/kubernetes.io~empty-dir/gpuslice-state-*/state, reported as
   // container "pod-<uid>-<c0|i0...>". Empty (the default) = do not look. Call before the first refresh.
   void set_kubelet_pods_dir(std::string dir) { kubelet_pods_dir_ = std::move(dir); }
+  // Also read plain-host jobs' shared state: <root>/jobs/<name>/state, reported as container
+  // "job-<name>" (never attributed to a pod nor removed).
+  void set_host_jobs(bool on) { host_jobs_ = on; }
   // The node name every series and response carries.
   void set_node_name(std::string node) { node_ = std::move(node); }
   // Attribute containers to pods with `lister` (not owned; must outlive the collector) and remove the
-  // directories of allocations it has not listed for `gc_grace_ns` (0: never remove).
+  // directories of allocations it has not listed for `gc_grace_ns` (0: never remove). Nothing is
+  // removed while the kubelet lists no gpuslice device at all, nor until the same kubelet has
+  // answered for `gc_grace_ns` (a restarted kubelet lists no pod until the API server answers it).
   void set_attribution(AllocationLister* lister, std::uint64_t gc_grace_ns) {
     lister_ = lister;
     gc_grace_ns_ = gc_grace_ns;
@@ -141,6 +151,7 @@ class Collector {
   Clock& clock_;
   LedgerOpener opener_;
   std::string kubelet_pods_dir_;
+  bool host_jobs_ = false;
   std::string node_;
   AllocationLister* lister_ = nullptr;
   std::uint64_t gc_grace_ns_ = 0;
@@ -150,6 +161,10 @@ class Collector {
   std::map<std::string, PodContainer> last_owner_;    // kept while the kubelet cannot be asked
   std::map<std::string, std::uint64_t> released_at_;  // when the kubelet was first seen not listing it
   std::uint64_t containers_removed_ = 0;
+  std::uint64_t gc_failures_ = 0;
+  std::uint64_t answers_since_ns_ = 0;  // start of the current run of answers from one kubelet; 0 none
+  std::uint64_t kubelet_instance_ = 0;
+  std::set<std::string> gc_failed_;  // containers whose removal failed (reported once each)
   mutable std::mutex view_mutex_;
   std::shared_ptr<const NodeView> view_;
 };

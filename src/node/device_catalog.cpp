@@ -66,7 +66,6 @@ std::optional<ResourceKind> parse_resource_kind(std::string_view name) {
 
 DeviceCatalog::DeviceCatalog(std::vector<GpuInfo> gpus, CatalogOptions options)
     : gpus_(std::move(gpus)), options_(std::move(options)) {
-  if (options_.vram_unit == 0) options_.vram_unit = 1;
   // The shortest UUID prefix (at least 8 hex digits) that tells this node's GPUs apart.
   std::vector<std::string> hex;
   for (const auto& g : gpus_) hex.push_back(hex_of_uuid(g.uuid));
@@ -84,6 +83,37 @@ DeviceCatalog::DeviceCatalog(std::vector<GpuInfo> gpus, CatalogOptions options)
     keys_.push_back(k);
     gpu_by_key_[k] = i;
   }
+  if (options_.vram_unit == kAutoVramUnit) {
+    // Powers of two keep the unit a whole number of MiB that divides every larger one.
+    options_.vram_unit = 1ULL << 20;
+    while (list_bytes(ResourceKind::Vram) > kMaxDeviceListBytes && options_.vram_unit < (1ULL << 50))
+      options_.vram_unit *= 2;
+  }
+}
+
+std::size_t DeviceCatalog::list_bytes(ResourceKind kind) const {
+  // Protobuf framing of ListAndWatchResponse{repeated Device devices = 1; Device{ID = 1; health = 2}}.
+  auto varint = [](std::size_t n) {
+    std::size_t bytes = 1;
+    for (; n >= 0x80; n >>= 7) ++bytes;
+    return bytes;
+  };
+  constexpr std::size_t kHealth = 2 + 9;  // "Unhealthy" with its tag and length
+  std::size_t total = 0;
+  for (std::size_t g = 0; g < gpus_.size(); ++g) {
+    const unsigned n = units(kind, g);
+    // Ids of one GPU differ only in their number: count them by number of digits.
+    const std::size_t prefix = keys_[g].size() + 2;
+    std::uint64_t from = 0;
+    for (std::uint64_t digits = 1, limit = 10; from < n; ++digits, limit *= 10) {
+      const std::uint64_t to = std::min<std::uint64_t>(n, limit);
+      const std::size_t id = prefix + digits;
+      const std::size_t inner = 1 + varint(id) + id + kHealth;
+      total += static_cast<std::size_t>(to - from) * (1 + varint(inner) + inner);
+      from = to;
+    }
+  }
+  return total;
 }
 
 unsigned DeviceCatalog::units(ResourceKind kind, std::size_t gpu) const {
@@ -91,7 +121,9 @@ unsigned DeviceCatalog::units(ResourceKind kind, std::size_t gpu) const {
     case ResourceKind::Gpu:
       return options_.replicas;
     case ResourceKind::Vram:
-      return static_cast<unsigned>(gpus_[gpu].memory_total_bytes / options_.vram_unit);
+      return options_.vram_unit == 0
+                 ? 0
+                 : static_cast<unsigned>(gpus_[gpu].memory_total_bytes / options_.vram_unit);
     case ResourceKind::Cores:
       return 100;
   }
@@ -288,6 +320,9 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     plan.envs[kMemoryLimitKey] = memory;
     plan.envs["GPUSLICE_SHARED_DIR"] = kContainerSharedDir;
     plan.envs["GPUSLICE_LIMITS_FILE"] = kContainerLimitsFile;
+    // The file exists: a container that finds it missing (its directory was removed and the runtime
+    // made an empty one) must fail closed, not run without its cap.
+    plan.envs["GPUSLICE_LIMITS_REQUIRED"] = "1";
     plan.envs["GPUSLICE_CONTAINER_ID"] = id;
     plan.mounts.push_back({kContainerSharedDir, layout.state_dir(id), false});
     plan.mounts.push_back({kContainerConfigDir, layout.config_dir(id), true});

@@ -25,9 +25,16 @@ enum class Placement { Binpack, Spread };
 const char* resource_suffix(ResourceKind kind);  // "gpu", "vram", "cores"
 std::optional<ResourceKind> parse_resource_kind(std::string_view name);
 
+// The largest device list the kubelet reads: grpc-go's default 4 MiB receive limit, less a margin.
+inline constexpr std::size_t kMaxDeviceListBytes = 4 * 1024 * 1024 - 64 * 1024;
+// CatalogOptions::vram_unit meaning "derive it from the node's VRAM" (--vram-unit=auto).
+inline constexpr std::uint64_t kAutoVramUnit = 0;
+
 struct CatalogOptions {
   unsigned replicas = 4;
-  std::uint64_t vram_unit = 1ULL << 20;  // bytes per gpuslice.io/vram device
+  // Bytes per gpuslice.io/vram device; kAutoVramUnit: the smallest power-of-two number of MiB whose
+  // list fits kMaxDeviceListBytes (1 MiB up to about 150 GiB of VRAM per node).
+  std::uint64_t vram_unit = 1ULL << 20;
   Placement placement = Placement::Binpack;
   std::string dev_root = "/dev";  // where the NVIDIA device nodes are looked up on the host
   // Hand GPUs to the runtime as CDI device names (<cdi_kind>=<GPU UUID>, as `nvidia-ctk cdi generate`
@@ -49,6 +56,8 @@ class DeviceCatalog {
   std::string id(ResourceKind kind, std::size_t gpu, unsigned unit) const;
   // Every id of `kind`, GPU by GPU.
   std::vector<std::string> ids(ResourceKind kind) const;
+  // Size of the ListAndWatch answer listing every device of `kind` (all Unhealthy: the larger).
+  std::size_t list_bytes(ResourceKind kind) const;
   // The GPU (position in gpus()) an id of `kind` belongs to; nullopt for a foreign or malformed id.
   std::optional<std::size_t> gpu_of(ResourceKind kind, std::string_view id) const;
 

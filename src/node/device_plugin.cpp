@@ -176,6 +176,7 @@ struct Endpoint {
   unsigned registrations = 0;
   RegistrationState state = RegistrationState::WaitingForKubelet;
   bool state_published = false;  // the watcher has looked at least once
+  std::uint64_t unit_bytes = 0;  // vram only
 };
 
 std::uint64_t inode_of(const std::string& path) {
@@ -191,6 +192,7 @@ struct DevicePluginManager::Impl {
   DeviceCatalog catalog;
   HealthBoard health;
   std::vector<Endpoint> endpoints;
+  std::vector<Endpoint> refused;  // not served (RegistrationState::Refused), reported only
   std::atomic<unsigned> registrations{0};
   mutable std::mutex status_mutex;
   std::vector<PluginRegistration> published;
@@ -281,8 +283,15 @@ struct DevicePluginManager::Impl {
     ep.state = state;
     ep.state_published = true;
     std::lock_guard lock(status_mutex);
+    publish_locked();
+  }
+
+  void publish_locked() {
     published.clear();
-    for (const auto& e : endpoints) published.push_back({e.resource_name, e.state, e.registrations});
+    for (const auto* list : {&endpoints, &refused}) {
+      for (const auto& e : *list)
+        published.push_back({e.resource_name, e.state, e.registrations, e.unit_bytes});
+    }
   }
 
   // One pass of the watcher: serve again what the kubelet deleted, register what is unregistered.
@@ -342,17 +351,20 @@ Result<bool> DevicePluginManager::start() {
         m.options.device_plugin_dir + "/" + m.options.socket_prefix + "-" + resource_suffix(kind) + ".sock";
     if (kind == ResourceKind::Vram) {
       // The kubelet reads the whole list in one message; a too fine unit would make every update fail.
-      PluginService probe(kind, ep.resource_name, m.catalog, m.layout, m.health);
-      std::uint64_t generation = 0;
-      std::size_t bytes = probe.device_list(m.health.get(generation)).ByteSizeLong();
-      if (bytes > kKubeletMaxMessageBytes - 64 * 1024) {
-        GS_LOG(
-            Error,
-            "not advertising %s: %zu devices make a %zu-byte list, over the kubelet's 4 MiB message limit; "
-            "use a coarser --vram-unit",
-            ep.resource_name.c_str(), m.catalog.ids(kind).size(), bytes);
+      ep.unit_bytes = m.catalog.options().vram_unit;
+      const std::size_t bytes = m.catalog.list_bytes(kind);
+      if (bytes > kMaxDeviceListBytes) {
+        GS_LOG(Error,
+               "not advertising %s: %zu devices of %llu bytes make a %zu-byte list, over the kubelet's "
+               "4 MiB message limit; use --vram-unit=auto or a coarser unit",
+               ep.resource_name.c_str(), m.catalog.ids(kind).size(),
+               static_cast<unsigned long long>(ep.unit_bytes), bytes);
+        ep.state = RegistrationState::Refused;
+        m.refused.push_back(std::move(ep));
         continue;
       }
+      GS_LOG(Info, "%s: one device per %llu MiB", ep.resource_name.c_str(),
+             static_cast<unsigned long long>(ep.unit_bytes >> 20));
     }
     if (auto r = m.serve(ep); !r) {
       for (auto& started : m.endpoints) m.shut(started);
@@ -363,8 +375,7 @@ Result<bool> DevicePluginManager::start() {
   }
   {
     std::lock_guard lock(m.status_mutex);
-    m.published.clear();
-    for (const auto& e : m.endpoints) m.published.push_back({e.resource_name, e.state, e.registrations});
+    m.publish_locked();
   }
   m.stopping = false;
   m.watcher = std::thread([&m] { m.watch(); });

@@ -22,8 +22,6 @@ namespace gpuslice::node {
 inline constexpr const char* kDevicePluginVersion = "v1beta1";
 inline constexpr const char* kHealthy = "Healthy";
 inline constexpr const char* kUnhealthy = "Unhealthy";
-// grpc-go's default receive limit, which the kubelet uses for device plugin streams.
-inline constexpr std::size_t kKubeletMaxMessageBytes = 4 * 1024 * 1024;
 
 struct PluginOptions {
   std::string device_plugin_dir = kKubeletDevicePluginDir;

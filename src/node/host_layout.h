@@ -43,6 +43,9 @@ class HostLayout {
   // What the device plugin recorded about the allocation (not mounted into the container).
   std::string allocation_file(std::string_view id) const;
   std::string library_dir() const { return root_ + "/lib"; }
+  // Plain-host jobs (`gpuslice run --shared-dir <root>/jobs/<name>`), mode 1777 like /tmp: each job's
+  // directory is its user's (the library refuses one another user owns). Seen with --host-jobs.
+  std::string jobs_dir() const { return root_ + "/jobs"; }
   std::string channel_dir() const { return root_ + "/channel"; }
   std::string channel_writer_dir(std::string_view writer) const {
     return channel_dir() + "/" + std::string(writer);

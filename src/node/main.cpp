@@ -3,8 +3,10 @@
 // (admission webhook). Invoked as gpuslice-webhook it runs the webhook.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,6 +129,16 @@ int serve(const std::vector<std::string>& args) {
   gs::HostLayout layout(options.root);
   gs::Collector collector(layout, gpus.get(), clock);
   collector.set_kubelet_pods_dir(options.kubelet_pods_dir);
+  if (options.host_jobs) {
+    // Like /tmp: anyone makes a job directory, nobody replaces another's (the library checks owners).
+    const std::string jobs = layout.jobs_dir();
+    (void)::mkdir(layout.root().c_str(), 0755);
+    if ((::mkdir(jobs.c_str(), 01777) != 0 && errno != EEXIST) || ::chmod(jobs.c_str(), 01777) != 0) {
+      GS_LOG(Error, "--host-jobs: cannot make %s: %s", jobs.c_str(), std::strerror(errno));
+      return 1;
+    }
+    collector.set_host_jobs(true);
+  }
   collector.set_node_name(node_name(options.node_name));
   std::unique_ptr<gs::PodResourcesClient> podresources;
   if (!options.podresources_socket.empty()) {

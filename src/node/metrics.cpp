@@ -159,6 +159,16 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
   Family(out, "gpuslice_containers_removed_total", "counter",
          "Container directories removed by garbage collection since the daemon started.")
       .sample(node, static_cast<double>(view.containers_removed));
+  if (view.podresources != AttributionState::Off) {
+    Family(out, "gpuslice_gc_failures_total", "counter",
+           "Released container directories garbage collection could not remove (logged; the "
+           "container's state is error).")
+        .sample(node, static_cast<double>(view.gc_failures));
+    Family(out, "gpuslice_gc_held_back", "gauge",
+           "1 while no directory is removed because the kubelet's answer is empty or younger than the "
+           "grace period.")
+        .sample(node, view.gc_held_back.empty() ? 0 : 1);
+  }
 
   if (view.device_plugin) {
     {
@@ -176,6 +186,14 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
                "1 while the device plugin is registered with the kubelet.");
       for (const auto& p : view.plugins) {
         f.sample(with(node, "resource", p.resource), p.state == RegistrationState::Registered ? 1 : 0);
+      }
+    }
+    {
+      Family f(out, "gpuslice_device_plugin_vram_unit_bytes", "gauge",
+               "Memory per device of a vram resource (--vram-unit; auto derives it from the node's VRAM).");
+      for (const auto& p : view.plugins) {
+        if (p.unit_bytes != 0)
+          f.sample(with(node, "resource", p.resource), static_cast<double>(p.unit_bytes));
       }
     }
     {

@@ -164,6 +164,34 @@ Apply set_size(std::uint64_t& target) {
   };
 }
 
+Apply set_vram_unit(std::uint64_t& target) {
+  return [&target, size = set_size(target)](const std::string& v) -> std::optional<std::string> {
+    if (v == "auto") {
+      target = kAutoVramUnit;
+      return std::nullopt;
+    }
+    return size(v);
+  };
+}
+
+Apply set_node_selector(std::vector<std::pair<std::string, std::string>>& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    std::vector<std::pair<std::string, std::string>> pairs;
+    std::size_t start = 0;
+    while (start < v.size()) {
+      std::size_t end = v.find(',', start);
+      if (end == std::string::npos) end = v.size();
+      const std::string item = v.substr(start, end - start);
+      const std::size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0) return "expected KEY=VALUE[,KEY=VALUE...], got '" + item + "'";
+      pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+      start = end + 1;
+    }
+    target = std::move(pairs);
+    return std::nullopt;
+  };
+}
+
 Apply set_placement(Placement& target) {
   return [&target](const std::string& v) -> std::optional<std::string> {
     if (v == "binpack") {
@@ -274,12 +302,17 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
         set_text(out.plugin.resource_domain)},
        {"replicas", "N", nullptr, "4", "gpuslice.io/gpu slots per GPU",
         set_number(out.plugin.catalog.replicas, 1, 9999)},
-       {"vram-unit", "SIZE", nullptr, "1Mi", "memory per gpuslice.io/vram device",
-        set_size(out.plugin.catalog.vram_unit)},
+       {"vram-unit", "SIZE|auto", nullptr, "auto",
+        "memory per gpuslice.io/vram device; auto: the smallest power-of-two MiB whose device list fits "
+        "the kubelet's message limit (1Mi up to about 150 GiB of VRAM per node)",
+        set_vram_unit(out.plugin.catalog.vram_unit)},
        {"placement", "binpack|spread", nullptr, "binpack", "how GetPreferredAllocation picks GPUs",
         set_placement(out.plugin.catalog.placement)},
        {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
         set_text(out.plugin.catalog.dev_root)},
+       {"host-jobs", nullptr, nullptr, nullptr,
+        "make ROOT/jobs (mode 1777) and report the jobs there: `gpuslice run --shared-dir ROOT/jobs/NAME`",
+        set_switch(out.host_jobs, true)},
        {"kubelet-pods-dir", "DIR", nullptr, kKubeletPodsDir,
         "kubelet pods directory, for webhook-injected pods (empty to disable)",
         set_text(out.kubelet_pods_dir)},
@@ -329,7 +362,10 @@ std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
           if (!parsed) return parsed.error();
           out.webhook.priority.priority_classes = *parsed;
           return std::nullopt;
-        }}},
+        }},
+       {"node-selector", "KEY=VALUE,...", nullptr, nullptr,
+        "labels of the nodes gpuslice-node runs on, added to ai.compute/vram pods' nodeSelector",
+        set_node_selector(out.webhook.node_selector)}},
       limit_flags(out.server.limits, {"threads", "connections-per-client", "request-timeout"}, "64"),
       {{"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
   });

@@ -32,6 +32,7 @@ struct ServeOptions {
   bool device_plugin = true;
   PluginOptions plugin;
   std::string kubelet_pods_dir;                  // empty: webhook-injected pods are not looked for
+  bool host_jobs = false;                        // --host-jobs: make and read <root>/jobs
   std::string node_name;                         // --node-name / NODE_NAME; empty: the host name
   std::string podresources_socket;               // empty: no pod attribution
   std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories

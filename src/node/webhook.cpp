@@ -169,8 +169,12 @@ std::optional<std::string> mutate_container(const json& container, const std::st
   wanted.push_back({{"name", "LD_PRELOAD"}, {"value", preload}});
   // The pod's own GPUSLICE_PRIORITY is replaced by the level the policy allowed (the same one the
   // pod's annotation or its own variable asked for).
-  if (needs.hcs_bytes)
+  if (needs.hcs_bytes) {
     wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
+    // The emptyDir below: without it the library keeps its state in /tmp/gpuslice-<uid>, which the
+    // daemon never sees.
+    wanted.push_back({{"name", "GPUSLICE_SHARED_DIR"}, {"value", kContainerSharedDir}});
+  }
   if (needs.priority) wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
 
   if (!env || env->is_null()) {
@@ -414,6 +418,26 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
       if (!lists(existing, "name", v["name"])) to_add.push_back(v);
     }
     append_to_list(patch, "/spec/volumes", existing, to_add);
+    // The library's hostPath exists only where gpuslice-node runs: schedule the pod there.
+    const json* selector = member(*spec, "nodeSelector");
+    if (selector && !selector->is_object() && !selector->is_null())
+      return deny(uid, "spec.nodeSelector is not an object");
+    json wanted = json::object();
+    for (const auto& [key, value] : options.node_selector) {
+      const json* have = selector && selector->is_object() ? member(*selector, key.c_str()) : nullptr;
+      if (have && *have != value) {
+        return deny(uid, "spec.nodeSelector " + key + "=" + printable(json_text(*have), 64) +
+                             " excludes the nodes gpuslice runs on (" + key + "=" + value + ")");
+      }
+      if (!have) wanted[key] = value;
+    }
+    if (!wanted.empty() && (!selector || selector->is_null())) {
+      patch.push_back({{"op", "add"}, {"path", "/spec/nodeSelector"}, {"value", wanted}});
+    } else {
+      for (const auto& [key, value] : wanted.items())
+        patch.push_back(
+            {{"op", "add"}, {"path", "/spec/nodeSelector/" + pointer_token(key)}, {"value", value}});
+    }
   }
   if (!metadata || !metadata->is_object()) {
     patch.push_back({{"op", "add"},

@@ -1,7 +1,8 @@
 // gpuslice-webhook: a mutating admission webhook (AdmissionReview admission.k8s.io/v1).
 //   ai.compute/vram (HCS dialect, a byte quantity such as "16Gi"): the container gets LD_PRELOAD, the
-//     quota in GPUSLICE_MEMORY_LIMIT (bytes), the library mounted read-only from the host and its own
-//     emptyDir as GPUSLICE_SHARED_DIR (which gpuslice-node finds under the kubelet's pods directory).
+//     quota in GPUSLICE_MEMORY_LIMIT (bytes), the library mounted read-only from the host, its own
+//     emptyDir at /tmp/gpuslice with GPUSLICE_SHARED_DIR pointing there (which gpuslice-node finds under
+//     the kubelet's pods directory), and the daemon's node selector.
 //   <domain>/vram, <domain>/cores (device plugin resources): the container gets LD_PRELOAD composed
 //     with its own; quota variables and mounts come from the device plugin's Allocate, the only place
 //     that knows which GPUs were picked.
@@ -12,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/priority.h"
@@ -44,6 +46,9 @@ struct WebhookOptions {
   std::string host_root = kDefaultRoot;  // the library is <host_root>/lib on every node
   std::string resource_domain = "gpuslice.io";
   PriorityPolicy priority;
+  // Where gpuslice-node runs (its DaemonSet's nodeSelector): ai.compute/vram pods get these labels
+  // in their nodeSelector, so they land only where <host_root>/lib exists.
+  std::vector<std::pair<std::string, std::string>> node_selector;
 };
 
 struct WebhookReply {

@@ -329,6 +329,36 @@ TEST_F(LimitsFileRewrite, ALimitsFileMissingForAMomentDoesNotLiftTheCaps) {
   expect_the_cap_holds();
 }
 
+// A pod's container directory removed while the pod lived (the runtime then mounts an empty
+// /etc/gpuslice): the limits file the daemon wrote is missing, which meant "no cap". With
+// GPUSLICE_LIMITS_REQUIRED=1 (the device plugin sets it) CUDA fails closed instead.
+TEST_F(E2E, ALimitsFileTheDaemonWroteThatIsMissingAtStartFailsClosed) {
+  Env env = base_env();
+  env["GPUSLICE_LIMITS_REQUIRED"] = "1";
+  env["GPUSLICE_MEMORY_LIMIT"] = "4Gi";
+  Outcome o = probe({"--scenario", "fill"}, env);
+  EXPECT_EQ(o.exit_code, 4) << "cuInit must fail";
+  EXPECT_NE(o.err.find("GPUSLICE_LIMITS_REQUIRED"), std::string::npos) << o.err;
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  Outcome capped = probe({"--scenario", "fill"}, env);
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  EXPECT_EQ(capped.num("total"), kGiB);
+}
+
+// ...and a file that vanishes while the process runs keeps its cap (removing it used to lift it).
+TEST_F(E2E, ALimitsFileTheDaemonWroteThatVanishesKeepsItsCap) {
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  Env env = base_env();
+  env["GPUSLICE_LIMITS_REQUIRED"] = "1";
+  env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
+  std::filesystem::remove(dir_ + "/limits");
+  let_the_watcher_run();
+  EXPECT_EQ(last_value(app.output(), "live_total"), kGiB) << app.output();
+}
+
 TEST_F(E2E, SetMemoryIsNotUndoneWhenTheOperatorRewritesTheFile) {
   write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=4Gi\n");
   Env env = base_env();

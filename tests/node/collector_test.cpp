@@ -118,6 +118,27 @@ TEST(Collector, FindsWebhookPodsInTheKubeletPodsDirectory) {
   EXPECT_EQ(view->containers[0].processes.size(), 1u);
 }
 
+// A `gpuslice run` job on a plain host keeps its state in /tmp/gpuslice-<uid> by default, which the
+// packaged daemon (PrivateTmp) never sees; jobs run with --shared-dir <root>/jobs/<name> are reported.
+TEST(Collector, PlainHostJobsUnderTheJobsDirectoryAreReported) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  int dev = -1;
+  auto ledger = make_state(layout.jobs_dir() + "/train/state", dev);
+  ASSERT_TRUE(ledger);
+  std::filesystem::create_directories(dir / "elsewhere");
+  std::filesystem::create_directory_symlink(dir / "elsewhere", layout.jobs_dir() + "/link");
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  EXPECT_TRUE(collector.refresh()->containers.empty()) << "only with --host-jobs";
+  collector.set_host_jobs(true);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u) << "the link is skipped";
+  EXPECT_EQ(view->containers[0].id, "job-train");
+  EXPECT_TRUE(view->containers[0].has_state);
+  EXPECT_EQ(view->containers[0].processes.size(), 1u);
+}
+
 TEST(Collector, MapsContainerDevicesToHostGpusByUuid) {
   test::TempDir dir;
   HostLayout layout(dir / "root");
@@ -146,9 +167,16 @@ class FakeLister final : public AllocationLister {
     if (!error.empty()) return make_error(error);
     return listed;
   }
+  std::uint64_t kubelet_instance() const override { return instance; }
   std::vector<ListedDevices> listed;
   std::string error;
+  std::uint64_t instance = 1;
 };
+
+// Another pod of the node that keeps the kubelet's answer non-empty (an empty one removes nothing).
+void another_pod(FakeLister& kubelet) {
+  kubelet.listed.push_back({"gpuslice.io/vram", {"k-m99"}, {"ml", "other", "c"}});
+}
 
 // A container directory as the device plugin makes it, with its allocation record.
 std::string allocate(const HostLayout& layout, const std::string& id, const std::vector<std::string>& ids,
@@ -205,6 +233,7 @@ TEST(CollectorGc, ADirectoryALiveProcessHoldsIsKeptAndRemovedOnceItExits) {
     ASSERT_TRUE(make_state(layout.state_file(idle), idle_dev));  // used once, process gone
   }
   FakeLister kubelet;  // lists neither: both pods are gone
+  another_pod(kubelet);
   test::FakeClock clock;
   Collector collector(layout, nullptr, clock);
   collector.set_attribution(&kubelet, kGrace);
@@ -295,6 +324,7 @@ TEST(CollectorGc, RemovalDoesNotFollowALinkPlantedInTheStateDirectory) {
   std::filesystem::create_directories(layout.state_dir(id) + "/deep/er");
   test::write_file(layout.state_dir(id) + "/deep/er/file", "x");
   FakeLister kubelet;
+  another_pod(kubelet);
   test::FakeClock clock;
   Collector collector(layout, nullptr, clock);
   collector.set_attribution(&kubelet, kGrace);
@@ -303,6 +333,99 @@ TEST(CollectorGc, RemovalDoesNotFollowALinkPlantedInTheStateDirectory) {
   EXPECT_TRUE(collector.refresh()->containers.empty());
   EXPECT_FALSE(std::filesystem::exists(layout.container_dir(id)));
   EXPECT_EQ(test::read_file(dir / "outside/keep"), "precious");
+}
+
+// A kubelet restarted while the API server is down lists no pod at all until it hears from it: a
+// live pod's directory (its container restarting, so no process holds the ledger) must survive.
+TEST(CollectorGc, AKubeletRestartedWithoutTheApiServerListsNoPodAndNothingIsRemoved) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string id = allocate(layout, "alloc-live", {"k-m0"});
+  FakeLister kubelet;
+  kubelet.listed.push_back({"gpuslice.io/vram", {"k-m0"}, {"ml", "p", "c"}});
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  EXPECT_EQ(collector.refresh()->containers[0].owner.pod, "p");
+
+  kubelet.listed.clear();  // restarted, the API server away: an empty answer, for a long time
+  kubelet.instance = 2;
+  for (int i = 0; i < 10; ++i) {
+    clock.advance_ns(kGrace);
+    auto view = collector.refresh();
+    ASSERT_EQ(view->containers.size(), 1u);
+    EXPECT_FALSE(view->gc_held_back.empty());
+  }
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir(id)));
+  auto view = collector.refresh();
+  EXPECT_EQ(view->containers_removed, 0u);
+  EXPECT_NE(render_metrics(*view, "t").find("gpuslice_gc_held_back{node=\"\"} 1"), std::string::npos);
+
+  kubelet.listed.push_back({"gpuslice.io/vram", {"k-m0"}, {"ml", "p", "c"}});  // the API server is back
+  view = collector.refresh();
+  EXPECT_EQ(view->containers[0].state, ContainerState::Ok);
+  EXPECT_EQ(view->containers[0].owner.pod, "p");
+}
+
+// After a restart the kubelet may list some pods (static ones, or those it has heard of) before the
+// rest: nothing is removed until the same kubelet has answered for the whole grace period.
+TEST(CollectorGc, AYoungKubeletAnswerRemovesNothingUntilItIsAsOldAsTheGracePeriod) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string id = allocate(layout, "alloc-a", {"k-m0"});
+  FakeLister kubelet;
+  another_pod(kubelet);
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  collector.refresh();  // not listed: released from now on
+  clock.advance_ns(kGrace - 1);
+  kubelet.instance = 2;  // restarted just before the grace period ends
+  collector.refresh();
+  clock.advance_ns(kGrace / 2);
+  auto view = collector.refresh();
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir(id))) << "removed on a young answer";
+  EXPECT_FALSE(view->gc_held_back.empty());
+  kubelet.error = "connection refused";  // and could not be asked once: the clock starts again
+  collector.refresh();
+  kubelet.error.clear();
+  collector.refresh();
+  clock.advance_ns(kGrace - 1);
+  collector.refresh();
+  EXPECT_TRUE(std::filesystem::exists(layout.container_dir(id)));
+  clock.advance_ns(1);
+  view = collector.refresh();
+  EXPECT_TRUE(view->gc_held_back.empty());
+  EXPECT_FALSE(std::filesystem::exists(layout.container_dir(id)));
+  EXPECT_EQ(view->containers_removed, 1u);
+}
+
+// A tenant nests directories deeper than garbage collection descends: the directory stays, and that
+// is reported (log, container state error, gpuslice_gc_failures_total), not silently kept.
+TEST(CollectorGc, ATreeDeeperThanThirtyTwoLevelsIsReportedNotSilentlyKept) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  const std::string id = allocate(layout, "alloc-deep", {"k-m0"});
+  std::string deep = layout.state_dir(id);
+  for (int i = 0; i < 40; ++i) deep += "/d";
+  std::filesystem::create_directories(deep);
+  FakeLister kubelet;
+  another_pod(kubelet);
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  collector.refresh();
+  clock.advance_ns(kGrace);
+  auto view = collector.refresh();
+  ASSERT_EQ(view->containers.size(), 1u);
+  EXPECT_EQ(view->containers[0].state, ContainerState::Error);
+  EXPECT_NE(view->containers[0].error.find("too deep"), std::string::npos) << view->containers[0].error;
+  EXPECT_EQ(view->gc_failures, 1u);
+  const std::string text = render_metrics(*view, "t");
+  EXPECT_NE(text.find("gpuslice_gc_failures_total{node=\"\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("state=\"error\"} 1"), std::string::npos);
+  clock.advance_ns(kGrace);
+  EXPECT_EQ(collector.refresh()->gc_failures, 1u) << "one failure per directory, not one per scan";
 }
 
 // Counts IN_OPEN events on the files it watches: opening a planted FIFO or device node can block
@@ -371,6 +494,7 @@ TEST(CollectorGc, FifoAndSymlinkPlantedInAContainerDirectoryAreNeverOpened) {
   watch.opened();
 
   FakeLister kubelet;  // lists none of them: every one is a candidate for removal
+  another_pod(kubelet);
   test::FakeClock clock;
   Collector collector(layout, nullptr, clock);
   collector.set_attribution(&kubelet, kGrace);

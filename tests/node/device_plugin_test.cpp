@@ -14,7 +14,10 @@
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "node/allocation_record.h"
+#include "node/collector.h"
 #include "node/limits_file.h"
+#include "node/metrics.h"
+#include "node/options.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -405,26 +408,105 @@ TEST(DevicePlugin, CdiStrategyHandsOverCdiDeviceNamesInsteadOfTheEnvironment) {
   }
 }
 
-TEST(DevicePlugin, RefusesAVramListTheKubeletCouldNotRead) {
-  test::TempDir dir;
-  std::filesystem::create_directories(dir / "plugins");
+// Eight 80 GiB GPUs whose UUIDs share their first 28 hex digits (as the simulated GPUs' do): long ids.
+std::vector<GpuInfo> big_node() {
   std::vector<GpuInfo> big;
-  for (unsigned i = 0; i < 4; ++i) {
+  for (unsigned i = 0; i < 8; ++i) {
     GpuInfo g;
     g.index = i;
-    g.uuid = "GPU-" + std::to_string(40000000 + i) + "-aaaa-4000-8000-000000000000";
+    g.uuid = "GPU-40000000-aaaa-4000-8000-00000000000" + std::to_string(i);
     g.minor = i;
     g.memory_total_bytes = 80ULL << 30;
     big.push_back(g);
   }
+  return big;
+}
+
+TEST(DevicePlugin, RefusesAVramListTheKubeletCouldNotRead) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "plugins");
   PluginOptions options;
   options.device_plugin_dir = dir / "plugins";
-  options.catalog.vram_unit = 1ULL << 20;  // 4 x 81920 ids: well over 4 MiB
+  options.catalog.vram_unit = 1ULL << 20;  // 8 x 81920 ids: well over 4 MiB
   options.watch_interval = std::chrono::milliseconds(20);
-  DevicePluginManager manager(options, HostLayout(dir / "root"), big);
+  DevicePluginManager manager(options, HostLayout(dir / "root"), big_node());
   ASSERT_TRUE(manager.start().ok());
   EXPECT_EQ(manager.resource_names(), (std::vector<std::string>{"gpuslice.io/gpu", "gpuslice.io/cores"}));
   EXPECT_FALSE(std::filesystem::exists(dir / "plugins/gpuslice-vram.sock"));
+  // The refusal is not only a log line: it is a state the metrics export and an alert watches.
+  bool refused = false;
+  for (const auto& p : manager.registration()) {
+    if (p.resource == "gpuslice.io/vram") refused = p.state == RegistrationState::Refused;
+  }
+  EXPECT_TRUE(refused);
+  NodeView view;
+  view.device_plugin = true;
+  view.plugins = manager.registration();
+  EXPECT_NE(render_metrics(view, "t").find(
+                "gpuslice_device_plugin_state{node=\"\",resource=\"gpuslice.io/vram\",state=\"refused\"} 1"),
+            std::string::npos);
+}
+
+// The default unit of old (1 MiB) left a node with more than about 80 GiB of VRAM without any
+// gpuslice.io/vram: the auto unit (the default) always fits, and the catalog's size is exact.
+TEST(DevicePlugin, EightEightyGigabyteGpusStillAdvertiseVramWithTheDefaultUnit) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "plugins");
+  PluginOptions options;
+  ServeOptions defaults;
+  ASSERT_EQ(parse_serve_options(
+                {}, [](const char*) -> const char* { return nullptr; }, defaults)
+                .message,
+            "");
+  options.catalog.vram_unit = defaults.plugin.catalog.vram_unit;
+  options.device_plugin_dir = dir / "plugins";
+  options.watch_interval = std::chrono::milliseconds(20);
+  DevicePluginManager manager(options, HostLayout(dir / "root"), big_node());
+  ASSERT_TRUE(manager.start().ok());
+  EXPECT_EQ(manager.resource_names(),
+            (std::vector<std::string>{"gpuslice.io/gpu", "gpuslice.io/vram", "gpuslice.io/cores"}));
+  std::uint64_t unit = 0;
+  for (const auto& p : manager.registration()) {
+    if (p.resource == "gpuslice.io/vram") unit = p.unit_bytes;
+  }
+  ASSERT_GE(unit, 2ULL << 20);
+  EXPECT_EQ(unit & (unit - 1), 0u) << "a power of two";
+  {
+    CatalogOptions finer;
+    finer.vram_unit = unit / 2;
+    EXPECT_GT(DeviceCatalog(big_node(), finer).list_bytes(ResourceKind::Vram), kMaxDeviceListBytes)
+        << "the smallest unit that fits";
+  }
+
+  // What ListAndWatch sends is what the catalog computed, and it fits.
+  auto channel = grpc::CreateChannel("unix://" + (dir / "plugins/gpuslice-vram.sock"),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1beta1::Empty empty;
+  auto reader = stub->ListAndWatch(&context, empty);
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(static_cast<std::uint64_t>(list.devices_size()), 8 * ((80ULL << 30) / unit));
+  CatalogOptions catalog_options;
+  catalog_options.vram_unit = unit;
+  DeviceCatalog catalog(big_node(), catalog_options);
+  EXPECT_LE(list.ByteSizeLong(), catalog.list_bytes(ResourceKind::Vram));
+  for (auto& d : *list.mutable_devices()) d.set_health(kUnhealthy);
+  EXPECT_EQ(list.ByteSizeLong(), catalog.list_bytes(ResourceKind::Vram));
+  EXPECT_LE(list.ByteSizeLong(), kMaxDeviceListBytes);
+  context.TryCancel();
+  manager.stop();
+}
+
+TEST(DeviceCatalogUnit, AutoUnitIsOneMebibyteOnSmallNodes) {
+  CatalogOptions options;
+  options.vram_unit = kAutoVramUnit;
+  GpuInfo g;
+  g.uuid = "GPU-12345678-aaaa-4000-8000-000000000000";
+  g.memory_total_bytes = 80ULL << 30;
+  EXPECT_EQ(DeviceCatalog({g}, options).options().vram_unit, 1ULL << 20);
 }
 
 }  // namespace

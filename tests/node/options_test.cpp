@@ -130,6 +130,8 @@ TEST(Options, BadValuesAreRefusedNamingTheFlagOrVariable) {
             "--metrics-auth takes no value");
   EXPECT_NE(parse_serve_options({"--vram-unit", "0"}, env.fn(), o).message.find("--vram-unit: "),
             std::string::npos);
+  ASSERT_EQ(parse_serve_options({"--vram-unit", "auto"}, env.fn(), o).message, "");
+  EXPECT_EQ(o.plugin.catalog.vram_unit, kAutoVramUnit);
 
   Env loud{{{"GPUSLICE_LOG_LEVEL", "loud"}}};
   EXPECT_EQ(parse_serve_options({}, loud.fn(), o).message.rfind("GPUSLICE_LOG_LEVEL: ", 0), 0u);
@@ -159,7 +161,7 @@ TEST(Options, DefaultsComeFromTheSameTableAsTheUsageText) {
   EXPECT_EQ(o.api.limits.max_connections, 128u);
   EXPECT_EQ(o.scan_interval, std::chrono::milliseconds(1000));
   EXPECT_EQ(o.plugin.catalog.replicas, 4u);
-  EXPECT_EQ(o.plugin.catalog.vram_unit, 1ULL << 20);
+  EXPECT_EQ(o.plugin.catalog.vram_unit, kAutoVramUnit) << "derived from the node's VRAM by default";
   EXPECT_EQ(o.plugin.resources.size(), 3u);
   EXPECT_EQ(o.kubelet_pods_dir, "/var/lib/kubelet/pods");
   EXPECT_TRUE(o.device_plugin);

@@ -3,11 +3,13 @@
 #include "node/podresources.h"
 
 #include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "node/collector.h"
@@ -173,8 +175,10 @@ TEST(PodResources, ContainersCarryTheirPodAndReleasedDirectoriesAreRemovedAfterT
   EXPECT_NE(metrics.find("gpuslice_container_state" + labels), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gpuslice_podresources_up{node=\"gpu-node-1\"} 1"), std::string::npos);
 
-  // The pod is deleted: the kubelet lists nothing. Kept through the grace period, then removed.
-  kubelet.set({});
+  // The pod is deleted: the kubelet lists only another pod. Kept through the grace period, then removed.
+  ::v1::ListPodResourcesResponse other;
+  add_container(other, "ml", "other", "worker", "gpuslice.io/vram", {"11111111-m5"});
+  kubelet.set(other);
   view = collector.refresh();
   ASSERT_EQ(view->containers.size(), 1u);
   EXPECT_EQ(view->containers[0].state, ContainerState::Released);
@@ -187,6 +191,114 @@ TEST(PodResources, ContainersCarryTheirPodAndReleasedDirectoriesAreRemovedAfterT
   EXPECT_EQ(view->containers_removed, 1u);
   EXPECT_FALSE(std::filesystem::exists(layout.container_dir(id)));
   EXPECT_EQ(render_metrics(*view, "test").find(id), std::string::npos) << "its series must disappear";
+}
+
+// A kubelet (or whatever answers on its socket) that sends fixed bytes as List's answer.
+class RawPodResources final : public grpc::CallbackGenericService {
+ public:
+  RawPodResources(std::string socket, std::string answer)
+      : socket_(std::move(socket)), answer_(std::move(answer)) {}
+  ~RawPodResources() override {
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      server_->Wait();
+    }
+  }
+  void start() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
+    builder.RegisterCallbackGenericService(this);
+    builder.SetMaxSendMessageSize(64 << 20);
+    server_ = builder.BuildAndStart();
+    ASSERT_TRUE(server_);
+  }
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Reactor final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Reactor(const std::string& answer) : answer_(answer) { StartRead(&request_); }
+      void OnReadDone(bool) override {
+        grpc::Slice slice(answer_.data(), answer_.size());
+        response_ = grpc::ByteBuffer(&slice, 1);
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      const std::string& answer_;
+      grpc::ByteBuffer request_, response_;
+    };
+    return new Reactor(answer_);
+  }
+
+ private:
+  std::string socket_;
+  std::string answer_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// The process's peak resident memory in KiB (VmHWM), after `reset` cleared it to the current size.
+std::size_t peak_rss_kib(bool reset) {
+  if (reset) std::ofstream("/proc/self/clear_refs") << "5";
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6));
+  }
+  return 0;
+}
+
+// 16 MiB of pods with one-letter names (the largest answer the daemon accepts) decoded into
+// 3 million messages and raised the daemon's peak memory by about 400 MB; only our devices are kept
+// now, so what the answer costs is about its own bytes.
+TEST(PodResources, SixteenMebibytesOfTinyPodsDoNotBlowUpTheDaemonsMemory) {
+  test::TempDir dir;
+  std::string answer;
+  const std::string pod = std::string("\x0a\x03\x0a\x01") + "x";  // pod_resources { name: "x" }
+  while (answer.size() + pod.size() < (16u << 20) - 4096) answer += pod;
+  // ...and one container of ours, after them all.
+  ::v1::ListPodResourcesResponse ours;
+  add_container(ours, "ml", "p", "c", "gpuslice.io/vram", {"k-m0"});
+  answer += ours.SerializeAsString();
+  RawPodResources kubelet(dir / "kubelet.sock", answer);
+  kubelet.start();
+
+  PodResourcesOptions options;
+  options.socket = dir / "kubelet.sock";
+  options.timeout = std::chrono::seconds(30);
+  options.resource_prefix = "gpuslice.io/";
+  PodResourcesClient client(options);
+  // No warm-up call: memory an earlier decode took stays in the allocator and would hide this one.
+  const std::size_t before = peak_rss_kib(true);
+  auto listed = client.list();
+  const std::size_t peak = peak_rss_kib(false);
+  ASSERT_TRUE(listed.ok()) << listed.error();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].owner.pod, "p");
+  EXPECT_EQ((*listed)[0].device_ids, std::vector<std::string>{"k-m0"});
+  // The answer's bytes pass through gRPC and one copy: a few times 16 MiB, not hundreds.
+  EXPECT_LT(peak - before, 100u * 1024) << "peak grew by " << (peak - before) / 1024 << " MiB";
+}
+
+TEST(PodResources, AnswersBeyondTheBoundsOrMalformedAreErrorsNotPartialLists) {
+  ::v1::ListPodResourcesResponse many;
+  for (int i = 0; i < (1 << 16) + 1; ++i)
+    add_container(many, "ml", "p" + std::to_string(i), "c", "gpuslice.io/vram", {"k"});
+  auto listed = parse_list_response(many.SerializeAsString(), "gpuslice.io/");
+  ASSERT_FALSE(listed.ok());
+  EXPECT_NE(listed.error().find("more than 65536"), std::string::npos) << listed.error();
+  // Not ours: not kept, so not counted.
+  EXPECT_TRUE(parse_list_response(many.SerializeAsString(), "other.io/").ok());
+
+  ::v1::ListPodResourcesResponse one;
+  add_container(one, "ml", "p", "c", "gpuslice.io/vram", {"k-m0", "k-m1"});
+  const std::string bytes = one.SerializeAsString();
+  EXPECT_FALSE(parse_list_response(bytes.substr(0, bytes.size() - 1), "gpuslice.io/").ok());
+  EXPECT_FALSE(parse_list_response(bytes + "\xff", "gpuslice.io/").ok());
+  auto whole = parse_list_response(bytes, "gpuslice.io/");
+  ASSERT_TRUE(whole.ok()) << whole.error();
+  EXPECT_EQ((*whole)[0].device_ids, (std::vector<std::string>{"k-m0", "k-m1"}));
+  ::v1::ListPodResourcesResponse long_name;
+  add_container(long_name, "ml", std::string(2000, 'p'), "c", "gpuslice.io/vram", {"k"});
+  EXPECT_FALSE(parse_list_response(long_name.SerializeAsString(), "gpuslice.io/").ok());
 }
 
 }  // namespace

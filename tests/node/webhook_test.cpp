@@ -100,6 +100,42 @@ TEST(Webhook, HcsPodGetsPreloadQuotaLibraryAndStateVolume) {
   EXPECT_EQ(rooted.patch[3]["value"]["hostPath"]["path"], "/opt/gpuslice/lib");
 }
 
+// The emptyDir mounted at /tmp/gpuslice was not the library's shared directory (it used
+// /tmp/gpuslice-<uid>), so the daemon never saw these pods; and the library's hostPath exists only on
+// the nodes gpuslice-node runs on, which nothing made the pod land on.
+TEST(Webhook, HcsPodIsVisibleToTheDaemonAndLandsWhereTheLibraryIs) {
+  WebhookOptions options;
+  options.node_selector = {{"gpuslice.io/node", "true"}};
+  auto r = review(test::fixture("admission_hcs_vram.json"), options);
+  ASSERT_EQ(r.response["allowed"], true) << r.response.dump();
+  json pod = json::parse(test::fixture("admission_hcs_vram.json"))["request"]["object"];
+  json patched = pod.patch(r.patch);
+  const json& server = patched["spec"]["containers"][0];
+  bool shared = false;
+  for (const auto& var : server["env"]) {
+    if (var["name"] == "GPUSLICE_SHARED_DIR") shared = var["value"] == "/tmp/gpuslice";
+  }
+  EXPECT_TRUE(shared) << server["env"].dump();
+  bool mounted = false;
+  for (const auto& m : server["volumeMounts"]) {
+    if (m["mountPath"] == "/tmp/gpuslice") mounted = m["name"] == "gpuslice-state-c0";
+  }
+  EXPECT_TRUE(mounted);
+  EXPECT_EQ(patched["spec"]["nodeSelector"], json({{"gpuslice.io/node", "true"}}));
+
+  // Kept beside the pod's own selector; a contradicting one is refused, saying why.
+  json own = json::parse(test::fixture("admission_hcs_vram.json"));
+  own["request"]["object"]["spec"]["nodeSelector"] = {{"zone", "a"}};
+  auto merged = review(own.dump(), options);
+  json merged_pod = own["request"]["object"].patch(merged.patch);
+  EXPECT_EQ(merged_pod["spec"]["nodeSelector"], json({{"zone", "a"}, {"gpuslice.io/node", "true"}}));
+  own["request"]["object"]["spec"]["nodeSelector"] = {{"gpuslice.io/node", "false"}};
+  auto refused = review(own.dump(), options);
+  EXPECT_EQ(refused.response["allowed"], false);
+  EXPECT_NE(refused.response["status"]["message"].get<std::string>().find("gpuslice.io/node"),
+            std::string::npos);
+}
+
 // gpuslice.io/priority becomes GPUSLICE_PRIORITY of every container gpuslice manages (normalised,
 // replacing a value the pod set itself); other containers are left alone.
 TEST(Webhook, PriorityAnnotationSetsGpuslicePriorityInTheManagedContainers) {

@@ -303,6 +303,10 @@ TEST(LoadSettings, ProfileDirectory) {
 
 TEST(LoadSettings, LimitsFilePath) {
   EXPECT_EQ(load_ok({{"GPUSLICE_LIMITS_FILE", "/srv/limits"}}).limits_file, "/srv/limits");
+  EXPECT_FALSE(load_ok({}).limits_file_required);
+  EXPECT_TRUE(load_ok({{"GPUSLICE_LIMITS_REQUIRED", "1"}}).limits_file_required);
+  EXPECT_FALSE(load_ok({{"GPUSLICE_LIMITS_REQUIRED", "0"}}).limits_file_required);
+  expect_single_error({{"GPUSLICE_LIMITS_REQUIRED", "yes"}}, "GPUSLICE_LIMITS_REQUIRED=", "1 or 0");
   expect_single_error({{"GPUSLICE_LIMITS_FILE", "/" + std::string(5000, 'a')}},
                       "GPUSLICE_LIMITS_FILE=", "PATH_MAX");
 }
