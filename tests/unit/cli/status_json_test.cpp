@@ -15,7 +15,7 @@ shm::Snapshot two_process_snapshot(std::uint64_t busy_a, std::uint64_t busy_b, s
   shm::Snapshot snap;
   snap.path = "/run/x/state";
   shm::DeviceRow dev;
-  dev.uuid = "GPU-1";
+  dev.uuid = "GPU-00000000-0000-4000-8000-000000000001";
   dev.index = 0;
   dev.record = 0;
   dev.total_bytes = 80;
