@@ -16,9 +16,9 @@
 
 namespace {
 
+using gpuslice::Priority;
 using gpuslice::shm::NodeChannel;
 using gpuslice::shm::PeerState;
-using gpuslice::Priority;
 
 constexpr char kGpu[] = "GPU-6d6f636b-0000-4000-8000-000000000000";
 constexpr std::uint64_t kStaleNs = 3'600'000'000'000;  // records published once stay fresh

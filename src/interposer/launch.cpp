@@ -42,7 +42,7 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
                          unsigned int by, unsigned int bz, unsigned int shmem, CUstream hStream,             \
                          void** kernelParams, void** extra) {                                                \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                              \
-    if (gs::launch_refused(f)) return gs::kRefused;                                                        \
+    if (gs::launch_refused(f)) return gs::kRefused;                                                          \
     const CUstream gs_stream = gated_stream(hStream, per_thread);                                            \
     const bool gated = gate(gs_stream, f, gx, gy, gz);                                                       \
     return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra)); \
