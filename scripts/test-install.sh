@@ -51,8 +51,8 @@ require "$root/usr/bin/gpuslice" "$root/usr/lib/gpuslice/libgpuslice.so" "$root/
   "$root/usr/lib/systemd/system/gpuslice-node.service" "$root/etc/default/gpuslice-node" \
   "$root/usr/share/man/man1/gpuslice.1.gz" "$root/usr/share/doc/gpuslice/copyright" \
   "$root/usr/share/doc/gpuslice-node/changelog.gz"
-# Each command's page is its own --help, not the program's summary.
-if zcat "$root/usr/share/man/man1/gpuslice-run.1.gz" | grep -q -- '--shared-dir'; then
+# Each command's page is its own --help, not the program's summary (roff writes each - as \-).
+if zcat "$root/usr/share/man/man1/gpuslice-run.1.gz" | sed 's/\\-/-/g' | grep -q -- '--shared-dir'; then
   echo "ok: gpuslice-run(1) holds the run command's options"
 else
   echo "FAIL: gpuslice-run(1) lacks the run command's options" >&2
