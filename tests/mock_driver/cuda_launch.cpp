@@ -181,39 +181,28 @@ CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   return cuModuleLoadData(module, text);
 }
 
-// A library is a module to the mock (its handle is the module's).
-CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
-                           void** jitOptionsValues, unsigned int numJitOptions,
-                           CUlibraryOption* libraryOptions, void** libraryOptionValues,
-                           unsigned int numLibraryOptions) {
-  (void)jitOptions;
-  (void)jitOptionsValues;
-  (void)numJitOptions;
-  (void)libraryOptions;
-  (void)libraryOptionValues;
-  (void)numLibraryOptions;
+// A library is a module to the mock (its handle is the module's); JIT and library options are ignored.
+namespace {
+CUresult as_library(CUlibrary* library, CUresult (*load)(CUmodule*, const void*), const void* source) {
   if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUmodule module = nullptr;
-  const CUresult status = cuModuleLoadData(&module, code);
+  const CUresult status = load(&module, source);
   if (status == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(module);
   return status;
 }
+CUresult load_module_file(CUmodule* module, const void* path) {
+  return cuModuleLoad(module, static_cast<const char*>(path));
+}
+}  // namespace
 
-CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jitOptions,
-                               void** jitOptionsValues, unsigned int numJitOptions,
-                               CUlibraryOption* libraryOptions, void** libraryOptionValues,
-                               unsigned int numLibraryOptions) {
-  (void)jitOptions;
-  (void)jitOptionsValues;
-  (void)numJitOptions;
-  (void)libraryOptions;
-  (void)libraryOptionValues;
-  (void)numLibraryOptions;
-  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUmodule module = nullptr;
-  const CUresult status = cuModuleLoad(&module, fileName);
-  if (status == CUDA_SUCCESS) *library = reinterpret_cast<CUlibrary>(module);
-  return status;
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
+                           CUlibraryOption*, void**, unsigned int) {
+  return as_library(library, cuModuleLoadData, code);
+}
+
+CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**, unsigned int,
+                               CUlibraryOption*, void**, unsigned int) {
+  return as_library(library, load_module_file, fileName);
 }
 
 CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }
