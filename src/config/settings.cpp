@@ -250,6 +250,18 @@ class Loader {
            t.long_kernels_alone);
   }
 
+  void load_compute_busy() {
+    auto text = get("GPUSLICE_COMPUTE_BUSY");
+    if (!text) return;
+    if (*text == "events") {
+      settings_.compute_busy_events = true;
+    } else if (*text == "launches") {
+      settings_.compute_busy_events = false;
+    } else {
+      fail("GPUSLICE_COMPUTE_BUSY", *text, "expected events or launches");
+    }
+  }
+
   void load_paths() {
     settings_.shared_dir = default_shared_dir();
     auto shared_dir = path("GPUSLICE_SHARED_DIR", /*absolute=*/true);
@@ -319,6 +331,7 @@ Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string
   loader.load_paths();
   loader.load_priority();
   loader.load_priority_tuning();
+  loader.load_compute_busy();
   return settings;
 }
 

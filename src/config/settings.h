@@ -99,6 +99,10 @@ struct Settings {
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
   PriorityTunables priority_tuning;  // GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST
+  // GPUSLICE_COMPUTE_BUSY: the compute limit charges the time the device ran the container's
+  // kernels, timed with events (true, `events`, the default), or the host's launch-to-drain
+  // intervals (false, `launches`: no event in the application's streams).
+  bool compute_busy_events = true;
   std::vector<NamedOrdinal> named_ordinals;  // every ordinal a limit variable names
   std::vector<std::string> errors;           // one line per malformed variable: "VAR='value': why"
 

@@ -29,8 +29,10 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
   if (source == nullptr) return nullptr;
   const limiter::DriverOps ops = gate_driver_ops();
   // The limit is read live from the shared state, so `gpuslice set --compute` applies at once.
+  limiter::Tuning tuning;
+  tuning.time_launches = settings().compute_busy_events;
   auto* fresh = new (std::nothrow)
-      limiter::ComputeLimiter(gate_clock(), ops, ledger()->compute_state(d.ledger_dev), source);
+      limiter::ComputeLimiter(gate_clock(), ops, ledger()->compute_state(d.ledger_dev), source, tuning);
   if (fresh == nullptr) return nullptr;
   fresh->set_phase_source(&d.turn_offset);
   limiter::ComputeLimiter* expected = nullptr;
@@ -142,9 +144,9 @@ void settle_at_exit() {
     const limiter::Stats s = lim->stats();
     GS_LOG(Info,
            "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
-           " drains, %.3f s busy, %.3f s held back",
+           " drains, %.3f s busy, %.3f s held back, %" PRIu64 " of %" PRIu64 " launches timed",
            d.index, s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
-           static_cast<double>(s.throttled_ns) / 1e9);
+           static_cast<double>(s.throttled_ns) / 1e9, s.timed_launches, s.launches);
   });
   publish_compute_usage();
 }

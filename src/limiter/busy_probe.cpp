@@ -116,6 +116,7 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
     result.span_ns = span > own_ns_ ? span - own_ns_ : 0;
   }
   if (!result.valid) result = Result{};
+  result.timed = claimed_;
   phase_ = Phase::Idle;
   claimed_ = 0;
   completed_ = 0;

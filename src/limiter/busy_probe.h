@@ -40,6 +40,7 @@ class BusyProbe {
     bool valid = false;  // false: nothing measured (charge in full)
     std::uint64_t busy_ns = 0;
     std::uint64_t span_ns = 0;  // the span's host time less the probe's own (may be <= busy_ns)
+    std::uint32_t timed = 0;    // launches timed (also when nothing could be read)
   };
 
   BusyProbe() = default;

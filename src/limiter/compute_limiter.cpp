@@ -44,7 +44,7 @@ ComputeLimiter::ComputeLimiter(Clock& clock, const DriverOps& ops, shm::ComputeS
   if (tuning_.full_duty_permille == 0 || tuning_.full_duty_permille > kPermille) {
     tuning_.full_duty_permille = defaults.full_duty_permille;
   }
-  probe_supported_ = BusyProbe::supported(ops_);
+  probe_supported_ = tuning_.time_launches && BusyProbe::supported(ops_);
 }
 
 unsigned ComputeLimiter::limit_percent() const {
@@ -59,6 +59,8 @@ Stats ComputeLimiter::stats() const {
   s.paused_windows = paused_windows_.load(kRelaxed);
   s.drains = drains_.load(kRelaxed);
   s.measured_windows = measured_windows_.load(kRelaxed);
+  s.launches = launches_.load(kRelaxed);
+  s.timed_launches = timed_launches_.load(kRelaxed);
   return s;
 }
 
@@ -245,6 +247,8 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   // window up to its charged end (a host sync may have said the device went idle before the drain).
   std::uint64_t duty = kPermille;
   const BusyProbe::Result probe = probe_.collect(ops_, end);
+  launches_.fetch_add(launches, kRelaxed);
+  timed_launches_.fetch_add(probe.timed, kRelaxed);
   if (probe.valid && elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start)) {
     if (probe.busy_ns < probe.span_ns) duty = probe.busy_ns * kPermille / probe.span_ns;
     if (duty >= tuning_.full_duty_permille) duty = kPermille;

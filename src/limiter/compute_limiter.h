@@ -68,6 +68,9 @@ struct Tuning {
   // A window whose probe found the device busy at least this share (per mille) of its time is
   // charged in full: the probe's error is below it, and device-bound work charges exactly as before.
   std::uint32_t full_duty_permille = 900;
+  // Whether windows are charged by the device time the busy probe measured (true), or by their
+  // wall time as before (false: GPUSLICE_COMPUTE_BUSY=launches, no timing event is recorded).
+  bool time_launches = true;
 };
 
 struct Stats {
@@ -77,6 +80,8 @@ struct Stats {
   std::uint64_t paused_windows = 0;    // of which ended by a pause in the launches
   std::uint64_t drains = 0;            // queue drains performed (ctx synchronize)
   std::uint64_t measured_windows = 0;  // charged below their wall time: the probe saw the device idle
+  std::uint64_t launches = 0;          // launches of the closed windows
+  std::uint64_t timed_launches = 0;    // of which the busy probe timed (two event records each)
 };
 
 class ComputeLimiter {
@@ -173,6 +178,8 @@ class ComputeLimiter {
   std::atomic<std::uint64_t> paused_windows_{0};
   std::atomic<std::uint64_t> drains_{0};
   std::atomic<std::uint64_t> measured_windows_{0};
+  std::atomic<std::uint64_t> launches_{0};
+  std::atomic<std::uint64_t> timed_launches_{0};
 };
 
 }  // namespace gpuslice::limiter

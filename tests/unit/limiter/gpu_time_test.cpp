@@ -52,8 +52,8 @@ struct StepResult {
   WindowRange occupancy;
 };
 
-StepResult limited_steps(unsigned limit, const Step& step) {
-  Scenario s;
+StepResult limited_steps(unsigned limit, const Step& step, const Tuning& tuning = Tuning{}) {
+  Scenario s(tuning);
   Container& box = s.add_container(limit);
   Process& p = s.add_process(box);
   StepResult result;
@@ -75,6 +75,42 @@ TEST_P(LimiterGpuTime, LaunchBoundStepsBelowTheLimitRunAtFullSpeed) {
   const StepResult limited = limited_steps(limit, step);
   EXPECT_GE(limited.steps, free_running * 97 / 100) << limited.steps << " of " << free_running;
   EXPECT_LE(limited.occupancy.max, limit / 100.0 + 0.03) << describe(limited.occupancy);
+}
+
+// GPUSLICE_COMPUTE_BUSY=launches: no event is recorded and windows are charged their wall time,
+// the definition before GPU time (the same loop then runs at about its limit of its steps).
+TEST(LimiterGpuTimeOff, WithoutTimedLaunchesTheLaunchBoundLoopIsChargedItsWallTime) {
+  const Step step;
+  const int free_running = limited_steps(0, step).steps;
+  Tuning tuning;
+  tuning.time_launches = false;
+  const int charged_wall = limited_steps(50, step, tuning).steps;
+  EXPECT_LT(charged_wall, free_running * 70 / 100) << charged_wall << " of " << free_running;
+  EXPECT_GE(limited_steps(50, step).steps, free_running * 97 / 100);
+}
+
+// A window of thousands of cheap launches has a small share of them timed (two event records each
+// slow the host), a window of a few long kernels all of its launches.
+TEST(LimiterGpuTimeCost, FewOfManyCheapLaunchesAreTimed) {
+  Scenario s;
+  s.world.event_record_host_ns = 1 * kUs;
+  Container& box = s.add_container(90);
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] {
+    while (s.world.now() < kSec) {
+      for (int i = 0; i < 256; ++i) {  // empty kernels at the launch rate of a real driver
+        gated_launch(p, s.world, 2 * kUs);
+        s.world.sleep(3300);
+      }
+      s.world.synchronize();
+      p.limiter->note_host_sync();
+    }
+  });
+  s.run();
+  const Stats stats = p.limiter->stats();
+  ASSERT_GT(stats.launches, 100'000U);
+  EXPECT_LT(stats.timed_launches * 100, stats.launches * 3) << stats.timed_launches << " of " << stats.launches;
+  EXPECT_GT(stats.timed_launches, 0U);
 }
 
 // The same with a host sync ending each step, as a decode loop reading its token does.
