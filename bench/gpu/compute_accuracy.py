@@ -57,6 +57,13 @@ Workloads:
           Launch-bound: the device is busy a few percent of the time
   graph   a CUDA graph of 8 4096^3 bf16 matmuls, replayed
   mix     big-then-tiny: one 4096^3 bf16 matmul, then 16 tiny elementwise kernels
+  streams4  four threads, each launching a 4096^3 bf16 matmul on its own stream per step
+  compile   torch.compile (Inductor, Triton kernels) of an MLP forward in fp16
+  cluster   a spin kernel of ~0.2 ms on every SM launched in clusters of two with cudaLaunchKernelEx
+            (build/gpu/libcluster_spin.so from bench/gpu/cluster_spin.cu; tests/gpu/run.sh builds it)
+  matmul2p  matmul in two processes of one container (same state directory and limit): the
+            measured one and a companion it starts; the limit holds both together, so the measured
+            one's ratio is again the limit
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
@@ -92,7 +99,8 @@ TOLERANCE_POINTS = 3.0  # --tolerance
 SETTLE_POINTS = 5.0  # the band a 1 s window must reach after a change
 LAUNCH_BOUND_FLOOR = 0.9  # a workload busy less than its limit keeps at least this share of its speed
 AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5", "long10": "4", "long40": "4", "long100": "4",
-             "decode": "4", "graph": "4", "mix": "4"}  # --cpus auto (see the docstring)
+             "decode": "4", "graph": "4", "mix": "4", "streams4": "4-7", "compile": "4", "cluster": "4",
+             "matmul2p": "4,5"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 
 
@@ -168,6 +176,74 @@ def build_workload(name):
                 x.add_(1.0)
 
         return step, 2.0 * 4096 ** 3
+    if name == "streams4":
+        # Four threads, each launching a 4096^3 bf16 matmul on its own stream per step; the step
+        # joins their streams into the current one, so the timeline's events cover all four.
+        import threading
+        n = 4
+        mats = [(torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16),
+                 torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)) for _ in range(n)]
+        streams = [torch.cuda.Stream() for _ in range(n)]
+        go = [threading.Semaphore(0) for _ in range(n)]
+        done = threading.Semaphore(0)
+        events = [None] * n
+
+        def launcher(i):
+            a, b, out = mats[i]
+            while True:
+                go[i].acquire()
+                with torch.cuda.stream(streams[i]):
+                    torch.matmul(a, b, out=out)
+                    ev = torch.cuda.Event()
+                    ev.record(streams[i])
+                events[i] = ev
+                done.release()
+
+        for i in range(n):
+            threading.Thread(target=launcher, args=(i,), daemon=True).start()
+        current = torch.cuda.current_stream()
+        for s in streams:
+            s.wait_stream(current)
+
+        def step():
+            for g in go:
+                g.release()
+            for _ in range(n):
+                done.acquire()
+            for ev in events:
+                current.wait_event(ev)
+
+        return step, n * 2.0 * 4096 ** 3
+    if name == "compile":
+        # torch.compile (Inductor: Triton kernels for the fused pointwise parts) of an MLP forward.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(2048, 8192), torch.nn.GELU(),
+                                    torch.nn.Linear(8192, 2048), torch.nn.LayerNorm(2048)).cuda().half().eval()
+        compiled = torch.compile(model)
+        x = torch.randn(4096, 2048, device="cuda", dtype=torch.float16)
+
+        def step():
+            with torch.no_grad():
+                compiled(x)
+
+        return step, None
+    if name == "cluster":
+        # Thread-block clusters launched with cudaLaunchKernelEx (bench/gpu/cluster_spin.cu), ~0.2 ms
+        # of spinning on every SM per launch.
+        import ctypes
+        path = os.environ.get("GS_CLUSTER_LIB") or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "gpu", "libcluster_spin.so")
+        spin = ctypes.CDLL(path).cluster_spin
+        spin.argtypes = [ctypes.c_longlong, ctypes.c_void_p]
+        cycles = 400_000
+
+        def step():
+            rc = spin(cycles, torch.cuda.current_stream().cuda_stream)
+            if rc != 0:
+                raise SystemExit(f"cluster launch failed: cudaError {rc}")
+
+        return step, None
     if name == "decode":
         return build_decode(torch), None
     if name == "train":
@@ -256,6 +332,15 @@ def worker(args):
         usable = parse_cpus(args.cpus) & os.sched_getaffinity(0)
         if usable:
             os.sched_setaffinity(0, usable)
+    companion = None
+    if args.workload.endswith("2p"):
+        # A second process of the same container (same environment: library, state directory,
+        # limit) running the same workload for the whole run: the limit holds both together.
+        args.workload = args.workload[:-2]
+        companion = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
+             str(args.seconds + args.warmup + 60), "--warmup", "1", "--report", args.report + ".companion",
+             "--cpus", args.cpus], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     import torch
 
     torch.cuda.init()
@@ -292,6 +377,9 @@ def worker(args):
         ev.record()
         marks.append((ev, done))
     torch.cuda.synchronize()
+    if companion is not None:
+        companion.kill()
+        companion.wait()
     timeline = [[start.elapsed_time(ev) / 1000.0, it] for ev, it in marks]
     gpu_seconds = timeline[-1][0]
     report = {

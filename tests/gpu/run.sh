@@ -29,6 +29,9 @@ g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mo
 for prog in tests/gpu/runtime_quota.cu bench/gpu/launch_alloc.cu bench/gpu/paired.cu bench/gpu/launch_ab.cu; do
   nvcc -O2 -arch=sm_90 -o "build/gpu/$(basename "$prog" .cu)" "$prog" -ldl >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 done
+# Thread-block clusters through cudaLaunchKernelEx, for compute_accuracy.py's `cluster` workload.
+nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o build/gpu/libcluster_spin.so bench/gpu/cluster_spin.cu \
+  >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 # Two processes sharing memory (ipc): the driver API too.
 nvcc -O2 -std=c++17 -arch=sm_90 -o build/gpu/ipc tests/gpu/ipc.cu -lcuda >> "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }
