@@ -104,25 +104,16 @@ void refresh_turns() {
   });
 }
 
-// The limiter whose busy probe times this thread's launch in flight, between before_launch() and
-// after_launch(); null for every other launch.
-thread_local limiter::ComputeLimiter* t_probing = nullptr;
-
 }  // namespace
 
-void before_launch(CUstream stream) {
-  if (limiter::ComputeLimiter* lim = current_limiter()) {
-    if (lim->gate(stream)) [[unlikely]]
-      t_probing = lim;
-  }
+limiter::ComputeLimiter* before_launch(CUstream stream) {
+  limiter::ComputeLimiter* lim = current_limiter();
+  if (lim != nullptr && lim->gate(stream)) [[unlikely]]
+    return lim;
+  return nullptr;
 }
 
-void after_launch(CUstream stream) {
-  if (limiter::ComputeLimiter* lim = t_probing) [[unlikely]] {
-    t_probing = nullptr;
-    lim->after_launch(stream);
-  }
-}
+void after_probed_launch(limiter::ComputeLimiter* probing, CUstream stream) { probing->after_launch(stream); }
 
 void after_host_sync() {
   if (limiter::ComputeLimiter* lim = current_limiter()) lim->note_host_sync();

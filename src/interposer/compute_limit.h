@@ -5,13 +5,18 @@
 
 #include "abi/cuda_abi.h"
 
+namespace gpuslice::limiter {
+class ComputeLimiter;
+}
+
 namespace gpuslice::interposer::compute_limit {
 
 // Launch gate: the limiter of the current device, if it is limited, may hold the thread or drain.
-void before_launch(CUstream stream);
-// Launch gate: the driver took the launch before_launch() passed on this thread; the limiter's busy
-// probe may record the event that ends its device time (limiter/busy_probe.h).
-void after_launch(CUstream stream);
+// Returns the limiter whose busy probe times this launch (limiter/busy_probe.h), else null.
+limiter::ComputeLimiter* before_launch(CUstream stream);
+// Launch gate: the driver took the launch before_launch() returned `probing` for, on this thread;
+// the probe records the event that ends its device time.
+void after_probed_launch(limiter::ComputeLimiter* probing, CUstream stream);
 // Launch gate: the application's host synchronisation returned.
 void after_host_sync();
 

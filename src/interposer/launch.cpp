@@ -12,18 +12,16 @@ namespace gs = gpuslice::interposer;
 namespace {
 // `what` and the grid identify the launch for the priority gate's costs per kernel (a graph: its
 // executable and no grid).
-// Returns whether the launch was gated, read once: launched() then needs no second load.
-inline bool gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
+// Returns what the launch owes the gate once the driver took it (nothing when not gated).
+inline gs::LaunchTicket gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
   if (!gs::launch_gated()) [[likely]]
-    return false;
-  gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
-  return true;
+    return {};
+  return gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
 }
 
-// After the driver took a gated launch: the compute limit may time it (its "after" event).
-inline CUresult launched(bool gated, CUstream stream, CUresult result) {
-  if (gated) [[unlikely]]
-    gs::after_launch(stream);
+// After the driver took the launch: the compute limit's probe may time it (its "after" event).
+inline CUresult launched(const gs::LaunchTicket& ticket, CUstream stream, CUresult result) {
+  gs::after_launch(ticket, stream);
   return result;
 }
 
@@ -44,7 +42,7 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                              \
     if (gs::launch_refused(f)) return gs::kRefused;                                                          \
     const CUstream gs_stream = gated_stream(hStream, per_thread);                                            \
-    const bool gated = gate(gs_stream, f, gx, gy, gz);                                                       \
+    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                                       \
     return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra)); \
   }
 GS_LAUNCH_KERNEL(cuLaunchKernel, kLegacy)
@@ -55,7 +53,7 @@ GS_LAUNCH_KERNEL(cuLaunchKernel_ptsz, kPerThread)
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                           \
     if (gs::launch_refused(f)) return gs::kRefused;                                                       \
     const CUstream gs_stream = gated_stream(config != nullptr ? config->hStream : nullptr, per_thread);   \
-    const bool gated =                                                                                    \
+    const gs::LaunchTicket gated =                                                                        \
         gate(gs_stream, f, config != nullptr ? config->gridDimX : 0,                                      \
              config != nullptr ? config->gridDimY : 0, config != nullptr ? config->gridDimZ : 0);         \
     return launched(gated, gs_stream, real(config, f, kernelParams, extra));                              \
@@ -70,7 +68,7 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
     if (gs::launch_refused(f)) return gs::kRefused;                                                        \
     const CUstream gs_stream = gated_stream(hStream, per_thread);                                          \
-    const bool gated = gate(gs_stream, f, gx, gy, gz);                                                     \
+    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                                     \
     return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams));      \
   }
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kLegacy)
@@ -81,7 +79,7 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
     if (gs::graph_refused(hGraphExec)) return gs::kRefused;          \
     const CUstream gs_stream = gated_stream(hStream, per_thread);    \
-    const bool gated = gate(gs_stream, hGraphExec);                  \
+    const gs::LaunchTicket gated = gate(gs_stream, hGraphExec);                  \
     return launched(gated, gs_stream, real(hGraphExec, hStream));    \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch, kLegacy)

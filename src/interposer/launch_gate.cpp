@@ -7,13 +7,15 @@ namespace gpuslice::interposer {
 
 std::atomic<bool> g_launch_gated{false};
 
-void gate_launch(CUstream stream, std::uint64_t kernel) {
+LaunchTicket gate_launch(CUstream stream, std::uint64_t kernel) {
   // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
   priority_sharing::before_launch(stream, kernel);
-  compute_limit::before_launch(stream);
+  return LaunchTicket{compute_limit::before_launch(stream)};
 }
 
-void after_launch(CUstream stream) { compute_limit::after_launch(stream); }
+void settle_ticket(const LaunchTicket& ticket, CUstream stream) {
+  if (ticket.probing != nullptr) compute_limit::after_probed_launch(ticket.probing, stream);
+}
 
 void note_sync_begin() { priority_sharing::sync_begin(); }
 

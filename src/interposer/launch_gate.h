@@ -9,17 +9,31 @@
 
 #include "abi/cuda_abi.h"
 
+namespace gpuslice::limiter {
+class ComputeLimiter;
+}
+
 namespace gpuslice::interposer {
 
 extern std::atomic<bool> g_launch_gated;
 
 inline bool launch_gated() { return g_launch_gated.load(std::memory_order_relaxed); }
 
+// What a launch that passed the gate still owes after the driver took it: the compute limiter
+// whose busy probe times it (its closing event), or nothing. Handed back by the hook rather than
+// kept in a thread-local, so an untimed launch pays one compare after the driver call.
+struct LaunchTicket {
+  limiter::ComputeLimiter* probing = nullptr;
+};
+
 // `kernel`: what is launched (limiter::kernel_key; 0 = unknown), for priority sharing's costs.
-void gate_launch(CUstream stream, std::uint64_t kernel = 0);
-// After the driver took a launch that passed gate_launch() on this thread (the compute limit may
-// time its device time).
-void after_launch(CUstream stream);
+LaunchTicket gate_launch(CUstream stream, std::uint64_t kernel = 0);
+// After the driver took a launch that gate_launch() returned `ticket` for, on the same thread.
+void settle_ticket(const LaunchTicket& ticket, CUstream stream);
+inline void after_launch(const LaunchTicket& ticket, CUstream stream) {
+  if (ticket.probing != nullptr) [[unlikely]]
+    settle_ticket(ticket, stream);
+}
 // Before the application's own synchronisation waits (priorities: still busy while it waits), and
 // after it returned: the device finished what was launched.
 void note_sync_begin();

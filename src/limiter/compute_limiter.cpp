@@ -185,13 +185,19 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   resume_at_ns_.store(0, kRelaxed);
   // The probe times the window's first launches: the window opens on a drained queue, so no work
   // queued before the probe runs inside its span uncounted.
-  if (probe_supported_) probe_.arm(0);
+  window_probed_ = probe_supported_ && (!have_duty_ || all_timed_ * kProbeShare <= all_launches_ ||
+                                        now - std::min(now, last_probe_ns_) >= kMaxProbeAgeNs);
+  if (window_probed_) {
+    probe_.arm(0);
+    last_probe_ns_ = now;
+  }
   window_start_ns_.store(std::max<std::uint64_t>(now, 1), kRelease);  // 0 means "no window"
 }
 
 void ComputeLimiter::abandon_window() {
   if (!try_become_closer()) return;
   probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
+  window_probed_ = false;
   window_start_ns_.store(0, kRelease);
   release_closer();
 }
@@ -202,6 +208,7 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   if (reason != CloseReason::Settle && stream_capturing(ops_, stream)) {
     // Launches being captured run nothing now; a drain would break the capture.
     probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
+    window_probed_ = false;
     window_start_ns_.store(0, kRelease);
     return true;
   }
@@ -245,14 +252,29 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   // that still held a tenth of the window's length at its close says the device was not idle at
   // the end, whatever the probe saw earlier: charged in full. A probe still running represents the
   // window up to its charged end (a host sync may have said the device went idle before the drain).
+  // A window not timed is charged the last duty measured, under the same check of its queue.
   std::uint64_t duty = kPermille;
-  const BusyProbe::Result probe = probe_.collect(ops_, end);
+  const bool drained_idle = elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start);
+  all_launches_ += launches;
   launches_.fetch_add(launches, kRelaxed);
-  timed_launches_.fetch_add(probe.timed, kRelaxed);
-  if (probe.valid && elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start)) {
-    if (probe.busy_ns < probe.span_ns) duty = probe.busy_ns * kPermille / probe.span_ns;
-    if (duty >= tuning_.full_duty_permille) duty = kPermille;
+  bool measured_here = false;
+  if (window_probed_) {
+    window_probed_ = false;
+    const BusyProbe::Result probe = probe_.collect(ops_, end);
+    all_timed_ += probe.timed;
+    timed_launches_.fetch_add(probe.timed, kRelaxed);
+    // Carried only when measured over enough of the workload: a window of a few launches (the first
+    // one, or a few long kernels) is timed whole each time instead. Events that fail leave nothing.
+    have_duty_ = probe.valid && (probe.timed >= kMinCarriedTimed || probe.span_ns >= kMinCarriedSpanNs);
+    if (probe.valid) {
+      std::uint64_t measured = kPermille;
+      if (probe.busy_ns < probe.span_ns) measured = probe.busy_ns * kPermille / probe.span_ns;
+      if (measured >= tuning_.full_duty_permille || !drained_idle) measured = kPermille;
+      last_duty_permille_ = measured;
+      measured_here = true;
+    }
   }
+  if ((measured_here || have_duty_) && drained_idle) duty = last_duty_permille_;
   std::uint64_t charged = 0;
   if (duty == kPermille) {
     // Oldest first: charge_interval() keeps the union with the container's other processes.

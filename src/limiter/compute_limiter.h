@@ -164,6 +164,21 @@ class ComputeLimiter {
   // time times the share of it the device was busy (closer thread arms and reads it).
   BusyProbe probe_;
   bool probe_supported_ = false;
+  // Closer only. Not every window is timed: one is when the windows timed so far hold at most
+  // 1/kProbeShare of the launches (each timed launch costs two event records, and the share of
+  // slowed launches is what moves a launch-bound process's median launch cost), when the last timed
+  // one is kMaxProbeAgeNs old, or when no duty is known. The others are charged the last duty
+  // measured (under the same check of the queue at their close).
+  static constexpr std::uint64_t kProbeShare = 64;
+  static constexpr std::uint64_t kMaxProbeAgeNs = 250'000'000;
+  static constexpr std::uint32_t kMinCarriedTimed = 32;
+  static constexpr std::uint64_t kMinCarriedSpanNs = 2'000'000;
+  bool window_probed_ = false;
+  bool have_duty_ = false;
+  std::uint64_t last_duty_permille_ = 1000;
+  std::uint64_t last_probe_ns_ = 0;
+  std::uint64_t all_launches_ = 0;  // of the closed windows, and of those the probe timed
+  std::uint64_t all_timed_ = 0;
   // Closer only. The last window kept the device mostly idle (charged below its wall time): the
   // next one is short, and opens at once when out of debt, even in turns.
   bool last_window_light_ = false;

@@ -142,7 +142,7 @@ class ComputeGate : public ::testing::Test {
 
   // A launch as the launch hooks make it: through the gate only while some device is limited.
   static void launch(CUstream stream = nullptr) {
-    if (launch_gated()) gate_launch(stream);
+    if (launch_gated()) after_launch(gate_launch(stream), stream);
   }
 
   static limiter::ComputeLimiter* limiter_of(CUdevice dev) {

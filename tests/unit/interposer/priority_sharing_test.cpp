@@ -127,7 +127,7 @@ class PrioritySharing : public ::testing::Test {
   }
 
   static void launch() {
-    if (launch_gated()) gate_launch(nullptr);
+    if (launch_gated()) after_launch(gate_launch(nullptr), nullptr);
   }
   static void tick() {  // the watcher's order (lifecycle.cpp)
     compute_limit::tick();
