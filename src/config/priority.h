@@ -32,6 +32,7 @@ struct PriorityTunables {
   std::optional<unsigned> floor_percent;      // its minimum admission share while held (0 = none)
   std::optional<bool> per_kernel_cost;        // its bound costs launches by kernel (or by the average)
   std::optional<bool> long_kernels_alone;     // a kernel over half its bound waits for an empty queue
+  std::optional<unsigned> light_share_percent;  // a higher one busier than this holds it (0 = any does)
 };
 
 }  // namespace gpuslice::config

@@ -106,9 +106,9 @@ void refresh_turns() {
 
 }  // namespace
 
-limiter::ComputeLimiter* before_launch(CUstream stream) {
+limiter::ComputeLimiter* before_launch(CUstream stream, std::uint64_t waited_ns) {
   limiter::ComputeLimiter* lim = current_limiter();
-  if (lim != nullptr && lim->gate(stream)) [[unlikely]]
+  if (lim != nullptr && lim->gate(stream, waited_ns)) [[unlikely]]
     return lim;
   return nullptr;
 }

@@ -13,7 +13,8 @@ namespace gpuslice::interposer::compute_limit {
 
 // Launch gate: the limiter of the current device, if it is limited, may hold the thread or drain.
 // Returns the limiter whose busy probe times this launch (limiter/busy_probe.h), else null.
-limiter::ComputeLimiter* before_launch(CUstream stream);
+// `waited_ns`: how long priority sharing held the launch just before (ComputeLimiter::gate).
+limiter::ComputeLimiter* before_launch(CUstream stream, std::uint64_t waited_ns);
 // Launch gate: the driver took the launch before_launch() returned `probing` for, on this thread;
 // the probe records the event that ends its device time.
 void after_probed_launch(limiter::ComputeLimiter* probing, CUstream stream);

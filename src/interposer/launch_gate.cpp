@@ -9,11 +9,16 @@ std::atomic<bool> g_launch_gated{false};
 
 LaunchTicket gate_launch(CUstream stream, std::uint64_t kernel) {
   // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
-  priority_sharing::before_launch(stream, kernel);
-  return LaunchTicket{compute_limit::before_launch(stream)};
+  std::uint64_t waited_ns = 0;
+  limiter::PriorityGate* gate = priority_sharing::before_launch(stream, kernel, &waited_ns);
+  LaunchTicket ticket{compute_limit::before_launch(stream, waited_ns), nullptr};
+  // Last: the share's pair must hold no wait of either gate.
+  if (gate != nullptr && priority_sharing::time_launch(gate, stream)) ticket.share_timing = gate;
+  return ticket;
 }
 
 void settle_ticket(const LaunchTicket& ticket, CUstream stream) {
+  if (ticket.share_timing != nullptr) priority_sharing::after_timed_launch(ticket.share_timing, stream);
   if (ticket.probing != nullptr) compute_limit::after_probed_launch(ticket.probing, stream);
 }
 

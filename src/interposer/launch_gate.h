@@ -11,6 +11,7 @@
 
 namespace gpuslice::limiter {
 class ComputeLimiter;
+class PriorityGate;
 }
 
 namespace gpuslice::interposer {
@@ -19,11 +20,14 @@ extern std::atomic<bool> g_launch_gated;
 
 inline bool launch_gated() { return g_launch_gated.load(std::memory_order_relaxed); }
 
-// What a launch that passed the gate still owes after the driver took it: the compute limiter
-// whose busy probe times it (its closing event), or nothing. Handed back by the hook rather than
-// kept in a thread-local, so an untimed launch pays one compare after the driver call.
+// What a launch that passed the gate still owes after the driver took it: the closing timing
+// event of the compute limiter's busy probe, or of priority sharing's device share, or nothing.
+// Handed back by the hook rather than kept in a thread-local, so an untimed launch pays a compare
+// after the driver call.
 struct LaunchTicket {
   limiter::ComputeLimiter* probing = nullptr;
+  limiter::PriorityGate* share_timing = nullptr;
+  bool owed() const { return probing != nullptr || share_timing != nullptr; }
 };
 
 // `kernel`: what is launched (limiter::kernel_key; 0 = unknown), for priority sharing's costs.
@@ -31,7 +35,7 @@ LaunchTicket gate_launch(CUstream stream, std::uint64_t kernel = 0);
 // After the driver took a launch that gate_launch() returned `ticket` for, on the same thread.
 void settle_ticket(const LaunchTicket& ticket, CUstream stream);
 inline void after_launch(const LaunchTicket& ticket, CUstream stream) {
-  if (ticket.probing != nullptr) [[unlikely]]
+  if (ticket.owed()) [[unlikely]]
     settle_ticket(ticket, stream);
 }
 // Before the application's own synchronisation waits (priorities: still busy while it waits), and

@@ -34,6 +34,7 @@ void NodePresence::publish_priority(const PriorityFields& fields, std::uint64_t 
   priority_.store(priority_value(fields.priority), kRelaxed);
   busy_until_ns_.store(fields.busy_until_ns, kRelaxed);
   held_back_ns_.store(fields.held_back_ns, kRelaxed);
+  device_share_permille_.store(fields.device_share_permille, kRelaxed);
   publish(now_ns);
 }
 
@@ -46,6 +47,7 @@ void NodePresence::publish(std::uint64_t now_ns) {
   record.heartbeat_ns = now_ns;
   record.busy_until_ns = busy_until_ns_.load(kRelaxed);
   record.held_back_ns = held_back_ns_.load(kRelaxed);
+  record.device_share_permille = device_share_permille_.load(kRelaxed);
   channel_->publish(record);
 }
 

@@ -32,6 +32,7 @@ class NodePresence {
     Priority priority = Priority::Normal;
     std::uint64_t busy_until_ns = 0;
     std::uint64_t held_back_ns = 0;
+    std::uint32_t device_share_permille = 0;
   };
   void publish_priority(const PriorityFields& fields, std::uint64_t now_ns);
 
@@ -53,6 +54,7 @@ class NodePresence {
   std::atomic<std::uint32_t> priority_{priority_value(Priority::Normal)};
   std::atomic<std::uint64_t> busy_until_ns_{0};
   std::atomic<std::uint64_t> held_back_ns_{0};
+  std::atomic<std::uint32_t> device_share_permille_{0};
   std::atomic<std::uint32_t> assigned_level_{priority_value(Priority::Normal)};
   std::atomic<std::uint32_t> assigned_compute_{0};
 };

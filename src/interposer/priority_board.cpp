@@ -14,6 +14,7 @@ void convert(const shm::PeerState* records, std::size_t count, limiter::PeerView
     out[i].heartbeat_ns = records[i].heartbeat_ns;
     out[i].busy_until_ns = records[i].busy_until_ns;
     out[i].held_back_ns = records[i].held_back_ns;
+    out[i].device_share_permille = records[i].device_share_permille;
   }
 }
 
@@ -49,7 +50,8 @@ std::size_t PresenceBoard::read_known_above(limiter::PeerView* out, std::size_t 
 }
 
 void PresenceBoard::publish(const limiter::PeerView& own) {
-  presence_.publish_priority({own.priority, own.busy_until_ns, own.held_back_ns}, own.heartbeat_ns);
+  presence_.publish_priority({own.priority, own.busy_until_ns, own.held_back_ns, own.device_share_permille},
+                             own.heartbeat_ns);
 }
 
 }  // namespace gpuslice::interposer

@@ -26,8 +26,8 @@ limiter::PriorityGate* current_gate() {
   return d != nullptr ? d->priority_gate.load(std::memory_order_acquire) : nullptr;
 }
 
-// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST and
-// _LONG_KERNEL.
+// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
+// _LONG_KERNEL and _LIGHT_SHARE.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
@@ -36,6 +36,7 @@ limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
   if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
   if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
+  if (own.light_share_percent) tuning.light_share_permille = *own.light_share_percent * 10;
   return tuning;
 }
 
@@ -64,10 +65,17 @@ void publish_held_back(DeviceState& d, const limiter::PriorityGate& gate) {
 
 }  // namespace
 
-void before_launch(CUstream stream, std::uint64_t kernel) {
-  if (!enabled()) return;
-  if (limiter::PriorityGate* gate = current_gate()) gate->gate(stream, kernel);
+limiter::PriorityGate* before_launch(CUstream stream, std::uint64_t kernel, std::uint64_t* waited_ns) {
+  *waited_ns = 0;
+  if (!enabled()) return nullptr;
+  limiter::PriorityGate* gate = current_gate();
+  if (gate != nullptr) *waited_ns = gate->gate(stream, kernel);
+  return gate;
 }
+
+bool time_launch(limiter::PriorityGate* gate, CUstream stream) { return gate->time_launch(stream); }
+
+void after_timed_launch(limiter::PriorityGate* timing, CUstream stream) { timing->after_launch(stream); }
 
 void sync_begin() {
   if (!enabled()) return;

@@ -8,10 +8,19 @@
 
 #include "abi/cuda_abi.h"
 
+namespace gpuslice::limiter {
+class PriorityGate;
+}
+
 namespace gpuslice::interposer::priority_sharing {
 
-// Launch gate, before the compute limit: may hold the thread or wait for queued work.
-void before_launch(CUstream stream, std::uint64_t kernel);
+// Launch gate, before the compute limit: may hold the thread or wait for queued work (how long, in
+// *waited_ns; 0 when it did not). Returns the device's gate (null: none), for time_launch().
+limiter::PriorityGate* before_launch(CUstream stream, std::uint64_t kernel, std::uint64_t* waited_ns);
+// Launch gate, after every gate let the launch go: whether `gate` times it for the container's
+// device share; then after_timed_launch() once the driver took it, on this thread.
+bool time_launch(limiter::PriorityGate* gate, CUstream stream);
+void after_timed_launch(limiter::PriorityGate* timing, CUstream stream);
 // Launch gate, around an application's host synchronisation.
 void sync_begin();
 void sync_end();

@@ -93,6 +93,13 @@ void BusyProbe::after_launch(const DriverOps& ops, Clock& clock, CUstream stream
   unlock();
 }
 
+void BusyProbe::exclude(std::uint64_t ns) {
+  if (start_at_.load(std::memory_order_relaxed) == kNever) return;  // no span armed or running
+  lock();
+  if (phase_ == Phase::Running) own_ns_ += ns;
+  unlock();
+}
+
 BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read) {
   lock();
   Result result;

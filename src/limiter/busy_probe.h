@@ -64,6 +64,9 @@ class BusyProbe {
     return probe_launch(ops, clock, stream, now, n);
   }
   void after_launch(const DriverOps& ops, Clock& clock, CUstream stream);
+  // Host time a thread spent waiting in another gate before its launch: left out of a span that is
+  // running (one that starts with this launch began after the wait).
+  void exclude(std::uint64_t ns);
 
   // After the window's drain (every event completed), by the thread closing it: what the probe
   // measured (ending at `now` if still running), and the probe is reset (disarmed until the next

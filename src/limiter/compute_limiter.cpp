@@ -81,7 +81,9 @@ std::int64_t ComputeLimiter::burst_cap_ns(unsigned limit) const {
   return static_cast<std::int64_t>(std::max({jitter, half_launch, measured}));
 }
 
-bool ComputeLimiter::gate(CUstream stream) {
+bool ComputeLimiter::gate(CUstream stream, std::uint64_t waited_ns) {
+  if (waited_ns != 0) [[unlikely]]
+    probe_.exclude(waited_ns);
   const unsigned limit_now = limit_percent();
   if (unlimited(limit_now) || shared_ == nullptr) {
     // A limit lifted mid-window: forget the window rather than charge unthrottled time later.

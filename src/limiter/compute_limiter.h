@@ -99,7 +99,10 @@ class ComputeLimiter {
   // relaxed atomic operations and one clock read: no lock, no allocation, no driver call, except for
   // the few launches of a window that its busy probe times (busy_probe.h). Returns true for those:
   // the caller then calls after_launch() on the same thread once the launch was submitted.
-  bool gate(CUstream stream);
+  // `waited_ns`: how long another gate (priority sharing) held this launch just before; the busy
+  // probe leaves it out of a span already running, like its own time: a hold while a higher
+  // priority's work runs is no measure of how busy this process keeps the device.
+  bool gate(CUstream stream, std::uint64_t waited_ns = 0);
   void after_launch(CUstream stream);
 
   // Optional cross-container schedule. Containers whose kernels time-slice on one GPU each charge

@@ -17,7 +17,10 @@ class PeerWatch {
  public:
   struct Summary {
     bool higher_present = false;
-    // The latest time a higher container says its work runs until (past: idle since then).
+    // The latest time a higher container that keeps the device busy says its work runs until
+    // (past: idle since then). A light one (its kernels occupy the device less than
+    // Timing::light_share_permille of its busy time: a host-bound server) is present but never
+    // holds: lower ones only keep their queued work within the bound while it is alive.
     std::uint64_t higher_busy_until_ns = 0;
   };
   struct Timing {
@@ -26,6 +29,9 @@ class PeerWatch {
     std::uint64_t stale_ns;
     // What an honest peer can claim at most past its publish: a sync lease plus a busy horizon.
     std::uint64_t max_claim_ns;
+    // A higher container whose published device share is below this (per mille, and measured) is
+    // light; 0 = none is.
+    std::uint32_t light_share_permille;
   };
 
   PeerWatch(PeerBoard* board, const Timing& timing) : board_(board), timing_(timing) {}

@@ -43,7 +43,9 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
       ceiling_source_(ceiling_source),
       tuning_(tuning),
       watch_(board, watch_timing(tuning)),
-      floor_(make_floor(tuning)) {
+      floor_(make_floor(tuning)),
+      share_(tuning.share_every_ns != 0 ? tuning.share_every_ns : PriorityTuning{}.share_every_ns) {
+  share_supported_ = DeviceShare::supported(ops_);
   // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
   const PriorityTuning defaults;
   if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
@@ -67,6 +69,7 @@ PeerWatch::Timing PriorityGate::watch_timing(const PriorityTuning& tuning) {
   t.refresh_ns = tuning.refresh_ns != 0 ? tuning.refresh_ns : defaults.refresh_ns;
   t.absent_refresh_ns = std::max(tuning.absent_refresh_ns, t.refresh_ns);
   t.stale_ns = tuning.stale_ns != 0 ? tuning.stale_ns : defaults.stale_ns;
+  t.light_share_permille = tuning.light_share_permille;
   t.max_claim_ns = (tuning.sync_lease_ns != 0 ? tuning.sync_lease_ns : defaults.sync_lease_ns) +
                    (tuning.busy_horizon_ns != 0 ? tuning.busy_horizon_ns : defaults.busy_horizon_ns);
   return t;
@@ -103,8 +106,16 @@ PriorityStats PriorityGate::stats() const {
   return s;
 }
 
-void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
+bool PriorityGate::time_launch(CUstream stream) {
+  if (!share_supported_ || priority() == Priority::Low) return false;  // nobody below to tell
+  return share_.before_launch(ops_, clock_, stream, clock_.now_ns());
+}
+
+void PriorityGate::after_launch(CUstream stream) { share_.after_launch(ops_, clock_, stream); }
+
+std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   std::uint64_t now = clock_.now_ns();
+  const std::uint64_t entered = now;
   if (sync_return_ns_.load(kRelaxed) != 0) {
     const std::uint64_t returned = sync_return_ns_.exchange(0, kRelaxed);
     if (returned != 0) grace_pays_.store(now - std::min(now, returned) < tuning_.resume_grace_ns, kRelaxed);
@@ -114,7 +125,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
     // that returns after another thread launched must not say idle.
     last_launch_ns_.store(now, kRelaxed);
-    return;
+    return 0;
   }
   PeerWatch::Summary summary = watch_.look(now, false, priority());
   if (!summary.higher_present) {
@@ -122,13 +133,14 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // forgotten so that a new one starts counting from its first launch.
     if (window_launches_.load(kRelaxed) != 0) reset_window();
     last_launch_ns_.store(now, kRelaxed);
-    return;
+    return 0;
   }
   const std::uint64_t hold_start = now;
   bool held = false;
   bool probing = false;  // debug diagnostics: how long the queue before the hold took
   std::uint64_t queue_done_ns = 0;
   std::uint64_t held_ns = 0;
+  bool waited = false;  // stepped: waited for queued work
   for (;;) {
     const std::uint64_t round_start = now;
     bool held_now = false;
@@ -161,6 +173,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     }
     if (held_now) held_ns += elapsed(round_start, now);
     if (!step_if_due(stream, now, kernel)) break;
+    waited = true;
     now = clock_.now_ns();
     // While the bound ramps up, the higher one went idle moments ago and may resume any time (a
     // server between two requests of a burst): each step, a wait for the device, is also a look
@@ -191,6 +204,7 @@ void PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   }
   count_launch(stream, now, kernel);
   last_launch_ns_.store(now, kRelaxed);
+  return held || waited ? elapsed(entered, now) : 0;
 }
 
 // A container is busy from its first launch after idling. Only a change is published: the record
@@ -228,11 +242,17 @@ void PriorityGate::note_host_sync() {
   // Idle at once (or after the grace) when nothing was launched since the wait began, so lower
   // priorities resume without waiting for the horizon to pass.
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
+  // Every event recorded before the wait has completed: the share's span, if one ran, is read.
+  const bool share_moved = share_supported_ && priority() != Priority::Low &&
+                           share_.note_idle(ops_, now, tuning_.light_share_permille);
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   // Published as is: once past, it tells lower priorities since when this container is idle.
   sync_return_ns_.store(now, kRelaxed);
   const std::uint64_t idle_at = now + (grace_pays_.load(kRelaxed) ? tuning_.resume_grace_ns : 0);
-  if (until <= idle_at) return;  // already idle, or idle within the grace
+  if (until <= idle_at) {  // already idle, or idle within the grace
+    if (share_moved) publish_own(now);
+    return;
+  }
   grace_until_ns_.store(idle_at, kRelaxed);
   busy_until_ns_.store(idle_at, kRelaxed);
   publish_own(now);
@@ -252,6 +272,7 @@ void PriorityGate::publish_own(std::uint64_t now) {
   own.heartbeat_ns = now;
   own.busy_until_ns = busy_until_ns_.load(kRelaxed);  // past: idle since then
   own.held_back_ns = held_back_ns_.load(kRelaxed);
+  own.device_share_permille = share_.permille();
   board_->publish(own);
   publishes_.fetch_add(1, kRelaxed);
 }

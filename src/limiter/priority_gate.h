@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/priority.h"
 #include "limiter/compute_limiter.h"
+#include "limiter/device_share.h"
 #include "limiter/kernel_cost.h"
 #include "limiter/launch_cost.h"
 #include "limiter/peer_watch.h"
@@ -39,6 +40,9 @@ struct PeerView {
   // priority's bound ramps up with that idle time); 0: never busy.
   std::uint64_t busy_until_ns = 0;
   std::uint64_t held_back_ns = 0;  // total time the container's launches were held back
+  // The share of its busy time the device ran its work, per mille, from its own timing events
+  // (0: not measured). Below PriorityTuning::light_share_permille it does not hold lower ones.
+  std::uint32_t device_share_permille = 0;
 };
 
 // The other containers on the same GPU, and this container's own record.
@@ -128,6 +132,14 @@ struct PriorityTuning {
   // such kernel. Off by default until measured better on a GPU (docs/priority.md).
   // GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
   bool long_kernels_alone = false;
+  // A higher container whose kernels keep the device busy less than this share (per mille) of its
+  // busy time (DeviceShare: measured by its own timing events every share_every_ns while it
+  // launches) does not hold lower ones: a host-bound server's request leaves the GPU idle most of
+  // its time, and holding a trainer through it costs the trainer that time for a small gain in the
+  // server's latency. Lower ones keep their queued work within the bound beside it. 0 = every
+  // higher container holds (the behaviour before). GPUSLICE_PRIORITY_LIGHT_SHARE.
+  std::uint32_t light_share_permille = 500;
+  std::uint64_t share_every_ns = 100'000'000;
 };
 
 struct PriorityStats {
@@ -159,8 +171,15 @@ class PriorityGate {
   // Before each kernel/graph launch on this device, from any thread. Publishes this container as
   // busy, holds the thread while a higher-priority container is busy, and bounds the work in
   // flight while a higher-priority container is alive. `kernel` identifies what is launched
-  // (kernel_key(); 0 = unknown, costed as the average launch). No allocation, no lock.
-  void gate(CUstream stream, std::uint64_t kernel = 0);
+  // (kernel_key(); 0 = unknown, costed as the average launch). No allocation, no lock. Returns
+  // how long the thread waited in it (held, or waiting for queued work), 0 when it did not: the
+  // compute limiter's busy probe leaves that out of its span (busy_probe.h).
+  std::uint64_t gate(CUstream stream, std::uint64_t kernel = 0);
+  // Right before the driver call, once every gate let the launch go (so no hold is inside the
+  // pair): true when the launch is timed for the container's device share (DeviceShare), and then
+  // after_launch() is called on the same thread once the driver took it.
+  bool time_launch(CUstream stream);
+  void after_launch(CUstream stream);
 
   // Around an application's host synchronisation (cuCtxSynchronize, cuStreamSynchronize,
   // cuEventSynchronize, synchronous copies): while it waits, the container stays busy (its work
@@ -177,6 +196,8 @@ class PriorityGate {
 
   Priority priority() const;
   PriorityStats stats() const;
+  // The share of its busy time the device ran this container's work, per mille (0: not measured).
+  std::uint32_t device_share() const { return share_.permille(); }
   // Records older than this are ignored (PriorityTuning::stale_ns).
   std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
@@ -225,6 +246,10 @@ class PriorityGate {
 
   // Floor: admission time owed to this container, accrued while held, spent while admitted.
   PriorityFloor floor_;
+
+  // What lower ones read to tell a device-bound container from a host-bound one.
+  DeviceShare share_;
+  bool share_supported_ = false;
 
   // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
   // went to one stream (from one thread, for the per-thread default stream), and the cost of a

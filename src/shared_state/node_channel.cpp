@@ -45,6 +45,33 @@ bool peer_record_valid(const PeerRecord& record, std::uint64_t expected_uuid_has
          record.checksum == peer_checksum(record);
 }
 
+bool peer_record_from_bytes(const unsigned char* bytes, std::size_t size, std::uint64_t uuid_hash,
+                            PeerRecord* out) {
+  if (size == sizeof(PeerRecord)) {
+    std::memcpy(out, bytes, sizeof *out);
+    return peer_record_valid(*out, uuid_hash);
+  }
+  if (size != PeerRecord::kVersion2Size) return false;
+  // Version 2: the same fields up to held_back_ns, then its checksum over them.
+  constexpr std::size_t kFields = offsetof(PeerRecord, device_share_permille);
+  static_assert(kFields + sizeof(std::uint64_t) == PeerRecord::kVersion2Size);
+  PeerRecord old{};
+  std::memcpy(&old, bytes, kFields);
+  std::uint64_t checksum = 0;
+  std::memcpy(&checksum, bytes + kFields, sizeof checksum);
+  if (std::memcmp(old.magic, PeerRecord::kMagic, sizeof old.magic) != 0 || old.version != PeerRecord::kVersion2 ||
+      old.size != PeerRecord::kVersion2Size || checksum != layout::fnv1a64(bytes, kFields)) {
+    return false;
+  }
+  // Valid as a record of this version: the same checks on the fields, with a fresh checksum.
+  old.version = PeerRecord::kVersion;
+  old.size = sizeof(PeerRecord);
+  old.checksum = peer_checksum(old);
+  if (!peer_record_valid(old, uuid_hash)) return false;
+  *out = old;
+  return true;
+}
+
 }  // namespace detail
 
 namespace {
@@ -212,24 +239,31 @@ int open_record(int dir_fd, const char* name, std::uint64_t uuid_hash, PeerRecor
   const int fd = fs::open_in_dir_raw(dir_fd, name, O_RDONLY | O_NONBLOCK);
   if (fd < 0) return -1;
   struct stat& st = *identity;
-  if (::fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(sizeof(PeerRecord)) ||
-      !fs::pread_exact(fd, out, sizeof *out, 0) || !detail::peer_record_valid(*out, uuid_hash)) {
+  unsigned char bytes[sizeof(PeerRecord)];
+  if (::fstat(fd, &st) != 0 ||
+      (st.st_size != static_cast<off_t>(sizeof(PeerRecord)) &&
+       st.st_size != static_cast<off_t>(PeerRecord::kVersion2Size))) {
+    ::close(fd);
+    return -1;
+  }
+  const auto file_size = static_cast<std::size_t>(st.st_size);
+  if (!fs::pread_exact(fd, bytes, file_size, 0) || !detail::peer_record_from_bytes(bytes, file_size, uuid_hash, out)) {
     ::close(fd);
     return -1;
   }
   return fd;
 }
 
-// Re-reads a record file kept open: exactly one record's bytes (a longer file is refused).
+// Re-reads a record file kept open: exactly one record's bytes, of this version or the previous
+// one (a longer file is refused).
 bool reread_record(int fd, std::uint64_t uuid_hash, PeerRecord* out) {
   unsigned char bytes[sizeof(PeerRecord) + 1];
   ssize_t got = -1;
   do {
     got = ::pread(fd, bytes, sizeof bytes, 0);
   } while (got < 0 && errno == EINTR);
-  if (got != static_cast<ssize_t>(sizeof(PeerRecord))) return false;
-  std::memcpy(out, bytes, sizeof *out);
-  return detail::peer_record_valid(*out, uuid_hash);
+  if (got < 0) return false;
+  return detail::peer_record_from_bytes(bytes, static_cast<std::size_t>(got), uuid_hash, out);
 }
 
 // "0".."100" exactly; false for anything else.
@@ -301,6 +335,7 @@ void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->heartbeat_ns = record.heartbeat_ns;
   peer->busy_until_ns = record.busy_until_ns;
   peer->held_back_ns = record.held_back_ns;
+  peer->device_share_permille = record.device_share_permille > 1000 ? 1000 : record.device_share_permille;
 }
 
 }  // namespace
@@ -427,6 +462,7 @@ bool NodeChannel::publish(const PeerState& own) {
   record.heartbeat_ns = own.heartbeat_ns != 0 ? own.heartbeat_ns : monotonic_ns();
   record.busy_until_ns = own.busy_until_ns;
   record.held_back_ns = own.held_back_ns;
+  record.device_share_permille = own.device_share_permille > 1000 ? 1000 : own.device_share_permille;
   record.checksum = detail::peer_checksum(record);
   return fs::pwrite_exact(fd_, &record, sizeof record, 0);
 }

@@ -50,6 +50,8 @@ struct PeerState {                          // what one container publishes abou
   // 0 = never busy.
   std::uint64_t busy_until_ns = 0;
   std::uint64_t held_back_ns = 0;  // priority: total time this container's submissions were held back
+  // Priority: the share of its busy time the device ran its work, per mille (0 = not measured).
+  std::uint32_t device_share_permille = 0;
 };
 
 class NodeChannel {

@@ -61,7 +61,7 @@ TEST_F(IsolationE2E, ComputeLimitedContainersPublishOnlyInTheirOwnWriterDirector
     int records = 0;
     for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/node/" + writer)) {
       EXPECT_EQ(entry.path().filename().string().rfind(std::string(kGpu0) + ".", 0), 0U) << entry.path();
-      EXPECT_EQ(std::filesystem::file_size(entry.path()), 80U);
+      EXPECT_EQ(std::filesystem::file_size(entry.path()), 88U);
       ++records;
     }
     EXPECT_EQ(records, 1) << writer;

@@ -120,6 +120,20 @@ TEST(PriorityTunables, AnUnknownCostModelOrLongKernelRuleFailsClosedNamingTheVar
   EXPECT_NE(bad.errors[0].find("alone or queued"), std::string::npos) << bad.errors[0];
 }
 
+TEST(PriorityTunables, TheLightShareIsAPercentageAndZeroMeansEveryHigherOneHolds) {
+  const auto with = [](const char* value) {
+    return load_settings([value](const char* name) -> const char* {
+      return std::string_view(name) == "GPUSLICE_PRIORITY_LIGHT_SHARE" ? value : nullptr;
+    });
+  };
+  EXPECT_FALSE(with(nullptr).priority_tuning.light_share_percent.has_value());
+  EXPECT_EQ(with("30").priority_tuning.light_share_percent, 30U);
+  EXPECT_EQ(with("0").priority_tuning.light_share_percent, 0U);
+  const Settings bad = with("150");
+  ASSERT_EQ(bad.errors.size(), 1U);
+  EXPECT_NE(bad.errors[0].find("GPUSLICE_PRIORITY_LIGHT_SHARE='150'"), std::string::npos) << bad.errors[0];
+}
+
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {
   EXPECT_FALSE(load_with(nullptr).priority.has_value());
   const Settings s = load_with("low");

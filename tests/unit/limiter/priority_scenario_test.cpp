@@ -154,8 +154,7 @@ TEST(PrioritySharing, LowPriorityStopsWithin10msOfTheFirstHighPrioritySubmission
   std::uint64_t done = 0;
   s.add_thread(high, [&] {
     s.world().sleep(kSubmit);
-    high.before_launch();
-    s.world().launch(50 * kMs);
+    high.launch(s.world(), 50 * kMs);
     high.gate->note_sync_begin();
     s.world().synchronize();
     high.gate->note_host_sync();
@@ -192,8 +191,7 @@ TEST(PrioritySharing, NewlyStartedHighPriorityContainerIsSeenWithinTheAbsentRefr
   });
   s.add_thread(high, [&] {
     s.world().sleep(kStart);
-    high.before_launch();
-    s.world().launch(kSec);
+    high.launch(s.world(), kSec);
     high.gate->note_sync_begin();
     s.world().synchronize();
     high.gate->note_host_sync();
@@ -394,8 +392,7 @@ TEST(PrioritySharing, KilledHighPriorityProcessReleasesTheGateWithinOneSecond) {
   s.add_thread(high, [&] {
     s.world().sleep(kSec);
     for (int k = 0; k < 40; ++k) {
-      high.before_launch();
-      s.world().launch(kMs);
+      high.launch(s.world(), kMs);
     }
     high.gate->note_sync_begin();  // the application waits for its work ...
     s.world().sleep(kKill - s.world().now());
@@ -419,8 +416,7 @@ TEST(PrioritySharing, EachLevelIsHeldByEveryHigherOne) {
   auto burst = [&s](Tenant& t, std::uint64_t at, int kernels) {
     s.world().sleep(at);
     for (int k = 0; k < kernels; ++k) {
-      t.before_launch();
-      s.world().launch(kMs);
+      t.launch(s.world(), kMs);
       s.world().sleep(10 * kUs);
     }
     t.gate->note_sync_begin();
@@ -455,8 +451,7 @@ TEST(PrioritySharing, TwoThreadsOfALowPriorityProcessAreHeldAndBoundedTogether) 
   s.add_thread(high, [&] {
     s.world().sleep(500 * kMs);
     for (int k = 0; k < 300; ++k) {  // busy 0.5 - 0.8 s
-      high.before_launch();
-      s.world().launch(kMs);
+      high.launch(s.world(), kMs);
       s.world().sleep(10 * kUs);
     }
     high.gate->note_sync_begin();
@@ -541,6 +536,59 @@ TEST(WorkConservation, ALowTenantBesideABusyHighOneIsHeldToItsFloor) {
 TEST(WorkConservation, ALowTenantBesideAHostBoundHighOneRunsNearlyAsFastAsUnmanaged) {
   const double unmanaged = conserving_trainer_work(3, false);
   EXPECT_GE(conserving_trainer_work(3, true) / unmanaged, 0.8);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter::sim
+
+namespace gpuslice::limiter::sim {
+namespace {
+
+// What was found (3) on the GPU: an eager server (GPT-2 generation kernel by kernel, host work
+// between the launches) at 60% load keeps the device busy a small part of its requests, yet the
+// gate held the trainer through every request (0.35x alone against 0.78x un-managed). Its kernels'
+// share of its busy time, timed by its own events, makes it light: the trainer only keeps its
+// queued work within the bound beside it.
+struct EagerRun {
+  double trainer_work = 0;
+  std::uint32_t server_share = 0;
+};
+
+EagerRun trainer_beside_an_eager_server(bool managed, const PriorityTuning& tuning = PriorityTuning{}) {
+  constexpr std::uint64_t kFor = 4 * kSec;
+  RequestShape eager;  // about 8 ms: 200 kernels of 5 us, 35 us of host work after each
+  eager.kernels = 200;
+  eager.kernel_ns = 5 * kUs;
+  eager.cpu_ns = 35 * kUs;
+  PriorityScenario s(tuning);
+  Tenant& server = s.add_tenant(Priority::High, 0, managed);
+  Tenant& trainer = s.add_tenant(Priority::Low, 0, managed);
+  std::vector<std::uint64_t> latencies;
+  const auto arrivals = poisson_arrivals(0.6 / 8e-3, 0, kFor, 11);
+  s.add_thread(server, [&] { serve(server, s.world(), arrivals, eager, &latencies); });
+  s.add_heartbeat(server, kFor);
+  s.add_heartbeat(trainer, kFor);
+  s.add_thread(trainer, [&] { train(trainer, s.world(), 10, kMs, 0, kFor); });
+  s.run();
+  EagerRun run;
+  run.trainer_work = s.world().work_done(trainer.process->ctx, 0, kFor);
+  if (server.gate) run.server_share = server.gate->device_share();
+  return run;
+}
+
+TEST(WorkConservation, ALowTenantBesideAnEagerHighServerRunsNearlyAsFastAsUnmanaged) {
+  const double unmanaged = trainer_beside_an_eager_server(false).trainer_work;
+  const EagerRun managed = trainer_beside_an_eager_server(true);
+  EXPECT_GT(managed.server_share, 0U) << "measured";
+  EXPECT_LT(managed.server_share, PriorityTuning{}.light_share_permille);
+  EXPECT_GE(managed.trainer_work / unmanaged, 0.8) << managed.trainer_work << " of " << unmanaged;
+  // Every higher container holding (the behaviour before): the trainer lost most of its work.
+  PriorityTuning holding;
+  holding.light_share_permille = 0;
+  const double held = trainer_beside_an_eager_server(true, holding).trainer_work;
+  EXPECT_LT(held / unmanaged, 0.6);
+  std::printf("server share %u permille; trainer / un-managed: %.2f (every higher one holding: %.2f)\n",
+              managed.server_share, managed.trainer_work / unmanaged, held / unmanaged);
 }
 
 }  // namespace

@@ -80,9 +80,15 @@ struct Tenant {
   std::unique_ptr<PriorityGate> gate;  // null: no priority anywhere, the hooks skip it
   std::atomic<bool> alive{true};
 
-  void before_launch() {
-    if (gate) gate->gate(nullptr);
-    process->limiter->gate(nullptr);
+  // A launch as the hooks make it: both gates, then priority sharing's device-share timing (its
+  // pair around the launch only), the launch, and the timing's closing event.
+  void launch(World& world, std::uint64_t kernel_ns) {
+    const std::uint64_t waited = gate ? gate->gate(nullptr) : 0;
+    const bool probed = process->limiter->gate(nullptr, waited);
+    const bool timed = gate && gate->time_launch(nullptr);
+    world.launch(kernel_ns);
+    if (timed) gate->after_launch(nullptr);
+    if (probed) process->limiter->after_launch(nullptr);
   }
 };
 
@@ -168,8 +174,7 @@ inline void serve(Tenant& tenant, World& world, const std::vector<std::uint64_t>
     if (world.now() < arrival) world.sleep(arrival - world.now());
     if (shape.prep_ns != 0) world.sleep(shape.prep_ns);
     for (int k = 0; k < shape.kernels; ++k) {
-      tenant.before_launch();
-      world.launch(shape.kernel_ns);
+      tenant.launch(world, shape.kernel_ns);
       world.sleep(shape.cpu_ns);
     }
     if (tenant.gate) tenant.gate->note_sync_begin();
@@ -185,8 +190,7 @@ inline void train(Tenant& tenant, World& world, int kernels, std::uint64_t kerne
                   std::uint64_t until) {
   while (world.now() < until) {
     for (int k = 0; k < kernels && world.now() < until; ++k) {
-      tenant.before_launch();
-      world.launch(kernel_ns);
+      tenant.launch(world, kernel_ns);
       world.sleep(cpu_ns);
     }
     if (tenant.gate) tenant.gate->note_sync_begin();

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "shared_state/layout.h"
 #include "shared_state/peer_record.h"
 #include "shared_state/turn_order.h"
 #include "test_util.h"
@@ -136,6 +137,45 @@ TEST_F(NodeChannelTest, TwoContainersSeeEachOtherButNotThemselves) {
   EXPECT_EQ(seen[0].held_back_ns, 77U);
   ASSERT_EQ(peers_of(*a, seen), 1U);
   EXPECT_EQ(seen[0].container_key, 22U);
+}
+
+// Version 3 carries the container's device share; a version 2 record (the previous library, still
+// running in a container during an upgrade) is read too, its share not measured.
+TEST_F(NodeChannelTest, TheDeviceShareIsCarriedAndAPreviousVersionsRecordIsStillRead) {
+  auto a = open(11, "ctr-a");
+  PeerState sa = state(0);
+  sa.device_share_permille = 284;
+  ASSERT_TRUE(a->publish(sa));
+  auto reader = open(33, "ctr-r");
+  PeerState seen[8];
+  ASSERT_EQ(peers_of(*reader, seen), 1U);
+  EXPECT_EQ(seen[0].device_share_permille, 284U);
+
+  // The same fields in the 80-byte layout of version 2, its checksum over them.
+  detail::PeerRecord v3 = good_record(22, 25);
+  v3.priority = priority_value(Priority::High);
+  v3.busy_until_ns = kNow + 7;
+  unsigned char v2[detail::PeerRecord::kVersion2Size];
+  constexpr std::size_t kFields = offsetof(detail::PeerRecord, device_share_permille);
+  v3.version = detail::PeerRecord::kVersion2;
+  v3.size = detail::PeerRecord::kVersion2Size;
+  std::memcpy(v2, &v3, kFields);
+  const std::uint64_t sum = layout::fnv1a64(v2, kFields);
+  std::memcpy(v2 + kFields, &sum, sizeof sum);
+  assign("ctr-old", "priority=high\n");
+  plant("ctr-old", std::string(kGpu) + ".0000000000000016", v2, sizeof v2);
+  ASSERT_EQ(peers_of(*reader, seen), 2U);
+  const PeerState& old = seen[0].container_key == 22 ? seen[0] : seen[1];
+  EXPECT_EQ(old.container_key, 22U);
+  EXPECT_EQ(old.priority, Priority::High);
+  EXPECT_EQ(old.compute_limit_percent, 0U) << "not assigned a share";
+  EXPECT_EQ(old.busy_until_ns, kNow + 7);
+  EXPECT_EQ(old.device_share_permille, 0U);
+
+  // A version 2 record whose checksum does not match is refused like any other.
+  v2[20] ^= 1;
+  plant("ctr-old", std::string(kGpu) + ".0000000000000016", v2, sizeof v2);
+  EXPECT_EQ(peers_of(*reader, seen), 1U);
 }
 
 TEST_F(NodeChannelTest, ProcessesOfOneContainerShareOneRecord) {
