@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -7,6 +8,7 @@
 #include <map>
 
 #include "../test_util.h"
+#include "common/safe_file.h"
 #include "config/limits_file.h"
 #include "dra_test_util.h"
 #include "node/collector.h"
@@ -14,6 +16,7 @@
 #include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
 #include "node/metrics.h"
+#include "shared_state/node_channel.h"
 
 namespace gpuslice::node::dra {
 namespace {
@@ -21,22 +24,10 @@ namespace {
 using test::allocated_claim;
 using test::slice_config;
 
-class FakeClaims final : public ClaimSource {
- public:
-  std::map<std::string, nlohmann::json> claims;  // by "ns/name"
-  int calls = 0;
-  Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override {
-    ++calls;
-    auto it = claims.find(ns + "/" + name);
-    if (it == claims.end()) return make_error("resourceclaims \"" + name + "\" not found");
-    return it->second;
-  }
-};
-
 class DraPrepare : public ::testing::Test {
  protected:
   node::test::TempDir tmp;
-  FakeClaims source;
+  test::FakeClaims source;
   PreparerOptions options() {
     PreparerOptions o;
     o.root = tmp / "root";
@@ -55,7 +46,9 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   node::test::write_file(tmp / "dev/nvidia0", "");
   node::test::write_file(tmp / "dev/nvidiactl", "");
   source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
-  ClaimPreparer p(options(), source);
+  auto o = options();
+  o.priority_high_namespaces = {"team-a"};
+  ClaimPreparer p(o, source);
   ASSERT_TRUE(p.recover());
   auto devices = p.prepare({"team-a", "train-gpu", "uid-1"});
   ASSERT_TRUE(devices) << devices.error();
@@ -69,6 +62,7 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   ASSERT_TRUE(file) << file.error();
   EXPECT_EQ(file->memory->text, std::to_string(8ULL << 30));
   EXPECT_EQ(file->compute->text, "30");
+  EXPECT_EQ(file->priority, Priority::High);
   struct stat st {};
   ASSERT_EQ(::stat(limits.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0444u) << "the container must not be able to raise its caps";
@@ -95,6 +89,125 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   ASSERT_EQ(edits["deviceNodes"].size(), 2u);  // only the nodes that exist on the host
 }
 
+// What the interposer believes about the claim's writer: read back through the library's own reader.
+shm::Assignment assignment_of(const std::string& channel_dir, const std::string& writer,
+                              const std::string& uuid) {
+  shm::Assignment out;
+  fs::UniqueFd dir(::open(channel_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  EXPECT_GE(dir.get(), 0) << channel_dir;
+  EXPECT_TRUE(shm::NodeChannel::read_assignment(dir.get(), writer.c_str(), uuid, &out))
+      << "no believed " << writer << ".assigned in " << channel_dir;
+  return out;
+}
+
+TEST_F(DraPrepare, ThePriorityGoesIntoTheLimitsFileAndTheAssignmentAndUnprepareRemovesIt) {
+  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
+  auto o = options();
+  o.priority_high_namespaces = {"ops", "team-a"};
+  ClaimPreparer p(o, source);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  const std::string uuid = test::two_gpu_node().gpus[0].uuid;
+  const std::string assigned = tmp / "root/channel/dra-uid-1.assigned";
+  EXPECT_EQ(node::test::read_file(assigned), "priority=high\ncompute." + uuid + "=30\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(assigned.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "the container must not be able to raise its assignment";
+  const auto believed = assignment_of(tmp / "root/channel", "dra-uid-1", uuid);
+  EXPECT_EQ(believed.priority, Priority::High);
+  EXPECT_EQ(believed.compute_percent, 30u);
+  EXPECT_EQ(config::read_limits_file(container("uid-1") + "/config/limits")->priority, Priority::High);
+  ASSERT_TRUE(p.unprepare("uid-1"));
+  EXPECT_FALSE(exists(assigned));
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1"));
+}
+
+TEST_F(DraPrepare, APriorityWithoutAComputeLimitStillJoinsTheNodeChannel) {
+  test::Result memory_only;
+  memory_only.consumed = {{"memory", "8Gi"}};
+  source.claims["team-a/c"] =
+      allocated_claim("uid-1", {memory_only}, slice_config({{"priority", "low"}}), "team-a", "c");
+  ClaimPreparer p(options(), source);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "c", "uid-1"}));
+  EXPECT_EQ(node::test::read_file(tmp / "root/channel/dra-uid-1.assigned"), "priority=low\n");
+  auto limits = config::read_limits_file(container("uid-1") + "/config/limits");
+  ASSERT_TRUE(limits) << limits.error();
+  EXPECT_EQ(limits->priority, Priority::Low);
+  EXPECT_FALSE(limits->compute);
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-1")));
+  auto env = cdi["devices"][0]["containerEdits"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "GPUSLICE_NODE_WRITER=dra-uid-1"), env.end());
+}
+
+TEST_F(DraPrepare, AClaimWithoutAPriorityIsAssignedNormalAndItsLimitsFileNamesNone) {
+  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(options(), source);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  const std::string uuid = test::two_gpu_node().gpus[0].uuid;
+  EXPECT_EQ(node::test::read_file(tmp / "root/channel/dra-uid-1.assigned"),
+            "priority=normal\ncompute." + uuid + "=30\n");
+  EXPECT_FALSE(config::read_limits_file(container("uid-1") + "/config/limits")->priority);
+}
+
+// A tenant writes its own claim (and may pick any DeviceClass): asking for high outside the
+// namespaces the operator named is refused with a clear error, and nothing is prepared.
+TEST_F(DraPrepare, AHostileClaimAskingForHighOutsideTheAllowedNamespacesIsRefused) {
+  source.claims["team-b/greedy"] =
+      allocated_claim("uid-g", {{}}, slice_config({{"priority", "high"}}), "team-b", "greedy");
+  auto from_class = allocated_claim("uid-k", {{}}, nullptr, "team-b", "via-class");
+  from_class["status"]["allocation"]["devices"]["config"] = nlohmann::json::array(
+      {{{"source", "FromClass"},
+        {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config({{"priority", "high"}})}}}}});
+  source.claims["team-b/via-class"] = from_class;
+  source.claims["team-b/modest"] =
+      allocated_claim("uid-m", {{}}, slice_config({{"priority", "normal"}}), "team-b", "modest");
+  auto o = options();
+  o.priority_high_namespaces = {"team-a"};
+  ClaimPreparer p(o, source);
+  ASSERT_TRUE(p.recover());
+  for (const auto& [name, uid] : {std::pair{"greedy", "uid-g"}, std::pair{"via-class", "uid-k"}}) {
+    SCOPED_TRACE(name);
+    auto refused = p.prepare({"team-b", name, uid});
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().find("priority high"), std::string::npos) << refused.error();
+    EXPECT_NE(refused.error().find("\"team-b\""), std::string::npos) << refused.error();
+    EXPECT_NE(refused.error().find("--priority-high-namespaces"), std::string::npos) << refused.error();
+    EXPECT_FALSE(exists(container(uid)));
+    EXPECT_FALSE(exists(tmp / ("root/channel/dra-" + std::string(uid) + ".assigned")));
+    EXPECT_FALSE(exists(spec(uid)));
+  }
+  EXPECT_TRUE(p.prepare({"team-b", "modest", "uid-m"})) << "normal needs no permission";
+  EXPECT_EQ(p.claims().size(), 1u);
+}
+
+TEST_F(DraPrepare, AClaimOfTheWholeGpuDeviceGetsAllOfItsMemoryAndNoComputeLimit) {
+  test::Result whole;
+  whole.device = "gpu-1-whole";
+  whole.consumed = nullptr;
+  whole.share_id.clear();
+  source.claims["team-a/whole"] = allocated_claim("uid-w", {whole}, nullptr, "team-a", "whole");
+  ClaimPreparer p(options(), source);
+  ASSERT_TRUE(p.recover());
+  auto devices = p.prepare({"team-a", "whole", "uid-w"});
+  ASSERT_TRUE(devices) << devices.error();
+  ASSERT_EQ(devices->size(), 1u);
+  EXPECT_EQ((*devices)[0].device, "gpu-1-whole");
+  EXPECT_EQ((*devices)[0].gpu_uuid, test::two_gpu_node().gpus[1].uuid);
+  EXPECT_EQ((*devices)[0].memory_bytes, 80ULL << 30);
+  EXPECT_EQ((*devices)[0].compute_percent, 100u);
+  auto limits = config::read_limits_file(container("uid-w") + "/config/limits");
+  ASSERT_TRUE(limits) << limits.error();
+  EXPECT_EQ(limits->memory->text, std::to_string(80ULL << 30));
+  EXPECT_FALSE(limits->compute) << "a whole GPU has no compute fraction";
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-w")) << "no compute share, no priority: no channel";
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-w")));
+  auto env = cdi["devices"][0]["containerEdits"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "NVIDIA_VISIBLE_DEVICES=" + test::two_gpu_node().gpus[1].uuid),
+            env.end());
+}
+
 TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
   source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
   ClaimPreparer p(options(), source);
@@ -103,7 +216,9 @@ TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   EXPECT_EQ(source.calls, 1) << "a prepared claim is answered from the checkpoint";
   EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1"));
+  EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1.assigned"));
   ASSERT_TRUE(p.unprepare("uid-1"));
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1.assigned"));
   EXPECT_FALSE(exists(container("uid-1")));
   EXPECT_FALSE(exists(spec("uid-1")));
   EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1"));
@@ -192,6 +307,7 @@ TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
     ClaimPreparer restarted(options(), source);
     ASSERT_TRUE(restarted.recover());
     EXPECT_FALSE(exists(container("uid-1"))) << "the half-prepared claim's files are removed";
+    EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1.assigned"));
     EXPECT_FALSE(exists(spec("uid-1")));
     EXPECT_TRUE(restarted.claims().empty());
     ASSERT_TRUE(restarted.prepare({"team-a", "train-gpu", "uid-1"}));
