@@ -24,18 +24,8 @@ namespace {
 using test::allocated_claim;
 using test::slice_config;
 
-class DraPrepare : public ::testing::Test {
+class DraPrepare : public ::testing::Test, protected test::PreparerFixture {
  protected:
-  node::test::TempDir tmp;
-  test::FakeClaims source;
-  PreparerOptions options() {
-    PreparerOptions o;
-    o.root = tmp / "root";
-    o.cdi_dir = tmp / "cdi";
-    o.dev_root = tmp / "dev";
-    o.node = test::two_gpu_node();
-    return o;
-  }
   std::string container(const std::string& uid) { return tmp / ("root/containers/dra-" + uid); }
   std::string spec(const std::string& uid) { return tmp / ("cdi/" + cdi_spec_file_name(uid)); }
   bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -45,10 +35,10 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   std::filesystem::create_directories(tmp / "dev");
   node::test::write_file(tmp / "dev/nvidia0", "");
   node::test::write_file(tmp / "dev/nvidiactl", "");
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
-  auto o = options();
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
+  auto o = preparer_options();
   o.priority_high_namespaces = {"team-a"};
-  ClaimPreparer p(o, source);
+  ClaimPreparer p(o, claims);
   ASSERT_TRUE(p.recover());
   auto devices = p.prepare({"team-a", "train-gpu", "uid-1"});
   ASSERT_TRUE(devices) << devices.error();
@@ -101,10 +91,10 @@ shm::Assignment assignment_of(const std::string& channel_dir, const std::string&
 }
 
 TEST_F(DraPrepare, ThePriorityGoesIntoTheLimitsFileAndTheAssignmentAndUnprepareRemovesIt) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
-  auto o = options();
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
+  auto o = preparer_options();
   o.priority_high_namespaces = {"ops", "team-a"};
-  ClaimPreparer p(o, source);
+  ClaimPreparer p(o, claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   const std::string uuid = test::two_gpu_node().gpus[0].uuid;
@@ -125,9 +115,9 @@ TEST_F(DraPrepare, ThePriorityGoesIntoTheLimitsFileAndTheAssignmentAndUnprepareR
 TEST_F(DraPrepare, APriorityWithoutAComputeLimitStillJoinsTheNodeChannel) {
   test::Result memory_only;
   memory_only.consumed = {{"memory", "8Gi"}};
-  source.claims["team-a/c"] =
+  claims.claims["team-a/c"] =
       allocated_claim("uid-1", {memory_only}, slice_config({{"priority", "low"}}), "team-a", "c");
-  ClaimPreparer p(options(), source);
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "c", "uid-1"}));
   EXPECT_EQ(node::test::read_file(tmp / "root/channel/dra-uid-1.assigned"), "priority=low\n");
@@ -141,8 +131,8 @@ TEST_F(DraPrepare, APriorityWithoutAComputeLimitStillJoinsTheNodeChannel) {
 }
 
 TEST_F(DraPrepare, AClaimWithoutAPriorityIsAssignedNormalAndItsLimitsFileNamesNone) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   const std::string uuid = test::two_gpu_node().gpus[0].uuid;
@@ -154,18 +144,18 @@ TEST_F(DraPrepare, AClaimWithoutAPriorityIsAssignedNormalAndItsLimitsFileNamesNo
 // A tenant writes its own claim (and may pick any DeviceClass): asking for high outside the
 // namespaces the operator named is refused with a clear error, and nothing is prepared.
 TEST_F(DraPrepare, AHostileClaimAskingForHighOutsideTheAllowedNamespacesIsRefused) {
-  source.claims["team-b/greedy"] =
+  claims.claims["team-b/greedy"] =
       allocated_claim("uid-g", {{}}, slice_config({{"priority", "high"}}), "team-b", "greedy");
   auto from_class = allocated_claim("uid-k", {{}}, nullptr, "team-b", "via-class");
   from_class["status"]["allocation"]["devices"]["config"] = nlohmann::json::array(
       {{{"source", "FromClass"},
         {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config({{"priority", "high"}})}}}}});
-  source.claims["team-b/via-class"] = from_class;
-  source.claims["team-b/modest"] =
+  claims.claims["team-b/via-class"] = from_class;
+  claims.claims["team-b/modest"] =
       allocated_claim("uid-m", {{}}, slice_config({{"priority", "normal"}}), "team-b", "modest");
-  auto o = options();
+  auto o = preparer_options();
   o.priority_high_namespaces = {"team-a"};
-  ClaimPreparer p(o, source);
+  ClaimPreparer p(o, claims);
   ASSERT_TRUE(p.recover());
   for (const auto& [name, uid] : {std::pair{"greedy", "uid-g"}, std::pair{"via-class", "uid-k"}}) {
     SCOPED_TRACE(name);
@@ -187,8 +177,8 @@ TEST_F(DraPrepare, AClaimOfTheWholeGpuDeviceGetsAllOfItsMemoryAndNoComputeLimit)
   whole.device = "gpu-1-whole";
   whole.consumed = nullptr;
   whole.share_id.clear();
-  source.claims["team-a/whole"] = allocated_claim("uid-w", {whole}, nullptr, "team-a", "whole");
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/whole"] = allocated_claim("uid-w", {whole}, nullptr, "team-a", "whole");
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   auto devices = p.prepare({"team-a", "whole", "uid-w"});
   ASSERT_TRUE(devices) << devices.error();
@@ -209,12 +199,12 @@ TEST_F(DraPrepare, AClaimOfTheWholeGpuDeviceGetsAllOfItsMemoryAndNoComputeLimit)
 }
 
 TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
-  EXPECT_EQ(source.calls, 1) << "a prepared claim is answered from the checkpoint";
+  EXPECT_EQ(claims.calls, 1) << "a prepared claim is answered from the checkpoint";
   EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1"));
   EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1.assigned"));
   ASSERT_TRUE(p.unprepare("uid-1"));
@@ -227,12 +217,12 @@ TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
 }
 
 TEST_F(DraPrepare, TwoClaimsShareOneGpuWithTheirOwnLimits) {
-  source.claims["team-a/a"] = allocated_claim("uid-a", {{}}, nullptr, "team-a", "a");
+  claims.claims["team-a/a"] = allocated_claim("uid-a", {{}}, nullptr, "team-a", "a");
   test::Result second;
   second.consumed = {{"memory", "16Gi"}, {"compute", "50"}};
   second.share_id = "6f1a0e5c-0000-4000-8000-000000000002";
-  source.claims["team-b/b"] = allocated_claim("uid-b", {second}, nullptr, "team-b", "b");
-  ClaimPreparer p(options(), source);
+  claims.claims["team-b/b"] = allocated_claim("uid-b", {second}, nullptr, "team-b", "b");
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "a", "uid-a"}));
   ASSERT_TRUE(p.prepare({"team-b", "b", "uid-b"}));
@@ -246,8 +236,8 @@ TEST_F(DraPrepare, TwoGpusAreLimitedPerUuid) {
   test::Result second;
   second.device = "gpu-1";
   second.consumed = {{"memory", "4Gi"}};
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}, second});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}, second});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   auto file = config::read_limits_file(container("uid-1") + "/config/limits");
@@ -261,10 +251,10 @@ TEST_F(DraPrepare, TwoGpusAreLimitedPerUuid) {
 TEST_F(DraPrepare, HostileClaimsPrepareNothing) {
   test::Result other;
   other.pool = "node-b";
-  source.claims["team-a/foreign"] = allocated_claim("uid-f", {other}, nullptr, "team-a", "foreign");
-  source.claims["team-a/bad"] =
+  claims.claims["team-a/foreign"] = allocated_claim("uid-f", {other}, nullptr, "team-a", "foreign");
+  claims.claims["team-a/bad"] =
       allocated_claim("uid-b", {{}}, slice_config({{"memory", {{"limit", "1Ti"}}}}), "team-a", "bad");
-  ClaimPreparer p(options(), source);
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   auto foreign = p.prepare({"team-a", "foreign", "uid-f"});
   ASSERT_FALSE(foreign);
@@ -284,16 +274,16 @@ TEST_F(DraPrepare, HostileClaimsPrepareNothing) {
 TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
   for (const char* crash_at : {"checkpointed", "directories", "limits", "cdi"}) {
     SCOPED_TRACE(crash_at);
-    source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+    claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      auto o = options();
+      auto o = preparer_options();
       const std::string at = crash_at;
       o.after_step = [at](const char* step) {
         if (at == step) ::_exit(9);  // as SIGKILL: no destructor, no cleanup
       };
-      ClaimPreparer p(o, source);
+      ClaimPreparer p(o, claims);
       if (!p.recover()) ::_exit(1);
       (void)p.prepare({"team-a", "train-gpu", "uid-1"});
       ::_exit(0);
@@ -304,7 +294,7 @@ TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
     ASSERT_EQ(WEXITSTATUS(status), 9);
     EXPECT_TRUE(exists(container("uid-1")) || std::string(crash_at) == "checkpointed");
 
-    ClaimPreparer restarted(options(), source);
+    ClaimPreparer restarted(preparer_options(), claims);
     ASSERT_TRUE(restarted.recover());
     EXPECT_FALSE(exists(container("uid-1"))) << "the half-prepared claim's files are removed";
     EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1.assigned"));
@@ -318,23 +308,23 @@ TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
 }
 
 TEST_F(DraPrepare, APreparedClaimSurvivesARestart) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
   {
-    ClaimPreparer p(options(), source);
+    ClaimPreparer p(preparer_options(), claims);
     ASSERT_TRUE(p.recover());
     ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   }
-  ClaimPreparer restarted(options(), source);
+  ClaimPreparer restarted(preparer_options(), claims);
   ASSERT_TRUE(restarted.recover());
   EXPECT_TRUE(exists(container("uid-1")));
   ASSERT_EQ(restarted.claims().size(), 1u);
   EXPECT_TRUE(restarted.prepare({"team-a", "train-gpu", "uid-1"}));
-  EXPECT_EQ(source.calls, 1);
+  EXPECT_EQ(claims.calls, 1);
 }
 
 TEST_F(DraPrepare, MetricsLabelAClaimWithItsNamespacePodAndName) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   node::test::FakeClock clock;
@@ -356,7 +346,7 @@ TEST_F(DraPrepare, MetricsLabelAClaimWithItsNamespacePodAndName) {
 
 TEST_F(DraPrepare, AClaimDirectoryNoCheckpointNamesIsRemoved) {
   std::filesystem::create_directories(container("uid-orphan") + "/state");
-  ClaimPreparer p(options(), source);
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   EXPECT_FALSE(exists(container("uid-orphan")));
 }

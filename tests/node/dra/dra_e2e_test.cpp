@@ -25,31 +25,12 @@ using gpuslice::test::Outcome;
 constexpr long long kMiB = 1LL << 20, kGiB = 1LL << 30;
 constexpr long long kContextBytes = 64 * kMiB;
 
-class FakeClaims final : public ClaimSource {
- public:
-  std::map<std::string, nlohmann::json> claims;
-  Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override {
-    auto it = claims.find(ns + "/" + name);
-    if (it == claims.end()) return make_error("not found");
-    return it->second;
-  }
-};
-
-class DraE2E : public ::testing::Test {
+class DraE2E : public ::testing::Test, protected test::PreparerFixture {
  protected:
-  node::test::TempDir tmp;
-  FakeClaims claims;
-  std::unique_ptr<ClaimPreparer> preparer;
-
   void SetUp() override {
-    PreparerOptions o;
-    o.root = tmp / "root";
-    o.cdi_dir = tmp / "cdi";
-    o.dev_root = tmp / "dev";
-    o.node = test::two_gpu_node();
+    PreparerOptions o = preparer_options();
     for (auto& g : o.node.gpus) g.memory_total_bytes = 16 * kGiB;  // the simulated GPUs
-    preparer = std::make_unique<ClaimPreparer>(o, claims);
-    ASSERT_TRUE(preparer->recover());
+    start_preparer(o);
   }
 
   // The environment of a process in a container of claim `uid`: the simulated driver's, then the
