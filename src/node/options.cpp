@@ -409,8 +409,8 @@ std::vector<Flag> dra_flags(DraModeOptions& out) {
        {"no-publish", nullptr, nullptr, nullptr, "do not publish the ResourceSlices (another process does)",
         set_switch(out.publish, false)},
        {"no-partitionable-devices", nullptr, nullptr, nullptr,
-        "publish only the shared gpu-N devices, no whole-GPU gpu-N-whole devices and counters (for an "
-        "API server without DRAPartitionableDevices; dropped fields are noticed without it)",
+        "publish only the shared gpu-N devices: no whole-GPU gpu-N-whole devices, no counters (where the "
+        "scheduler lacks DRAPartitionableDevices; an API server that drops the fields is noticed anyway)",
         set_switch(out.partitionable, false)},
        {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "",
         "namespaces whose claims may ask for priority high (empty: none; elsewhere such a claim is "
