@@ -14,6 +14,13 @@ namespace {
 
 const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
 
+std::string slice_path(const std::string& name) {
+  std::string path = kSlices;
+  path += '/';
+  path += name;
+  return path;
+}
+
 std::string field_selector(const SliceOptions& s) {
   return "fieldSelector=spec.nodeName%3D" + s.node_name + "%2Cspec.driver%3D" + s.driver;
 }
@@ -98,6 +105,7 @@ void SlicePublisher::set_gpus(std::vector<GpuInfo> gpus) {
   // Health, identity or memory matter to the slice; utilisation and used memory do not.
   auto key = [](const std::vector<GpuInfo>& list) {
     std::vector<std::tuple<std::string, std::uint64_t, bool>> k;
+    k.reserve(list.size());
     for (const auto& g : list) k.emplace_back(g.uuid, g.memory_total_bytes, g.healthy);
     return k;
   };
@@ -219,7 +227,7 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     }
     if (!valid_object_name(name)) continue;
     GS_LOG(Info, "deleting ResourceSlice %s: not this daemon's", name.c_str());
-    auto deleted = api_.request("DELETE", kSlices + "/" + name);
+    auto deleted = api_.request("DELETE", slice_path(name));
     if (!deleted) return make_error(deleted.error());
   }
   // The pool changes as a whole: every slice gets the new generation once any of them differs (the
@@ -254,7 +262,7 @@ Result<std::string> SlicePublisher::reconcile_slices() {
         return make_error(status_error(("creating ResourceSlice " + name).c_str(), *written));
     } else {
       d["metadata"]["resourceVersion"] = resource_version(it->second);
-      written = api_.request("PUT", kSlices + "/" + name, d);
+      written = api_.request("PUT", slice_path(name), d);
       if (!written) return make_error(written.error());
       if (written->status != 200)
         return make_error(status_error(("updating ResourceSlice " + name).c_str(), *written));
