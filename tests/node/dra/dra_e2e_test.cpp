@@ -104,6 +104,27 @@ TEST_F(DraE2E, AClaimOf8GiBAnd30PercentIsEnforcedAndASecondClaimSharesTheGpu) {
   ASSERT_TRUE(preparer->unprepare("uid-2"));
 }
 
+// The claim's level is written where the tenant cannot change it: a process whose own environment
+// asks for high runs at the claim's low (the read-only limits file is its ceiling).
+TEST_F(DraE2E, AProcessRunsAtNoMoreThanTheClaimsPriority) {
+  claims.claims["team-a/train-gpu"] =
+      test::allocated_claim("uid-1", {{}}, test::slice_config({{"priority", "low"}}));
+  ASSERT_TRUE(preparer->prepare({"team-a", "train-gpu", "uid-1"}));
+  Env env = container_env("uid-1");
+  EXPECT_EQ(env["GPUSLICE_PRIORITY"], "low");
+  env["GPUSLICE_PRIORITY"] = "high";  // the tenant's override
+  Background app({GPUSLICE_PROBE_APP, "--scenario", "launch", "--iterations", "2000", "--kernel-us", "500"},
+                 env, tmp / "launch.out");
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  Outcome status = gpuslice::test::run(
+      {GPUSLICE_CLI, "status", "--shared-dir", env["GPUSLICE_SHARED_DIR"]},
+      gpuslice::test::mock_container_env(tmp.path(), 2, kContextBytes, GPUSLICE_MOCK_DIR, nullptr));
+  app.kill();
+  app.wait();
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("Priority: low"), std::string::npos) << status.out;
+}
+
 TEST_F(DraE2E, TheClaimsTighterMemoryLimitIsWhatTheProcessGets) {
   claims.claims["team-a/train-gpu"] =
       test::allocated_claim("uid-1", {{}}, test::slice_config({{"memory", {{"limit", "2Gi"}}}}));
