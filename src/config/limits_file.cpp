@@ -100,6 +100,9 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     }
     seen_on = line_number;
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
+    if (!memory && key != kComputeLimitKey)
+      return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
+                     kComputeLimitKey + " or " + kPriorityKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
