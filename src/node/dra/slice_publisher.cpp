@@ -172,6 +172,8 @@ Result<bool> SlicePublisher::hold_lease() {
   return true;
 }
 
+namespace {
+
 // Whether the API server kept what partitionable devices need in `stored` (its answer to our write
 // of `sent`): with DRAPartitionableDevices off it drops sharedCounters and consumesCounters.
 bool kept_partitions(const json& sent, const json& stored) {
@@ -194,6 +196,8 @@ bool kept_partitions(const json& sent, const json& stored) {
   }
   return true;
 }
+
+}  // namespace
 
 Result<std::string> SlicePublisher::reconcile_slices() {
   std::vector<GpuInfo> gpus;
