@@ -1,5 +1,6 @@
 // Fuzzes apply_limits_file: each input is written to a private temporary file and applied on top
-// of settings that already carry limits from the environment, which it must never change.
+// of settings that already carry limits from the environment, which it must never change, and a
+// priority the file's level may lower but never raise.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -54,10 +55,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   settings.memory.by_index = {{0, 8ULL << 30}};
   settings.memory.by_uuid = {{"gpu-a", 4ULL << 30}};
   settings.compute.all = 50;
+  settings.priority = gpuslice::Priority::Normal;
   const gpuslice::config::Settings before = settings;
   gpuslice::config::apply_limits_file(settings, g_path);
 
   FUZZ_CHECK(settings.errors.size() <= 1);
+  // The file's priority is a ceiling: it never raises the level asked for.
+  FUZZ_CHECK(settings.priority.has_value() && gpuslice::priority_value(*settings.priority) <=
+                                                  gpuslice::priority_value(gpuslice::Priority::Normal));
   // The environment's requests are never touched by the file: caps are kept apart.
   for (int index : {0, 1, 5}) {
     for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
@@ -68,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!settings.ok()) {
     // A malformed file applies nothing.
     FUZZ_CHECK(settings.memory_cap.empty() && settings.compute_cap.empty());
+    FUZZ_CHECK(settings.priority == before.priority);
     return 0;
   }
   // Whatever the file says, a cap is a real limit: bytes > 0 and below 2^64-1, percent 1..100.

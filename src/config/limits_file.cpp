@@ -59,6 +59,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
   const std::string_view whole = text;
   std::size_t memory_line = 0;
   std::size_t compute_line = 0;
+  std::size_t priority_line = 0;
   std::size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -81,6 +82,17 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
         value.back() == value.front()) {
       value = value.substr(1, value.size() - 2);
     }
+    if (key == kPriorityKey) {
+      if (priority_line != 0)
+        return problem(std::string(kPriorityKey) + " is set twice (first on line " +
+                       std::to_string(priority_line) + ")");
+      priority_line = line_number;
+      if (value == kNoCap) continue;
+      auto level = parse_priority(value);
+      if (!level) return problem(detail::variable_error(key, value, level.error()));
+      limits.priority = *level;
+      continue;
+    }
     const bool memory = key == kMemoryLimitKey;
     std::size_t& seen_on = memory ? memory_line : compute_line;
     if ((memory || key == kComputeLimitKey) && seen_on != 0) {
@@ -88,11 +100,14 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     }
     seen_on = line_number;
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
+    if (!memory && key != kComputeLimitKey)
+      return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
+                     kComputeLimitKey + " or " + kPriorityKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
-  if (memory_line == 0 && compute_line == 0) {
+  if (memory_line == 0 && compute_line == 0 && priority_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
@@ -105,6 +120,7 @@ std::string render_limits_file(const LimitsFile& limits, std::string_view header
   if (!header_comment.empty()) out += "# " + std::string(header_comment) + "\n";
   out += std::string(kMemoryLimitKey) + "=" + (limits.memory ? limits.memory->text : kNoCap) + "\n";
   out += std::string(kComputeLimitKey) + "=" + (limits.compute ? limits.compute->text : kNoCap) + "\n";
+  if (limits.priority) out += std::string(kPriorityKey) + "=" + priority_name(*limits.priority) + "\n";
   return out;
 }
 
@@ -138,6 +154,11 @@ void apply_limits_file(Settings& settings, const std::string& path) {
   settings.limits_file_missing = limits->missing;
   settings.memory_cap = limits->memory ? std::move(limits->memory->values) : DeviceValues{};
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
+  // The operator's level is a ceiling: a container asking for more runs at it, one asking for
+  // nothing runs at it too (the node daemon wrote it for this container).
+  if (limits->priority)
+    settings.priority =
+        settings.priority ? lower_priority(*settings.priority, *limits->priority) : *limits->priority;
 }
 
 }  // namespace gpuslice::config

@@ -4,9 +4,11 @@
 //
 // Format: KEY=VALUE lines, '#' comments, blank lines; keys GPUSLICE_MEMORY_LIMIT and
 // GPUSLICE_COMPUTE_LIMIT (each at most once), values in the grammar of those variables, optionally
-// quoted, or `none`: no cap for that key. Anything else is an error naming the line. A file with no
-// KEY=VALUE line at all is an error too: an empty file is what a tool that truncates before it
-// writes leaves for a moment, so lifting caps takes an explicit `none`.
+// quoted, or `none`: no cap for that key; and GPUSLICE_PRIORITY (at most once, high|normal|low or
+// `none`): the highest priority level the container may run at, and its level when it asks for none
+// (docs/priority.md). Anything else is an error naming the line. A file with no KEY=VALUE line at
+// all is an error too: an empty file is what a tool that truncates before it writes leaves for a
+// moment, so lifting caps takes an explicit `none`.
 #pragma once
 
 #include <optional>
@@ -14,12 +16,14 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "config/priority.h"
 #include "config/settings.h"
 
 namespace gpuslice::config {
 
 inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
+inline constexpr const char* kPriorityKey = "GPUSLICE_PRIORITY";
 inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{1024} * 1024;
 
 struct LimitValue {
@@ -32,14 +36,15 @@ inline constexpr const char* kNoCap = "none";
 struct LimitsFile {
   std::optional<LimitValue> memory;   // bytes; absent: no cap (`none`, or the key left out)
   std::optional<LimitValue> compute;  // percent; idem
+  std::optional<Priority> priority;   // the operator's ceiling; absent: none (`none`, or left out)
   bool missing = false;               // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
 
 // Parses the text of a limits file; on the first problem returns "line N: problem".
 Result<LimitsFile> parse_limits_file(std::string_view text);
-// The canonical text of `limits`: both keys, `none` for an absent one (parse_limits_file reads it
-// back to the same values).
+// The canonical text of `limits`: both caps, `none` for an absent one, and the priority when there
+// is one (parse_limits_file reads it back to the same values).
 std::string render_limits_file(const LimitsFile& limits, std::string_view header_comment = {});
 // Checks one value as the file would hold it (for writers building a file from other input).
 Result<LimitValue> parse_limit_value(std::string_view key, std::string_view text);

@@ -14,6 +14,7 @@
 #include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "node/allocation_record.h"
+#include "node/assignment_file.h"
 #include "node/limits_file.h"
 
 namespace gpuslice::node {
@@ -336,11 +337,10 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
     // What the container's records are believed at (node_channel.h): its share on each GPU, and
     // the default level; beside its writer directory, where it cannot change it.
-    std::string assigned = "priority=normal\n";
+    ChannelAssignment assigned;  // priority normal
     for (const auto& [gpu, count] : units_per_gpu)
-      assigned += "compute." + catalog.gpus()[gpu].uuid + "=" + std::to_string(count) + "\n";
-    if (auto r = write_file_atomically(layout.channel_writer_dir(writer) + ".assigned", assigned, 0644); !r)
-      return make_error(r.error());
+      assigned.compute.emplace_back(catalog.gpus()[gpu].uuid, count);
+    if (auto r = write_assignment(layout, writer, assigned); !r) return make_error(r.error());
     plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
     plan.envs["GPUSLICE_NODE_WRITER"] = writer;
     plan.mounts.push_back({kContainerNodeDir, layout.channel_dir(), true});

@@ -35,6 +35,7 @@ Limits text_of(const config::LimitsFile& file) {
   Limits limits;
   if (file.memory) limits.memory = file.memory->text;
   if (file.compute) limits.compute = file.compute->text;
+  limits.priority = file.priority;
   return limits;
 }
 
@@ -97,6 +98,7 @@ std::string render_limits(const Limits& limits) {
   config::LimitsFile file;
   if (limits.memory) file.memory = config::LimitValue{*limits.memory, {}};
   if (limits.compute) file.compute = config::LimitValue{*limits.compute, {}};
+  file.priority = limits.priority;
   return config::render_limits_file(file, kHeader);
 }
 

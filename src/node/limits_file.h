@@ -19,6 +19,7 @@ using config::kMemoryLimitKey;
 struct Limits {
   std::optional<std::string> memory;   // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
   std::optional<std::string> compute;  // "30", "0=30,1=50", JSON
+  std::optional<Priority> priority;    // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
 
   bool empty() const { return !memory && !compute; }
 };

@@ -406,8 +406,21 @@ std::vector<Flag> dra_flags(DraModeOptions& out) {
         "CA bundle the API server's certificate is checked against", set_text(out.api_ca_file)},
        {"api-timeout", "DURATION", nullptr, "10s", "deadline of one API request",
         set_duration(out.api_timeout)},
-       {"no-publish", nullptr, nullptr, nullptr, "do not publish the ResourceSlice (another process does)",
+       {"no-publish", nullptr, nullptr, nullptr, "do not publish the ResourceSlices (another process does)",
         set_switch(out.publish, false)},
+       {"no-partitionable-devices", nullptr, nullptr, nullptr,
+        "publish only the shared gpu-N devices: no whole-GPU gpu-N-whole devices, no counters (where the "
+        "scheduler lacks DRAPartitionableDevices; an API server that drops the fields is noticed anyway)",
+        set_switch(out.partitionable, false)},
+       {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "",
+        "namespaces whose claims may ask for priority high (empty: none; elsewhere such a claim is "
+        "refused at prepare)",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          auto parsed = parse_namespace_list(v);
+          if (!parsed) return parsed.error();
+          out.priority_high_namespaces = *parsed;
+          return std::nullopt;
+        }},
        {"lease-namespace", "NAMESPACE", "POD_NAMESPACE", "gpuslice-system",
         "namespace of the Lease that keeps two daemons of one node from both publishing",
         set_text(out.lease_namespace)},

@@ -57,6 +57,8 @@ struct DraModeOptions {
   std::string api_ca_file;
   std::chrono::milliseconds api_timeout{0};
   bool publish = true;
+  bool partitionable = true;  // whole-GPU devices and counters beside the shared devices
+  std::vector<std::string> priority_high_namespaces;  // whose claims may ask for priority high
   std::string lease_namespace;
   std::string identity;
   std::chrono::milliseconds lease_duration{0};

@@ -78,9 +78,6 @@ namespace {
 
 using detail::PeerRecord;
 
-// An assignment file is a few short lines; anything longer is not one.
-constexpr std::size_t kMaxAssignmentBytes = 1024;
-
 // Record files of our own writer directory untouched for this long belong to containers that are
 // gone; the directory's owner removes them so it does not grow without bound.
 constexpr std::int64_t kAbandonedRecordSeconds = 600;

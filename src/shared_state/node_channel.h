@@ -31,6 +31,9 @@
 
 namespace gpuslice::shm {
 
+// An assignment file is a few short lines; a longer one is not believed (writers check against it).
+inline constexpr std::size_t kMaxAssignmentBytes = 1024;
+
 // What the operator assigned a writer on one GPU (see above).
 struct Assignment {
   Priority priority = Priority::Normal;  // the highest level its records are believed at

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -9,7 +10,9 @@
 #include "common/errno_text.h"
 #include "common/log.h"
 #include "config/limits_file.h"
+#include "config/text_util.h"
 #include "node/allocation_record.h"
+#include "node/assignment_file.h"
 #include "node/dra/cdi_spec.h"
 #include "node/limits_file.h"
 #include "node/untrusted_json.h"
@@ -73,6 +76,7 @@ Result<bool> ClaimPreparer::remove_files(const std::string& uid, const Checkpoin
   if (!entry.cdi_file.empty() && ::unlink(entry.cdi_file.c_str()) != 0 && errno != ENOENT)
     return make_error("cannot remove " + entry.cdi_file + ": " + fs::errno_text(errno));
   if (!entry.channel_writer.empty()) {
+    if (auto r = remove_assignment(layout_, entry.channel_writer); !r) return r;
     if (auto r = remove_tree(layout_.channel_writer_dir(entry.channel_writer)); !r) return r;
   }
   if (!entry.container_id.empty()) {
@@ -107,6 +111,7 @@ Result<bool> ClaimPreparer::recover() {
     if (id.rfind(kIdPrefix, 0) != 0 || known.count(id)) continue;
     GS_LOG(Warn, "removing %s: no prepared claim owns it", layout_.container_dir(id).c_str());
     (void)remove_tree(layout_.container_dir(id));
+    (void)remove_assignment(layout_, id);
     (void)remove_tree(layout_.channel_writer_dir(id));
     (void)::unlink((options_.cdi_dir + "/" + cdi_spec_file_name(id.substr(4))).c_str());
   }
@@ -131,6 +136,17 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   if (!claim) return make_error("reading claim " + ref.ns + "/" + ref.name + ": " + claim.error());
   auto allocation = read_claim_allocation(*claim, ref, options_.node);
   if (!allocation) return make_error(allocation.error());
+  if (allocation->priority == Priority::High &&
+      std::find(options_.priority_high_namespaces.begin(), options_.priority_high_namespaces.end(), ref.ns) ==
+          options_.priority_high_namespaces.end()) {
+    const std::string why = "the claim's configuration asks for priority high, which namespace \"" +
+                            config::detail::printable(ref.ns, 64) +
+                            "\" may not have (the operator allows it with gpuslice-node dra "
+                            "--priority-high-namespaces); ask for normal or low";
+    GS_LOG(Warn, "claim %s/%s (%s) refused: %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(),
+           why.c_str());
+    return make_error(why);
+  }
 
   std::lock_guard lock(mutex_);
   if (auto it = checkpoint_.claims.find(ref.uid);
@@ -163,7 +179,14 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     if (d.compute) compute.emplace_back(d.gpu.uuid, *d.compute);
     visible += (visible.empty() ? "" : ",") + d.gpu.uuid;
   }
-  if (!compute.empty()) entry.channel_writer = id;
+  // Compute turns and priorities are taken through the node channel.
+  if (!compute.empty() || allocation->priority) entry.channel_writer = id;
+  ChannelAssignment assigned;
+  assigned.priority = allocation->priority.value_or(Priority::Normal);
+  for (const auto& [uuid, percent] : compute) assigned.compute.emplace_back(uuid, percent);
+  if (!entry.channel_writer.empty()) {
+    if (auto text = render_assignment(assigned); !text) return make_error(text.error());
+  }
 
   // 1. Say what is about to be created before creating any of it.
   checkpoint_.claims[ref.uid] = entry;
@@ -197,6 +220,9 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     if (auto r = make_dir(layout_.channel_dir(), 0755); !r) return fail(r.error());
     if (auto r = make_dir(layout_.channel_writer_dir(entry.channel_writer), 01777); !r)
       return fail(r.error());
+    // What its records are believed at: the claim's level (at most what the operator allows) and
+    // its compute share per GPU.
+    if (auto r = write_assignment(layout_, entry.channel_writer, assigned); !r) return fail(r.error());
   }
   step("directories");
 
@@ -204,6 +230,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   Limits limits;
   limits.memory = per_gpu(memory);
   if (!compute.empty()) limits.compute = per_gpu(compute);
+  limits.priority = allocation->priority;
   const std::string text = render_limits(limits);
   if (auto checked = config::parse_limits_file(text); !checked) return fail("limits: " + checked.error());
   if (auto r = write_file_atomically(layout_.limits_file(id), text, 0444); !r) return fail(r.error());

@@ -1,8 +1,11 @@
 // NodePrepareResources / NodeUnprepareResources for one claim, independent of gRPC: reads the
 // claim's allocation through a ClaimSource, then creates on the host
 //   <root>/containers/dra-<uid>/state        the claim's shared state (GPUSLICE_SHARED_DIR)
-//   <root>/containers/dra-<uid>/config/limits root-owned, read-only caps: what was scheduled
-//   <root>/channel/dra-<uid>/                 its node-channel writer directory (compute limits)
+//   <root>/containers/dra-<uid>/config/limits root-owned, read-only caps: what was scheduled, and
+//                                             the claim's priority level
+//   <root>/channel/dra-<uid>/                 its node-channel writer directory (a compute limit
+//                                             or a priority), and beside it
+//   <root>/channel/dra-<uid>.assigned         the operator's assignment (assignment_file.h)
 //   <cdi dir>/gpuslice.io-claim_<uid>.json    the CDI spec naming all of the above
 // and answers the CDI device id. Both directions are idempotent; the checkpoint (checkpoint.h)
 // makes them safe against a daemon killed at any point.
@@ -39,6 +42,10 @@ struct PreparerOptions {
   std::string cdi_dir = "/var/run/cdi";
   std::string dev_root = "/dev";
   DriverNode node;
+  // Namespaces whose claims may ask for priority `high` (--priority-high-namespaces, as the
+  // webhook's). A claim's configuration is written by its tenant, and a DeviceClass's can be chosen
+  // by any tenant, so neither grants `high` by itself: elsewhere a claim asking for it is refused.
+  std::vector<std::string> priority_high_namespaces;
   // Called after each step of a prepare ("checkpointed", "directories", "limits", "cdi"); tests
   // end the process there to check recovery.
   std::function<void(const char* step)> after_step;

@@ -86,6 +86,7 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
   ClaimAllocation out;
   out.ref = ref;
   std::set<std::string> seen;
+  std::set<std::string> whole_gpus, shared_gpus;  // by UUID
   for (const auto& result : *results) {
     if (text_at(result, "driver") != node.driver) continue;
     AllocatedDevice d;
@@ -99,15 +100,27 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
     const GpuInfo* gpu = nullptr;
     for (const auto& g : node.gpus) {
       if (device_name(g) == d.device) gpu = &g;
+      if (whole_device_name(g) == d.device) {
+        gpu = &g;
+        d.whole = true;
+      }
     }
     if (!gpu) return make_error("device " + shown(d.device) + " is not a GPU of this node");
     if (!seen.insert(d.device + "/" + d.share_id).second)
       return make_error("device " + shown(d.device) + " allocated twice to one claim");
+    // The counters keep a whole GPU and shares of it apart across claims; within one claim too.
+    (d.whole ? whole_gpus : shared_gpus).insert(gpu->uuid);
+    if (whole_gpus.count(gpu->uuid) && shared_gpus.count(gpu->uuid))
+      return make_error("GPU " + shown(device_name(*gpu)) + " is allocated to one claim both whole (" +
+                        shown(whole_device_name(*gpu)) + ") and as a share");
+    if (d.whole && (!d.share_id.empty() || at(result, "consumedCapacity")))
+      return make_error("device " + shown(d.device) +
+                        " is one GPU for one claim: its allocation carries no shareID or consumedCapacity");
     d.gpu = *gpu;
     d.scheduled_memory = published_memory(*gpu);
     d.scheduled_compute = 100;
-    // No consumed capacity: a scheduler without consumable capacity (Kubernetes < 1.34) gave the
-    // whole device.
+    // No consumed capacity: the whole-GPU device, or a scheduler without consumable capacity
+    // (Kubernetes < 1.34) gave the whole device.
     if (const json* consumed = at(result, "consumedCapacity")) {
       if (!consumed->is_object())
         return make_error("consumedCapacity of " + shown(d.device) + " is not a map");

@@ -27,7 +27,8 @@ struct ClaimRef {
 struct AllocatedDevice {
   std::string request;  // the claim's request name
   std::string pool;
-  std::string device;    // "gpu-0"
+  std::string device;    // "gpu-0", or "gpu-0-whole" (the GPU unshared: no fraction)
+  bool whole = false;    // the whole-GPU device
   std::string share_id;  // set when the device is shared (allowMultipleAllocations)
   GpuInfo gpu;
   std::uint64_t memory_bytes = 0;   // the limit to enforce (consumed capacity, or the config's tighter limit)

@@ -99,6 +99,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   prep.cdi_dir = options.cdi_dir;
   prep.dev_root = options.dev_root;
   prep.node = {options.driver, options.node_name, *first};
+  prep.priority_high_namespaces = options.priority_high_namespaces;
   ClaimPreparer preparer(prep, api);
   if (auto r = preparer.recover(); !r) {
     GS_LOG(Error, "DRA checkpoint: %s", r.error().c_str());
@@ -120,6 +121,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
     PublisherOptions po;
     po.slice.driver = options.driver;
     po.slice.node_name = options.node_name;
+    po.slice.partitionable = options.partitionable;
     po.lease_namespace = options.lease_namespace;
     po.identity = options.identity;
     po.lease_duration = std::max(std::chrono::seconds(3),

@@ -5,6 +5,8 @@ namespace gpuslice::node::dra {
 using nlohmann::json;
 
 std::string device_name(const GpuInfo& gpu) { return "gpu-" + std::to_string(gpu.index); }
+std::string whole_device_name(const GpuInfo& gpu) { return device_name(gpu) + kWholeSuffix; }
+std::string counter_set_name(const GpuInfo& gpu) { return device_name(gpu); }
 
 std::string slice_name(const SliceOptions& options) {
   std::string driver = options.driver;
@@ -12,6 +14,14 @@ std::string slice_name(const SliceOptions& options) {
     if (c == '.') c = '-';
   }
   return options.node_name + "-" + driver;
+}
+
+std::string counter_slice_name(const SliceOptions& options, std::size_t k) {
+  return slice_name(options) + "-counters-" + std::to_string(k);
+}
+
+bool publishes_partitions(const std::vector<GpuInfo>& gpus, const SliceOptions& options) {
+  return options.partitionable && !gpus.empty() && gpus.size() <= kMaxPartitionableGpus;
 }
 
 std::uint64_t published_memory(const GpuInfo& gpu) {
@@ -37,8 +47,34 @@ std::optional<std::string> semantic_version(std::string_view dotted) {
   return std::to_string(parts[0]) + "." + std::to_string(parts[1]) + "." + std::to_string(parts[2]);
 }
 
-json build_resource_slice(const std::vector<GpuInfo>& gpus, const SliceOptions& options) {
+namespace {
+
+json slice_object(const std::string& name, const SliceOptions& options, std::size_t count, json body) {
+  json spec = {{"driver", options.driver},
+               {"nodeName", options.node_name},
+               {"pool",
+                {{"name", options.node_name},
+                 {"generation", options.pool_generation},
+                 {"resourceSliceCount", count}}}};
+  for (auto& [key, value] : body.items()) spec[key] = std::move(value);
+  return {{"apiVersion", kResourceApiVersion},
+          {"kind", "ResourceSlice"},
+          {"metadata", {{"name", name}}},
+          {"spec", spec}};
+}
+
+// All of the GPU: what each of its two devices consumes, and what its counter set holds.
+json whole_gpu_counters(const GpuInfo& gpu) {
+  return {{kMemoryCapacity, {{"value", std::to_string(published_memory(gpu))}}},
+          {kComputeCapacity, {{"value", "100"}}}};
+}
+
+}  // namespace
+
+std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus, const SliceOptions& options) {
+  const bool partitions = publishes_partitions(gpus, options);
   json devices = json::array();
+  json counter_sets = json::array();
   for (const auto& gpu : gpus) {
     json attributes = {
         {"uuid", {{"string", gpu.uuid}}},
@@ -61,29 +97,48 @@ json build_resource_slice(const std::vector<GpuInfo>& gpus, const SliceOptions& 
           {"requestPolicy",
            {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}},
     };
-    json device = {{"name", device_name(gpu)},
+    attributes[kWholeAttribute] = {{"bool", false}};
+    json shared = {{"name", device_name(gpu)},
                    {"attributes", attributes},
                    {"capacity", capacity},
                    {"allowMultipleAllocations", true}};
+    json whole;
+    if (partitions) {
+      const json consumes =
+          json::array({{{"counterSet", counter_set_name(gpu)}, {"counters", whole_gpu_counters(gpu)}}});
+      shared["consumesCounters"] = consumes;
+      attributes[kWholeAttribute] = {{"bool", true}};
+      whole = {{"name", whole_device_name(gpu)},
+               {"attributes", attributes},
+               {"capacity", {{kMemoryCapacity, {{"value", memory}}}, {kComputeCapacity, {{"value", "100"}}}}},
+               {"consumesCounters", consumes}};
+      counter_sets.push_back({{"name", counter_set_name(gpu)}, {"counters", whole_gpu_counters(gpu)}});
+    }
     if (!gpu.healthy) {
       // A failing GPU stays listed (claims on it can still be unprepared) but takes no new claims.
-      device["taints"] = json::array({{{"key", std::string(options.driver) + "/unhealthy"},
-                                       {"value", "true"},
-                                       {"effect", "NoSchedule"}}});
+      const json taints = json::array({{{"key", std::string(options.driver) + "/unhealthy"},
+                                        {"value", "true"},
+                                        {"effect", "NoSchedule"}}});
+      shared["taints"] = taints;
+      if (partitions) whole["taints"] = taints;
     }
-    devices.push_back(std::move(device));
+    devices.push_back(std::move(shared));
+    if (partitions) devices.push_back(std::move(whole));
   }
-  return {
-      {"apiVersion", kResourceApiVersion},
-      {"kind", "ResourceSlice"},
-      {"metadata", {{"name", slice_name(options)}}},
-      {"spec",
-       {{"driver", options.driver},
-        {"nodeName", options.node_name},
-        {"pool",
-         {{"name", options.node_name}, {"generation", options.pool_generation}, {"resourceSliceCount", 1}}},
-        {"devices", devices}}},
-  };
+  const std::size_t counter_slices =
+      (counter_sets.size() + kMaxCounterSetsPerSlice - 1) / kMaxCounterSetsPerSlice;
+  const std::size_t count = 1 + counter_slices;
+  std::vector<json> slices;
+  slices.push_back(slice_object(slice_name(options), options, count, {{"devices", devices}}));
+  for (std::size_t k = 0; k < counter_slices; ++k) {
+    json sets = json::array();
+    for (std::size_t i = k * kMaxCounterSetsPerSlice;
+         i < counter_sets.size() && i < (k + 1) * kMaxCounterSetsPerSlice; ++i)
+      sets.push_back(counter_sets[i]);
+    slices.push_back(
+        slice_object(counter_slice_name(options, k), options, count, {{"sharedCounters", sets}}));
+  }
+  return slices;
 }
 
 }  // namespace gpuslice::node::dra

@@ -1,9 +1,16 @@
-// This node's ResourceSlice (resource.k8s.io/v1): one device per GPU, named gpu-<index>, which
-// several claims may share (allowMultipleAllocations). Each claim consumes two capacities:
-//   memory   bytes of VRAM (request policy: default the whole GPU, at least 1 MiB, in steps of 1 MiB)
-//   compute  percent of the GPU's SM time (default 100, 1-100 in steps of 1)
-// A claim that asks for no capacity gets the defaults, i.e. the whole GPU, so the scheduler keeps
-// whole-GPU claims and fractional claims on one GPU apart with these two capacities alone.
+// This node's ResourceSlices (resource.k8s.io/v1), one pool named after the node. Per GPU:
+//   gpu-<index>        shared by several claims (allowMultipleAllocations); each claim consumes two
+//                      capacities:
+//                        memory   bytes of VRAM (request policy: default the whole GPU, at least 1 MiB,
+//                                 in steps of 1 MiB)
+//                        compute  percent of the GPU's SM time (default 100, 1-100 in steps of 1)
+//                      A claim that asks for no capacity gets the defaults, i.e. the whole GPU.
+//   gpu-<index>-whole  the same GPU as one device for one claim (partitionable devices only).
+// With partitionable devices (KEP-4815; resource.k8s.io/v1 of Kubernetes 1.36) both consume all of
+// the counter set gpu-<index> (memory bytes, compute percent), published in a slice of its own (the
+// API allows devices and counter sets in one slice only apart). A device allowing multiple
+// allocations consumes its counters once, while any claim holds a share of it, so a claim of the
+// whole device and a share of the shared one can never be allocated together.
 #pragma once
 
 #include <cstdint>
@@ -22,24 +29,43 @@ inline constexpr const char* kResourceApiVersion = "resource.k8s.io/v1";
 inline constexpr const char* kMemoryCapacity = "memory";
 inline constexpr const char* kComputeCapacity = "compute";
 inline constexpr std::uint64_t kMemoryStep = 1ULL << 20;
+inline constexpr const char* kWholeSuffix = "-whole";
+inline constexpr const char* kWholeAttribute = "wholeGpu";  // bool: true on gpu-<index>-whole
+// The API's bounds: 64 devices in a slice once any consumes counters, 8 counter sets in a slice.
+inline constexpr std::size_t kMaxPartitionableGpus = 32;
+inline constexpr std::size_t kMaxCounterSetsPerSlice = 8;
 
 struct SliceOptions {
   std::string driver = kDriverName;
   std::string node_name;
   std::uint64_t pool_generation = 1;
   std::string enforcement = "memory,compute";  // what gpuslice enforces on these GPUs
+  // Publish the whole-GPU devices and the counters that keep them apart from the shared ones. Off
+  // where the API server drops the fields (DRAPartitionableDevices off), or with more than
+  // kMaxPartitionableGpus GPUs: one slice of shared devices only, as before.
+  bool partitionable = true;
 };
 
 // "gpu-<index>": stable for a GPU while the node's GPUs stay in their slots.
 std::string device_name(const GpuInfo& gpu);
-// The slice's object name: "<node>-<driver with dots as dashes>".
+// "gpu-<index>-whole": the GPU as one unshared device.
+std::string whole_device_name(const GpuInfo& gpu);
+// "gpu-<index>": the counter set both devices of a GPU consume.
+std::string counter_set_name(const GpuInfo& gpu);
+// The devices slice's object name: "<node>-<driver with dots as dashes>"; counter slices add
+// "-counters-<k>".
 std::string slice_name(const SliceOptions& options);
+std::string counter_slice_name(const SliceOptions& options, std::size_t k);
+// Whether these GPUs are published with whole-GPU devices and counters.
+bool publishes_partitions(const std::vector<GpuInfo>& gpus, const SliceOptions& options);
 // The memory a device publishes: the GPU's total rounded down to whole MiB (the request step).
 std::uint64_t published_memory(const GpuInfo& gpu);
 // "580.159.04" -> "580.159.4", "9.0" -> "9.0.0": DRA version attributes are semantic versions.
 std::optional<std::string> semantic_version(std::string_view dotted);
 
-// The whole ResourceSlice object (apiVersion, kind, metadata.name, spec).
-nlohmann::json build_resource_slice(const std::vector<GpuInfo>& gpus, const SliceOptions& options);
+// Every ResourceSlice object of the pool (apiVersion, kind, metadata.name, spec): the devices slice
+// first, then the counter slices (none when !publishes_partitions).
+std::vector<nlohmann::json> build_resource_slices(const std::vector<GpuInfo>& gpus,
+                                                  const SliceOptions& options);
 
 }  // namespace gpuslice::node::dra

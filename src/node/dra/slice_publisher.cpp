@@ -1,6 +1,8 @@
 #include "node/dra/slice_publisher.h"
 
+#include <algorithm>
 #include <ctime>
+#include <map>
 
 #include "common/log.h"
 
@@ -11,6 +13,13 @@ using nlohmann::json;
 namespace {
 
 const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
+
+std::string slice_path(const std::string& name) {
+  std::string path = kSlices;
+  path += '/';
+  path += name;
+  return path;
+}
 
 std::string field_selector(const SliceOptions& s) {
   return "fieldSelector=spec.nodeName%3D" + s.node_name + "%2Cspec.driver%3D" + s.driver;
@@ -83,7 +92,9 @@ std::optional<std::chrono::system_clock::time_point> parse_micro_time(const std:
 }
 
 SlicePublisher::SlicePublisher(PublisherOptions options, ApiClient& api)
-    : options_(std::move(options)), api_(api) {}
+    : options_(std::move(options)), api_(api) {
+  status_.partitionable = options_.slice.partitionable;
+}
 
 SlicePublisher::~SlicePublisher() { stop(); }
 
@@ -94,6 +105,7 @@ void SlicePublisher::set_gpus(std::vector<GpuInfo> gpus) {
   // Health, identity or memory matter to the slice; utilisation and used memory do not.
   auto key = [](const std::vector<GpuInfo>& list) {
     std::vector<std::tuple<std::string, std::uint64_t, bool>> k;
+    k.reserve(list.size());
     for (const auto& g : list) k.emplace_back(g.uuid, g.memory_total_bytes, g.healthy);
     return k;
   };
@@ -160,12 +172,41 @@ Result<bool> SlicePublisher::hold_lease() {
   return true;
 }
 
+namespace {
+
+// Whether the API server kept what partitionable devices need in `stored` (its answer to our write
+// of `sent`): with DRAPartitionableDevices off it drops sharedCounters and consumesCounters.
+bool kept_partitions(const json& sent, const json& stored) {
+  const json spec = sent.value("spec", json::object());
+  const json stored_spec = stored.is_object() ? stored.value("spec", json::object()) : json::object();
+  if (spec.contains("sharedCounters")) {
+    const json counters = stored_spec.value("sharedCounters", json());
+    return counters.is_array() && counters.size() == spec["sharedCounters"].size();
+  }
+  const json devices = stored_spec.value("devices", json());
+  if (!devices.is_array()) return false;
+  for (const auto& d : spec.value("devices", json::array())) {
+    if (!d.contains("consumesCounters")) continue;
+    bool found = false;
+    for (const auto& s : devices) {
+      if (s.is_object() && s.value("name", "") == d.value("name", "") && s.contains("consumesCounters"))
+        found = true;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::string> SlicePublisher::reconcile_slices() {
   std::vector<GpuInfo> gpus;
+  SliceOptions slice_options = options_.slice;
   {
     std::lock_guard lock(mutex_);
     gpus = gpus_;
     changed_ = false;
+    slice_options.partitionable = status_.partitionable;
   }
   auto listed = api_.request("GET", kSlices + "?" + field_selector(options_.slice));
   if (!listed) return make_error(listed.error());
@@ -173,9 +214,8 @@ Result<std::string> SlicePublisher::reconcile_slices() {
       !listed->body["items"].is_array())
     return make_error(status_error("listing ResourceSlices", *listed));
   const std::string list_version = resource_version(listed->body);
-  SliceOptions slice_options = options_.slice;
-  json desired;
-  std::optional<json> existing;
+  std::vector<json> desired = build_resource_slices(gpus, slice_options);
+  std::map<std::string, json> existing;
   for (const auto& item : listed->body["items"]) {
     const std::string name = item.value("metadata", json::object()).value("name", "");
     const json spec = item.value("spec", json::object());
@@ -183,40 +223,70 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     if (spec.value("nodeName", "") != options_.slice.node_name ||
         spec.value("driver", "") != options_.slice.driver)
       continue;
-    if (name == slice_name(options_.slice)) {
-      existing = item;
+    bool wanted = false;
+    for (const auto& d : desired) wanted = wanted || d["metadata"]["name"] == name;
+    if (wanted) {
+      existing[name] = item;
       continue;
     }
     if (!valid_object_name(name)) continue;
     GS_LOG(Info, "deleting ResourceSlice %s: not this daemon's", name.c_str());
-    auto deleted = api_.request("DELETE", kSlices + "/" + name);
+    auto deleted = api_.request("DELETE", slice_path(name));
     if (!deleted) return make_error(deleted.error());
   }
-  if (existing) {
-    const json pool = existing->value("spec", json::object()).value("pool", json::object());
+  // The pool changes as a whole: every slice gets the new generation once any of them differs (the
+  // scheduler reads only the slices of a pool's newest generation).
+  bool current = true;
+  for (const auto& d : desired) {
+    auto it = existing.find(d["metadata"]["name"]);
+    if (it == existing.end() || annotation(it->second, kSpecDigestAnnotation) != spec_digest(d["spec"]))
+      current = false;
+  }
+  for (const auto& [name, e] : existing) {
+    const json pool = e.value("spec", json::object()).value("pool", json::object());
     if (pool.contains("generation") && pool["generation"].is_number_unsigned())
-      generation_ = pool["generation"].get<std::uint64_t>();
+      generation_ = std::max(generation_, pool["generation"].get<std::uint64_t>());
   }
+  if (current) return list_version;
+  if (!existing.empty()) ++generation_;
   slice_options.pool_generation = generation_;
-  desired = build_resource_slice(gpus, slice_options);
-  const std::string digest = spec_digest(desired["spec"]);
-  desired["metadata"]["annotations"] = {{kSpecDigestAnnotation, digest}};
-  if (!existing) {
-    auto created = api_.request("POST", kSlices, desired);
-    if (!created) return make_error(created.error());
-    if (created->status / 100 != 2) return make_error(status_error("creating the ResourceSlice", *created));
-    GS_LOG(Info, "published ResourceSlice %s: %zu GPU(s)", slice_name(options_.slice).c_str(), gpus.size());
-  } else if (annotation(*existing, kSpecDigestAnnotation) != digest) {
-    slice_options.pool_generation = ++generation_;
-    desired = build_resource_slice(gpus, slice_options);
-    desired["metadata"]["annotations"] = {{kSpecDigestAnnotation, digest}};
-    desired["metadata"]["resourceVersion"] = resource_version(*existing);
-    auto updated = api_.request("PUT", kSlices + "/" + slice_name(options_.slice), desired);
-    if (!updated) return make_error(updated.error());
-    if (updated->status != 200) return make_error(status_error("updating the ResourceSlice", *updated));
-    GS_LOG(Info, "updated ResourceSlice %s (pool generation %llu)", slice_name(options_.slice).c_str(),
-           static_cast<unsigned long long>(generation_));
+  desired = build_resource_slices(gpus, slice_options);
+  // Counter slices first: the devices that consume them are never published without them, and the
+  // server's answer shows whether it keeps counters at all before any whole-GPU device is out.
+  std::rotate(desired.begin(), desired.begin() + 1, desired.end());
+  for (auto& d : desired) {
+    const std::string name = d["metadata"]["name"];
+    d["metadata"]["annotations"] = {{kSpecDigestAnnotation, spec_digest(d["spec"])}};
+    auto it = existing.find(name);
+    Result<ApiResponse> written = make_error("");
+    if (it == existing.end()) {
+      written = api_.request("POST", kSlices, d);
+      if (!written) return make_error(written.error());
+      if (written->status / 100 != 2)
+        return make_error(status_error(("creating ResourceSlice " + name).c_str(), *written));
+    } else {
+      d["metadata"]["resourceVersion"] = resource_version(it->second);
+      written = api_.request("PUT", slice_path(name), d);
+      if (!written) return make_error(written.error());
+      if (written->status != 200)
+        return make_error(status_error(("updating ResourceSlice " + name).c_str(), *written));
+    }
+    if (slice_options.partitionable && !kept_partitions(d, written->body)) {
+      GS_LOG(Warn,
+             "the API server dropped the partitionable-device fields of ResourceSlice %s "
+             "(DRAPartitionableDevices off?): publishing shared devices only, without whole-GPU devices",
+             name.c_str());
+      {
+        std::lock_guard lock(mutex_);
+        status_.partitionable = false;
+      }
+      return reconcile_slices();
+    }
   }
+  GS_LOG(Info, "published ResourceSlices of pool %s: %zu GPU(s), %zu slice(s), generation %llu%s",
+         options_.slice.node_name.c_str(), gpus.size(), desired.size(),
+         static_cast<unsigned long long>(generation_),
+         publishes_partitions(gpus, slice_options) ? ", whole-GPU devices with counters" : "");
   return list_version;
 }
 

@@ -1,5 +1,5 @@
-// Keeps this node's ResourceSlice equal to the GPUs the daemon sees, and only while it holds the
-// node's Lease (coordination.k8s.io/v1, "gpuslice-dra-<node>"): two daemons on one node (a rolling
+// Keeps this node's ResourceSlices (resource_slice.h) equal to the GPUs the daemon sees, and only while it
+// holds the node's Lease (coordination.k8s.io/v1, "gpuslice-dra-<node>"): two daemons on one node (a rolling
 // update, a second install) never write the same slice in turn. Each round lists the driver's
 // slices of this node, creates, updates (optimistically, with resourceVersion) or deletes what
 // differs, then watches them from the listed resourceVersion until something changes, the lease
@@ -34,7 +34,10 @@ struct PublisherStatus {
   bool published = false;  // the slice on the server equals the GPUs we see
   std::uint64_t rounds = 0;
   std::uint64_t relists = 0;  // lists forced by 410 Gone
-  std::string error;          // the last round's failure
+  // Whole-GPU devices and counters are published: false once the API server dropped their fields
+  // (until the daemon restarts), or when SliceOptions::partitionable was off from the start.
+  bool partitionable = true;
+  std::string error;  // the last round's failure
 };
 
 class SlicePublisher {

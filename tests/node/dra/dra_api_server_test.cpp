@@ -34,6 +34,9 @@ class FakeApiServer {
   int slow_ms = 0;          // wait before answering
   bool gone_watch = false;  // answer watches with a 410 ERROR event
   bool lie_huge = false;    // answer claims with a body larger than any claim
+  // DRAPartitionableDevices of the API server: off, it drops sharedCounters and consumesCounters
+  // from what it stores, as the API server drops the fields of a disabled feature.
+  bool partitionable_gate = true;
   std::atomic<int> requests{0};
 
   FakeApiServer() {
@@ -64,7 +67,7 @@ class FakeApiServer {
     });
     server_.Post(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
-      json object = accept(req, res, "POST slices");
+      json object = accept_slice(req, res, "POST slices");
       if (object.is_null()) return;
       const std::string name = object["metadata"]["name"];
       if (slices.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
@@ -73,7 +76,7 @@ class FakeApiServer {
     });
     server_.Put(slices_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
-      json object = accept(req, res, "PUT slices");
+      json object = accept_slice(req, res, "PUT slices");
       if (object.is_null()) return;
       update(slices, req.matches[1], object, res);
     });
@@ -174,6 +177,22 @@ class FakeApiServer {
     }
     return object;
   }
+  // A ResourceSlice: the schema, then the API server's own rules, then what a disabled gate drops.
+  json accept_slice(const httplib::Request& req, httplib::Response& res, const std::string& what) {
+    json object = accept(req, res, what);
+    if (object.is_null()) return object;
+    if (const std::string broken = test::slice_rule_errors(object); !broken.empty()) {
+      schema_failures.push_back(what + ": " + broken);
+      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
+      return nullptr;
+    }
+    if (!partitionable_gate) {
+      object["spec"].erase("sharedCounters");
+      if (object["spec"].contains("devices"))
+        for (auto& d : object["spec"]["devices"]) d.erase("consumesCounters");
+    }
+    return object;
+  }
   void store(json& slot, json object) {
     object["metadata"]["resourceVersion"] = std::to_string(++version);
     slot = std::move(object);
@@ -239,10 +258,24 @@ TEST_F(DraApi, PublishesAValidSliceUnderALease) {
   auto r = publisher.round();
   ASSERT_TRUE(r) << r.error();
   EXPECT_TRUE(*r);
+  EXPECT_TRUE(publisher.status().partitionable);
   std::lock_guard lock(server.mutex);
   EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+  ASSERT_EQ(server.slices.size(), 2u);
   ASSERT_EQ(server.slices.count("node-a-gpuslice-io"), 1u);
-  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 2u);
+  ASSERT_EQ(server.slices.count("node-a-gpuslice-io-counters-0"), 1u);
+  // Each GPU's shared and whole device, then its counter set, in a pool of two slices.
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 4u);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["sharedCounters"].size(), 2u);
+  for (const auto& [name, slice] : server.slices) {
+    EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 2) << name;
+    EXPECT_EQ(slice["spec"]["pool"]["generation"], 1) << name;
+  }
+  EXPECT_EQ(test::overdrawn_counter(
+                {server.slices["node-a-gpuslice-io"], server.slices["node-a-gpuslice-io-counters-0"]},
+                {"gpu-0", "gpu-0-whole"}),
+            "gpu-0/compute")
+      << "as stored, the whole device and a share still exclude each other";
   ASSERT_EQ(server.leases.count("gpuslice-dra-node-a"), 1u);
   EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-a");
   EXPECT_EQ(server.authorizations.back(), "Bearer token-one");
@@ -257,15 +290,17 @@ TEST_F(DraApi, AnUnchangedSliceIsNotWrittenAgainAndAChangedOneGetsANewGeneration
   ASSERT_TRUE(publisher.round());
   {
     std::lock_guard lock(server.mutex);
-    EXPECT_EQ(server.writes["POST slices"], 1);
+    EXPECT_EQ(server.writes["POST slices"], 2);
     EXPECT_EQ(server.writes["PUT slices"], 0);
   }
   gpus[1].healthy = false;
   publisher.set_gpus(gpus);
   ASSERT_TRUE(publisher.round());
   std::lock_guard lock(server.mutex);
-  EXPECT_EQ(server.writes["PUT slices"], 1);
+  // The pool changes as a whole: both slices at the new generation, the counters unchanged.
+  EXPECT_EQ(server.writes["PUT slices"], 2);
   EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["pool"]["generation"], 2);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 2);
   EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
 }
 
@@ -282,9 +317,91 @@ TEST_F(DraApi, TwoDaemonsOnOneNodeNeverBothPublish) {
   EXPECT_FALSE(*second);
   EXPECT_FALSE(b.status().leader);
   std::lock_guard lock(server.mutex);
-  EXPECT_EQ(server.writes["POST slices"], 1);
+  EXPECT_EQ(server.writes["POST slices"], 2);
   EXPECT_EQ(server.writes["PUT slices"], 0);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 4u);
+}
+
+// An API server with DRAPartitionableDevices off drops the counter fields; published as they are,
+// whole devices would no longer exclude shares of the same GPU. The publisher notices the drop in
+// the server's answer to its first (counter) slice, before any whole device is out, and publishes
+// the shared devices alone, as without partitions.
+TEST_F(DraApi, WithThePartitionableGateOffOnlyTheSharedDevicesArePublished) {
+  server.partitionable_gate = false;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_FALSE(publisher.status().partitionable);
+  {
+    std::lock_guard lock(server.mutex);
+    EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+    ASSERT_EQ(server.slices.size(), 1u) << "the counter slice is deleted again";
+    const auto& slice = server.slices["node-a-gpuslice-io"];
+    EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
+    ASSERT_EQ(slice["spec"]["devices"].size(), 2u);
+    for (const auto& d : slice["spec"]["devices"]) {
+      EXPECT_EQ(d["allowMultipleAllocations"], true);
+      EXPECT_EQ(d["attributes"]["wholeGpu"]["bool"], false);
+    }
+    EXPECT_EQ(server.writes["POST slices"], 2) << "the counter slice, then the devices slice";
+    EXPECT_EQ(server.writes["DELETE slices"], 1);
+  }
+  ASSERT_TRUE(publisher.round());
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 2) << "then settled";
+}
+
+TEST_F(DraApi, WithoutPartitionsOneSliceOfSharedDevicesIsPublished) {
+  ApiClient api(api_options());
+  auto options = publisher_options("daemon-a");
+  options.slice.partitionable = false;  // --no-partitionable-devices
+  SlicePublisher publisher(options, api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  ASSERT_TRUE(publisher.round());
+  EXPECT_FALSE(publisher.status().partitionable);
+  std::lock_guard lock(server.mutex);
+  ASSERT_EQ(server.slices.size(), 1u);
   EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 2u);
+}
+
+// A slice of an earlier daemon (shared devices only, generation 3) becomes a pool of two slices at
+// generation 4, so the scheduler never mixes the old slice with the new ones.
+TEST_F(DraApi, AnEarlierDaemonsSliceIsReplacedByANewerGenerationOfThePool) {
+  {
+    SliceOptions old;
+    old.node_name = "node-a";
+    old.partitionable = false;
+    old.pool_generation = 3;
+    json slice = build_resource_slices(test::two_gpu_node().gpus, old)[0];
+    slice["metadata"]["resourceVersion"] = "7";
+    std::lock_guard lock(server.mutex);
+    server.slices["node-a-gpuslice-io"] = slice;
+  }
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  std::lock_guard lock(server.mutex);
+  ASSERT_EQ(server.slices.size(), 2u);
+  for (const auto& [name, slice] : server.slices) EXPECT_EQ(slice["spec"]["pool"]["generation"], 4) << name;
+  EXPECT_EQ(server.writes["PUT slices"], 1);
+  EXPECT_EQ(server.writes["POST slices"], 1);
+}
+
+// The fake server enforces the API's rules that the OpenAPI schema cannot state.
+TEST_F(DraApi, TheFakeServerRefusesDevicesAndCountersInOneSlice) {
+  auto slices = build_resource_slices(test::two_gpu_node().gpus, publisher_options("x").slice);
+  json both = slices[0];
+  both["spec"]["sharedCounters"] = slices[1]["spec"]["sharedCounters"];
+  ApiClient api(api_options());
+  auto r = api.request("POST", "/apis/resource.k8s.io/v1/resourceslices", both);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->status, 422);
+  std::lock_guard lock(server.mutex);
+  EXPECT_TRUE(server.slices.empty());
 }
 
 TEST_F(DraApi, AnExpiredLeaseIsTakenOver) {

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -7,6 +8,7 @@
 #include <map>
 
 #include "../test_util.h"
+#include "common/safe_file.h"
 #include "config/limits_file.h"
 #include "dra_test_util.h"
 #include "node/collector.h"
@@ -14,6 +16,7 @@
 #include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
 #include "node/metrics.h"
+#include "shared_state/node_channel.h"
 
 namespace gpuslice::node::dra {
 namespace {
@@ -21,30 +24,8 @@ namespace {
 using test::allocated_claim;
 using test::slice_config;
 
-class FakeClaims final : public ClaimSource {
- public:
-  std::map<std::string, nlohmann::json> claims;  // by "ns/name"
-  int calls = 0;
-  Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override {
-    ++calls;
-    auto it = claims.find(ns + "/" + name);
-    if (it == claims.end()) return make_error("resourceclaims \"" + name + "\" not found");
-    return it->second;
-  }
-};
-
-class DraPrepare : public ::testing::Test {
+class DraPrepare : public ::testing::Test, protected test::PreparerFixture {
  protected:
-  node::test::TempDir tmp;
-  FakeClaims source;
-  PreparerOptions options() {
-    PreparerOptions o;
-    o.root = tmp / "root";
-    o.cdi_dir = tmp / "cdi";
-    o.dev_root = tmp / "dev";
-    o.node = test::two_gpu_node();
-    return o;
-  }
   std::string container(const std::string& uid) { return tmp / ("root/containers/dra-" + uid); }
   std::string spec(const std::string& uid) { return tmp / ("cdi/" + cdi_spec_file_name(uid)); }
   bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -54,8 +35,10 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   std::filesystem::create_directories(tmp / "dev");
   node::test::write_file(tmp / "dev/nvidia0", "");
   node::test::write_file(tmp / "dev/nvidiactl", "");
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
+  auto o = preparer_options();
+  o.priority_high_namespaces = {"team-a"};
+  ClaimPreparer p(o, claims);
   ASSERT_TRUE(p.recover());
   auto devices = p.prepare({"team-a", "train-gpu", "uid-1"});
   ASSERT_TRUE(devices) << devices.error();
@@ -69,6 +52,7 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   ASSERT_TRUE(file) << file.error();
   EXPECT_EQ(file->memory->text, std::to_string(8ULL << 30));
   EXPECT_EQ(file->compute->text, "30");
+  EXPECT_EQ(file->priority, Priority::High);
   struct stat st {};
   ASSERT_EQ(::stat(limits.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0444u) << "the container must not be able to raise its caps";
@@ -95,15 +79,136 @@ TEST_F(DraPrepare, WritesTheScheduledLimitsReadOnlyAndACdiSpec) {
   ASSERT_EQ(edits["deviceNodes"].size(), 2u);  // only the nodes that exist on the host
 }
 
+// What the interposer believes about the claim's writer: read back through the library's own reader.
+shm::Assignment assignment_of(const std::string& channel_dir, const std::string& writer,
+                              const std::string& uuid) {
+  shm::Assignment out;
+  fs::UniqueFd dir(::open(channel_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  EXPECT_GE(dir.get(), 0) << channel_dir;
+  EXPECT_TRUE(shm::NodeChannel::read_assignment(dir.get(), writer.c_str(), uuid, &out))
+      << "no believed " << writer << ".assigned in " << channel_dir;
+  return out;
+}
+
+TEST_F(DraPrepare, ThePriorityGoesIntoTheLimitsFileAndTheAssignmentAndUnprepareRemovesIt) {
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}));
+  auto o = preparer_options();
+  o.priority_high_namespaces = {"ops", "team-a"};
+  ClaimPreparer p(o, claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  const std::string uuid = test::two_gpu_node().gpus[0].uuid;
+  const std::string assigned = tmp / "root/channel/dra-uid-1.assigned";
+  EXPECT_EQ(node::test::read_file(assigned), "priority=high\ncompute." + uuid + "=30\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(assigned.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "the container must not be able to raise its assignment";
+  const auto believed = assignment_of(tmp / "root/channel", "dra-uid-1", uuid);
+  EXPECT_EQ(believed.priority, Priority::High);
+  EXPECT_EQ(believed.compute_percent, 30u);
+  EXPECT_EQ(config::read_limits_file(container("uid-1") + "/config/limits")->priority, Priority::High);
+  ASSERT_TRUE(p.unprepare("uid-1"));
+  EXPECT_FALSE(exists(assigned));
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1"));
+}
+
+TEST_F(DraPrepare, APriorityWithoutAComputeLimitStillJoinsTheNodeChannel) {
+  test::Result memory_only;
+  memory_only.consumed = {{"memory", "8Gi"}};
+  claims.claims["team-a/c"] =
+      allocated_claim("uid-1", {memory_only}, slice_config({{"priority", "low"}}), "team-a", "c");
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "c", "uid-1"}));
+  EXPECT_EQ(node::test::read_file(tmp / "root/channel/dra-uid-1.assigned"), "priority=low\n");
+  auto limits = config::read_limits_file(container("uid-1") + "/config/limits");
+  ASSERT_TRUE(limits) << limits.error();
+  EXPECT_EQ(limits->priority, Priority::Low);
+  EXPECT_FALSE(limits->compute);
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-1")));
+  auto env = cdi["devices"][0]["containerEdits"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "GPUSLICE_NODE_WRITER=dra-uid-1"), env.end());
+}
+
+TEST_F(DraPrepare, AClaimWithoutAPriorityIsAssignedNormalAndItsLimitsFileNamesNone) {
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  const std::string uuid = test::two_gpu_node().gpus[0].uuid;
+  EXPECT_EQ(node::test::read_file(tmp / "root/channel/dra-uid-1.assigned"),
+            "priority=normal\ncompute." + uuid + "=30\n");
+  EXPECT_FALSE(config::read_limits_file(container("uid-1") + "/config/limits")->priority);
+}
+
+// A tenant writes its own claim (and may pick any DeviceClass): asking for high outside the
+// namespaces the operator named is refused with a clear error, and nothing is prepared.
+TEST_F(DraPrepare, AHostileClaimAskingForHighOutsideTheAllowedNamespacesIsRefused) {
+  claims.claims["team-b/greedy"] =
+      allocated_claim("uid-g", {{}}, slice_config({{"priority", "high"}}), "team-b", "greedy");
+  auto from_class = allocated_claim("uid-k", {{}}, nullptr, "team-b", "via-class");
+  from_class["status"]["allocation"]["devices"]["config"] = nlohmann::json::array(
+      {{{"source", "FromClass"},
+        {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config({{"priority", "high"}})}}}}});
+  claims.claims["team-b/via-class"] = from_class;
+  claims.claims["team-b/modest"] =
+      allocated_claim("uid-m", {{}}, slice_config({{"priority", "normal"}}), "team-b", "modest");
+  auto o = preparer_options();
+  o.priority_high_namespaces = {"team-a"};
+  ClaimPreparer p(o, claims);
+  ASSERT_TRUE(p.recover());
+  for (const auto& [name, uid] : {std::pair{"greedy", "uid-g"}, std::pair{"via-class", "uid-k"}}) {
+    SCOPED_TRACE(name);
+    auto refused = p.prepare({"team-b", name, uid});
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().find("priority high"), std::string::npos) << refused.error();
+    EXPECT_NE(refused.error().find("\"team-b\""), std::string::npos) << refused.error();
+    EXPECT_NE(refused.error().find("--priority-high-namespaces"), std::string::npos) << refused.error();
+    EXPECT_FALSE(exists(container(uid)));
+    EXPECT_FALSE(exists(tmp / ("root/channel/dra-" + std::string(uid) + ".assigned")));
+    EXPECT_FALSE(exists(spec(uid)));
+  }
+  EXPECT_TRUE(p.prepare({"team-b", "modest", "uid-m"})) << "normal needs no permission";
+  EXPECT_EQ(p.claims().size(), 1u);
+}
+
+TEST_F(DraPrepare, AClaimOfTheWholeGpuDeviceGetsAllOfItsMemoryAndNoComputeLimit) {
+  test::Result whole;
+  whole.device = "gpu-1-whole";
+  whole.consumed = nullptr;
+  whole.share_id.clear();
+  claims.claims["team-a/whole"] = allocated_claim("uid-w", {whole}, nullptr, "team-a", "whole");
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  auto devices = p.prepare({"team-a", "whole", "uid-w"});
+  ASSERT_TRUE(devices) << devices.error();
+  ASSERT_EQ(devices->size(), 1u);
+  EXPECT_EQ((*devices)[0].device, "gpu-1-whole");
+  EXPECT_EQ((*devices)[0].gpu_uuid, test::two_gpu_node().gpus[1].uuid);
+  EXPECT_EQ((*devices)[0].memory_bytes, 80ULL << 30);
+  EXPECT_EQ((*devices)[0].compute_percent, 100u);
+  auto limits = config::read_limits_file(container("uid-w") + "/config/limits");
+  ASSERT_TRUE(limits) << limits.error();
+  EXPECT_EQ(limits->memory->text, std::to_string(80ULL << 30));
+  EXPECT_FALSE(limits->compute) << "a whole GPU has no compute fraction";
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-w")) << "no compute share, no priority: no channel";
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-w")));
+  auto env = cdi["devices"][0]["containerEdits"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "NVIDIA_VISIBLE_DEVICES=" + test::two_gpu_node().gpus[1].uuid),
+            env.end());
+}
+
 TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
-  EXPECT_EQ(source.calls, 1) << "a prepared claim is answered from the checkpoint";
+  EXPECT_EQ(claims.calls, 1) << "a prepared claim is answered from the checkpoint";
   EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1"));
+  EXPECT_TRUE(exists(tmp / "root/channel/dra-uid-1.assigned"));
   ASSERT_TRUE(p.unprepare("uid-1"));
+  EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1.assigned"));
   EXPECT_FALSE(exists(container("uid-1")));
   EXPECT_FALSE(exists(spec("uid-1")));
   EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1"));
@@ -112,12 +217,12 @@ TEST_F(DraPrepare, PrepareIsIdempotentAndUnprepareRemovesEverything) {
 }
 
 TEST_F(DraPrepare, TwoClaimsShareOneGpuWithTheirOwnLimits) {
-  source.claims["team-a/a"] = allocated_claim("uid-a", {{}}, nullptr, "team-a", "a");
+  claims.claims["team-a/a"] = allocated_claim("uid-a", {{}}, nullptr, "team-a", "a");
   test::Result second;
   second.consumed = {{"memory", "16Gi"}, {"compute", "50"}};
   second.share_id = "6f1a0e5c-0000-4000-8000-000000000002";
-  source.claims["team-b/b"] = allocated_claim("uid-b", {second}, nullptr, "team-b", "b");
-  ClaimPreparer p(options(), source);
+  claims.claims["team-b/b"] = allocated_claim("uid-b", {second}, nullptr, "team-b", "b");
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "a", "uid-a"}));
   ASSERT_TRUE(p.prepare({"team-b", "b", "uid-b"}));
@@ -131,8 +236,8 @@ TEST_F(DraPrepare, TwoGpusAreLimitedPerUuid) {
   test::Result second;
   second.device = "gpu-1";
   second.consumed = {{"memory", "4Gi"}};
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}, second});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}, second});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   auto file = config::read_limits_file(container("uid-1") + "/config/limits");
@@ -146,10 +251,10 @@ TEST_F(DraPrepare, TwoGpusAreLimitedPerUuid) {
 TEST_F(DraPrepare, HostileClaimsPrepareNothing) {
   test::Result other;
   other.pool = "node-b";
-  source.claims["team-a/foreign"] = allocated_claim("uid-f", {other}, nullptr, "team-a", "foreign");
-  source.claims["team-a/bad"] =
+  claims.claims["team-a/foreign"] = allocated_claim("uid-f", {other}, nullptr, "team-a", "foreign");
+  claims.claims["team-a/bad"] =
       allocated_claim("uid-b", {{}}, slice_config({{"memory", {{"limit", "1Ti"}}}}), "team-a", "bad");
-  ClaimPreparer p(options(), source);
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   auto foreign = p.prepare({"team-a", "foreign", "uid-f"});
   ASSERT_FALSE(foreign);
@@ -169,16 +274,16 @@ TEST_F(DraPrepare, HostileClaimsPrepareNothing) {
 TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
   for (const char* crash_at : {"checkpointed", "directories", "limits", "cdi"}) {
     SCOPED_TRACE(crash_at);
-    source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+    claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      auto o = options();
+      auto o = preparer_options();
       const std::string at = crash_at;
       o.after_step = [at](const char* step) {
         if (at == step) ::_exit(9);  // as SIGKILL: no destructor, no cleanup
       };
-      ClaimPreparer p(o, source);
+      ClaimPreparer p(o, claims);
       if (!p.recover()) ::_exit(1);
       (void)p.prepare({"team-a", "train-gpu", "uid-1"});
       ::_exit(0);
@@ -189,9 +294,10 @@ TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
     ASSERT_EQ(WEXITSTATUS(status), 9);
     EXPECT_TRUE(exists(container("uid-1")) || std::string(crash_at) == "checkpointed");
 
-    ClaimPreparer restarted(options(), source);
+    ClaimPreparer restarted(preparer_options(), claims);
     ASSERT_TRUE(restarted.recover());
     EXPECT_FALSE(exists(container("uid-1"))) << "the half-prepared claim's files are removed";
+    EXPECT_FALSE(exists(tmp / "root/channel/dra-uid-1.assigned"));
     EXPECT_FALSE(exists(spec("uid-1")));
     EXPECT_TRUE(restarted.claims().empty());
     ASSERT_TRUE(restarted.prepare({"team-a", "train-gpu", "uid-1"}));
@@ -202,23 +308,23 @@ TEST_F(DraPrepare, ADaemonKilledMidPrepareRecoversAndLeaksNothing) {
 }
 
 TEST_F(DraPrepare, APreparedClaimSurvivesARestart) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
   {
-    ClaimPreparer p(options(), source);
+    ClaimPreparer p(preparer_options(), claims);
     ASSERT_TRUE(p.recover());
     ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   }
-  ClaimPreparer restarted(options(), source);
+  ClaimPreparer restarted(preparer_options(), claims);
   ASSERT_TRUE(restarted.recover());
   EXPECT_TRUE(exists(container("uid-1")));
   ASSERT_EQ(restarted.claims().size(), 1u);
   EXPECT_TRUE(restarted.prepare({"team-a", "train-gpu", "uid-1"}));
-  EXPECT_EQ(source.calls, 1);
+  EXPECT_EQ(claims.calls, 1);
 }
 
 TEST_F(DraPrepare, MetricsLabelAClaimWithItsNamespacePodAndName) {
-  source.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
-  ClaimPreparer p(options(), source);
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
   node::test::FakeClock clock;
@@ -240,7 +346,7 @@ TEST_F(DraPrepare, MetricsLabelAClaimWithItsNamespacePodAndName) {
 
 TEST_F(DraPrepare, AClaimDirectoryNoCheckpointNamesIsRemoved) {
   std::filesystem::create_directories(container("uid-orphan") + "/state");
-  ClaimPreparer p(options(), source);
+  ClaimPreparer p(preparer_options(), claims);
   ASSERT_TRUE(p.recover());
   EXPECT_FALSE(exists(container("uid-orphan")));
 }

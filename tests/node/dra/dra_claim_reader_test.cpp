@@ -30,6 +30,44 @@ TEST(DraClaimReader, AWholeDeviceWithoutConsumedCapacityHasNoComputeLimit) {
   EXPECT_FALSE(a->devices[0].compute);
 }
 
+TEST(DraClaimReader, TheWholeGpuDeviceIsTheGpuUnsharedAndItsConfigMayStillTighten) {
+  test::Result whole;
+  whole.device = "gpu-1-whole";
+  whole.consumed = nullptr;
+  whole.share_id.clear();
+  auto a =
+      read_claim_allocation(allocated_claim("uid-1", {whole}, slice_config({{"compute", {{"limit", 50}}}})),
+                            kRef, test::two_gpu_node());
+  ASSERT_TRUE(a) << a.error();
+  EXPECT_TRUE(a->devices[0].whole);
+  EXPECT_EQ(a->devices[0].gpu.uuid, test::two_gpu_node().gpus[1].uuid);
+  EXPECT_EQ(a->devices[0].memory_bytes, 80ULL << 30);
+  EXPECT_EQ(*a->devices[0].compute, 50u);
+}
+
+TEST(DraClaimReader, AHostileWholeDeviceAllocationIsRefused) {
+  test::Result whole;
+  whole.device = "gpu-0-whole";
+  whole.consumed = nullptr;
+  whole.share_id.clear();
+  test::Result with_capacity = whole;
+  with_capacity.consumed = {{"memory", "8Gi"}};
+  auto capacity =
+      read_claim_allocation(allocated_claim("uid-1", {with_capacity}), kRef, test::two_gpu_node());
+  ASSERT_FALSE(capacity);
+  EXPECT_NE(capacity.error().find("no shareID or consumedCapacity"), std::string::npos) << capacity.error();
+  test::Result shared_whole = whole;
+  shared_whole.share_id = "6f1a0e5c-0000-4000-8000-000000000009";
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {shared_whole}), kRef, test::two_gpu_node()));
+  // The same GPU whole and as a share in one claim: what the counters forbid across claims.
+  auto both = read_claim_allocation(allocated_claim("uid-1", {{}, whole}), kRef, test::two_gpu_node());
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().find("both whole"), std::string::npos) << both.error();
+  test::Result unknown = whole;
+  unknown.device = "gpu-7-whole";
+  EXPECT_FALSE(read_claim_allocation(allocated_claim("uid-1", {unknown}), kRef, test::two_gpu_node()));
+}
+
 TEST(DraClaimReader, TheClaimsConfigMayOnlyTightenWhatWasScheduled) {
   auto tighter = read_claim_allocation(
       allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"limit", "6Gi"}}}, {"priority", "low"}})),

@@ -25,31 +25,12 @@ using gpuslice::test::Outcome;
 constexpr long long kMiB = 1LL << 20, kGiB = 1LL << 30;
 constexpr long long kContextBytes = 64 * kMiB;
 
-class FakeClaims final : public ClaimSource {
- public:
-  std::map<std::string, nlohmann::json> claims;
-  Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override {
-    auto it = claims.find(ns + "/" + name);
-    if (it == claims.end()) return make_error("not found");
-    return it->second;
-  }
-};
-
-class DraE2E : public ::testing::Test {
+class DraE2E : public ::testing::Test, protected test::PreparerFixture {
  protected:
-  node::test::TempDir tmp;
-  FakeClaims claims;
-  std::unique_ptr<ClaimPreparer> preparer;
-
   void SetUp() override {
-    PreparerOptions o;
-    o.root = tmp / "root";
-    o.cdi_dir = tmp / "cdi";
-    o.dev_root = tmp / "dev";
-    o.node = test::two_gpu_node();
+    PreparerOptions o = preparer_options();
     for (auto& g : o.node.gpus) g.memory_total_bytes = 16 * kGiB;  // the simulated GPUs
-    preparer = std::make_unique<ClaimPreparer>(o, claims);
-    ASSERT_TRUE(preparer->recover());
+    start_preparer(o);
   }
 
   // The environment of a process in a container of claim `uid`: the simulated driver's, then the
@@ -121,6 +102,27 @@ TEST_F(DraE2E, AClaimOf8GiBAnd30PercentIsEnforcedAndASecondClaimSharesTheGpu) {
   EXPECT_NE(::access((tmp / "root/containers/dra-uid-1").c_str(), F_OK), 0);
   EXPECT_EQ(::access((tmp / "root/containers/dra-uid-2/config/limits").c_str(), F_OK), 0);
   ASSERT_TRUE(preparer->unprepare("uid-2"));
+}
+
+// The claim's level is written where the tenant cannot change it: a process whose own environment
+// asks for high runs at the claim's low (the read-only limits file is its ceiling).
+TEST_F(DraE2E, AProcessRunsAtNoMoreThanTheClaimsPriority) {
+  claims.claims["team-a/train-gpu"] =
+      test::allocated_claim("uid-1", {{}}, test::slice_config({{"priority", "low"}}));
+  ASSERT_TRUE(preparer->prepare({"team-a", "train-gpu", "uid-1"}));
+  Env env = container_env("uid-1");
+  EXPECT_EQ(env["GPUSLICE_PRIORITY"], "low");
+  env["GPUSLICE_PRIORITY"] = "high";  // the tenant's override
+  Background app({GPUSLICE_PROBE_APP, "--scenario", "launch", "--iterations", "2000", "--kernel-us", "500"},
+                 env, tmp / "launch.out");
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  Outcome status = gpuslice::test::run(
+      {GPUSLICE_CLI, "status", "--shared-dir", env["GPUSLICE_SHARED_DIR"]},
+      gpuslice::test::mock_container_env(tmp.path(), 2, kContextBytes, GPUSLICE_MOCK_DIR, nullptr));
+  app.kill();
+  app.wait();
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("Priority: low"), std::string::npos) << status.out;
 }
 
 TEST_F(DraE2E, TheClaimsTighterMemoryLimitIsWhatTheProcessGets) {

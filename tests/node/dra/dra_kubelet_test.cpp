@@ -23,16 +23,6 @@ namespace v1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
 namespace v1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 namespace reg = ::pluginregistration;
 
-class FakeClaims final : public ClaimSource {
- public:
-  std::map<std::string, nlohmann::json> claims;
-  Result<nlohmann::json> get_claim(const std::string& ns, const std::string& name) override {
-    auto it = claims.find(ns + "/" + name);
-    if (it == claims.end()) return make_error("not found");
-    return it->second;
-  }
-};
-
 // What the kubelet's plugin watcher does with a socket that appears in plugins_registry.
 struct FakeKubelet {
   reg::PluginInfo info;
@@ -71,21 +61,13 @@ struct V1beta1 {
   using UnprepareResponse = v1beta1::NodeUnprepareResourcesResponse;
 };
 
-class DraKubelet : public ::testing::Test {
+class DraKubelet : public ::testing::Test, protected test::PreparerFixture {
  protected:
-  node::test::TempDir tmp;
-  FakeClaims claims;
-  std::unique_ptr<ClaimPreparer> preparer;
   std::unique_ptr<KubeletPlugin> plugin;
 
   void SetUp() override {
-    PreparerOptions o;
-    o.root = tmp / "root";
-    o.cdi_dir = tmp / "cdi";
-    o.dev_root = tmp / "dev";
-    o.node = test::two_gpu_node();
-    preparer = std::make_unique<ClaimPreparer>(o, claims);
-    ASSERT_TRUE(preparer->recover());
+    start_preparer(preparer_options());
+    if (HasFatalFailure()) return;
     KubeletPluginOptions k;
     k.plugins_dir = tmp / "plugins";
     k.registry_dir = tmp / "registry";
@@ -93,7 +75,9 @@ class DraKubelet : public ::testing::Test {
     plugin = std::make_unique<KubeletPlugin>(k, *preparer);
     ASSERT_TRUE(plugin->start());
   }
-  void TearDown() override { plugin->stop(); }
+  void TearDown() override {
+    if (plugin) plugin->stop();
+  }
 
   // Outside the template below: GCC 12 fails on test::Result's initialisers inside it.
   void add_claims() {

@@ -29,6 +29,27 @@ TEST(DraOptions, DefaultsComeFromTheTableAndThePodsEnvironment) {
   EXPECT_EQ(o.lease_duration, std::chrono::seconds(15));
   EXPECT_EQ(o.api_timeout, std::chrono::seconds(10));
   EXPECT_TRUE(o.publish);
+  EXPECT_TRUE(o.partitionable);
+  EXPECT_TRUE(o.priority_high_namespaces.empty()) << "no namespace may ask for high unless named";
+}
+
+TEST(DraOptions, HighPriorityNamespacesAndPartitionsAreTheOperatorsToSet) {
+  DraModeOptions o;
+  auto parsed = parse_dra_options({"--node-name=n1", "--no-partitionable-devices"},
+                                  env_of({{"GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "ops,serving"}}), o);
+  ASSERT_EQ(parsed.message, "");
+  EXPECT_FALSE(o.partitionable);
+  EXPECT_EQ(o.priority_high_namespaces, (std::vector<std::string>{"ops", "serving"}));
+  DraModeOptions flag;
+  ASSERT_EQ(parse_dra_options({"--node-name=n1", "--priority-high-namespaces=ops"},
+                              env_of({{"GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "serving"}}), flag)
+                .message,
+            "");
+  EXPECT_EQ(flag.priority_high_namespaces, std::vector<std::string>{"ops"});
+  DraModeOptions bad;
+  auto refused = parse_dra_options({"--node-name=n1", "--priority-high-namespaces=Team_A"}, env_of({}), bad);
+  EXPECT_NE(refused.message.find("--priority-high-namespaces"), std::string::npos) << refused.message;
+  EXPECT_NE(refused.message.find("not a namespace name"), std::string::npos) << refused.message;
 }
 
 TEST(DraOptions, TheNodeNameIsRequired) {

@@ -173,6 +173,7 @@ TEST_F(LimitsFile, SyntaxErrors) {
   EXPECT_NE(single_error("GPUSLICE_MEMORY=8Gi\n").find("line 1: unknown key 'GPUSLICE_MEMORY'"),
             std::string::npos);
   EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n").find("or GPUSLICE_PRIORITY)"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")
                 .find("line 3: GPUSLICE_MEMORY_LIMIT is set twice (first on line 1)"),
@@ -221,6 +222,43 @@ TEST(LimitsFileText, RendersWhatItParses) {
   EXPECT_EQ(render_limits_file(gpuslice::config::LimitsFile{}),
             "GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_COMPUTE_LIMIT=none\n");
   EXPECT_TRUE(parse_limits_file(render_limits_file(gpuslice::config::LimitsFile{})).ok());
+}
+
+// The operator's level (the DRA plugin writes the claim's): a container asking for more runs at it,
+// one asking for less keeps its own, one asking for nothing runs at it.
+TEST_F(LimitsFile, ThePriorityIsACeilingAndTheDefaultLevel) {
+  const std::string file = "GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_PRIORITY=normal\n";
+  Settings asks_high;
+  asks_high.priority = Priority::High;
+  Settings s = apply(file, asks_high);
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.priority, Priority::Normal);
+  Settings asks_low;
+  asks_low.priority = Priority::Low;
+  EXPECT_EQ(apply(file, asks_low).priority, Priority::Low);
+  EXPECT_EQ(apply(file).priority, Priority::Normal);
+  EXPECT_EQ(apply("GPUSLICE_PRIORITY=High\n").priority, Priority::High) << "a priority alone is a file";
+  EXPECT_EQ(apply("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_PRIORITY=none\n", asks_high).priority, Priority::High);
+  EXPECT_EQ(apply("GPUSLICE_MEMORY_LIMIT=8Gi\n").priority, std::nullopt) << "no level: no part in priorities";
+}
+
+TEST_F(LimitsFile, ABadOrRepeatedPriorityNamesTheLine) {
+  const std::string bad = single_error("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_PRIORITY=urgent\n");
+  EXPECT_NE(bad.find("line 2"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("GPUSLICE_PRIORITY"), std::string::npos) << bad;
+  const std::string twice = single_error("GPUSLICE_PRIORITY=low\nGPUSLICE_PRIORITY=high\n");
+  EXPECT_NE(twice.find("set twice (first on line 1)"), std::string::npos) << twice;
+  Settings s;
+  s.priority = Priority::High;
+  EXPECT_EQ(apply("GPUSLICE_PRIORITY=urgent\n", s).priority, Priority::High) << "a bad file applies nothing";
+}
+
+TEST(LimitsFileText, ThePriorityIsRenderedOnlyWhenThereIsOne) {
+  auto parsed = parse_limits_file("GPUSLICE_COMPUTE_LIMIT=30\nGPUSLICE_PRIORITY=low\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  const std::string text = render_limits_file(*parsed);
+  EXPECT_EQ(text, "GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_COMPUTE_LIMIT=30\nGPUSLICE_PRIORITY=low\n");
+  EXPECT_EQ(parse_limits_file(text)->priority, Priority::Low);
 }
 
 TEST(LimitsFileText, AValueMustBeOneLineOfAKnownKey) {
