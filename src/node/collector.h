@@ -64,11 +64,12 @@ struct ContainerView {
   std::string id;
   PodContainer owner;  // empty while unknown
   ContainerState state = ContainerState::Ok;
-  bool has_state = false;            // a state file exists (some process has used CUDA)
-  std::string error;                 // why the state or limits could not be read, empty if fine
-  Limits limits;                     // the read-only caps file
-  std::optional<Priority> priority;  // priority sharing: the level asked for (ledger), unset if none
-  std::uint64_t held_back_ns = 0;    // time its launches were held back by higher priorities (ledger)
+  bool has_state = false;             // a state file exists (some process has used CUDA)
+  std::string error;                  // why the state or limits could not be read, empty if fine
+  Limits limits;                      // the read-only caps file
+  std::optional<Priority> priority;   // priority sharing: the level asked for (ledger), unset if none
+  std::uint64_t held_back_ns = 0;     // time its launches were held back by higher priorities (ledger)
+  bool node_channel_refused = false;  // a process's node channel was refused (ledger)
   std::vector<ContainerDevice> devices;
   std::vector<ContainerProcess> processes;
 };

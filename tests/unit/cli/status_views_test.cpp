@@ -391,6 +391,19 @@ TEST_F(NodeStatusTest, StatusApiShowsTheDeviceRecordAndEachProcessShare) {
   EXPECT_TRUE(contains(o.out, "\n 12         -    1  1 GiB    50%  python\n")) << o.out;
 }
 
+// A process whose node channel was refused says so in the state file: status shows it (it was only
+// a line in that process's log).
+TEST_F(CliTest, StatusSaysWhenANodeChannelWasRefused) {
+  auto ledger = make_state();
+  EXPECT_FALSE(contains(run({"status", "--file", state_}).out, "Node channel"));
+  EXPECT_EQ(json::parse(run({"status", "--json", "--file", state_}).out)["node_channel_refused"], false);
+  ledger->note_node_channel_refused();
+  Outcome text = run({"status", "--file", state_});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "Node channel: REFUSED")) << text.out;
+  EXPECT_EQ(json::parse(run({"status", "--json", "--file", state_}).out)["node_channel_refused"], true);
+}
+
 // `set --memory unlimited` under a cap: the request is kept, the cap stays enforced, and set says so,
 // in its exit status too (3), so `gpuslice set --memory unlimited && big_job` does not go on as if
 // it had been granted.
