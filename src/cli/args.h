@@ -17,6 +17,9 @@ namespace gpuslice::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUsage = 2;
+// `set`: the request is recorded, but a cap (the container's read-only limits file) holds it, so
+// what is enforced is not what was asked for.
+inline constexpr int kExitCapped = 3;
 
 struct OptionSpec {
   std::string_view name;        // "--memory"

@@ -30,10 +30,14 @@ const CommandSpec& set_spec() {
       "in force is the smaller of the two, and set prints it (and the cap) when the cap wins. The\n"
       "cap is the one the container's processes read, recorded in the state file, so the answer is\n"
       "the same from the host as from inside the container.\n"
+
       "--priority (high, normal or low) is the level the container asks for among containers sharing\n"
       "a GPU; it runs at the lower of that and the level the operator assigned it,\n"
       "for all its devices; its processes apply it within 100 ms.\n"
-      "HAMi: 'shrreg-tool --set-sm-limit DEV PCT' is 'gpuslice set --device DEV --compute PCT'.",
+      "HAMi: 'shrreg-tool --set-sm-limit DEV PCT' is 'gpuslice set --device DEV --compute PCT'.\n"
+      "Exit status: 0 when every limit in force is the one asked for; 3 when a cap holds a request\n"
+      "('unlimited' included): the request is recorded and applies once the cap allows it, but what\n"
+      "is enforced now is the cap; 1 if nothing could be changed, 2 for usage errors.",
       {
           {"--memory", "SIZE", "new VRAM quota, or 'unlimited'"},
           {"--compute", "PCT", "new compute limit in percent, or 'none'"},
@@ -138,6 +142,8 @@ int cmd_set(int argc, char** argv) {
     return runtime_error(spec.name, "cannot change " + *path + ": it is read-only for this user");
   }
 
+  // Devices on which a cap holds what was asked: the request is kept, but the caller did not get it.
+  int capped = 0;
   auto shown_percent = [](unsigned pct) {
     return pct == shm::kNoComputeLimit ? std::string("none") : std::to_string(pct) + "%";
   };
@@ -154,6 +160,7 @@ int cmd_set(int argc, char** argv) {
       if (now != *memory) {
         std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",
                     format_bytes(*memory).c_str(), format_bytes(cap).c_str(), format_bytes(now).c_str());
+        ++capped;
       }
       std::printf("\n");
       std::uint64_t used = ledger.used(record);
@@ -171,9 +178,18 @@ int cmd_set(int argc, char** argv) {
         std::printf(" (requested %s; the container's cap is %s, so %s stays enforced)",
                     shown_percent(*compute).c_str(), shown_percent(ledger.caps(record).compute).c_str(),
                     shown_percent(now).c_str());
+        ++capped;
       }
       std::printf("\n");
     }
+  }
+  if (capped > 0) {
+    // On stderr as well, so a script that keeps only the status and the errors still learns why.
+    std::fprintf(stderr,
+                 "gpuslice set: the container's limits file holds %d of the limits asked for below the "
+                 "request (see above); the request is kept and applies once the cap allows it\n",
+                 capped);
+    return kExitCapped;
   }
   return kExitOk;
 }

@@ -39,6 +39,12 @@ void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
     std::fprintf(out, "Priority: %s, held back %.3f s\n\n", terminal_text(*c.priority, 16).c_str(),
                  static_cast<double>(c.held_back_ns) / 1e9);
   }
+  if (c.node_channel_refused) {
+    std::fprintf(out,
+                 "Node channel: REFUSED (a process found the node directory or its writer directory "
+                 "untrustworthy): no compute turns and no priorities with other containers; see the "
+                 "process's log\n\n");
+  }
   if (c.devices.empty()) {
     std::fprintf(out, "No device is attached yet (no limited process has used a GPU).\n");
   } else {

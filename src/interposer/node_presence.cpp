@@ -63,6 +63,8 @@ NodePresence* of(DeviceState& d) {
     d.presence_failed = true;
     GS_LOG(Error, "node channel refused on %s: no turns and no priorities with other containers: %s", d.uuid,
            opened.error().c_str());
+    // Said in the state file too, so the daemon's metrics and `gpuslice status` show it.
+    if (shm::Ledger* books = rt->ledger.load(std::memory_order_acquire)) books->note_node_channel_refused();
     return nullptr;
   }
   d.presence = std::move(opened).value().release();  // lives as long as the process

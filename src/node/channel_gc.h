@@ -1,8 +1,10 @@
 // Writer directories of the node channel that nobody writes any more. The device plugin makes one
-// per `cores` allocation (<root>/channel/<id>, with <id>.assigned beside it) and the kubelet never
-// says when an allocation ends; a live container rewrites its records every 100 ms, so a writer
-// directory none of whose entries changed for the grace period belongs to a container that is
-// gone. Left in place, each would cost every reader's scan a directory (docs/priority.md).
+// per vram and `cores` allocation (<root>/channel/<id>, with <id>.assigned beside it) and the kubelet
+// never says when an allocation ends; a live container rewrites its records every 100 ms, and the
+// daemon moves the directory's mtime of every allocation the kubelet lists (one without records
+// included: priority_assignment.h), so a writer directory none of whose entries changed for the
+// grace period belongs to a container that is gone. Left in place, each would cost every reader's
+// scan a directory (docs/priority.md).
 #pragma once
 
 #include <cstddef>

@@ -199,6 +199,7 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
   ledger.reset();
   view.priority = snap.priority;
   view.held_back_ns = snap.held_back_ns;
+  view.node_channel_refused = snap.node_channel_refused;
 
   for (std::size_t d = 0; d < snap.devices.size(); ++d) {
     const shm::DeviceRow& row = snap.devices[d];
@@ -283,6 +284,7 @@ void Collector::attribute_and_collect(NodeView& view, const std::vector<Source>&
   } else if (view_->podresources == AttributionState::Down) {
     GS_LOG(Info, "pod attribution: the kubelet's PodResources API answers again");
   }
+  if (listed && listing_observer_) listing_observer_(*listed);
 
   // What each directory's allocation record says, and which directory is the newest for each set of
   // devices: device ids are handed out again once a pod is gone, so an old directory can record the

@@ -64,11 +64,12 @@ struct ContainerView {
   std::string id;
   PodContainer owner;  // empty while unknown
   ContainerState state = ContainerState::Ok;
-  bool has_state = false;            // a state file exists (some process has used CUDA)
-  std::string error;                 // why the state or limits could not be read, empty if fine
-  Limits limits;                     // the read-only caps file
-  std::optional<Priority> priority;  // priority sharing: the level asked for (ledger), unset if none
-  std::uint64_t held_back_ns = 0;    // time its launches were held back by higher priorities (ledger)
+  bool has_state = false;             // a state file exists (some process has used CUDA)
+  std::string error;                  // why the state or limits could not be read, empty if fine
+  Limits limits;                      // the read-only caps file
+  std::optional<Priority> priority;   // priority sharing: the level asked for (ledger), unset if none
+  std::uint64_t held_back_ns = 0;     // time its launches were held back by higher priorities (ledger)
+  bool node_channel_refused = false;  // a process's node channel was refused (ledger)
   std::vector<ContainerDevice> devices;
   std::vector<ContainerProcess> processes;
 };
@@ -116,6 +117,11 @@ class Collector {
     lister_ = lister;
     gc_grace_ns_ = gc_grace_ns;
   }
+  // Called in each refresh with what the kubelet listed, when it answered (the node channel's
+  // assignments follow the pods it names: priority_assignment.h).
+  void set_listing_observer(std::function<void(const std::vector<ListedDevices>&)> observer) {
+    listing_observer_ = std::move(observer);
+  }
   // Where the device plugin's registration state comes from (called once per refresh).
   void set_registration_source(std::function<std::vector<PluginRegistration>()> source) {
     registration_source_ = std::move(source);
@@ -156,6 +162,7 @@ class Collector {
   AllocationLister* lister_ = nullptr;
   std::uint64_t gc_grace_ns_ = 0;
   std::function<std::vector<PluginRegistration>()> registration_source_;
+  std::function<void(const std::vector<ListedDevices>&)> listing_observer_;
   std::mutex refresh_mutex_;                          // one refresh at a time; guards the members below
   std::map<std::string, BusySample> busy_;            // key: container id + '\n' + device uuid
   std::map<std::string, PodContainer> last_owner_;    // kept while the kubelet cannot be asked

@@ -14,8 +14,8 @@
 #include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "node/allocation_record.h"
-#include "node/assignment_file.h"
 #include "node/limits_file.h"
+#include "node/priority_assignment.h"
 
 namespace gpuslice::node {
 namespace {
@@ -329,18 +329,29 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     plan.mounts.push_back({kContainerConfigDir, layout.config_dir(id), true});
   } else if (kind == ResourceKind::Cores) {
     plan.envs[kComputeLimitKey] = per_gpu_value([](unsigned count) { return count; });
-    // Compute-limited containers on one GPU take turns through the node channel (docs/compute-limiter.md):
-    // every container reads all records (read-only mount) and writes only in its own writer directory
-    // (sticky: any uid of the container may add its record, none can replace another's).
+  }
+  if (kind == ResourceKind::Vram || kind == ResourceKind::Cores) {
+    // Every vram and cores container is on the node channel (docs/compute-limiter.md,
+    // docs/priority.md): compute-limited containers take turns there, and any container with a
+    // priority is seen by the others. It reads all records (read-only mount) and writes only in its
+    // own writer directory (sticky: any uid of the container may add its record, none can replace
+    // another's).
     const std::string writer = new_container_id();
     if (auto r = make_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
     if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
-    // What the container's records are believed at (node_channel.h): its share on each GPU, and
-    // the default level; beside its writer directory, where it cannot change it.
-    ChannelAssignment assigned;  // priority normal
-    for (const auto& [gpu, count] : units_per_gpu)
-      assigned.compute.emplace_back(catalog.gpus()[gpu].uuid, count);
-    if (auto r = write_assignment(layout, writer, assigned); !r) return make_error(r.error());
+    // What the container's records are believed at (node_channel.h): `normal` until the daemon
+    // learns the pod and applies the operator's policy (priority_assignment.h), its share on each GPU
+    // for cores, and which allocation it is; beside its writer directory, where it cannot change it.
+    WriterAssignment assigned;
+    assigned.resource = resource_name.empty() ? resource_suffix(kind) : std::string(resource_name);
+    assigned.devices_sha256 = devices_digest(ids);
+    if (kind == ResourceKind::Cores) {
+      for (const auto& [gpu, count] : units_per_gpu) assigned.compute[catalog.gpus()[gpu].uuid] = count;
+    }
+    if (auto r = write_file_atomically(layout.channel_writer_dir(writer) + ".assigned",
+                                       render_writer_assignment(assigned), 0644);
+        !r)
+      return make_error(r.error());
     plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
     plan.envs["GPUSLICE_NODE_WRITER"] = writer;
     plan.mounts.push_back({kContainerNodeDir, layout.channel_dir(), true});

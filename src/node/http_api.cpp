@@ -55,6 +55,7 @@ json container_json(const ContainerView& c, const std::string& node) {
   out.compute_limit = c.limits.compute;
   if (c.priority) out.priority = priority_name(*c.priority);
   out.held_back_ns = c.held_back_ns;
+  out.node_channel_refused = c.node_channel_refused;
   for (const auto& d : c.devices) {
     status::DeviceStatus dev;
     dev.record = d.record;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,10 +22,12 @@
 #include "node/channel_gc.h"
 #include "node/collector.h"
 #include "node/device_plugin.h"
+#include "node/dra/api_client.h"
 #include "node/dra/mode.h"
 #include "node/http_api.h"
 #include "node/options.h"
 #include "node/podresources.h"
+#include "node/priority_assignment.h"
 #include "node/webhook_server.h"
 
 #ifndef GPUSLICE_VERSION
@@ -148,6 +151,75 @@ int serve(const std::vector<std::string>& args) {
     podresources = std::make_unique<gs::PodResourcesClient>(pr);
     collector.set_attribution(podresources.get(),
                               static_cast<std::uint64_t>(options.gc_grace_period.count()) * 1'000'000ULL);
+  }
+  // The level each listed pod container's node-channel records are believed at: the webhook's
+  // policy applied again here (priority_assignment.h). A PriorityClass is learnt from the API server
+  // (get pods), once per pod for kPriorityClassTtl: it cannot change while the pod lives.
+  std::unique_ptr<gs::dra::ApiClient> api_server;
+  struct LearntClass {
+    std::string name;
+    std::uint64_t at_ns = 0;
+  };
+  std::map<std::string, LearntClass> learnt_classes;     // "<ns>/<pod>"
+  std::map<std::string, std::uint64_t> class_failed_at;  // "<ns>/<pod>": said once, asked again after 60 s
+  gs::PriorityClassLookup class_lookup;
+  if (!options.priority.priority_classes.empty()) {
+    gs::dra::ApiServerOptions api_options = gs::dra::in_cluster_options(lookup_env);
+    api_options.timeout = std::chrono::milliseconds(2000);  // the scan loop waits for it
+    api_options.retries = 0;
+    api_options.user_agent = "gpuslice-node";
+    api_server = std::make_unique<gs::dra::ApiClient>(api_options);
+    class_lookup = [&api_server, &learnt_classes, &class_failed_at](
+                       const std::string& ns, const std::string& pod) -> gpuslice::Result<std::string> {
+      constexpr std::uint64_t kPriorityClassTtl = 300'000'000'000ULL;
+      constexpr std::uint64_t kRetryAfter = 60'000'000'000ULL;
+      const std::uint64_t now = gpuslice::realtime_ns();
+      const std::string key = ns + "/" + pod;
+      if (auto hit = learnt_classes.find(key);
+          hit != learnt_classes.end() && hit->second.at_ns + kPriorityClassTtl > now)
+        return hit->second.name;
+      if (auto failed = class_failed_at.find(key);
+          failed != class_failed_at.end() && failed->second + kRetryAfter > now)
+        return gpuslice::make_error("asked less than 60 s ago");
+      auto learnt = [&]() -> gpuslice::Result<std::string> {
+        if (!gs::dra::valid_object_name(ns) || !gs::dra::valid_object_name(pod))
+          return gpuslice::make_error("not a valid pod name");
+        if (api_server->options().url.empty())
+          return gpuslice::make_error("no API server (KUBERNETES_SERVICE_HOST is not set)");
+        auto answer = api_server->request("GET", "/api/v1/namespaces/" + ns + "/pods/" + pod);
+        if (!answer) return gpuslice::make_error(answer.error());
+        if (answer->status != 200)
+          return gpuslice::make_error("GET pod answered " + std::to_string(answer->status) +
+                                      " (the daemon needs a token and 'get pods')");
+        std::string klass;
+        const auto& body = answer->body;
+        if (body.is_object() && body.contains("spec") && body["spec"].is_object()) {
+          const auto& spec = body["spec"];
+          if (spec.contains("priorityClassName") && spec["priorityClassName"].is_string())
+            klass = spec["priorityClassName"].get<std::string>();
+        }
+        return klass;
+      }();
+      if (learnt_classes.size() > 65536) learnt_classes.clear();
+      if (class_failed_at.size() > 65536) class_failed_at.clear();
+      if (!learnt) {
+        if (class_failed_at.count(key) == 0)
+          GS_LOG(Warn,
+                 "priority of pod %s: its PriorityClass cannot be learnt (%s); its level stays as it is",
+                 key.c_str(), learnt.error().c_str());
+        class_failed_at[key] = now;
+        return learnt;
+      }
+      class_failed_at.erase(key);
+      learnt_classes[key] = {*learnt, now};
+      return learnt;
+    };
+  }
+  if (options.device_plugin) {
+    collector.set_listing_observer(
+        [&layout, &options, &class_lookup](const std::vector<gs::ListedDevices>& listed) {
+          gs::reconcile_assignments(layout.channel_dir(), listed, options.priority, class_lookup);
+        });
   }
   auto first = collector.refresh();
   if (!first->gpu_error.empty()) GS_LOG(Warn, "NVML: %s", first->gpu_error.c_str());

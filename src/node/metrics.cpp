@@ -292,6 +292,14 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
     }
   }
   {
+    Family f(out, "gpuslice_container_node_channel_refused", "gauge",
+             "1 when a process of the container had its node channel refused (an untrustworthy node or "
+             "writer directory): it takes no compute turns and no priorities with other containers.");
+    for (const auto& c : view.containers) {
+      if (c.has_state) f.sample(container_labels(view, c), c.node_channel_refused ? 1.0 : 0.0);
+    }
+  }
+  {
     Family f(out, "gpuslice_container_refused_allocations_total", "counter",
              "Allocations refused because they would exceed the quota.");
     for (const auto& c : view.containers) {

@@ -331,6 +331,25 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
         "remove a container directory once the kubelet has not listed its allocation for this long and no "
         "process uses it (0: never)",
         set_duration_or_zero(out.gc_grace_period)},
+       // The webhook's priority policy, applied again to the pods the kubelet lists (give both the
+       // same values): the level written into each container's node-channel assignment.
+       {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_WEBHOOK_PRIORITY_HIGH_NAMESPACES", "",
+        "namespaces whose pods' containers are assigned priority high (as the webhook's flag; empty: none)",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          auto parsed = parse_namespace_list(v);
+          if (!parsed) return parsed.error();
+          out.priority.high_namespaces = *parsed;
+          return std::nullopt;
+        }},
+       {"priority-classes", "CLASS=LEVEL[,...]", "GPUSLICE_WEBHOOK_PRIORITY_CLASSES", "",
+        "PriorityClass names and their level, as the webhook's flag: pods of a class mapped to high are "
+        "assigned high (the daemon reads the pod's class from the API server)",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          auto parsed = parse_priority_classes(v);
+          if (!parsed) return parsed.error();
+          out.priority.priority_classes = *parsed;
+          return std::nullopt;
+        }},
        {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
   });
 }

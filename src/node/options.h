@@ -36,6 +36,7 @@ struct ServeOptions {
   std::string node_name;                         // --node-name / NODE_NAME; empty: the host name
   std::string podresources_socket;               // empty: no pod attribution
   std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories
+  PriorityPolicy priority;                       // the webhook's, for node-channel assignments
   std::string log_level;
 };
 

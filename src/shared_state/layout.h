@@ -78,10 +78,13 @@ struct Header {
   // Per device record: the largest context footprint a process measured there (0 = none yet); a
   // process reserves it before its first context on the device.
   std::atomic<std::uint64_t> context_footprint[kMaxDeviceRecords];
+  // Non-zero once a process of the container had its node channel refused (an untrustworthy node
+  // directory or writer directory): it then takes no turns and no priorities with other containers.
+  std::atomic<std::uint32_t> node_channel_refused;
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
-                  offsetof(Header, context_footprint) == 144,
+                  offsetof(Header, context_footprint) == 144 && offsetof(Header, node_channel_refused) == 272,
               "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {

@@ -488,6 +488,9 @@ class MappedLedger final : public Ledger {
   void add_held_back_ns(std::uint64_t ns) override {
     if (writable_ && ns != 0) header_->held_back_ns.fetch_add(ns, std::memory_order_relaxed);
   }
+  void note_node_channel_refused() override {
+    if (writable_) header_->node_channel_refused.store(1, std::memory_order_relaxed);
+  }
 
  private:
   // Serialises registration and post-fork adoption within a process. Holds the owner's pid, so a

@@ -66,6 +66,8 @@ struct Snapshot {
   std::string error;  // non-empty: the file could not be read (truncated, replaced); nothing else is set
   std::optional<Priority> priority;  // priority sharing: the level asked for, unset when never set
   std::uint64_t held_back_ns = 0;    // time the container's launches were held back by higher priorities
+  bool node_channel_refused =
+      false;  // a process's node channel was refused (Ledger::note_node_channel_refused)
   std::vector<DeviceRow> devices;
   std::vector<ProcessRow> processes;
 };
@@ -165,6 +167,9 @@ class Ledger {
   // gate to read live like compute_limit_source; null where nothing is mapped.
   virtual const std::atomic<std::uint32_t>* priority_source() const = 0;
   virtual void add_held_back_ns(std::uint64_t ns) = 0;
+  // A process of the container could not use the node channel (it was refused as untrustworthy):
+  // said in the state file, so the daemon and `gpuslice status` show it.
+  virtual void note_node_channel_refused() = 0;
 
   // The context footprint measured on a device: the largest any process of the container found
   // (0 until one did). A process reserves it before its first context there.

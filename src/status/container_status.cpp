@@ -12,6 +12,7 @@ ContainerStatus from_snapshot(const shm::Snapshot& snap) {
   out.path = snap.path;
   if (snap.priority) out.priority = priority_name(*snap.priority);
   out.held_back_ns = snap.held_back_ns;
+  out.node_channel_refused = snap.node_channel_refused;
   for (const shm::DeviceRow& row : snap.devices) {
     DeviceStatus d;
     d.record = row.record;

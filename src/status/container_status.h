@@ -56,6 +56,7 @@ struct ContainerStatus {
   std::optional<std::string> memory_limit, compute_limit;  // the read-only caps file, as written
   std::optional<std::string> priority;  // priority sharing: "high", "normal", "low"; absent = not set
   std::uint64_t held_back_ns = 0;       // time its launches were held back by higher priorities
+  bool node_channel_refused = false;    // a process's node channel was refused: no turns, no priorities
   std::vector<DeviceStatus> devices;
   std::vector<ProcessStatus> processes;
 };

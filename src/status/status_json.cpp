@@ -89,6 +89,7 @@ json to_json(const ContainerStatus& s) {
       {"limits", {{"memory", optional_json(s.memory_limit)}, {"compute", optional_json(s.compute_limit)}}},
       {"priority", optional_json(s.priority)},
       {"held_back_ns", s.held_back_ns},
+      {"node_channel_refused", s.node_channel_refused},
       {"devices", std::move(devices)},
       {"processes", std::move(processes)}};
 }
@@ -103,6 +104,9 @@ Result<ContainerStatus> container_from_json(const json& value) {
   std::optional<std::uint64_t> held_back;
   ok = ok && read_optional(value, "held_back_ns", held_back, error);
   s.held_back_ns = held_back.value_or(0);
+  std::optional<bool> channel_refused;
+  ok = ok && read_optional(value, "node_channel_refused", channel_refused, error);
+  s.node_channel_refused = channel_refused.value_or(false);
   std::optional<bool> has_state;
   ok = ok && read_optional(value, "has_state", has_state, error);
   s.has_state = has_state.value_or(true);

@@ -159,7 +159,7 @@ TEST_F(Accounting, SetFromTheHostSaysTheCapKeepsTheQuotaAndStatusShowsAllThree) 
   Background holder(holder_argv(128 * kMiB), env, dir_ + "/holder.out");
   ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
   Outcome set = run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "6Gi"}, host_env());
-  ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+  ASSERT_EQ(set.exit_code, 3) << "the cap holds the request: " << set.out << set.err;
   EXPECT_NE(set.out.find("memory quota 3 GiB -> 3 GiB"), std::string::npos) << set.out;
   EXPECT_NE(set.out.find("requested 6 GiB; the container's cap is 3 GiB, so 3 GiB stays enforced"),
             std::string::npos)

@@ -376,6 +376,31 @@ TEST_F(E2E, SetMemoryIsNotUndoneWhenTheOperatorRewritesTheFile) {
   EXPECT_EQ(last_value(app.output(), "live_total"), kGiB) << app.output();
 }
 
+// A container whose limits file caps memory at 1 GiB: `gpuslice set --memory unlimited` on it used
+// to exit 0, so a script went on as if the quota had been lifted. It says the cap holds, in its
+// output and its exit status (3), and the cap stays enforced on the running process and a new one.
+TEST_F(E2E, SetUnlimitedUnderALimitsFileCapSaysTheCapHoldsAndExitsNonZero) {
+  write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";  // what the device plugin hands a vram container beside the file
+  Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
+  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  Outcome set =
+      run({GPUSLICE_CLI, "set", "--shared-dir", dir_ + "/shared", "--memory", "unlimited"}, base_env(false));
+  EXPECT_EQ(set.exit_code, 3) << set.out << set.err;
+  EXPECT_NE(set.out.find("memory quota 1 GiB -> 1 GiB (requested unlimited; the container's cap is 1 GiB, so "
+                         "1 GiB stays enforced)"),
+            std::string::npos)
+      << set.out;
+  EXPECT_NE(set.err.find("the request is kept and applies once the cap allows it"), std::string::npos)
+      << set.err;
+  let_the_watcher_run();
+  EXPECT_EQ(last_value(app.output(), "live_total"), kGiB) << app.output();
+  Outcome fill = probe({"--scenario", "fill", "--chunk", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(fill.exit_code, 0) << fill.err;
+  EXPECT_LE(fill.num("allocated"), kGiB) << fill.out;
+}
+
 TEST_F(E2E, ADeviceAttachedLateStillGetsTheFileCap) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "2Gi";

@@ -89,6 +89,31 @@ TEST_F(IsolationE2E, TurnFileSymlinkToARootOnlyFileIsRefusedAndLeftUntouched) {
   EXPECT_EQ(entries, 1) << "nothing may be created through the planted link";
 }
 
+// A node directory anyone can write without the sticky bit is refused (row 20), and the process
+// then shares nothing with the other containers: that was only a log line inside the container. It
+// is in the state file now, so `gpuslice status` (and the daemon's metric) say so.
+TEST_F(IsolationE2E, ARefusedNodeChannelIsShownByStatus) {
+  ASSERT_EQ(mkdir((dir_ + "/node").c_str(), 0777), 0);
+  ASSERT_EQ(chmod((dir_ + "/node").c_str(), 0777), 0);  // whatever the umask: writable by all, no sticky bit
+  Outcome ran = launch(container_env("a"));
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_NE(ran.err.find("node channel refused"), std::string::npos) << ran.err;
+  Env cli;
+  cli["PATH"] = "/usr/bin:/bin";
+  Outcome status = run({GPUSLICE_CLI, "status", "--shared-dir", dir_ + "/a/shared"}, cli);
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("Node channel: REFUSED"), std::string::npos) << status.out;
+  Outcome json = run({GPUSLICE_CLI, "status", "--json", "--shared-dir", dir_ + "/a/shared"}, cli);
+  EXPECT_NE(json.out.find("\"node_channel_refused\":true"), std::string::npos) << json.out;
+
+  // A trustworthy node directory: nothing to say.
+  ASSERT_EQ(chmod((dir_ + "/node").c_str(), 01777), 0);
+  Outcome fine = launch(container_env("b"));
+  ASSERT_EQ(fine.exit_code, 0) << fine.err;
+  Outcome quiet = run({GPUSLICE_CLI, "status", "--shared-dir", dir_ + "/b/shared"}, cli);
+  EXPECT_EQ(quiet.out.find("Node channel"), std::string::npos) << quiet.out;
+}
+
 TEST_F(IsolationE2E, StatusDoesNotHangOnAFifoStateFile) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as a second uid";
   std::string shared = dir_ + "/a/shared";

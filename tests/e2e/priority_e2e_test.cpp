@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -94,8 +95,29 @@ class PriorityE2E : public ::testing::Test {
     env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
     if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
     if (priority != nullptr) env["GPUSLICE_PRIORITY"] = priority;
+    if (auto writer = writer_of_.find(name); writer != writer_of_.end())
+      env["GPUSLICE_NODE_WRITER"] = writer->second;
     return env;
   }
+
+  // Kubernetes' layout of one container on the node channel, as the device plugin makes it for a
+  // vram allocation and the daemon then assigns it: its own writer directory (01777) and
+  // <writer>.assigned beside it in the daemon's format (priority_assignment.h).
+  void kubernetes_writer(const std::string& name, const std::string& writer, const char* assigned_level) {
+    const std::string path = dir_ + "/node/" + writer;
+    ASSERT_EQ(mkdir(path.c_str(), 01777), 0);
+    ASSERT_EQ(chmod(path.c_str(), 01777), 0);
+    FILE* assigned = std::fopen((path + ".assigned").c_str(), "w");
+    ASSERT_NE(assigned, nullptr);
+    std::fprintf(
+        assigned,
+        "# written by gpuslice-node: the level and compute shares this writer's records are believed at\n"
+        "# allocation gpuslice.io/vram 0123456789abcdef\npriority=%s\n",
+        assigned_level);
+    std::fclose(assigned);
+    writer_of_[name] = writer;
+  }
+  std::map<std::string, std::string> writer_of_;  // container name -> GPUSLICE_NODE_WRITER
 
   // Runs the trainer (priority `low`) and the server (priority `high`, busy in
   // [kBusyFromMs, kBusyToMs)) together; returns the trainer's histogram.
@@ -263,6 +285,30 @@ TEST_F(PriorityE2E, TwoThreadsOnOneStreamAreBoundByEventsAndOnTheirOwnDefaultStr
   EXPECT_EQ(shared.drains, 0U) << "the legacy stream from two threads is one stream\n" << shared.err;
   const BoundedTrainer own = trainer_beside_idle_high({"--threads", "2", "--ptsz", "1"}, {});
   EXPECT_GT(own.drains, 10U) << "each thread's own stream: an event would cover one of them\n" << own.err;
+}
+
+// On Kubernetes: two vram-only containers (no `cores`), each with the writer directory and the
+// assignment the device plugin now makes for every vram allocation. The server's pod is of an
+// allowed namespace, so the daemon assigned it high: the low trainer is held while it submits.
+TEST_F(PriorityE2E, OnKubernetesAVramOnlyServerAssignedHighHoldsTheTrainer) {
+  kubernetes_writer("server", "alloc-00000000000000a1", "high");
+  kubernetes_writer("trainer", "alloc-00000000000000b2", "normal");
+  const std::vector<long> b = run_pair("low", "high");
+  const double alone = rate(b, 200, kBusyFromMs - 100);
+  const double during = rate(b, kBusyFromMs + 50, kBusyToMs - 50);
+  EXPECT_GT(alone, 100);
+  EXPECT_LT(during, 0.05 * alone) << "held back while the high-priority server submits";
+}
+
+// ...and a pod that asks for high (its annotation or GPUSLICE_PRIORITY, past the webhook) outside
+// the operator's namespaces and classes is assigned normal by the daemon: it holds nobody.
+TEST_F(PriorityE2E, OnKubernetesAServerThatAsksForHighButIsAssignedNormalHoldsNobody) {
+  kubernetes_writer("server", "alloc-00000000000000a1", "normal");
+  kubernetes_writer("trainer", "alloc-00000000000000b2", "normal");
+  const std::vector<long> b = run_pair("normal", "high");
+  const double alone = rate(b, 200, kBusyFromMs - 100);
+  const double during = rate(b, kBusyFromMs + 50, kBusyToMs - 50);
+  EXPECT_GT(during, 0.1 * alone) << "a level above the assignment is not believed";
 }
 
 // The control: the same pair without priorities time-slices the device, so the check above fails.

@@ -255,6 +255,29 @@ TEST(CollectorGc, ADirectoryALiveProcessHoldsIsKeptAndRemovedOnceItExits) {
   EXPECT_EQ(view->containers_removed, 2u);
 }
 
+// The daemon's node-channel assignments follow what the kubelet lists (priority_assignment.h): each
+// refresh hands the observer the kubelet's answer, and nothing when the kubelet cannot be asked.
+TEST(Collector, TheListingObserverSeesEachAnswerOfTheKubelet) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  FakeLister kubelet;
+  kubelet.listed.push_back({"gpuslice.io/cores", {"k-c0", "k-c1"}, {"serving", "llm-0", "main"}});
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  collector.set_attribution(&kubelet, kGrace);
+  std::vector<std::vector<ListedDevices>> seen;
+  collector.set_listing_observer(
+      [&seen](const std::vector<ListedDevices>& listed) { seen.push_back(listed); });
+  collector.refresh();
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_EQ(seen[0].size(), 1u);
+  EXPECT_EQ(seen[0][0].owner.namespace_name, "serving");
+  EXPECT_EQ(seen[0][0].device_ids.size(), 2u);
+  kubelet.error = "connection refused";
+  collector.refresh();
+  EXPECT_EQ(seen.size(), 1u) << "no answer: nothing to follow";
+}
+
 TEST(CollectorGc, NothingIsRemovedWhileTheKubeletCannotBeAsked) {
   test::TempDir dir;
   HostLayout layout(dir / "root");

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 
+#include "node/allocation_record.h"
 #include "node/limits_file.h"
+#include "node/priority_assignment.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -118,7 +121,8 @@ TEST(DeviceCatalog, VramAllocationCreatesContainerDirectoryAndLimits) {
   EXPECT_EQ(plan->envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
   EXPECT_EQ(plan->envs.at("GPUSLICE_CONTAINER_ID"), id);
   EXPECT_EQ(plan->envs.at("LD_PRELOAD"), "/usr/local/lib/gpuslice/libgpuslice.so");
-  ASSERT_EQ(plan->mounts.size(), 3u);
+  // The library, state and config, then the node channel and the container's writer directory.
+  ASSERT_EQ(plan->mounts.size(), 5u);
   EXPECT_EQ(plan->mounts[1].host_path, layout.state_dir(id));
   EXPECT_FALSE(plan->mounts[1].read_only);
   EXPECT_EQ(plan->mounts[2].container_path, "/etc/gpuslice");
@@ -173,7 +177,12 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   // Beside (not inside) the writer directory: the share and level its records are believed at.
   std::ifstream assigned(layout.channel_writer_dir(writer) + ".assigned");
   const std::string text((std::istreambuf_iterator<char>(assigned)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text, "priority=normal\ncompute." + std::string(kUuid1) + "=30\n");
+  auto parsed = parse_writer_assignment(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error() << text;
+  EXPECT_EQ(parsed->priority, Priority::Normal);
+  EXPECT_EQ(parsed->compute, (std::map<std::string, unsigned>{{kUuid1, 30}}));
+  EXPECT_EQ(parsed->resource, "cores");
+  EXPECT_EQ(parsed->devices_sha256, devices_digest(thirty));
   EXPECT_EQ(std::filesystem::status(layout.channel_writer_dir(writer) + ".assigned").permissions(),
             std::filesystem::perms(0644));
 

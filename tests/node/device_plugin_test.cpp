@@ -226,7 +226,7 @@ TEST_F(DevicePluginTest, AllocateReturnsEnvMountsAndDevices) {
   const std::string id = r.envs().at("GPUSLICE_CONTAINER_ID");
   HostLayout layout(dir_ / "root");
 
-  ASSERT_EQ(r.mounts_size(), 3);
+  ASSERT_EQ(r.mounts_size(), 5);  // then the node channel and the container's writer directory
   EXPECT_EQ(r.mounts(0).container_path(), "/usr/local/lib/gpuslice/libgpuslice.so");
   EXPECT_EQ(r.mounts(0).host_path(), dir_ / "root/lib/libgpuslice.so");
   EXPECT_TRUE(r.mounts(0).read_only());
@@ -236,6 +236,14 @@ TEST_F(DevicePluginTest, AllocateReturnsEnvMountsAndDevices) {
   EXPECT_EQ(r.mounts(2).container_path(), "/etc/gpuslice");
   EXPECT_EQ(r.mounts(2).host_path(), layout.config_dir(id));
   EXPECT_TRUE(r.mounts(2).read_only());
+  // A vram container is on the node channel too (priority sharing needs no cores).
+  const std::string writer = r.envs().at("GPUSLICE_NODE_WRITER");
+  EXPECT_EQ(r.envs().at("GPUSLICE_NODE_DIR"), "/tmp/gpuslice-node");
+  EXPECT_EQ(r.mounts(3).host_path(), layout.channel_dir());
+  EXPECT_TRUE(r.mounts(3).read_only());
+  EXPECT_EQ(r.mounts(4).host_path(), layout.channel_writer_dir(writer));
+  EXPECT_FALSE(r.mounts(4).read_only());
+  EXPECT_TRUE(std::filesystem::exists(layout.channel_writer_dir(writer) + ".assigned"));
 
   ASSERT_EQ(r.devices_size(), 3);
   EXPECT_EQ(r.devices(0).container_path(), "/dev/nvidiactl");

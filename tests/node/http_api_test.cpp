@@ -532,6 +532,26 @@ TEST_F(NodeApiTest, AStateFileUuidWithTerminalEscapesIsThatContainersError) {
   EXPECT_TRUE(seen) << res->body;
 }
 
+// A container whose process had its node channel refused: a metric to alert on and a member of the
+// status, where it was only a line in that process's log.
+TEST_F(NodeApiTest, ARefusedNodeChannelIsAMetricAndInTheStatus) {
+  const std::string c1 = "container=\"\",gpuslice_allocation=\"c1\",namespace=\"\",node=\"node-1\",pod=\"\"";
+  auto scrape = [&] {
+    auto metrics = client_->Get("/metrics");
+    EXPECT_TRUE(metrics);
+    return metrics ? parse_exposition(metrics->body) : std::map<std::string, double>{};
+  };
+  auto before = scrape();
+  ASSERT_EQ(before.count("gpuslice_container_node_channel_refused{" + c1 + "}"), 1u);
+  EXPECT_EQ(before["gpuslice_container_node_channel_refused{" + c1 + "}"], 0.0);
+  ledger_->note_node_channel_refused();
+  collector_->refresh();
+  EXPECT_EQ(scrape()["gpuslice_container_node_channel_refused{" + c1 + "}"], 1.0);
+  auto res = client_->Get("/api/v1/containers/c1", auth());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["node_channel_refused"], true) << res->body;
+}
+
 // A state file hard-linked to another container's: PUT /limits on the one changed the other's
 // quota, and the view showed the other's use as its own.
 TEST_F(NodeApiTest, AStateFileHardLinkedToAnotherContainersIsRefused) {

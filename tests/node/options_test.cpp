@@ -215,6 +215,21 @@ TEST(Options, KubeletPathsHaveOneHome) {
   }
 }
 
+// The daemon takes the webhook's priority policy under the same flags and variables, so one setting
+// feeds both (priority_assignment.h).
+TEST(Options, ServeTakesTheWebhooksPriorityPolicy) {
+  Env env;
+  env.vars["GPUSLICE_WEBHOOK_PRIORITY_HIGH_NAMESPACES"] = "serving,prod";
+  ServeOptions o;
+  ASSERT_EQ(parse_serve_options({"--priority-classes", "gpu-critical=high,batch=low"}, env.fn(), o).message,
+            "");
+  EXPECT_EQ(o.priority.high_namespaces, (std::vector<std::string>{"serving", "prod"}));
+  ASSERT_EQ(o.priority.priority_classes.size(), 2u);
+  EXPECT_EQ(o.priority.priority_classes.at("gpu-critical"), Priority::High);
+  ServeOptions bad;
+  EXPECT_NE(parse_serve_options({"--priority-classes", "x=urgent"}, env.fn(), bad).message, "");
+}
+
 TEST(Options, Durations) {
   EXPECT_EQ(*parse_duration("2s"), std::chrono::milliseconds(2000));
   EXPECT_EQ(*parse_duration("1m"), std::chrono::milliseconds(60000));

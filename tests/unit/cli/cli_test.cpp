@@ -358,7 +358,8 @@ TEST_F(CliTest, SetAboveTheFileCapIsKeptButTheCapStillApplies) {
   auto ledger = make_state();
   ledger->set_caps(0, {2 * kGi, 50});
   Outcome raise = run({"set", "--memory", "4Gi", "--compute", "none", "--device", "0", "--file", state_});
-  ASSERT_EQ(raise.status, 0) << raise.err;
+  ASSERT_EQ(raise.status, 3) << "the cap holds both requests: " << raise.err;
+  EXPECT_TRUE(contains(raise.err, "holds 2 of the limits asked for")) << raise.err;
   EXPECT_TRUE(contains(
       raise.out,
       "memory quota 2 GiB -> 2 GiB (requested 4 GiB; the container's cap is 2 GiB, so 2 GiB stays enforced)"))

@@ -391,12 +391,29 @@ TEST_F(NodeStatusTest, StatusApiShowsTheDeviceRecordAndEachProcessShare) {
   EXPECT_TRUE(contains(o.out, "\n 12         -    1  1 GiB    50%  python\n")) << o.out;
 }
 
-// `set --memory unlimited` under a cap: the request is kept, the cap stays enforced, and set says so.
+// A process whose node channel was refused says so in the state file: status shows it (it was only
+// a line in that process's log).
+TEST_F(CliTest, StatusSaysWhenANodeChannelWasRefused) {
+  auto ledger = make_state();
+  EXPECT_FALSE(contains(run({"status", "--file", state_}).out, "Node channel"));
+  EXPECT_EQ(json::parse(run({"status", "--json", "--file", state_}).out)["node_channel_refused"], false);
+  ledger->note_node_channel_refused();
+  Outcome text = run({"status", "--file", state_});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "Node channel: REFUSED")) << text.out;
+  EXPECT_EQ(json::parse(run({"status", "--json", "--file", state_}).out)["node_channel_refused"], true);
+}
+
+// `set --memory unlimited` under a cap: the request is kept, the cap stays enforced, and set says so,
+// in its exit status too (3), so `gpuslice set --memory unlimited && big_job` does not go on as if
+// it had been granted.
 TEST_F(CliTest, SetUnlimitedUnderACapSaysTheCapHoldsItsRequest) {
   auto ledger = make_state();
   ledger->set_caps(0, {kGi, gpuslice::shm::kNoComputeLimit});  // as the container's processes record it
   Outcome o = run({"set", "--file", state_, "--device", "0", "--memory", "unlimited"});
-  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.status, 3) << "a cap held the request: " << o.out << o.err;
+  EXPECT_TRUE(contains(o.err, "gpuslice set: the container's limits file holds 1 of the limits asked for"))
+      << o.err;
   EXPECT_TRUE(contains(o.out,
                        "memory quota 1 GiB -> 1 GiB (requested unlimited; the container's cap is 1 GiB, "
                        "so 1 GiB stays enforced)"))
