@@ -795,7 +795,9 @@ def main():
             return 2
     began = time.monotonic()
     runner = Runner(args)
-    sampler = NvmlSampler()
+    # NVML numbers devices by itself, not by CUDA_VISIBLE_DEVICES: sample the one the runs use.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    sampler = NvmlSampler(index=int(visible) if visible.isdigit() else 0)
     if not sampler.ok:
         print("NVML not available to the parent: no utilization/clock columns", flush=True)
     print(f"compute limiter accuracy: phases of 1 s + {args.seconds:g} s, schedule {args.schedule}, "

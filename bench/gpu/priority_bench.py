@@ -94,6 +94,11 @@ CONTROLLED_NAMES = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "PFLOG", "LIBCUDA_LOG_
 
 GOAL_P99 = 1.10
 GOAL_TRAINER = {30: 0.5, 60: 0.25}
+def shifted_cpus(cpus, offset):
+    """A comma-separated CPU list with every CPU moved up by `offset` (--cpu-offset)."""
+    return ",".join(str(int(c) + offset) for c in cpus.split(",")) if offset else cpus
+
+
 SERVER_CPUS = "2,3"
 TRAINER_CPUS = "4,5,6,7"
 IDLE_CPUS = "8"
@@ -427,7 +432,8 @@ class Bench:
                 "--trainer-batch", str(a.trainer_batch), "--trainer-tokens", str(a.trainer_tokens),
                 "--trainer-sync-every", str(a.trainer_sync_every),
                 "--drain-seconds", str(a.drain_seconds),
-                "--cpus", {"server": SERVER_CPUS, "calibrate": SERVER_CPUS, "idle": IDLE_CPUS}.get(role, TRAINER_CPUS)]
+                "--cpus", shifted_cpus({"server": SERVER_CPUS, "calibrate": SERVER_CPUS,
+                                        "idle": IDLE_CPUS}.get(role, TRAINER_CPUS), getattr(a, "cpu_offset", 0))]
         return argv + extra
 
     def start(self, role, tag, managed, node_dir, extra, priority=None, limit=None, own_env=None, seconds=None):
@@ -931,7 +937,8 @@ def main_parent(args):
     try:
         from compute_accuracy import NvmlSampler
 
-        bench.sampler = NvmlSampler()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()  # NVML's own numbering
+        bench.sampler = NvmlSampler(index=int(visible) if visible.isdigit() else 0)
         bench.host = HostSampler()
     except Exception as e:  # the table is still useful without utilization
         print(f"NVML sampling unavailable: {e}", flush=True)
@@ -1295,6 +1302,8 @@ def main():
     ap.add_argument("--go-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     ap.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--cpu-offset", type=int, default=0,
+                    help="move every pinned CPU up by this many (runs side by side on one host, one per GPU)")
     ap.add_argument("--pause-file", help=argparse.SUPPRESS)
     ap.add_argument("--mirror-phase", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
