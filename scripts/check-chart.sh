@@ -3,7 +3,8 @@
 #   1. helm lint --strict, default values and every deploy/helm/gpuslice/ci/*-values.yaml
 #   2. helm template of the same, every object validated strictly against the Kubernetes API's
 #      schemas (unknown fields fail), plus what ties the objects together (selectors, ports, the
-#      webhook's Service and CA); the plain manifests (kubectl kustomize deploy/kubernetes) and the
+#      webhook's Service and CA, one priority policy in the webhook's and the daemon's flags and
+#      `get pods` only with priority.classes); the plain manifests (kubectl kustomize deploy/kubernetes) and the
 #      DRA examples (deploy/dra-examples) too
 #   3. deploy/helm/ci-must-fail/*.yaml must be refused, each with the message its first line expects
 #   4. values.schema.json accepts exactly the flag values gpuslice-node accepts
@@ -106,6 +107,47 @@ for name, change in cases.items():
     first = next((l.strip() for l in run.stdout.splitlines() if "ERROR" in l), "no error reported")
     print(f"  {name}: {'caught' if run.returncode else 'MISSED'}: {first[:160]}")
     bad += run.returncode == 0
+sys.exit(1 if bad else 0)
+PY
+
+step "one priority policy: the webhook and the daemon take the same flags; get pods only with classes"
+$python - "$work" <<'PY' || fail "the priority policy differs between components, or its RBAC is wrong"
+import sys, yaml
+work = sys.argv[1]
+def flags(container):
+    return {a.split("=", 1)[0]: a.split("=", 1)[1] for a in container["args"] if a.startswith("--priority-")}
+bad = 0
+for name, want_ns, want_classes in [("default", None, None),
+                                    ("priority", "ml-serving,ops",
+                                     "batch-low=low,gpu-critical=high,system-cluster-critical=normal"),
+                                    ("dra", "ml-serving,ops", None)]:
+    docs = [d for d in yaml.safe_load_all(open(f"{work}/{name}.yaml")) if d]
+    kind = lambda k: [d for d in docs if d["kind"] == k]
+    daemon_pod = kind("DaemonSet")[0]["spec"]["template"]["spec"]
+    daemon, webhook = flags(daemon_pod["containers"][0]), flags(kind("Deployment")[0]["spec"]["template"]["spec"]["containers"][0])
+    dra = daemon_pod["containers"][0]["args"][0] == "dra"
+    want_webhook = {k: v for k, v in [("--priority-high-namespaces", want_ns), ("--priority-classes", want_classes)] if v}
+    # DRA claims are judged by namespace only: the driver takes no classes.
+    want_daemon = {k: v for k, v in want_webhook.items() if not (dra and k == "--priority-classes")}
+    pod_roles = [r for r in kind("ClusterRole") if any("pods" in rule.get("resources", []) for rule in r["rules"])]
+    reads_pods = bool(want_classes) and not dra
+    problems = []
+    if webhook != want_webhook: problems.append(f"webhook flags {webhook}, expected {want_webhook}")
+    if daemon != want_daemon: problems.append(f"daemon flags {daemon}, expected {want_daemon}")
+    if daemon_pod["automountServiceAccountToken"] != (reads_pods or dra):
+        problems.append(f"daemon token mounted: {daemon_pod['automountServiceAccountToken']}")
+    if reads_pods:
+        if len(pod_roles) != 1 or pod_roles[0]["rules"] != [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]:
+            problems.append(f"expected one ClusterRole granting exactly get pods, got {[r['rules'] for r in pod_roles]}")
+        else:
+            bound = [b for b in kind("ClusterRoleBinding") if b["roleRef"]["name"] == pod_roles[0]["metadata"]["name"]]
+            sa = daemon_pod["serviceAccountName"]
+            if len(bound) != 1 or [s["name"] for s in bound[0]["subjects"]] != [sa]:
+                problems.append(f"get pods is not bound to the daemon's account {sa} alone")
+    elif pod_roles:
+        problems.append(f"a ClusterRole grants pods without priority.classes: {pod_roles[0]['metadata']['name']}")
+    print(f"  {name}: {'; '.join(problems) if problems else f'webhook {webhook or {}}, daemon {daemon or {}}, get pods: {reads_pods}'}")
+    bad += bool(problems)
 sys.exit(1 if bad else 0)
 PY
 

@@ -34,6 +34,17 @@ SAMPLES = {
                            str),
     ("node", "advertisedResources"): ("resources", [["gpu"], ["gpu", "vram", "cores"], ["vram", "cores"],
                                                     ["memory"], [], ["gpu", "GPU"]], ",".join),
+    # The operator's priority policy (the webhook takes the same flags through the same parsers). An
+    # empty list or map renders no flag at all. A level in other case (High) differs on purpose: the
+    # daemon takes it, the schema keeps to the lowercase levels every document names.
+    ("priority", "highNamespaces"): ("priority-high-namespaces",
+                                     [["ml-serving"], ["ml-serving", "ops"], ["a" * 63], ["a" * 64], ["Serving"],
+                                      ["ml_serving"], ["ml.serving"], ["ops", ""]], ",".join),
+    ("priority", "classes"): ("priority-classes",
+                              [{"gpu-critical": "high"}, {"gpu-critical": "high", "batch": "low"},
+                               {"system-node-critical": "normal"}, {"gpu-critical": "urgent"},
+                               {"gpu-critical": ""}],
+                              lambda m: ",".join(f"{k}={v}" for k, v in sorted(m.items()))),
     # Port 0 (any free port) differs on purpose: the chart's probes and Service need a fixed one.
     ("node", "port"): ("listen", [1, 9410, 65535, 65536, -1], lambda p: f"127.0.0.1:{p}"),
 }

@@ -2,12 +2,22 @@
 // (shared_state/node_channel.h reads it): the highest priority level the writer's records are
 // believed at and its compute share on each GPU. Written root-owned 0644 beside the writer's
 // directory, where the container (which has the channel mounted read-only) cannot change it. The
-// device plugin and the DRA plugin both write it through here.
+// one format, renderer, parser and writer of the file: the device plugin (device_catalog.cpp), the
+// daemon's reconcile (priority_assignment.h) and the DRA plugin (dra/claim_preparer.cpp) all go
+// through here.
+//
+//   # allocation <resource> <devices_sha256>    the device plugin's only: which allocation it is
+//   priority=<low|normal|high>
+//   compute.<gpu uuid>=<percent 1-100>           one per GPU with a share; none: no turn
+//
+// The library's reader skips '#' lines but reads at most shm::kMaxAssignmentBytes (1024) of the
+// file, comments included, and believes nothing of a longer one (normal, no turn): the writer
+// refuses to write an assignment that would not fit rather than have it silently ignored.
 #pragma once
 
+#include <map>
 #include <string>
-#include <utility>
-#include <vector>
+#include <string_view>
 
 #include "common/priority.h"
 #include "common/result.h"
@@ -15,15 +25,30 @@
 
 namespace gpuslice::node {
 
+inline constexpr std::string_view kAssignmentSuffix = ".assigned";
+
 struct ChannelAssignment {
   Priority priority = Priority::Normal;
-  std::vector<std::pair<std::string, unsigned>> compute;  // GPU UUID, percent 1-100; none: no turn
+  std::map<std::string, unsigned> compute;  // GPU UUID -> percent 1-100; none: no turn
+  // The device plugin's allocation the writer is, for the daemon to match it to the pod the kubelet
+  // lists (both or neither): its resource ("gpuslice.io/cores") and devices_digest() of its ids.
+  std::string resource;
+  std::string devices_sha256;
 };
 
-// "priority=<level>\n" then "compute.<uuid>=<percent>\n" per GPU. An error when a value is out of
-// range, a UUID is not a plain name, or the text is longer than the library reads (shm::kMaxAssignmentBytes).
+// The file's text. An error when a share is out of range, a UUID is not a plain name, the
+// allocation is half given or not plain tokens, or the text (its comment line included) is longer
+// than the library reads (shm::kMaxAssignmentBytes).
 Result<std::string> render_assignment(const ChannelAssignment& assignment);
+// What render_assignment writes and nothing else: an unknown key, a malformed line, a missing
+// priority or a text longer than the library reads is an error.
+Result<ChannelAssignment> parse_assignment(std::string_view text);
+
+std::string assignment_path(const std::string& channel_dir, const std::string& writer);
 std::string assignment_path(const HostLayout& layout, const std::string& writer);
+// Renders and replaces the file atomically (0644); nothing is written when rendering fails.
+Result<bool> write_assignment(const std::string& channel_dir, const std::string& writer,
+                              const ChannelAssignment& assignment);
 Result<bool> write_assignment(const HostLayout& layout, const std::string& writer,
                               const ChannelAssignment& assignment);
 // A missing file is no error.

@@ -14,8 +14,8 @@
 #include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "node/allocation_record.h"
+#include "node/assignment_file.h"
 #include "node/limits_file.h"
-#include "node/priority_assignment.h"
 
 namespace gpuslice::node {
 namespace {
@@ -273,6 +273,22 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     ++units_per_gpu[*gpu];
   }
 
+  // What a vram or cores container's node-channel records are believed at (assignment_file.h):
+  // `normal` until the daemon learns the pod and applies the operator's policy
+  // (priority_assignment.h), its share on each GPU for cores, and which allocation it is. One the
+  // library could not read (too many GPUs for its size limit) refuses the allocation here, before
+  // anything is created, rather than leave a container whose share nobody believes.
+  ChannelAssignment channel_assignment;
+  if (kind == ResourceKind::Vram || kind == ResourceKind::Cores) {
+    channel_assignment.resource = resource_name.empty() ? resource_suffix(kind) : std::string(resource_name);
+    channel_assignment.devices_sha256 = devices_digest(ids);
+    if (kind == ResourceKind::Cores) {
+      for (const auto& [gpu, count] : units_per_gpu)
+        channel_assignment.compute[catalog.gpus()[gpu].uuid] = count;
+    }
+    if (auto text = render_assignment(channel_assignment); !text) return make_error(text.error());
+  }
+
   AllocationPlan plan;
   const bool cdi = catalog.options().cdi;
   std::string visible;
@@ -339,19 +355,9 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     const std::string writer = new_container_id();
     if (auto r = make_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
     if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
-    // What the container's records are believed at (node_channel.h): `normal` until the daemon
-    // learns the pod and applies the operator's policy (priority_assignment.h), its share on each GPU
-    // for cores, and which allocation it is; beside its writer directory, where it cannot change it.
-    WriterAssignment assigned;
-    assigned.resource = resource_name.empty() ? resource_suffix(kind) : std::string(resource_name);
-    assigned.devices_sha256 = devices_digest(ids);
-    if (kind == ResourceKind::Cores) {
-      for (const auto& [gpu, count] : units_per_gpu) assigned.compute[catalog.gpus()[gpu].uuid] = count;
-    }
-    if (auto r = write_file_atomically(layout.channel_writer_dir(writer) + ".assigned",
-                                       render_writer_assignment(assigned), 0644);
-        !r)
-      return make_error(r.error());
+    // What the container's records are believed at (node_channel.h), beside its writer directory,
+    // where it cannot change it: checked before anything was created.
+    if (auto r = write_assignment(layout, writer, channel_assignment); !r) return make_error(r.error());
     plan.envs["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
     plan.envs["GPUSLICE_NODE_WRITER"] = writer;
     plan.mounts.push_back({kContainerNodeDir, layout.channel_dir(), true});

@@ -14,21 +14,14 @@
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "node/allocation_record.h"
-#include "node/limits_file.h"
+#include "shared_state/node_channel.h"
 
 namespace gpuslice::node {
 namespace {
 
-constexpr std::string_view kAllocationPrefix = "# allocation ";
-constexpr std::string_view kSuffix = ".assigned";
+constexpr std::string_view kSuffix = kAssignmentSuffix;
 // A channel directory holds one writer per live vram/cores allocation; this bounds one pass.
 constexpr std::size_t kMaxWriters = 8192;
-
-std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.remove_suffix(1);
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  return s;
-}
 
 bool valid_writer(std::string_view name) {
   if (name.empty() || name.size() > 128 || name[0] == '.') return false;
@@ -57,60 +50,6 @@ void keep_from_gc(int dirfd, const std::string& writer) {
 }
 
 }  // namespace
-
-std::string render_writer_assignment(const WriterAssignment& assignment) {
-  std::string text =
-      "# written by gpuslice-node: the level and compute shares this writer's records are believed at\n";
-  if (!assignment.resource.empty())
-    text += std::string(kAllocationPrefix) + assignment.resource + " " + assignment.devices_sha256 + "\n";
-  text += "priority=" + std::string(priority_name(assignment.priority)) + "\n";
-  for (const auto& [uuid, percent] : assignment.compute)
-    text += "compute." + uuid + "=" + std::to_string(percent) + "\n";
-  return text;
-}
-
-Result<WriterAssignment> parse_writer_assignment(std::string_view text) {
-  WriterAssignment out;
-  bool have_priority = false;
-  while (!text.empty()) {
-    const std::size_t end = text.find('\n');
-    std::string_view line = trimmed(text.substr(0, end));
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-    if (line.rfind(kAllocationPrefix, 0) == 0) {
-      const std::string_view rest = line.substr(kAllocationPrefix.size());
-      const std::size_t space = rest.find(' ');
-      if (space == std::string_view::npos || space == 0 || space + 1 >= rest.size())
-        return make_error("malformed allocation line '" + std::string(line) + "'");
-      out.resource = std::string(rest.substr(0, space));
-      out.devices_sha256 = std::string(rest.substr(space + 1));
-      continue;
-    }
-    if (line.empty() || line.front() == '#') continue;
-    const std::size_t eq = line.find('=');
-    if (eq == std::string_view::npos) return make_error("line without '=': '" + std::string(line) + "'");
-    const std::string_view key = line.substr(0, eq);
-    const std::string_view value = line.substr(eq + 1);
-    if (key == "priority") {
-      const auto level = priority_from_name(value);
-      if (!level) return make_error("unknown priority '" + std::string(value) + "'");
-      out.priority = *level;
-      have_priority = true;
-    } else if (key.rfind("compute.", 0) == 0 && key.size() > 8) {
-      unsigned percent = 0;
-      for (char c : value) {
-        if (c < '0' || c > '9' || percent > 100) return make_error("bad share '" + std::string(value) + "'");
-        percent = percent * 10 + static_cast<unsigned>(c - '0');
-      }
-      if (value.empty() || percent == 0 || percent > 100)
-        return make_error("bad share '" + std::string(value) + "'");
-      out.compute[std::string(key.substr(8))] = percent;
-    } else {
-      return make_error("unknown key '" + std::string(key) + "'");
-    }
-  }
-  if (!have_priority) return make_error("no priority line");
-  return out;
-}
 
 Priority allowed_priority(const PodContainer& owner, const std::optional<std::string>& priority_class,
                           const PriorityPolicy& policy) {
@@ -157,7 +96,7 @@ ReconcileOutcome reconcile_assignments(const std::string& channel_dir,
 
   struct Found {
     std::string writer;
-    WriterAssignment assignment;
+    ChannelAssignment assignment;
   };
   std::map<OwnerKey, std::vector<Found>> by_owner;
   std::map<OwnerKey, const PodContainer*> owners;
@@ -169,12 +108,13 @@ ReconcileOutcome reconcile_assignments(const std::string& channel_dir,
       continue;
     }
     fs::UniqueFd file_guard(*fd);
-    auto text = fs::read_fd_bounded(*fd, kMaxAssignmentBytes);
+    // One byte more than the library reads: a longer file is parsed into its error, not cut short.
+    auto text = fs::read_fd_bounded(*fd, shm::kMaxAssignmentBytes + 1);
     if (!text) {
       ++outcome.errors;
       continue;
     }
-    auto parsed = parse_writer_assignment(*text);
+    auto parsed = parse_assignment(*text);
     if (!parsed) {
       GS_LOG(Warn, "%s/%s: %s (left as it is)", channel_dir.c_str(), name.c_str(), parsed.error().c_str());
       ++outcome.errors;
@@ -220,12 +160,11 @@ ReconcileOutcome reconcile_assignments(const std::string& channel_dir,
     std::map<std::string, unsigned> compute;
     for (const Found& f : found) compute.insert(f.assignment.compute.begin(), f.assignment.compute.end());
     for (Found& f : found) {
-      WriterAssignment wanted = f.assignment;
+      ChannelAssignment wanted = f.assignment;
       if (class_known) wanted.priority = allowed_priority(owner, klass, policy);
       wanted.compute = compute;
       if (wanted.priority == f.assignment.priority && wanted.compute == f.assignment.compute) continue;
-      const std::string path = channel_dir + "/" + f.writer + std::string(kSuffix);
-      if (auto written = write_file_atomically(path, render_writer_assignment(wanted), 0644); !written) {
+      if (auto written = write_assignment(channel_dir, f.writer, wanted); !written) {
         GS_LOG(Error, "%s", written.error().c_str());
         ++outcome.errors;
         continue;

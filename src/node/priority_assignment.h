@@ -1,9 +1,10 @@
 // What a container's node-channel records are believed at on Kubernetes: <root>/channel/<writer>.assigned
-// (shared_state/node_channel.h), beside the writer directory the device plugin makes for every vram
-// and cores allocation. Allocate writes `priority=normal`, the compute shares of a cores allocation
-// and which allocation the writer is (a comment the channel's readers skip). Allocate does not know
-// the pod; the daemon learns it from the kubelet's PodResources answer and then rewrites the level to
-// the one the operator's policy gives the pod (docs/priority.md): `high` only for a pod in one of
+// (shared_state/node_channel.h; its one format, writer and parser are assignment_file.h), beside the
+// writer directory the device plugin makes for every vram and cores allocation. Allocate writes
+// `priority=normal`, the compute shares of a cores allocation and which allocation the writer is (a
+// comment the channel's readers skip). Allocate does not know the pod; the daemon learns it from the
+// kubelet's PodResources answer and then rewrites the level to the one the operator's policy gives
+// the pod (docs/priority.md): `high` only for a pod in one of
 // --priority-high-namespaces or of a PriorityClass --priority-classes maps to high, `normal` for
 // every other. The policy is applied here again, from what the kubelet and the API server say about
 // the pod; nothing the pod's author writes (an annotation, an environment variable) is read, so a
@@ -12,32 +13,17 @@
 
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/priority.h"
 #include "common/result.h"
+#include "node/assignment_file.h"
 #include "node/podresources.h"
 #include "node/webhook.h"
 
 namespace gpuslice::node {
-
-inline constexpr std::size_t kMaxAssignmentBytes = std::size_t{16} * 1024;
-
-// One writer's assignment file, as the daemon writes it.
-struct WriterAssignment {
-  Priority priority = Priority::Normal;
-  std::map<std::string, unsigned> compute;  // GPU UUID -> share in percent
-  std::string resource;                     // the allocation: "gpuslice.io/cores"
-  std::string devices_sha256;               // devices_digest() of its ids
-};
-
-std::string render_writer_assignment(const WriterAssignment& assignment);
-// The daemon's own format only: an unknown key or a malformed line is an error.
-Result<WriterAssignment> parse_writer_assignment(std::string_view text);
 
 // The highest level the policy lets a pod container run at: high in an allowed namespace or for a
 // PriorityClass mapped to high, else normal (anyone may ask for normal or low). `priority_class`

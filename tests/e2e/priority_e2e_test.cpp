@@ -102,18 +102,14 @@ class PriorityE2E : public ::testing::Test {
 
   // Kubernetes' layout of one container on the node channel, as the device plugin makes it for a
   // vram allocation and the daemon then assigns it: its own writer directory (01777) and
-  // <writer>.assigned beside it in the daemon's format (priority_assignment.h).
+  // <writer>.assigned beside it in the daemon's format (assignment_file.h).
   void kubernetes_writer(const std::string& name, const std::string& writer, const char* assigned_level) {
     const std::string path = dir_ + "/node/" + writer;
     ASSERT_EQ(mkdir(path.c_str(), 01777), 0);
     ASSERT_EQ(chmod(path.c_str(), 01777), 0);
     FILE* assigned = std::fopen((path + ".assigned").c_str(), "w");
     ASSERT_NE(assigned, nullptr);
-    std::fprintf(
-        assigned,
-        "# written by gpuslice-node: the level and compute shares this writer's records are believed at\n"
-        "# allocation gpuslice.io/vram 0123456789abcdef\npriority=%s\n",
-        assigned_level);
+    std::fprintf(assigned, "# allocation gpuslice.io/vram 0123456789abcdef\npriority=%s\n", assigned_level);
     std::fclose(assigned);
     writer_of_[name] = writer;
   }

@@ -1,8 +1,11 @@
 #include "node/device_catalog.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -10,8 +13,9 @@
 #include <set>
 
 #include "node/allocation_record.h"
+#include "node/assignment_file.h"
 #include "node/limits_file.h"
-#include "node/priority_assignment.h"
+#include "shared_state/node_channel.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
@@ -177,7 +181,7 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   // Beside (not inside) the writer directory: the share and level its records are believed at.
   std::ifstream assigned(layout.channel_writer_dir(writer) + ".assigned");
   const std::string text((std::istreambuf_iterator<char>(assigned)), std::istreambuf_iterator<char>());
-  auto parsed = parse_writer_assignment(text);
+  auto parsed = parse_assignment(text);
   ASSERT_TRUE(parsed.ok()) << parsed.error() << text;
   EXPECT_EQ(parsed->priority, Priority::Normal);
   EXPECT_EQ(parsed->compute, (std::map<std::string, unsigned>{{kUuid1, 30}}));
@@ -190,6 +194,49 @@ TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {
   ASSERT_TRUE(replica.ok());
   EXPECT_EQ(replica->envs.count("GPUSLICE_COMPUTE_LIMIT"), 0u);
   EXPECT_EQ(replica->envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
+}
+
+// A cores allocation's assignment names a share on each of its GPUs; the library believes none of
+// an assignment longer than it reads (shm::kMaxAssignmentBytes), so an allocation over more GPUs
+// than fit is refused before anything is created, not handed out with a share nobody believes.
+TEST(DeviceCatalog, ACoresAllocationWhoseAssignmentTheLibraryCouldNotReadIsRefused) {
+  std::vector<GpuInfo> gpus;
+  std::vector<std::string> uuids;
+  for (unsigned g = 0; g < 18; ++g) {
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-%08x-aaaa-4000-8000-000000000000", 0x10000000u + (g << 20));
+    uuids.push_back(uuid);
+    gpus.push_back(gpu(g, uuid, 1ULL << 30, g));
+  }
+  CatalogOptions options;
+  options.dev_root = "/nonexistent";
+  const DeviceCatalog c(gpus, options);
+  auto all_cores_of = [&c](std::size_t count) {
+    std::vector<std::string> out;
+    for (std::size_t g = 0; g < count; ++g)
+      for (unsigned unit = 0; unit < 100; ++unit) out.push_back(c.id(ResourceKind::Cores, g, unit));
+    return out;
+  };
+
+  test::TempDir dir;
+  HostLayout fits_layout(dir / "fits");
+  auto fits = plan_allocation(ResourceKind::Cores, all_cores_of(17), c, fits_layout, "gpuslice.io/cores");
+  ASSERT_TRUE(fits.ok()) << fits.error();
+  const std::string writer = fits->envs.at("GPUSLICE_NODE_WRITER");
+  const std::string text = test::read_file(fits_layout.channel_writer_dir(writer) + ".assigned");
+  EXPECT_LE(text.size(), shm::kMaxAssignmentBytes);
+  const int fd = ::open(fits_layout.channel_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  shm::Assignment believed{};
+  EXPECT_TRUE(shm::NodeChannel::read_assignment(fd, writer.c_str(), uuids[16], &believed));
+  EXPECT_EQ(believed.compute_percent, 100u) << "the library reads the share of the last GPU";
+  ::close(fd);
+
+  HostLayout over_layout(dir / "over");
+  auto over = plan_allocation(ResourceKind::Cores, all_cores_of(18), c, over_layout, "gpuslice.io/cores");
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.error().find(std::to_string(shm::kMaxAssignmentBytes)), std::string::npos) << over.error();
+  EXPECT_FALSE(std::filesystem::exists(over_layout.channel_dir())) << "nothing created";
 }
 
 TEST(DeviceCatalog, AllocationRejectsForeignAndRepeatedIds) {

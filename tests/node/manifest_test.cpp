@@ -378,5 +378,43 @@ TEST(HelmChart, DaemonSetTemplatePassesTheDraFlagsTheDaemonKnows) {
   EXPECT_EQ(o.lease_duration, std::chrono::seconds(values["dra"]["leaseDurationSeconds"].as<int>()));
 }
 
+// One operator policy for priority high (values `priority`): the webhook, the daemon in device
+// plugin mode and the DRA driver all render their --priority-* flags from the same helpers, never
+// each from a value of its own (the daemon had none, the DRA driver dra.priorityHighNamespaces).
+// check-chart.sh renders them with helm and compares the flags; this holds without helm.
+TEST(HelmChart, EveryComponentTakesThePriorityPolicyFromTheSameValues) {
+  const std::string chart = kDeploy + "/helm/gpuslice";
+  const std::string daemonset = slurp(chart + "/templates/daemonset.yaml");
+  const std::string webhook = slurp(chart + "/templates/webhook.yaml");
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+  };
+  const std::string namespaces = R"(include "gpuslice.priorityHighNamespaces")";
+  const std::string classes = R"(include "gpuslice.priorityClasses")";
+  EXPECT_EQ(count(webhook, namespaces), 1u);
+  EXPECT_EQ(count(webhook, classes), 1u);
+  EXPECT_EQ(count(daemonset, namespaces), 2u) << "serve and dra";
+  EXPECT_EQ(count(daemonset, classes), 1u) << "serve only: claims are judged by namespace";
+  std::regex direct(R"(--priority-[a-z-]+=\{\{[^}]*\.Values)");
+  for (const auto& entry : std::filesystem::directory_iterator(chart + "/templates")) {
+    const std::string text = slurp(entry.path().string());
+    EXPECT_FALSE(std::regex_search(text, direct))
+        << entry.path().filename() << " renders a priority flag from a value";
+  }
+  YAML::Node values = YAML::LoadFile(chart + "/values.yaml");
+  EXPECT_TRUE(values["priority"]["highNamespaces"].IsSequence());
+  EXPECT_TRUE(values["priority"]["classes"].IsMap());
+  // The daemon reads pods only with classes, and then may only get them.
+  const std::string rbac = slurp(chart + "/templates/node-rbac.yaml");
+  EXPECT_NE(rbac.find(R"({{- if include "gpuslice.nodeReadsPods" . }})"), std::string::npos);
+  EXPECT_NE(rbac.find("resources: [\"pods\"]\n    verbs: [\"get\"]"), std::string::npos);
+  EXPECT_NE(
+      daemonset.find(
+          R"(automountServiceAccountToken: {{ or .Values.dra.enabled (eq (include "gpuslice.nodeReadsPods" .) "true") }})"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuslice::node

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "node/allocation_record.h"
+#include "node/assignment_file.h"
 #include "node/channel_gc.h"
 #include "node/device_catalog.h"
 #include "shared_state/node_channel.h"
@@ -97,7 +99,7 @@ TEST_F(PriorityAssignment, AVramOnlyContainerGetsAWriterDirectoryAndAnAssignment
   const shm::Assignment assigned = believed(layout_, writer, kUuid0);
   EXPECT_EQ(assigned.priority, Priority::Normal);
   EXPECT_EQ(assigned.compute_percent, 0u) << "no cores: no compute share, no turn";
-  auto parsed = parse_writer_assignment(test::read_file(layout_.channel_writer_dir(writer) + ".assigned"));
+  auto parsed = parse_assignment(test::read_file(layout_.channel_writer_dir(writer) + ".assigned"));
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(parsed->resource, "gpuslice.io/vram");
   EXPECT_EQ(parsed->devices_sha256, devices_digest({"11111111-m1", "11111111-m0"}));
@@ -212,22 +214,92 @@ TEST_F(PriorityAssignment, AListedWriterWithoutRecordsIsKeptFromTheChannelGc) {
 }
 
 TEST(WriterAssignment, RendersAndParsesTheDaemonsFormatOnly) {
-  WriterAssignment a;
+  ChannelAssignment a;
   a.priority = Priority::High;
   a.compute[kUuid0] = 25;
   a.resource = "gpuslice.io/cores";
   a.devices_sha256 = "abc";
-  auto back = parse_writer_assignment(render_writer_assignment(a));
+  auto text = render_assignment(a);
+  ASSERT_TRUE(text.ok()) << text.error();
+  auto back = parse_assignment(*text);
   ASSERT_TRUE(back.ok()) << back.error();
   EXPECT_EQ(back->priority, Priority::High);
   EXPECT_EQ(back->compute, a.compute);
   EXPECT_EQ(back->resource, a.resource);
   EXPECT_EQ(back->devices_sha256, a.devices_sha256);
-  EXPECT_FALSE(parse_writer_assignment("priority=urgent\n").ok());
-  EXPECT_FALSE(parse_writer_assignment("priority=high\nlevel=9\n").ok());
-  EXPECT_FALSE(parse_writer_assignment("priority=high\ncompute.GPU-1=0\n").ok());
-  EXPECT_FALSE(parse_writer_assignment("priority=high\ncompute.GPU-1=101\n").ok());
-  EXPECT_FALSE(parse_writer_assignment("compute.GPU-1=5\n").ok());
+  EXPECT_FALSE(parse_assignment("priority=urgent\n").ok());
+  EXPECT_FALSE(parse_assignment("priority=high\nlevel=9\n").ok());
+  EXPECT_FALSE(parse_assignment("priority=high\ncompute.GPU-1=0\n").ok());
+  EXPECT_FALSE(parse_assignment("priority=high\ncompute.GPU-1=101\n").ok());
+  EXPECT_FALSE(parse_assignment("compute.GPU-1=5\n").ok());
+}
+
+// The library reads at most shm::kMaxAssignmentBytes of an assignment, its '#' lines included, and
+// believes nothing of a longer one. The daemon's writer had a limit of its own (16 KiB) and wrote
+// such a file anyway: the container then ran at normal with no compute turn and nobody was told.
+// The one writer refuses it, counting the allocation comment line against the limit.
+TEST(WriterAssignment, AnAssignmentTooLargeForTheLibraryIsRefusedByTheWriter) {
+  test::TempDir dir;
+  const std::string channel = dir / "channel";
+  ASSERT_TRUE(std::filesystem::create_directory(channel));
+  ChannelAssignment a;
+  a.priority = Priority::High;
+  std::string last_uuid;
+  for (unsigned gpu = 0; gpu < 19; ++gpu) {
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-%08x-aaaa-4000-8000-000000000000", 0x10000000u + gpu);
+    a.compute[uuid] = 100;
+    last_uuid = uuid;
+  }
+  // Without the comment line it fits, and the library believes all of it.
+  auto fits = render_assignment(a);
+  ASSERT_TRUE(fits.ok()) << fits.error();
+  ASSERT_LE(fits->size(), shm::kMaxAssignmentBytes);
+  ASSERT_TRUE(write_assignment(channel, "fits", a).ok());
+  const int fd = ::open(channel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  shm::Assignment read{};
+  EXPECT_TRUE(shm::NodeChannel::read_assignment(fd, "fits", last_uuid, &read));
+  EXPECT_EQ(read.priority, Priority::High);
+  EXPECT_EQ(read.compute_percent, 100u);
+
+  // The allocation comment takes it over the limit: refused, and no file is written.
+  a.resource = "gpuslice.io/cores";
+  a.devices_sha256 = std::string(64, 'f');
+  auto over = render_assignment(a);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.error().find(std::to_string(shm::kMaxAssignmentBytes)), std::string::npos) << over.error();
+  auto written = write_assignment(channel, "over", a);
+  EXPECT_FALSE(written.ok());
+  EXPECT_FALSE(std::filesystem::exists(channel + "/over.assigned"));
+  // What the library would have made of it: nothing believed.
+  std::string text = *fits;
+  text.insert(0, "# allocation gpuslice.io/cores " + std::string(64, 'f') + "\n");
+  ASSERT_GT(text.size(), shm::kMaxAssignmentBytes);
+  test::write_file(channel + "/ignored.assigned", text);
+  EXPECT_FALSE(shm::NodeChannel::read_assignment(fd, "ignored", last_uuid, &read));
+  EXPECT_FALSE(parse_assignment(text).ok()) << "the parser reads what the library reads, no more";
+  ::close(fd);
+}
+
+TEST(WriterAssignment, RendersOnlyWhatTheLibraryReads) {
+  ChannelAssignment a;
+  a.compute["GPU-1/2"] = 10;
+  EXPECT_FALSE(render_assignment(a).ok()) << "a UUID that is not a plain name";
+  a.compute = {{"GPU-1", 0}};
+  EXPECT_FALSE(render_assignment(a).ok()) << "a share of 0";
+  a.compute = {{"GPU-1", 101}};
+  EXPECT_FALSE(render_assignment(a).ok()) << "a share over 100";
+  a.compute = {{"GPU-1", 50}};
+  a.resource = "gpuslice.io/cores";
+  EXPECT_FALSE(render_assignment(a).ok()) << "an allocation without its digest";
+  a.devices_sha256 = "ab cd\npriority=high";
+  EXPECT_FALSE(render_assignment(a).ok()) << "a digest that is not hexadecimal";
+  a.devices_sha256 = "abcd";
+  auto text = render_assignment(a);
+  ASSERT_TRUE(text.ok()) << text.error();
+  EXPECT_EQ(*text, "# allocation gpuslice.io/cores abcd\npriority=normal\ncompute.GPU-1=50\n");
+  EXPECT_FALSE(write_assignment(std::string("/nonexistent"), "../escape", a).ok());
 }
 
 }  // namespace

@@ -183,7 +183,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   if (!compute.empty() || allocation->priority) entry.channel_writer = id;
   ChannelAssignment assigned;
   assigned.priority = allocation->priority.value_or(Priority::Normal);
-  for (const auto& [uuid, percent] : compute) assigned.compute.emplace_back(uuid, percent);
+  // As the limits file takes them (per_gpu): the last share given for a GPU.
+  for (const auto& [uuid, percent] : compute) assigned.compute[uuid] = percent;
   if (!entry.channel_writer.empty()) {
     if (auto text = render_assignment(assigned); !text) return make_error(text.error());
   }

@@ -81,3 +81,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - {{ $svc }}.{{ $ns }}.svc
 - {{ $svc }}.{{ $ns }}.svc.cluster.local
 {{- end -}}
+
+{{/*
+The operator's priority policy (values `priority`, docs/priority.md): one policy, rendered into the
+webhook, the daemon (device plugin mode) and the DRA driver alike. `dra.priorityHighNamespaces` is
+the older name of priority.highNamespaces: it is taken when priority.highNamespaces is empty, and
+naming other namespaces in both is refused rather than one silently winning.
+*/}}
+{{- define "gpuslice.priorityHighNamespaces" -}}
+{{- $namespaces := .Values.priority.highNamespaces | default list -}}
+{{- $older := .Values.dra.priorityHighNamespaces | default list -}}
+{{- if and $namespaces $older (ne ($namespaces | uniq | sortAlpha | join ",") ($older | uniq | sortAlpha | join ",")) -}}
+{{- fail (printf "dra.priorityHighNamespaces (%s) is the older name of priority.highNamespaces (%s): set priority.highNamespaces only" ($older | join ",") ($namespaces | join ",")) -}}
+{{- end -}}
+{{- default $older $namespaces | uniq | join "," -}}
+{{- end -}}
+
+{{/* priority.classes as the flag takes it: CLASS=LEVEL,... (sorted by class). */}}
+{{- define "gpuslice.priorityClasses" -}}
+{{- $pairs := list -}}
+{{- range $class, $level := .Values.priority.classes -}}
+{{- $pairs = append $pairs (printf "%s=%s" $class $level) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/*
+"true" when the daemon reads pods from the API server: device plugin mode with priority.classes
+(it learns each listed pod's spec.priorityClassName). Its token is mounted then, with `get pods`.
+*/}}
+{{- define "gpuslice.nodeReadsPods" -}}
+{{- if and .Values.node.enabled (not .Values.dra.enabled) .Values.priority.classes -}}true{{- end -}}
+{{- end -}}
