@@ -26,12 +26,12 @@ Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min
 // _LONG_KERNEL);
 // unset: the defaults documented in docs/priority.md.
 struct PriorityTunables {
-  std::optional<std::uint64_t> in_flight_ns;  // lower-priority work it keeps queued beside a higher one
-  std::optional<std::uint64_t> ramp_ns;       // a higher one's idle time after which that is all allowed
-  std::optional<std::uint64_t> grace_ns;      // how long it still counts as busy after its work ended
-  std::optional<unsigned> floor_percent;      // its minimum admission share while held (0 = none)
-  std::optional<bool> per_kernel_cost;        // its bound costs launches by kernel (or by the average)
-  std::optional<bool> long_kernels_alone;     // a kernel over half its bound waits for an empty queue
+  std::optional<std::uint64_t> in_flight_ns;    // lower-priority work it keeps queued beside a higher one
+  std::optional<std::uint64_t> ramp_ns;         // a higher one's idle time after which that is all allowed
+  std::optional<std::uint64_t> grace_ns;        // how long it still counts as busy after its work ended
+  std::optional<unsigned> floor_percent;        // its minimum admission share while held (0 = none)
+  std::optional<bool> per_kernel_cost;          // its bound costs launches by kernel (or by the average)
+  std::optional<bool> long_kernels_alone;       // a kernel over half its bound waits for an empty queue
   std::optional<unsigned> light_share_percent;  // a higher one busier than this holds it (0 = any does)
 };
 

@@ -13,7 +13,8 @@ namespace {
 // `what` and the grid identify the launch for the priority gate's costs per kernel (a graph: its
 // executable and no grid).
 // Returns what the launch owes the gate once the driver took it (nothing when not gated).
-inline gs::LaunchTicket gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0, unsigned gz = 0) {
+inline gs::LaunchTicket gate(CUstream stream, const void* what, unsigned gx = 0, unsigned gy = 0,
+                             unsigned gz = 0) {
   if (!gs::launch_gated()) [[likely]]
     return {};
   return gs::gate_launch(stream, gpuslice::limiter::kernel_key(what, gx, gy, gz));
@@ -42,7 +43,7 @@ inline CUstream gated_stream(CUstream stream, bool per_thread) {
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                              \
     if (gs::launch_refused(f)) return gs::kRefused;                                                          \
     const CUstream gs_stream = gated_stream(hStream, per_thread);                                            \
-    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                                       \
+    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                           \
     return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams, extra)); \
   }
 GS_LAUNCH_KERNEL(cuLaunchKernel, kLegacy)
@@ -68,7 +69,7 @@ GS_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, kPerThread)
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                            \
     if (gs::launch_refused(f)) return gs::kRefused;                                                        \
     const CUstream gs_stream = gated_stream(hStream, per_thread);                                          \
-    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                                     \
+    const gs::LaunchTicket gated = gate(gs_stream, f, gx, gy, gz);                                         \
     return launched(gated, gs_stream, real(f, gx, gy, gz, bx, by, bz, shmem, hStream, kernelParams));      \
   }
 GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, kLegacy)
@@ -79,7 +80,7 @@ GS_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, kPerThread)
     GS_CUDA_HOOK_PROLOGUE(sym);                                      \
     if (gs::graph_refused(hGraphExec)) return gs::kRefused;          \
     const CUstream gs_stream = gated_stream(hStream, per_thread);    \
-    const gs::LaunchTicket gated = gate(gs_stream, hGraphExec);                  \
+    const gs::LaunchTicket gated = gate(gs_stream, hGraphExec);      \
     return launched(gated, gs_stream, real(hGraphExec, hStream));    \
   }
 GS_GRAPH_LAUNCH(cuGraphLaunch, kLegacy)

@@ -12,7 +12,7 @@
 namespace gpuslice::limiter {
 class ComputeLimiter;
 class PriorityGate;
-}
+}  // namespace gpuslice::limiter
 
 namespace gpuslice::interposer {
 

@@ -10,7 +10,8 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 bool DeviceShare::before_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now) {
   const std::uint32_t n = launches_.fetch_add(1, kRelaxed);
   std::uint64_t next = next_ns_.load(kRelaxed);
-  if (now >= next && !armed_.load(kRelaxed) && next_ns_.compare_exchange_strong(next, now + every_ns_, kRelaxed)) {
+  if (now >= next && !armed_.load(kRelaxed) &&
+      next_ns_.compare_exchange_strong(next, now + every_ns_, kRelaxed)) {
     armed_.store(true, std::memory_order_release);
     probe_.arm(n);
   }

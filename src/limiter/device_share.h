@@ -38,7 +38,9 @@ class DeviceShare {
   // thread once the driver took it. Not due: one relaxed load and a compare, plus a relaxed
   // increment of the launch count.
   bool before_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now);
-  void after_launch(const DriverOps& ops, Clock& clock, CUstream stream) { probe_.after_launch(ops, clock, stream); }
+  void after_launch(const DriverOps& ops, Clock& clock, CUstream stream) {
+    probe_.after_launch(ops, clock, stream);
+  }
 
   // An application's synchronisation returned at `now` with nothing launched since it began: the
   // span, if one ran, is read. True when the share changed enough to be published again (by a

@@ -49,7 +49,8 @@ PeerWatch::Summary PeerWatch::look(std::uint64_t now, bool force, Priority own) 
     if (peer.heartbeat_ns + timing_.stale_ns < now) continue;
     if (static_cast<std::uint32_t>(peer.priority) <= static_cast<std::uint32_t>(own)) continue;
     summary.higher_present = true;
-    if (peer.device_share_permille != 0 && peer.device_share_permille < timing_.light_share_permille) continue;
+    if (peer.device_share_permille != 0 && peer.device_share_permille < timing_.light_share_permille)
+      continue;
     // An honest peer never claims more than one sync lease plus a horizon past its publish
     // (which is not in the future).
     const std::uint64_t latest = std::min(peer.heartbeat_ns, now) + timing_.max_claim_ns;

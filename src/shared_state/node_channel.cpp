@@ -59,8 +59,9 @@ bool peer_record_from_bytes(const unsigned char* bytes, std::size_t size, std::u
   std::memcpy(&old, bytes, kFields);
   std::uint64_t checksum = 0;
   std::memcpy(&checksum, bytes + kFields, sizeof checksum);
-  if (std::memcmp(old.magic, PeerRecord::kMagic, sizeof old.magic) != 0 || old.version != PeerRecord::kVersion2 ||
-      old.size != PeerRecord::kVersion2Size || checksum != layout::fnv1a64(bytes, kFields)) {
+  if (std::memcmp(old.magic, PeerRecord::kMagic, sizeof old.magic) != 0 ||
+      old.version != PeerRecord::kVersion2 || old.size != PeerRecord::kVersion2Size ||
+      checksum != layout::fnv1a64(bytes, kFields)) {
     return false;
   }
   // Valid as a record of this version: the same checks on the fields, with a fresh checksum.
@@ -237,14 +238,14 @@ int open_record(int dir_fd, const char* name, std::uint64_t uuid_hash, PeerRecor
   if (fd < 0) return -1;
   struct stat& st = *identity;
   unsigned char bytes[sizeof(PeerRecord)];
-  if (::fstat(fd, &st) != 0 ||
-      (st.st_size != static_cast<off_t>(sizeof(PeerRecord)) &&
-       st.st_size != static_cast<off_t>(PeerRecord::kVersion2Size))) {
+  if (::fstat(fd, &st) != 0 || (st.st_size != static_cast<off_t>(sizeof(PeerRecord)) &&
+                                st.st_size != static_cast<off_t>(PeerRecord::kVersion2Size))) {
     ::close(fd);
     return -1;
   }
   const auto file_size = static_cast<std::size_t>(st.st_size);
-  if (!fs::pread_exact(fd, bytes, file_size, 0) || !detail::peer_record_from_bytes(bytes, file_size, uuid_hash, out)) {
+  if (!fs::pread_exact(fd, bytes, file_size, 0) ||
+      !detail::peer_record_from_bytes(bytes, file_size, uuid_hash, out)) {
     ::close(fd);
     return -1;
   }

@@ -42,6 +42,7 @@ std::uint64_t uuid_hash(std::string_view uuid);
 bool peer_record_valid(const PeerRecord& record, std::uint64_t uuid_hash);
 // A record file's `size` bytes as a record of this version (a version 2 one converted), when they
 // are one valid record of the GPU; false for anything else.
-bool peer_record_from_bytes(const unsigned char* bytes, std::size_t size, std::uint64_t uuid_hash, PeerRecord* out);
+bool peer_record_from_bytes(const unsigned char* bytes, std::size_t size, std::uint64_t uuid_hash,
+                            PeerRecord* out);
 
 }  // namespace gpuslice::shm::detail

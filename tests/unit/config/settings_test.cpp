@@ -354,7 +354,8 @@ TEST(LoadSettings, ComputeBusyIsEventsByDefaultOrLaunchesWhenAsked) {
   EXPECT_TRUE(load_ok({}).compute_busy_events);
   EXPECT_TRUE(load_ok({{"GPUSLICE_COMPUTE_BUSY", "events"}}).compute_busy_events);
   EXPECT_FALSE(load_ok({{"GPUSLICE_COMPUTE_BUSY", "launches"}}).compute_busy_events);
-  expect_single_error({{"GPUSLICE_COMPUTE_BUSY", "gpu"}}, "GPUSLICE_COMPUTE_BUSY='gpu'", "expected events or launches");
+  expect_single_error({{"GPUSLICE_COMPUTE_BUSY", "gpu"}}, "GPUSLICE_COMPUTE_BUSY='gpu'",
+                      "expected events or launches");
 }
 
 }  // namespace

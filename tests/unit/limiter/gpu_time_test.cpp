@@ -109,7 +109,8 @@ TEST(LimiterGpuTimeCost, FewOfManyCheapLaunchesAreTimed) {
   s.run();
   const Stats stats = p.limiter->stats();
   ASSERT_GT(stats.launches, 100'000U);
-  EXPECT_LT(stats.timed_launches * 100, stats.launches * 2) << stats.timed_launches << " of " << stats.launches;
+  EXPECT_LT(stats.timed_launches * 100, stats.launches * 2)
+      << stats.timed_launches << " of " << stats.launches;
   EXPECT_GT(stats.timed_launches, 0U);
 }
 
@@ -130,7 +131,8 @@ TEST(LimiterGpuTimeCost, DeviceBoundWorkAfterALaunchBoundPhaseIsHeld) {
   EXPECT_LE(heavy.max, 0.33) << describe(heavy);
   EXPECT_GE(heavy.mean, 0.25) << describe(heavy);  // held, not starved
   const Stats stats = p.limiter->stats();
-  EXPECT_LT(stats.timed_launches * 100, stats.launches * 10) << stats.timed_launches << " of " << stats.launches;
+  EXPECT_LT(stats.timed_launches * 100, stats.launches * 10)
+      << stats.timed_launches << " of " << stats.launches;
 }
 
 // The same with a host sync ending each step, as a decode loop reading its token does.
