@@ -123,6 +123,18 @@ bool ComputeLimiter::gate(CUstream stream, std::uint64_t waited_ns) {
         release_closer();
         continue;
       }
+      if (drain_before_open_) {
+        // The first window under a limit: what was queued before it applied (up to the driver's
+        // queue depth, launched while unlimited) runs first and is not charged to it.
+        drain_before_open_ = false;
+        if (!stream_capturing(ops_, stream)) {
+          if (ops_.ctx_synchronize != nullptr) {
+            static_cast<void>(ops_.ctx_synchronize());
+          } else if (ops_.stream_synchronize != nullptr) {
+            static_cast<void>(ops_.stream_synchronize(stream));
+          }
+        }
+      }
     }
     std::uint64_t budget = wait_for_turn(on_cycle);
     now = clock_.now_ns();
@@ -200,6 +212,7 @@ void ComputeLimiter::abandon_window() {
   if (!try_become_closer()) return;
   probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
   window_probed_ = false;
+  drain_before_open_ = true;  // the limit was lifted: what is queued from now on is not its to charge
   window_start_ns_.store(0, kRelease);
   release_closer();
 }

@@ -280,3 +280,28 @@ TEST(LimiterGpuTimeProcesses, LaunchBoundProcessesAddUp) {
 
 }  // namespace
 }  // namespace gpuslice::limiter::sim
+
+namespace gpuslice::limiter::sim {
+namespace {
+
+// Found on an H200 (four threads on four streams, `gpuslice set --compute 20` on a process that ran
+// unlimited): the work queued while unlimited, up to the driver's queue depth, was charged to the
+// new limit at its first window, and the process stalled 1.6 s. Work launched before a limit
+// applied is drained, not charged to it: the limit holds from the next second on.
+TEST(LimiterGpuTimeLive, WorkQueuedWhileUnlimitedIsNotChargedToANewLimit) {
+  Scenario s;
+  Container& box = s.add_container(0);  // unlimited
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] { kernel_loop(p, s.world, 200 * kUs, 2 * kUs, 4 * kSec); });
+  s.add_thread(p, [&] {  // the operator's `gpuslice set --compute 20` after 1 s
+    s.world.sleep(kSec);
+    box.limit.store(20);
+  });
+  s.run();
+  const WindowRange after = s.sliding(box, kSec + 300 * kMs, 4 * kSec);
+  EXPECT_GE(after.min, 0.17) << describe(after);
+  EXPECT_LE(after.max, 0.23) << describe(after);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter::sim
