@@ -133,9 +133,9 @@ void settle_at_exit() {
     GS_LOG(Info,
            "priority gate, device %d: %.3f s held back (%" PRIu64 " launches held), %" PRIu64
            " drains, %" PRIu64 " event waits, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64
-           " re-reads, %" PRIu64 " kernels costed, %" PRIu64 " long kernels alone",
+           " re-reads, %" PRIu64 " kernels costed, %" PRIu64 " long kernels alone, device share %u permille",
            d.index, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.event_waits,
-           s.floor_slices, s.scans, s.rereads, s.kernels_costed, s.long_kernels);
+           s.floor_slices, s.scans, s.rereads, s.kernels_costed, s.long_kernels, gate->device_share());
   });
 }
 
