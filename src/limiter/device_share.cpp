@@ -26,8 +26,14 @@ bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now, std::uint32
   const auto sample =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(kPermille, span.busy_ns * kPermille / span.span_ns));
   const std::uint32_t before = share_.load(kRelaxed);
-  // At least 1: measured.
-  const std::uint32_t after = std::max<std::uint32_t>(1, before == 0 ? sample : (before + sample) / 2);
+  // A moving mean with weight 1/8 for the newest sample: one span that caught a heavy moment of a
+  // host-bound server (its prefill before a hundred light decode steps) must not make it hold lower
+  // ones until the next sample. At least 1: measured.
+  const auto mean = before == 0
+                        ? static_cast<std::int64_t>(sample)
+                        : static_cast<std::int64_t>(before) +
+                              (static_cast<std::int64_t>(sample) - static_cast<std::int64_t>(before)) / 8;
+  const auto after = static_cast<std::uint32_t>(std::clamp<std::int64_t>(mean, 1, kPermille));
   share_.store(after, kRelaxed);
   const bool crossed = (before < threshold_permille) != (after < threshold_permille);
   const std::uint32_t moved = after > before ? after - before : before - after;

@@ -8,8 +8,9 @@
 // Every `every_ns` while the container launches, a BusyProbe times a span of its launches (up to
 // 128 of any thread, 5 ms); when a host synchronisation of the application returns with nothing
 // launched meanwhile (every event recorded before it has completed), the span's busy time over
-// its host time is one sample. The published share is the mean of the last sample and the ones
-// before it (halving weights). Not measured (0) until the first sample.
+// its host time is one sample. The published share is a moving mean of the samples, the newest
+// weighing 1/8 (a host-bound server's prefill caught by one span does not flip it), the first
+// taken as is. Not measured (0) until the first sample.
 #pragma once
 
 #include <atomic>
