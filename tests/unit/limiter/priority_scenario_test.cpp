@@ -547,8 +547,9 @@ namespace {
 // What was found (3) on the GPU: an eager server (GPT-2 generation kernel by kernel, host work
 // between the launches) at 60% load keeps the device busy a small part of its requests, yet the
 // gate held the trainer through every request (0.35x alone against 0.78x un-managed). Its kernels'
-// share of its busy time, timed by its own events, makes it light: the trainer only keeps its
-// queued work within the bound beside it.
+// share of its busy time, timed by its own events, makes it light where the operator opts in
+// (GPUSLICE_PRIORITY_LIGHT_SHARE): the trainer only keeps its queued work within the bound beside
+// it. Off by default: on an H200 the server's p99 paid for it (docs/priority.md).
 struct EagerRun {
   double trainer_work = 0;
   std::uint32_t server_share = 0;
@@ -578,14 +579,14 @@ EagerRun trainer_beside_an_eager_server(bool managed, const PriorityTuning& tuni
 
 TEST(WorkConservation, ALowTenantBesideAnEagerHighServerRunsNearlyAsFastAsUnmanaged) {
   const double unmanaged = trainer_beside_an_eager_server(false).trainer_work;
-  const EagerRun managed = trainer_beside_an_eager_server(true);
+  PriorityTuning light;  // GPUSLICE_PRIORITY_LIGHT_SHARE=50
+  light.light_share_permille = 500;
+  const EagerRun managed = trainer_beside_an_eager_server(true, light);
   EXPECT_GT(managed.server_share, 0U) << "measured";
-  EXPECT_LT(managed.server_share, PriorityTuning{}.light_share_permille);
+  EXPECT_LT(managed.server_share, light.light_share_permille);
   EXPECT_GE(managed.trainer_work / unmanaged, 0.8) << managed.trainer_work << " of " << unmanaged;
-  // Every higher container holding (the behaviour before): the trainer lost most of its work.
-  PriorityTuning holding;
-  holding.light_share_permille = 0;
-  const double held = trainer_beside_an_eager_server(true, holding).trainer_work;
+  // Every higher container holding (the default): the trainer lost most of its work.
+  const double held = trainer_beside_an_eager_server(true).trainer_work;
   EXPECT_LT(held / unmanaged, 0.6);
   std::printf("server share %u permille; trainer / un-managed: %.2f (every higher one holding: %.2f)\n",
               managed.server_share, managed.trainer_work / unmanaged, held / unmanaged);
