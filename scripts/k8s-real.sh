@@ -118,4 +118,5 @@ fi
 build_binaries
 [[ $mode == build ]] && exit 0
 
+# shellcheck source=scripts/k8s-real/cluster.sh
 source "$repo/scripts/k8s-real/cluster.sh"
