@@ -36,7 +36,7 @@ fail() {
 start() {
   local name=$1
   shift
-  "$@" >"$work/$name.log" 2>&1 &
+  "$@" >"$work/$name.log" 2>&1 9>&- &
   pid_of[$name]=$!
   pids+=("$!")
 }
