@@ -115,7 +115,19 @@ if [[ $mode == check ]] && ! have_binaries; then
   echo "k8s-real: SKIPPED: no cached Kubernetes binaries in $cache/bin (build them once: make k8s-real)"
   exit 0
 fi
+# One run at a time on a machine: /var/lib/kubelet, the ports and the node address are the machine's.
+# The processes a run starts do not inherit the lock (cluster.sh's start closes fd 9).
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.lock"
+if ! flock -n 9; then
+  log "another k8s-real run holds $cache_root/.lock; waiting for it (20 minutes at most)"
+  flock -w 1200 9 || {
+    echo "k8s-real: another run still holds $cache_root/.lock" >&2
+    exit 1
+  }
+fi
 build_binaries
 [[ $mode == build ]] && exit 0
 
+# shellcheck source=scripts/k8s-real/cluster.sh
 source "$repo/scripts/k8s-real/cluster.sh"

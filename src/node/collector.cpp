@@ -162,7 +162,7 @@ std::vector<Collector::Source> Collector::sources() const {
       if (name.compare(0, prefix.size(), prefix) != 0) continue;
       std::string id = "pod-" + uid + "-" + name.substr(prefix.size());
       if (!valid_container_id(id)) continue;
-      out.push_back({id, (vol.path() / kStateFileName).string(), "", false});
+      out.push_back({id, (vol.path() / kEmptyDirSharedSubdir / kStateFileName).string(), "", false});
     }
   }
   return out;

@@ -101,7 +101,7 @@ class Collector {
   Collector(HostLayout layout, GpuSource* gpus, Clock& clock, LedgerOpener opener = {});
 
   // Also read the shared state of containers the webhook gave an emptyDir (ai.compute/vram pods):
-  // <kubelet_pods_dir>/<pod uid>/volumes/kubernetes.io~empty-dir/gpuslice-state-*/state, reported as
+  // <kubelet_pods_dir>/<pod uid>/volumes/kubernetes.io~empty-dir/gpuslice-state-*/shared/state, reported as
   // container "pod-<uid>-<c0|i0...>". Empty (the default) = do not look. Call before the first refresh.
   void set_kubelet_pods_dir(std::string dir) { kubelet_pods_dir_ = std::move(dir); }
   // Also read plain-host jobs' shared state: <root>/jobs/<name>/state, reported as container

@@ -28,6 +28,11 @@ using config::kContainerSharedDir;
 using config::kLibraryFileName;
 using config::kStateFileName;
 inline constexpr const char* kDefaultRoot = config::kDefaultNodeRoot;
+// The webhook's emptyDir is mounted at kContainerSharedDir, but a kubelet makes every emptyDir mode 0777
+// without the sticky bit, which the library refuses as a shared directory (anyone could replace the state
+// file). The library's directory is one level down, made by the library itself (0700, owned by the
+// container's user): GPUSLICE_SHARED_DIR=<kContainerSharedDir>/<kEmptyDirSharedSubdir>.
+inline constexpr const char* kEmptyDirSharedSubdir = "shared";
 
 class HostLayout {
  public:

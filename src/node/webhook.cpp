@@ -171,9 +171,11 @@ std::optional<std::string> mutate_container(const json& container, const std::st
   // pod's annotation or its own variable asked for).
   if (needs.hcs_bytes) {
     wanted.push_back({{"name", "GPUSLICE_MEMORY_LIMIT"}, {"value", std::to_string(*needs.hcs_bytes)}});
-    // The emptyDir below: without it the library keeps its state in /tmp/gpuslice-<uid>, which the
-    // daemon never sees.
-    wanted.push_back({{"name", "GPUSLICE_SHARED_DIR"}, {"value", kContainerSharedDir}});
+    // In the emptyDir below: without it the library keeps its state in /tmp/gpuslice-<uid>, which the
+    // daemon never sees. One level down: the kubelet makes the emptyDir itself 0777 without the sticky
+    // bit, which the library refuses (host_layout.h).
+    wanted.push_back({{"name", "GPUSLICE_SHARED_DIR"},
+                      {"value", std::string(kContainerSharedDir) + "/" + kEmptyDirSharedSubdir}});
   }
   if (needs.priority) wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
 

@@ -1,8 +1,9 @@
 // gpuslice-webhook: a mutating admission webhook (AdmissionReview admission.k8s.io/v1).
 //   ai.compute/vram (HCS dialect, a byte quantity such as "16Gi"): the container gets LD_PRELOAD, the
 //     quota in GPUSLICE_MEMORY_LIMIT (bytes), the library mounted read-only from the host, its own
-//     emptyDir at /tmp/gpuslice with GPUSLICE_SHARED_DIR pointing there (which gpuslice-node finds under
-//     the kubelet's pods directory), and the daemon's node selector.
+//     emptyDir at /tmp/gpuslice with GPUSLICE_SHARED_DIR=/tmp/gpuslice/shared, a directory the library
+//     makes in it (which gpuslice-node finds under the kubelet's pods directory), and the daemon's node
+//     selector.
 //   <domain>/vram, <domain>/cores (device plugin resources): the container gets LD_PRELOAD composed
 //     with its own; quota variables and mounts come from the device plugin's Allocate, the only place
 //     that knows which GPUs were picked.

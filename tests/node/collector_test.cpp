@@ -105,7 +105,14 @@ TEST(Collector, FindsWebhookPodsInTheKubeletPodsDirectory) {
   const std::string volume =
       dir / "pods/0d9f6c1e-1111-2222-3333-444455556666/volumes/kubernetes.io~empty-dir";
   int dev = -1;
-  auto ledger = make_state(volume + "/gpuslice-state-c0/state", dev);
+  // A kubelet makes the emptyDir 0777 without the sticky bit: the library refuses it as its shared
+  // directory (a real kubelet's hcs pod failed every CUDA call), and keeps its state one level down.
+  std::filesystem::create_directories(volume + "/gpuslice-state-c0");
+  ASSERT_EQ(::chmod((volume + "/gpuslice-state-c0").c_str(), 0777), 0);
+  auto refused = shm::Ledger::open(volume + "/gpuslice-state-c0/state", shm::Ledger::Mode::Process);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find("without the sticky bit"), std::string::npos) << refused.error();
+  auto ledger = make_state(volume + "/gpuslice-state-c0/shared/state", dev);
   ASSERT_TRUE(ledger);
   std::filesystem::create_directories(volume + "/unrelated-volume");
   test::FakeClock clock;

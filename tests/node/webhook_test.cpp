@@ -113,7 +113,7 @@ TEST(Webhook, HcsPodIsVisibleToTheDaemonAndLandsWhereTheLibraryIs) {
   const json& server = patched["spec"]["containers"][0];
   bool shared = false;
   for (const auto& var : server["env"]) {
-    if (var["name"] == "GPUSLICE_SHARED_DIR") shared = var["value"] == "/tmp/gpuslice";
+    if (var["name"] == "GPUSLICE_SHARED_DIR") shared = var["value"] == "/tmp/gpuslice/shared";
   }
   EXPECT_TRUE(shared) << server["env"].dump();
   bool mounted = false;
