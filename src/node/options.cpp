@@ -130,6 +130,25 @@ Apply set_log_level(std::string& target) {
   };
 }
 
+// The webhook's priority policy flags (webhook.h), for each mode that applies it.
+Apply set_namespace_list(std::vector<std::string>& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto parsed = parse_namespace_list(v);
+    if (!parsed) return parsed.error();
+    target = *parsed;
+    return std::nullopt;
+  };
+}
+
+Apply set_priority_classes(std::map<std::string, Priority>& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto parsed = parse_priority_classes(v);
+    if (!parsed) return parsed.error();
+    target = *parsed;
+    return std::nullopt;
+  };
+}
+
 Apply set_listen(std::string& host, int& port) {
   return [&host, &port](const std::string& v) -> std::optional<std::string> {
     auto ok = parse_listen(v, host, port);
@@ -335,21 +354,11 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
        // same values): the level written into each container's node-channel assignment.
        {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_WEBHOOK_PRIORITY_HIGH_NAMESPACES", "",
         "namespaces whose pods' containers are assigned priority high (as the webhook's flag; empty: none)",
-        [&out](const std::string& v) -> std::optional<std::string> {
-          auto parsed = parse_namespace_list(v);
-          if (!parsed) return parsed.error();
-          out.priority.high_namespaces = *parsed;
-          return std::nullopt;
-        }},
+        set_namespace_list(out.priority.high_namespaces)},
        {"priority-classes", "CLASS=LEVEL[,...]", "GPUSLICE_WEBHOOK_PRIORITY_CLASSES", "",
         "PriorityClass names and their level, as the webhook's flag: pods of a class mapped to high are "
         "assigned high (the daemon reads the pod's class from the API server)",
-        [&out](const std::string& v) -> std::optional<std::string> {
-          auto parsed = parse_priority_classes(v);
-          if (!parsed) return parsed.error();
-          out.priority.priority_classes = *parsed;
-          return std::nullopt;
-        }},
+        set_priority_classes(out.priority.priority_classes)},
        {"log-level", "LEVEL", "GPUSLICE_LOG_LEVEL", "info", kLogLevels, set_log_level(out.log_level)}},
   });
 }
@@ -368,20 +377,10 @@ std::vector<Flag> webhook_flags(WebhookModeOptions& out) {
         set_text(out.webhook.resource_domain)},
        {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_WEBHOOK_PRIORITY_HIGH_NAMESPACES", "",
         "namespaces whose pods may run at gpuslice.io/priority: high (empty: none)",
-        [&out](const std::string& v) -> std::optional<std::string> {
-          auto parsed = parse_namespace_list(v);
-          if (!parsed) return parsed.error();
-          out.webhook.priority.high_namespaces = *parsed;
-          return std::nullopt;
-        }},
+        set_namespace_list(out.webhook.priority.high_namespaces)},
        {"priority-classes", "CLASS=LEVEL[,...]", "GPUSLICE_WEBHOOK_PRIORITY_CLASSES", "",
         "PriorityClass names and the gpuslice level their pods get (high allowed for them)",
-        [&out](const std::string& v) -> std::optional<std::string> {
-          auto parsed = parse_priority_classes(v);
-          if (!parsed) return parsed.error();
-          out.webhook.priority.priority_classes = *parsed;
-          return std::nullopt;
-        }},
+        set_priority_classes(out.webhook.priority.priority_classes)},
        {"node-selector", "KEY=VALUE,...", nullptr, nullptr,
         "labels of the nodes gpuslice-node runs on, added to ai.compute/vram pods' nodeSelector",
         set_node_selector(out.webhook.node_selector)}},
@@ -434,12 +433,7 @@ std::vector<Flag> dra_flags(DraModeOptions& out) {
        {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "",
         "namespaces whose claims may ask for priority high (empty: none; elsewhere such a claim is "
         "refused at prepare)",
-        [&out](const std::string& v) -> std::optional<std::string> {
-          auto parsed = parse_namespace_list(v);
-          if (!parsed) return parsed.error();
-          out.priority_high_namespaces = *parsed;
-          return std::nullopt;
-        }},
+        set_namespace_list(out.priority_high_namespaces)},
        {"lease-namespace", "NAMESPACE", "POD_NAMESPACE", "gpuslice-system",
         "namespace of the Lease that keeps two daemons of one node from both publishing",
         set_text(out.lease_namespace)},
