@@ -199,8 +199,9 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   resume_at_ns_.store(0, kRelaxed);
   // The probe times the window's first launches: the window opens on a drained queue, so no work
   // queued before the probe runs inside its span uncounted.
-  window_probed_ = probe_supported_ && (!have_duty_ || all_timed_ * kProbeShare <= all_launches_ ||
-                                        now - std::min(now, last_probe_ns_) >= kMaxProbeAgeNs);
+  window_probed_ = probe_supported_ &&
+                   (!have_duty_ || timed_launches_.load(kRelaxed) * kProbeShare <= launches_.load(kRelaxed) ||
+                    now - std::min(now, last_probe_ns_) >= kMaxProbeAgeNs);
   if (window_probed_) {
     probe_.arm(0);
     last_probe_ns_ = now;
@@ -270,13 +271,11 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   // A window not timed is charged the last duty measured, under the same check of its queue.
   std::uint64_t duty = kPermille;
   const bool drained_idle = elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start);
-  all_launches_ += launches;
   launches_.fetch_add(launches, kRelaxed);
   bool measured_here = false;
   if (window_probed_) {
     window_probed_ = false;
     const BusyProbe::Result probe = probe_.collect(ops_, end);
-    all_timed_ += probe.timed;
     timed_launches_.fetch_add(probe.timed, kRelaxed);
     // Carried only when measured over enough of the workload: a window of a few launches (the first
     // one, or a few long kernels) is timed whole each time instead. Events that fail leave nothing.
