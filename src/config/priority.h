@@ -23,16 +23,17 @@ Result<Priority> parse_priority(std::string_view text);
 Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min_ns, std::uint64_t max_ns);
 
 // The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
-// _LONG_KERNEL);
+// _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE);
 // unset: the defaults documented in docs/priority.md.
 struct PriorityTunables {
-  std::optional<std::uint64_t> in_flight_ns;    // lower-priority work it keeps queued beside a higher one
-  std::optional<std::uint64_t> ramp_ns;         // a higher one's idle time after which that is all allowed
-  std::optional<std::uint64_t> grace_ns;        // how long it still counts as busy after its work ended
-  std::optional<unsigned> floor_percent;        // its minimum admission share while held (0 = none)
-  std::optional<bool> per_kernel_cost;          // its bound costs launches by kernel (or by the average)
-  std::optional<bool> long_kernels_alone;       // a kernel over half its bound waits for an empty queue
-  std::optional<unsigned> light_share_percent;  // a higher one busier than this holds it (0 = any does)
+  std::optional<std::uint64_t> in_flight_ns;      // lower-priority work it keeps queued beside a higher one
+  std::optional<std::uint64_t> ramp_ns;           // a higher one's idle time after which that is all allowed
+  std::optional<std::uint64_t> grace_ns;          // how long it still counts as busy after its work ended
+  std::optional<unsigned> floor_percent;          // its minimum admission share while held (0 = none)
+  std::optional<bool> per_kernel_cost;            // its bound costs launches by kernel (or by the average)
+  std::optional<bool> long_kernels_alone;         // a kernel over half its bound waits for an empty queue
+  std::optional<unsigned> light_share_percent;    // a higher one busier than this holds it (0 = any does)
+  std::optional<unsigned> request_share_percent;  // its bound at most this share of a higher one's request
 };
 
 }  // namespace gpuslice::config

@@ -237,6 +237,11 @@ class Loader {
       if (!percent) return fail("GPUSLICE_PRIORITY_LIGHT_SHARE", *text, percent.error());
       t.light_share_percent = *percent;
     }
+    if (auto text = get("GPUSLICE_PRIORITY_REQUEST_SHARE")) {
+      auto percent = detail::parse_percent_value(*text, /*allow_zero=*/true);
+      if (!percent) return fail("GPUSLICE_PRIORITY_REQUEST_SHARE", *text, percent.error());
+      t.request_share_percent = *percent;
+    }
     // One of two words: the first sets `out`, the second clears it; anything else is `why`.
     const auto either = [this](const char* name, std::string_view on, std::string_view off,
                                std::string_view why, std::optional<bool>& out) {

@@ -35,6 +35,7 @@ void NodePresence::publish_priority(const PriorityFields& fields, std::uint64_t 
   busy_until_ns_.store(fields.busy_until_ns, kRelaxed);
   held_back_ns_.store(fields.held_back_ns, kRelaxed);
   device_share_permille_.store(fields.device_share_permille, kRelaxed);
+  busy_period_us_.store(fields.busy_period_us, kRelaxed);
   publish(now_ns);
 }
 
@@ -48,6 +49,7 @@ void NodePresence::publish(std::uint64_t now_ns) {
   record.busy_until_ns = busy_until_ns_.load(kRelaxed);
   record.held_back_ns = held_back_ns_.load(kRelaxed);
   record.device_share_permille = device_share_permille_.load(kRelaxed);
+  record.busy_period_us = busy_period_us_.load(kRelaxed);
   channel_->publish(record);
 }
 

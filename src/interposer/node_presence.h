@@ -33,6 +33,7 @@ class NodePresence {
     std::uint64_t busy_until_ns = 0;
     std::uint64_t held_back_ns = 0;
     std::uint32_t device_share_permille = 0;
+    std::uint32_t busy_period_us = 0;
   };
   void publish_priority(const PriorityFields& fields, std::uint64_t now_ns);
 
@@ -55,6 +56,7 @@ class NodePresence {
   std::atomic<std::uint64_t> busy_until_ns_{0};
   std::atomic<std::uint64_t> held_back_ns_{0};
   std::atomic<std::uint32_t> device_share_permille_{0};
+  std::atomic<std::uint32_t> busy_period_us_{0};
   std::atomic<std::uint32_t> assigned_level_{priority_value(Priority::Normal)};
   std::atomic<std::uint32_t> assigned_compute_{0};
 };

@@ -1,6 +1,7 @@
 #include "interposer/priority_board.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace gpuslice::interposer {
 namespace {
@@ -15,6 +16,7 @@ void convert(const shm::PeerState* records, std::size_t count, limiter::PeerView
     out[i].busy_until_ns = records[i].busy_until_ns;
     out[i].held_back_ns = records[i].held_back_ns;
     out[i].device_share_permille = records[i].device_share_permille;
+    out[i].busy_period_ns = std::uint64_t{records[i].busy_period_us} * 1000;
   }
 }
 
@@ -50,7 +52,10 @@ std::size_t PresenceBoard::read_known_above(limiter::PeerView* out, std::size_t 
 }
 
 void PresenceBoard::publish(const limiter::PeerView& own) {
-  presence_.publish_priority({own.priority, own.busy_until_ns, own.held_back_ns, own.device_share_permille},
+  const std::uint64_t period_us =
+      std::min<std::uint64_t>(own.busy_period_ns / 1000, std::numeric_limits<std::uint32_t>::max());
+  presence_.publish_priority({own.priority, own.busy_until_ns, own.held_back_ns, own.device_share_permille,
+                              static_cast<std::uint32_t>(period_us)},
                              own.heartbeat_ns);
 }
 

@@ -27,7 +27,7 @@ limiter::PriorityGate* current_gate() {
 }
 
 // The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
-// _LONG_KERNEL and _LIGHT_SHARE.
+// _LONG_KERNEL, _LIGHT_SHARE and _REQUEST_SHARE.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
@@ -37,6 +37,7 @@ limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
   if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
   if (own.light_share_percent) tuning.light_share_permille = *own.light_share_percent * 10;
+  if (own.request_share_percent) tuning.request_share_percent = *own.request_share_percent;
   return tuning;
 }
 
@@ -133,9 +134,12 @@ void settle_at_exit() {
     GS_LOG(Info,
            "priority gate, device %d: %.3f s held back (%" PRIu64 " launches held), %" PRIu64
            " drains, %" PRIu64 " event waits, %" PRIu64 " floor slices, %" PRIu64 " scans, %" PRIu64
-           " re-reads, %" PRIu64 " kernels costed, %" PRIu64 " long kernels alone, device share %u permille",
+           " re-reads, %" PRIu64 " kernels costed, %" PRIu64
+           " long kernels alone, device share %u permille, busy periods %" PRIu64
+           " us, in-flight bound %" PRIu64 " us",
            d.index, static_cast<double>(s.held_back_ns) / 1e9, s.holds, s.drains, s.event_waits,
-           s.floor_slices, s.scans, s.rereads, s.kernels_costed, s.long_kernels, gate->device_share());
+           s.floor_slices, s.scans, s.rereads, s.kernels_costed, s.long_kernels, gate->device_share(),
+           gate->busy_period_ns() / 1000, gate->in_flight_bound_now() / 1000);
   });
 }
 

@@ -18,7 +18,8 @@ constexpr std::size_t kMaxPeers = 64;
 }  // namespace
 
 PeerWatch::Summary PeerWatch::cached() const {
-  return Summary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire)};
+  return Summary{higher_present_.load(kAcquire), higher_busy_until_ns_.load(kAcquire),
+                 higher_period_ns_.load(kAcquire)};
 }
 
 PeerWatch::Summary PeerWatch::look(std::uint64_t now, bool force, Priority own) {
@@ -56,8 +57,12 @@ PeerWatch::Summary PeerWatch::look(std::uint64_t now, bool force, Priority own) 
     const std::uint64_t latest = std::min(peer.heartbeat_ns, now) + timing_.max_claim_ns;
     summary.higher_busy_until_ns =
         std::max(summary.higher_busy_until_ns, std::min(peer.busy_until_ns, latest));
+    if (peer.busy_period_ns != 0 &&
+        (summary.higher_period_ns == 0 || peer.busy_period_ns < summary.higher_period_ns))
+      summary.higher_period_ns = peer.busy_period_ns;
   }
   higher_busy_until_ns_.store(summary.higher_busy_until_ns, kRelease);
+  higher_period_ns_.store(summary.higher_period_ns, kRelease);
   higher_present_.store(summary.higher_present, kRelease);
   // Nobody above: nothing to re-read until the next full look.
   if (!summary.higher_present) next_refresh_ns_.store(next_scan_ns_.load(kRelaxed), kRelaxed);

@@ -22,6 +22,8 @@ class PeerWatch {
     // Timing::light_share_permille of its busy time: a host-bound server) is present but never
     // holds: lower ones only keep their queued work within the bound while it is alive.
     std::uint64_t higher_busy_until_ns = 0;
+    // The shortest mean busy period (request) among the higher ones that hold, 0 = none known.
+    std::uint64_t higher_period_ns = 0;
   };
   struct Timing {
     std::uint64_t refresh_ns;
@@ -40,6 +42,7 @@ class PeerWatch {
   Summary look(std::uint64_t now, bool force, Priority own);
   // The last summary's latest busy time of the higher containers.
   std::uint64_t higher_busy_until_ns() const { return higher_busy_until_ns_.load(std::memory_order_acquire); }
+  std::uint64_t higher_period_ns() const { return higher_period_ns_.load(std::memory_order_acquire); }
   std::uint64_t scans() const { return scans_.load(std::memory_order_relaxed); }
   std::uint64_t rereads() const { return rereads_.load(std::memory_order_relaxed); }
 
@@ -53,6 +56,7 @@ class PeerWatch {
   std::atomic<bool> reading_{false};  // one thread reads the board at a time
   std::atomic<bool> higher_present_{false};
   std::atomic<std::uint64_t> higher_busy_until_ns_{0};
+  std::atomic<std::uint64_t> higher_period_ns_{0};
   std::atomic<std::uint64_t> scans_{0};
   std::atomic<std::uint64_t> rereads_{0};
 };

@@ -178,6 +178,8 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     // While the bound ramps up, the higher one went idle moments ago and may resume any time (a
     // server between two requests of a burst): each step, a wait for the device, is also a look
     // at its record, so this launch does not go in front of its next request.
+    // A bound sized by the higher one's requests stays below the whole one, so its steps keep
+    // looking: a request finds only its share queued if the next launch is held at once.
     if (bound_now(now) >= tuning_.in_flight_bound_ns) break;
     summary = watch_.look(now, true, priority());
     if (summary.higher_busy_until_ns <= now) break;
@@ -212,6 +214,7 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
 // below it to tell.
 void PriorityGate::announce_busy(std::uint64_t now) {
   if (priority() == Priority::Low) return;
+  if (period_start_ns_.load(kRelaxed) == 0) period_start_ns_.store(now, kRelaxed);
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   if (until >= now + tuning_.busy_horizon_ns / 2) return;
   busy_until_ns_.store(now + tuning_.busy_horizon_ns, kRelaxed);
@@ -245,17 +248,32 @@ void PriorityGate::note_host_sync() {
   // Every event recorded before the wait has completed: the share's span, if one ran, is read.
   const bool share_moved = share_supported_ && priority() != Priority::Low &&
                            share_.note_idle(ops_, now, tuning_.light_share_permille);
+  const bool period_moved = note_period_end(now);
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   // Published as is: once past, it tells lower priorities since when this container is idle.
   sync_return_ns_.store(now, kRelaxed);
   const std::uint64_t idle_at = now + (grace_pays_.load(kRelaxed) ? tuning_.resume_grace_ns : 0);
   if (until <= idle_at) {  // already idle, or idle within the grace
-    if (share_moved) publish_own(now);
+    if (share_moved || period_moved) publish_own(now);
     return;
   }
   grace_until_ns_.store(idle_at, kRelaxed);
   busy_until_ns_.store(idle_at, kRelaxed);
   publish_own(now);
+}
+
+// A wait found this container's work done: the busy period its first launch after the previous one
+// began has ended. Its moving mean (weight 1/4) is what lower ones size their bound by; true when it
+// moved by more than 1/8, so the record is worth re-publishing now rather than at the heartbeat.
+bool PriorityGate::note_period_end(std::uint64_t now) {
+  const std::uint64_t start = period_start_ns_.exchange(0, kRelaxed);
+  if (start == 0 || start >= now || priority() == Priority::Low) return false;
+  const std::uint64_t period = now - start;
+  const std::uint64_t mean = busy_period_ns_.load(kRelaxed);
+  const std::uint64_t next = mean == 0 ? period : mean - mean / 4 + period / 4;
+  busy_period_ns_.store(next, kRelaxed);
+  const std::uint64_t moved = next > mean ? next - mean : mean - next;
+  return mean == 0 || moved > mean / 8;
 }
 
 void PriorityGate::heartbeat() { publish_own(clock_.now_ns()); }
@@ -273,15 +291,22 @@ void PriorityGate::publish_own(std::uint64_t now) {
   own.busy_until_ns = busy_until_ns_.load(kRelaxed);  // past: idle since then
   own.held_back_ns = held_back_ns_.load(kRelaxed);
   own.device_share_permille = share_.permille();
+  own.busy_period_ns = busy_period_ns_.load(kRelaxed);
   board_->publish(own);
   publishes_.fetch_add(1, kRelaxed);
 }
 
-// The in-flight bound now: the whole of it while a higher priority is busy (a floor slice) or has
+// The in-flight bound now: the whole of it (no more than request_share_percent of the higher ones'
+// shortest request when they published one) while a higher priority is busy (a floor slice) or has
 // never been busy, else in proportion to how long the most recent one has been idle, up to the
 // whole after in_flight_ramp_ns.
 std::uint64_t PriorityGate::bound_now(std::uint64_t now) const {
-  const std::uint64_t bound = tuning_.in_flight_bound_ns;
+  std::uint64_t bound = tuning_.in_flight_bound_ns;
+  const std::uint64_t period = watch_.higher_period_ns();
+  if (period != 0 && tuning_.request_share_percent != 0) {
+    const std::uint64_t share = period / 100 * std::min(tuning_.request_share_percent, 100U);
+    bound = std::min(bound, std::max(kMinRequestBoundNs, share));
+  }
   const std::uint64_t ramp = tuning_.in_flight_ramp_ns;
   const std::uint64_t idle_since = watch_.higher_busy_until_ns();
   if (ramp == 0 || idle_since == 0 || idle_since >= now) return bound;

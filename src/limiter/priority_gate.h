@@ -43,6 +43,9 @@ struct PeerView {
   // The share of its busy time the device ran its work, per mille, from its own timing events
   // (0: not measured). Below PriorityTuning::light_share_permille it does not hold lower ones.
   std::uint32_t device_share_permille = 0;
+  // The mean length of its busy periods (from its first launch after idling to the wait that
+  // found its work done: a server's request), 0 = unknown. Lower ones size their bound by it.
+  std::uint64_t busy_period_ns = 0;
 };
 
 // The other containers on the same GPU, and this container's own record.
@@ -79,6 +82,12 @@ struct PriorityTuning {
   // this). Kept by waiting for an event every half of it (or by a drain, cuCtxSynchronize, where an
   // event cannot cover the window), so smaller costs more waits.
   std::uint64_t in_flight_bound_ns = 2'000'000;
+  // While the higher containers' requests (their busy periods, PeerView::busy_period_ns) are known,
+  // the bound is at most this percent of the shortest one's mean, but not below
+  // kMinRequestBoundNs: a request then finds at most that share of its own length in front of it,
+  // whatever it lasts (a 2 ms request met the whole 2 ms bound: p99 1.37x alone on an H200).
+  // 0 = the bound alone. GPUSLICE_PRIORITY_REQUEST_SHARE.
+  unsigned request_share_percent = 5;
   // A higher priority that just went idle is likely to submit again soon (a server between two
   // requests of a burst): the bound grows in proportion to its idle time, reaching
   // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one
@@ -159,6 +168,9 @@ struct PriorityStats {
 
 class PriorityGate {
  public:
+  // The least a bound sized by a higher one's requests comes to (PriorityTuning::request_share_percent).
+  static constexpr std::uint64_t kMinRequestBoundNs = 50'000;
+
   // `priority_source` holds the level the container claims as a Priority's value (kNoPriority:
   // normal), read at every launch so `gpuslice set --priority` applies live; `ceiling_source` (may
   // be null: none) the highest level the operator assigned it: the gate runs at the lower of the
@@ -200,6 +212,10 @@ class PriorityGate {
   PriorityStats stats() const;
   // The share of its busy time the device ran this container's work, per mille (0: not measured).
   std::uint32_t device_share() const { return share_.permille(); }
+  // The mean length of this container's busy periods (0: none ended yet), as published.
+  std::uint64_t busy_period_ns() const { return busy_period_ns_.load(std::memory_order_relaxed); }
+  // The in-flight bound a launch would meet now (bound_now), for the exit line and tests.
+  std::uint64_t in_flight_bound_now() const { return bound_now(clock_.now_ns()); }
   // Records older than this are ignored (PriorityTuning::stale_ns).
   std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
@@ -223,6 +239,7 @@ class PriorityGate {
   bool pipelining() const;
   std::uint64_t launch_cap(std::uint64_t now) const;
   std::uint64_t bound_now(std::uint64_t now) const;
+  bool note_period_end(std::uint64_t now);
 
   Clock& clock_;
   DriverOps ops_;
@@ -241,6 +258,9 @@ class PriorityGate {
   // whose device idles between its short waits, is idle at once, so lower ones use the gaps.
   std::atomic<std::uint64_t> sync_return_ns_{0};  // when the last idle-making wait returned; 0: seen
   std::atomic<bool> grace_pays_{true};
+  // Busy periods: the first launch after the last idle-making wait, and their moving mean.
+  std::atomic<std::uint64_t> period_start_ns_{0};
+  std::atomic<std::uint64_t> busy_period_ns_{0};
 
   // The higher containers' records, refreshed by one thread at a time (every refresh_ns while a
   // higher priority is alive, every absent_refresh_ns otherwise).

@@ -334,6 +334,7 @@ void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->busy_until_ns = record.busy_until_ns;
   peer->held_back_ns = record.held_back_ns;
   peer->device_share_permille = record.device_share_permille > 1000 ? 1000 : record.device_share_permille;
+  peer->busy_period_us = record.busy_period_us;
 }
 
 }  // namespace
@@ -461,6 +462,7 @@ bool NodeChannel::publish(const PeerState& own) {
   record.busy_until_ns = own.busy_until_ns;
   record.held_back_ns = own.held_back_ns;
   record.device_share_permille = own.device_share_permille > 1000 ? 1000 : own.device_share_permille;
+  record.busy_period_us = own.busy_period_us;
   record.checksum = detail::peer_checksum(record);
   return fs::pwrite_exact(fd_, &record, sizeof record, 0);
 }

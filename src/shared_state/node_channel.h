@@ -55,6 +55,8 @@ struct PeerState {                          // what one container publishes abou
   std::uint64_t held_back_ns = 0;  // priority: total time this container's submissions were held back
   // Priority: the share of its busy time the device ran its work, per mille (0 = not measured).
   std::uint32_t device_share_permille = 0;
+  // Priority: the mean length of its busy periods (a server's request), microseconds (0 = unknown).
+  std::uint32_t busy_period_us = 0;
 };
 
 class NodeChannel {

@@ -14,6 +14,7 @@ struct PeerRecord {
   // 2: priority holds a Priority's value (1 low .. 3 high).
   // 3: device_share_permille (88 bytes). Readers take version 2 records too (80 bytes, no share:
   // read as 0, not measured), so a container still on the previous library stays visible.
+  // busy_period_us took the place of version 3's `reserved` (always written 0 before: unknown).
   static constexpr std::uint32_t kVersion = 3;
   static constexpr std::uint32_t kVersion2 = 2;
   static constexpr std::size_t kVersion2Size = 80;
@@ -31,7 +32,8 @@ struct PeerRecord {
   // Priority: the share of its busy time the device ran this container's work (per mille), as its
   // own timing events measured it; 0 = not measured.
   std::uint32_t device_share_permille;
-  std::uint32_t reserved;
+  // Priority: the mean length of its busy periods in microseconds (a server's request), 0 = unknown.
+  std::uint32_t busy_period_us;
   std::uint64_t checksum;
 };
 static_assert(sizeof(PeerRecord) == 88, "the record size is part of the format");

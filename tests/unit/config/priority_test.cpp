@@ -134,6 +134,23 @@ TEST(PriorityTunables, TheLightShareIsAPercentageAndZeroMeansEveryHigherOneHolds
   EXPECT_NE(bad.errors[0].find("GPUSLICE_PRIORITY_LIGHT_SHARE='150'"), std::string::npos) << bad.errors[0];
 }
 
+TEST(PriorityTunables, TheRequestShareIsAPercentageAndAnythingElseNamesTheVariable) {
+  const auto with = [](const char* value) {
+    return load_settings([value](const char* name) -> const char* {
+      return std::string_view(name) == "GPUSLICE_PRIORITY_REQUEST_SHARE" ? value : nullptr;
+    });
+  };
+  EXPECT_FALSE(with(nullptr).priority_tuning.request_share_percent.has_value());
+  EXPECT_EQ(with("10").priority_tuning.request_share_percent, 10U);
+  EXPECT_EQ(with("0").priority_tuning.request_share_percent, 0U);
+  EXPECT_FALSE(with("").priority_tuning.request_share_percent.has_value()) << "empty counts as unset";
+  for (const char* bad_value : {"101", "5%x", "-1", "five"}) {
+    const Settings bad = with(bad_value);
+    ASSERT_EQ(bad.errors.size(), 1U) << bad_value;
+    EXPECT_NE(bad.errors[0].find("GPUSLICE_PRIORITY_REQUEST_SHARE='"), std::string::npos) << bad.errors[0];
+  }
+}
+
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {
   EXPECT_FALSE(load_with(nullptr).priority.has_value());
   const Settings s = load_with("low");

@@ -187,6 +187,62 @@ TEST(PriorityGateMechanics, ALowContainerResumesOnlyWhenTheHighGraceHasPassed) {
   EXPECT_EQ(gate.stats().holds, 1U);
 }
 
+// A busy period runs from the first launch after idling to the wait that found the work done (one
+// request of a server); its moving mean (1/4) is published for lower ones to size their bound by.
+TEST(PriorityGateMechanics, EachBusyPeriodsLengthFeedsThePublishedMean) {
+  ManualClock clock;
+  FakeBoard board;
+  auto prio = source(Priority::High);
+  PriorityGate gate(clock, counting_ops(), &board, &prio);
+  auto request = [&](std::uint64_t length) {
+    gate.gate(nullptr);
+    clock.now += length / 2;
+    gate.gate(nullptr);  // a second launch of the same request starts nothing
+    clock.now += length / 2;
+    gate.note_sync_begin();
+    gate.note_host_sync();
+    clock.now += 20 * kMs;  // idle until the next one
+  };
+  request(2 * kMs);
+  EXPECT_EQ(gate.busy_period_ns(), 2 * kMs);
+  EXPECT_EQ(board.published.back().busy_period_ns, 2 * kMs);
+  request(6 * kMs);
+  EXPECT_EQ(gate.busy_period_ns(), 3 * kMs) << "3/4 of 2 ms and 1/4 of 6 ms";
+  EXPECT_EQ(board.published.back().busy_period_ns, 3 * kMs) << "moved by more than 1/8: published at once";
+  gate.note_sync_begin();  // a wait with nothing launched since ends no period
+  gate.note_host_sync();
+  EXPECT_EQ(gate.busy_period_ns(), 3 * kMs);
+}
+
+// A lower container sizes its bound by the shortest request of the higher ones that hold: at most
+// request_share_percent (5%) of it, never below kMinRequestBoundNs nor above the whole bound.
+TEST(PriorityGateMechanics, TheBoundIsAShareOfTheShortestHigherRequestWithinItsLimits) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now));
+  board.peers.push_back(peer(Priority::High, clock.now));
+  auto prio = source(Priority::Low);
+  PriorityGate gate(clock, counting_ops(), &board, &prio, two_ms_bound());
+  const auto bound_beside = [&](std::uint64_t first, std::uint64_t second) {
+    board.peers[0].busy_period_ns = first;
+    board.peers[1].busy_period_ns = second;
+    clock.now += PriorityTuning{}.absent_refresh_ns;
+    board.peers[0].heartbeat_ns = board.peers[1].heartbeat_ns = clock.now;
+    gate.gate(nullptr);
+    return gate.in_flight_bound_now();
+  };
+  EXPECT_EQ(bound_beside(0, 0), 2 * kMs) << "no request known: the whole bound";
+  EXPECT_EQ(bound_beside(7 * kMs, 0), 350 * kUs);
+  EXPECT_EQ(bound_beside(7 * kMs, 2 * kMs), 100 * kUs) << "the shortest one's";
+  EXPECT_EQ(bound_beside(200 * kUs, 0), PriorityGate::kMinRequestBoundNs);
+  EXPECT_EQ(bound_beside(100 * kMs, 0), 2 * kMs) << "never above the whole bound";
+  PriorityTuning off = two_ms_bound();
+  off.request_share_percent = 0;
+  PriorityGate whole(clock, counting_ops(), &board, &prio, off);
+  whole.gate(nullptr);
+  EXPECT_EQ(whole.in_flight_bound_now(), 2 * kMs) << "GPUSLICE_PRIORITY_REQUEST_SHARE=0";
+}
+
 TEST(PriorityGateMechanics, PeersAreReadAtMostOncePerRefresh) {
   ManualClock clock;
   FakeBoard board;

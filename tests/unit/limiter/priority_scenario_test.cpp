@@ -269,13 +269,16 @@ TEST(PrioritySharing, ADeviceBoundServerFindsLessInFrontOfItsRequestsWithTheDefa
     for (const std::uint64_t l : run.latencies) sum += static_cast<double>(l);
     return sum / static_cast<double>(run.latencies.size());
   };
-  PriorityTuning short_ramp;
+  // The ramp alone: no bound sized by the server's requests (AShortRequestFinds... tests that).
+  PriorityTuning ramp;
+  ramp.request_share_percent = 0;
+  PriorityTuning short_ramp = ramp;
   short_ramp.in_flight_ramp_ns = 8 * kMs;
   double unused = 0;
   double work_default = 0;
   double work_short = 0;
-  const double alone = serve_beside(false, PriorityTuning{}, &unused);
-  const double extra_default = serve_beside(true, PriorityTuning{}, &work_default) - alone;
+  const double alone = serve_beside(false, ramp, &unused);
+  const double extra_default = serve_beside(true, ramp, &work_default) - alone;
   const double extra_short = serve_beside(true, short_ramp, &work_short) - alone;
   std::printf(
       "graphed server at 30%%: mean extra latency %.0f us with the default ramp (%.0f ms), %.0f us with "
@@ -286,6 +289,51 @@ TEST(PrioritySharing, ADeviceBoundServerFindsLessInFrontOfItsRequestsWithTheDefa
   EXPECT_LE(extra_default, static_cast<double>(kBound)) << "never more than the bound";
   // What it costs the trainer: smaller steps while the server serves, most of its work kept.
   EXPECT_GE(work_default, 0.8 * work_short);
+}
+
+// A device-bound server whose requests are short (one 2 ms CUDA graph) at 30% load: a request that
+// arrives after a long pause used to find the whole 2 ms bound of trainer work in front of it, as
+// long as itself (p99 1.37x alone on an H200). The server publishes the mean length of its busy
+// periods and the trainer keeps at most request_share_percent (5%) of it queued.
+TEST(PrioritySharing, AShortRequestFindsAtMostItsShareOfItsOwnLengthInFrontOfIt) {
+  constexpr std::uint64_t kFor = 5 * kSec;
+  constexpr std::uint64_t kTrainerKernel = 50 * kUs;
+  RequestShape graph;
+  graph.kernels = 1;
+  graph.kernel_ns = 2 * kMs;
+  const auto arrivals = poisson_arrivals(0.3 / 2e-3, 0, kFor, 29);
+  struct Run {
+    double mean = 0;  // latency
+    std::uint64_t p99 = 0;
+    double work = 0;
+  };
+  auto serve_beside = [&](bool trainer, const PriorityTuning& tuning) {
+    const BesideTrainer run =
+        serve_beside_trainer(tuning, arrivals, graph, trainer, kTrainerKernel, 10 * kUs, kFor);
+    double sum = 0;
+    for (const std::uint64_t l : run.latencies) sum += static_cast<double>(l);
+    return Run{sum / static_cast<double>(run.latencies.size()), percentile(run.latencies, 0.99),
+               run.trainer_work};
+  };
+  PriorityTuning whole_bound;
+  whole_bound.request_share_percent = 0;
+  const Run alone = serve_beside(false, PriorityTuning{});
+  const Run shared = serve_beside(true, PriorityTuning{});
+  const Run whole = serve_beside(true, whole_bound);
+  std::printf(
+      "2 ms requests at 30%%: mean extra latency %.0f us with the request share (%u%%), %.0f us with the "
+      "whole bound; p99 %.2f / %.2f ms (alone %.2f); trainer work %.3f s / %.3f s of %.1f s\n",
+      (shared.mean - alone.mean) / 1e3, PriorityTuning{}.request_share_percent,
+      (whole.mean - alone.mean) / 1e3, ms(shared.p99), ms(whole.p99), ms(alone.p99), shared.work / 1e9,
+      whole.work / 1e9, ms(kFor) / 1e3);
+  // Its share of 2 ms (100 us) and the kernel being launched, at most.
+  EXPECT_LE(shared.mean - alone.mean, static_cast<double>(100 * kUs + kTrainerKernel));
+  EXPECT_GT(whole.mean - alone.mean, 2.0 * (shared.mean - alone.mean))
+      << "the check fails with the whole bound";
+  EXPECT_LE(shared.p99, whole.p99);
+  // The trainer still gets most of what the server leaves idle.
+  EXPECT_GE(shared.work, 0.8 * whole.work);
+  EXPECT_GE(shared.work, 0.55 * static_cast<double>(kFor));
 }
 
 // Work conservation: with a higher-priority container alive but idle, the low-priority trainer
