@@ -69,16 +69,12 @@ class ComputeAccuracyExpectsGpuTime(unittest.TestCase):
         self.assertTrue(accuracy.phase_passes(0.91, 1.0, 3.0))
         self.assertFalse(accuracy.phase_passes(0.48, 1.0, 3.0))  # the old definition's decode loop
 
-    def test_held_work_is_judged_by_its_gpu_time_and_free_work_by_its_speed(self):
+    def test_gpu_time_is_told_beside_the_verdict_for_held_work_only(self):
         # At 80% a boosted clock put the throughput at 0.834 while the device ran it 79.3% of the time.
-        self.assertTrue(accuracy.gpu_time_passes(79.3, 80, 0.834, 0.80, 3.0))
-        self.assertFalse(accuracy.gpu_time_passes(84.0, 80, 0.80, 0.80, 3.0))
-        self.assertFalse(accuracy.gpu_time_passes(76.5, 80, 0.80, 0.80, 3.0))
-        # Without NVML, the throughput decides.
-        self.assertFalse(accuracy.gpu_time_passes(None, 80, 0.834, 0.80, 3.0))
-        # Below its limit, its speed: a decode loop at 5% utilization under 50%.
-        self.assertTrue(accuracy.gpu_time_passes(5.0, 50, 0.93, 1.0, 3.0))
-        self.assertFalse(accuracy.gpu_time_passes(5.0, 50, 0.48, 1.0, 3.0))
+        self.assertTrue(accuracy.gpu_time_within(79.3, 80, 0.80, 3.0))
+        self.assertFalse(accuracy.gpu_time_within(84.0, 80, 0.80, 3.0))
+        self.assertIsNone(accuracy.gpu_time_within(None, 80, 0.80, 3.0))
+        self.assertIsNone(accuracy.gpu_time_within(5.0, 50, 1.0, 3.0))  # a decode loop below its limit
 
     def test_a_phase_row_carries_its_expected_ratio(self):
         phases = [
