@@ -23,7 +23,7 @@ Result<Priority> parse_priority(std::string_view text);
 Result<std::uint64_t> parse_duration_ns(std::string_view text, std::uint64_t min_ns, std::uint64_t max_ns);
 
 // The container's own priority tunables (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
-// _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE);
+// _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE, _REFRESH);
 // unset: the defaults documented in docs/priority.md.
 struct PriorityTunables {
   std::optional<std::uint64_t> in_flight_ns;      // lower-priority work it keeps queued beside a higher one
@@ -34,6 +34,7 @@ struct PriorityTunables {
   std::optional<bool> long_kernels_alone;         // a kernel over half its bound waits for an empty queue
   std::optional<unsigned> light_share_percent;    // a higher one busier than this holds it (0 = any does)
   std::optional<unsigned> request_share_percent;  // its bound at most this share of a higher one's request
+  std::optional<std::uint64_t> refresh_ns;        // how often a launching thread re-reads the higher ones
 };
 
 }  // namespace gpuslice::config

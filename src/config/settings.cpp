@@ -227,6 +227,7 @@ class Loader {
     duration("GPUSLICE_PRIORITY_IN_FLIGHT", 100'000, 100'000'000, t.in_flight_ns);
     duration("GPUSLICE_PRIORITY_RAMP", 0, 1'000'000'000, t.ramp_ns);
     duration("GPUSLICE_PRIORITY_GRACE", 0, 10'000'000, t.grace_ns);
+    duration("GPUSLICE_PRIORITY_REFRESH", 20'000, 10'000'000, t.refresh_ns);
     if (auto text = get("GPUSLICE_PRIORITY_FLOOR")) {
       auto percent = detail::parse_percent_value(*text, /*allow_zero=*/true);
       if (!percent) return fail("GPUSLICE_PRIORITY_FLOOR", *text, percent.error());

@@ -27,7 +27,7 @@ limiter::PriorityGate* current_gate() {
 }
 
 // The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
-// _LONG_KERNEL, _LIGHT_SHARE and _REQUEST_SHARE.
+// _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE and _REFRESH.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
@@ -38,6 +38,7 @@ limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
   if (own.light_share_percent) tuning.light_share_permille = *own.light_share_percent * 10;
   if (own.request_share_percent) tuning.request_share_percent = *own.request_share_percent;
+  if (own.refresh_ns) tuning.refresh_ns = *own.refresh_ns;
   return tuning;
 }
 

@@ -85,9 +85,11 @@ struct PriorityTuning {
   // While the higher containers' requests (their busy periods, PeerView::busy_period_ns) are known,
   // the bound is at most this percent of the shortest one's mean, but not below
   // kMinRequestBoundNs: a request then finds at most that share of its own length in front of it,
-  // whatever it lasts (a 2 ms request met the whole 2 ms bound: p99 1.37x alone on an H200).
-  // 0 = the bound alone. GPUSLICE_PRIORITY_REQUEST_SHARE.
-  unsigned request_share_percent = 5;
+  // whatever it lasts. 0 (the default) = the bound alone: on H200s (2026-11-28) 5% and 10% left a
+  // graphed server's 2 ms requests where the whole bound did (p99 1.30x / 1.11x / 1.08x alone
+  // against 1.33x, each request's service 1.09-1.12x alone with any bound) and cost the trainer
+  // 0.02-0.09 of its speed (docs/priority.md). GPUSLICE_PRIORITY_REQUEST_SHARE.
+  unsigned request_share_percent = 0;
   // A higher priority that just went idle is likely to submit again soon (a server between two
   // requests of a burst): the bound grows in proportion to its idle time, reaching
   // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one

@@ -151,6 +151,23 @@ TEST(PriorityTunables, TheRequestShareIsAPercentageAndAnythingElseNamesTheVariab
   }
 }
 
+TEST(PriorityTunables, TheRefreshIsADurationFrom20usTo10ms) {
+  const auto with = [](const char* value) {
+    return load_settings([value](const char* name) -> const char* {
+      return std::string_view(name) == "GPUSLICE_PRIORITY_REFRESH" ? value : nullptr;
+    });
+  };
+  EXPECT_FALSE(with(nullptr).priority_tuning.refresh_ns.has_value());
+  EXPECT_EQ(with("50us").priority_tuning.refresh_ns, 50'000U);
+  EXPECT_EQ(with("10ms").priority_tuning.refresh_ns, 10'000'000U);
+  for (const char* bad_value : {"10us", "11ms", "50", "fast"}) {
+    const Settings bad = with(bad_value);
+    ASSERT_EQ(bad.errors.size(), 1U) << bad_value;
+    EXPECT_NE(bad.errors[0].find(std::string("GPUSLICE_PRIORITY_REFRESH='") + bad_value + "'"), std::string::npos)
+        << bad.errors[0];
+  }
+}
+
 TEST(PrioritySetting, IsUnsetByDefaultAndParsedWhenGiven) {
   EXPECT_FALSE(load_with(nullptr).priority.has_value());
   const Settings s = load_with("low");

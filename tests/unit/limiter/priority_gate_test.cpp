@@ -214,15 +214,18 @@ TEST(PriorityGateMechanics, EachBusyPeriodsLengthFeedsThePublishedMean) {
   EXPECT_EQ(gate.busy_period_ns(), 3 * kMs);
 }
 
-// A lower container sizes its bound by the shortest request of the higher ones that hold: at most
-// request_share_percent (5%) of it, never below kMinRequestBoundNs nor above the whole bound.
+// A lower container with GPUSLICE_PRIORITY_REQUEST_SHARE=5 sizes its bound by the shortest request
+// of the higher ones that hold: at most 5% of it, never below kMinRequestBoundNs nor above the whole
+// bound.
 TEST(PriorityGateMechanics, TheBoundIsAShareOfTheShortestHigherRequestWithinItsLimits) {
   ManualClock clock;
   FakeBoard board;
   board.peers.push_back(peer(Priority::High, clock.now));
   board.peers.push_back(peer(Priority::High, clock.now));
   auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio, two_ms_bound());
+  PriorityTuning five = two_ms_bound();
+  five.request_share_percent = 5;
+  PriorityGate gate(clock, counting_ops(), &board, &prio, five);
   const auto bound_beside = [&](std::uint64_t first, std::uint64_t second) {
     board.peers[0].busy_period_ns = first;
     board.peers[1].busy_period_ns = second;
@@ -236,11 +239,9 @@ TEST(PriorityGateMechanics, TheBoundIsAShareOfTheShortestHigherRequestWithinItsL
   EXPECT_EQ(bound_beside(7 * kMs, 2 * kMs), 100 * kUs) << "the shortest one's";
   EXPECT_EQ(bound_beside(200 * kUs, 0), PriorityGate::kMinRequestBoundNs);
   EXPECT_EQ(bound_beside(100 * kMs, 0), 2 * kMs) << "never above the whole bound";
-  PriorityTuning off = two_ms_bound();
-  off.request_share_percent = 0;
-  PriorityGate whole(clock, counting_ops(), &board, &prio, off);
+  PriorityGate whole(clock, counting_ops(), &board, &prio, two_ms_bound());
   whole.gate(nullptr);
-  EXPECT_EQ(whole.in_flight_bound_now(), 2 * kMs) << "GPUSLICE_PRIORITY_REQUEST_SHARE=0";
+  EXPECT_EQ(whole.in_flight_bound_now(), 2 * kMs) << "the default: no request share";
 }
 
 TEST(PriorityGateMechanics, PeersAreReadAtMostOncePerRefresh) {
