@@ -163,7 +163,8 @@ TEST(PriorityTunables, TheRefreshIsADurationFrom20usTo10ms) {
   for (const char* bad_value : {"10us", "11ms", "50", "fast"}) {
     const Settings bad = with(bad_value);
     ASSERT_EQ(bad.errors.size(), 1U) << bad_value;
-    EXPECT_NE(bad.errors[0].find(std::string("GPUSLICE_PRIORITY_REFRESH='") + bad_value + "'"), std::string::npos)
+    EXPECT_NE(bad.errors[0].find(std::string("GPUSLICE_PRIORITY_REFRESH='") + bad_value + "'"),
+              std::string::npos)
         << bad.errors[0];
   }
 }
