@@ -29,7 +29,7 @@ struct Step {
   std::uint64_t kernel_ns = 5 * kUs;
   std::uint64_t long_kernel_ns = 0;
   std::uint64_t host_ns = 500 * kUs;
-  bool sync = false;  // the step ends by waiting for its work (as reading a token does)
+  bool sync = false;                 // the step ends by waiting for its work (as reading a token does)
   std::uint64_t launch_host_ns = 0;  // host work after each kernel launch (a Python loop's)
 };
 
