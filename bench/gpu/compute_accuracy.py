@@ -510,12 +510,15 @@ class Timeline:
 
 class NvmlSampler:
     """Device utilization, SM clock and power every 100 ms, read through NVML by this parent process
-    (which has no LD_PRELOAD, so it sees the real device)."""
+    (which has no LD_PRELOAD, so it sees the real device). Also every utilization sample the driver
+    took (nvmlDeviceGetSamples: each the share of its own period a kernel ran, with the period's end),
+    which cover the run without gaps or repeats, unlike the latest value read every 100 ms."""
 
     def __init__(self, index=0, period=0.1):
         import ctypes
         import threading
         self.samples = []  # (monotonic, util %, sm MHz, watts, clock event reasons bit mask)
+        self.driver_samples = []  # (monotonic end of the driver's sample period, util %)
         self.ok = False
         try:
             self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -538,11 +541,27 @@ class NvmlSampler:
         class Utilization(ctypes.Structure):
             _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
+        class Sample(ctypes.Structure):  # nvmlSample_t: CPU timestamp in us, then an 8-byte value
+            _fields_ = [("timestamp", ctypes.c_ulonglong), ("value", ctypes.c_ulonglong)]
+
         util = Utilization()
         clock = ctypes.c_uint()
         milliwatts = ctypes.c_uint()
         reasons = ctypes.c_ulonglong()
+        buffer = (Sample * 256)()
+        value_type = ctypes.c_int()
+        last_seen = ctypes.c_ulonglong(0)
         while not self.stop.wait(self.period):
+            count = ctypes.c_uint(len(buffer))
+            # NVML_GPU_UTILIZATION_SAMPLES = 1; values are unsigned ints (NVML_VALUE_TYPE_UNSIGNED_INT = 1).
+            if self.nvml.nvmlDeviceGetSamples(self.handle, 1, last_seen, ctypes.byref(value_type),
+                                              ctypes.byref(count), buffer) == 0 and value_type.value == 1:
+                offset = time.time() - time.monotonic()
+                for i in range(min(count.value, len(buffer))):
+                    if buffer[i].timestamp > last_seen.value:
+                        self.driver_samples.append((buffer[i].timestamp / 1e6 - offset, buffer[i].value & 0xffffffff))
+                if count.value:
+                    last_seen.value = max(last_seen.value, max(buffer[i].timestamp for i in range(count.value)))
             if self.nvml.nvmlDeviceGetUtilizationRates(self.handle, ctypes.byref(util)) != 0:
                 continue
             self.nvml.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(clock))  # NVML_CLOCK_SM
@@ -555,6 +574,17 @@ class NvmlSampler:
         if self.ok:
             self.stop.set()
             self.thread.join()
+
+    def gpu_time(self, t_from, t_to):
+        """The share of [t_from, t_to] a kernel ran (percent), from the driver's own samples whose
+        periods lie inside it, each weighted by its period; None without two such samples."""
+        samples = sorted(self.driver_samples)
+        total = weighted = 0.0
+        for (t0, _), (t1, value) in zip(samples, samples[1:]):
+            if t0 >= t_from and t1 <= t_to:
+                total += t1 - t0
+                weighted += (t1 - t0) * value
+        return weighted / total if total > 0 else None
 
     def mean(self, t_from, t_to):
         """(mean util %, mean SM MHz, mean W) of the samples in [t_from, t_to], or Nones."""
@@ -626,9 +656,10 @@ def accuracy(args, runner, sampler):
             end = (changes[i + 1][1] - t0) if i + 1 < len(changes) else timeline.end
             measured_from = start + 1.0 if i > 0 else start
             util, clock, watts = sampler.mean(t0 + measured_from, t0 + end) if sampler.ok else (None,) * 3
+            gpu_time = sampler.gpu_time(t0 + measured_from, t0 + end) if sampler.ok else None
             phases.append({"limit": limit, "start": start, "end": end, "from": measured_from,
                            "it_s": timeline.throughput(measured_from, end),
-                           "util": util, "sm_mhz": clock, "watts": watts})
+                           "util": util, "gpu_time_pct": gpu_time, "sm_mhz": clock, "watts": watts})
         data["phases"] = phases
         data["unhooked_it_s"] = unhooked_it_s
         workload_rows, workload_transitions = analyse(workload, data)
@@ -681,7 +712,9 @@ def analyse(workload, data):
             "unlimited_sm_mhz": round(sum(q["sm_mhz"] for q in neighbours) / len(neighbours))
             if all(q["sm_mhz"] is not None for q in neighbours) else None,
             "seconds": round(p["end"] - p["from"], 2),
-            "gpu_time_within": gpu_time_within(p["util"], p["limit"], expected),
+            "gpu_time_pct": None if p.get("gpu_time_pct") is None else round(p["gpu_time_pct"], 1),
+            "gpu_time_within": gpu_time_within(p["util"] if p.get("gpu_time_pct") is None else p["gpu_time_pct"],
+                                               p["limit"], expected),
             "pass": phase_passes(ratio, expected),
         })
         # Settling after this phase's change (the first second is inside the phase): when the
@@ -715,14 +748,15 @@ def report(rows, transitions):
 
     print()
     print("| workload | limit % | after | unlimited it/s | limited it/s | throughput ratio | expected | error (points) "
-          "| vs un-hooked processes | 1 s min..max | NVML util % (GPU time) | occupancy ratio | SM MHz (unlimited) "
-          "| GPU time within | pass |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| vs un-hooked processes | 1 s min..max | NVML util % | GPU time % (driver samples) | occupancy ratio "
+          "| SM MHz (unlimited) | GPU time within | pass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
               f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r.get('expected_ratio', r['limit'] / 100):.3f} | "
               f"{r['error_points']:+.1f} | {r['ratio_vs_unhooked']:.3f} | "
               f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
+              f"{fmt(r.get('gpu_time_pct'), '.1f')} | "
               f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
               f"{ {True: 'yes', False: 'no'}.get(r.get('gpu_time_within'), '-')} | {'PASS' if r['pass'] else 'FAIL'} |")
     pooled = {}
@@ -831,7 +865,7 @@ def main():
             writer.writerows(rows)
     with open(os.path.join(args.out, "compute_accuracy.json"), "w") as f:
         json.dump({"rows": rows, "runs": runs, "transitions": transitions, "seconds": args.seconds,
-                   "nvml": sampler.samples}, f)
+                   "nvml": sampler.samples, "nvml_driver_samples": sampler.driver_samples}, f)
 
     report(rows, transitions)
     failed = sum(not r["pass"] for r in rows)

@@ -76,6 +76,13 @@ class ComputeAccuracyExpectsGpuTime(unittest.TestCase):
         self.assertIsNone(accuracy.gpu_time_within(None, 80, 0.80, 3.0))
         self.assertIsNone(accuracy.gpu_time_within(5.0, 50, 1.0, 3.0))  # a decode loop below its limit
 
+    def test_gpu_time_weights_the_driver_samples_inside_the_phase_by_their_periods(self):
+        sampler = accuracy.NvmlSampler.__new__(accuracy.NvmlSampler)
+        sampler.driver_samples = [(0.0, 0), (0.5, 100), (1.0, 0), (1.5, 100), (2.0, 50), (2.5, 50)]
+        self.assertAlmostEqual(sampler.gpu_time(0.0, 2.0), 62.5)
+        self.assertAlmostEqual(sampler.gpu_time(0.4, 2.6), 50.0)  # periods reaching outside are left out
+        self.assertIsNone(sampler.gpu_time(3.0, 4.0))
+
     def test_a_phase_row_carries_its_expected_ratio(self):
         phases = [
             {"limit": 100, "start": 0.0, "end": 4.0, "from": 0.0, "it_s": 100.0, "util": 5.0, "sm_mhz": None},
