@@ -19,5 +19,5 @@ acc s 2 34-37 streams4,matmul2p &
 acc c 3 50 cluster,long40 &
 wait
 for x in decode g s c; do
-  echo "== accuracy $x"; grep -E "^\| |phases pass|timed|rror|^[a-z0-9]+:$|pooled" $OUT/acc-$x.txt | cut -d'|' -f1-9,11-18 | head -40
+  echo "== accuracy $x"; grep -E "^\| |phases pass|timed|rror|^[a-z0-9]+:$|pooled" $OUT/acc-$x.txt | head -40
 done
