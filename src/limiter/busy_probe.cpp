@@ -24,24 +24,33 @@ bool BusyProbe::probe_launch(const DriverOps& ops, Clock& clock, CUstream stream
                              std::uint32_t n) {
   const std::uint64_t entered = clock.now_ns();
   lock();
+  const std::uint32_t stride = stride_.load(std::memory_order_relaxed);
   bool probed = false;
+  bool armed = false;  // still to time later launches
   switch (phase_) {
     case Phase::Idle:
-      if (n < start_at_.load(std::memory_order_relaxed)) break;  // disarmed meanwhile
+      if (n < next_at_.load(std::memory_order_relaxed)) break;  // disarmed meanwhile
       phase_ = Phase::Running;
       ++generation_;
       claimed_ = 0;
       completed_ = 0;
       own_ns_ = 0;
       start_ns_ = now;
+      first_n_ = n;
       probed = true;
       break;
     case Phase::Running:
       // The span ends at the first launch it has no room or time for: every launch before it, of
-      // any thread, was timed.
-      if (claimed_ >= kSlots || now - start_ns_ >= kMaxSpanNs) {
+      // any thread, was timed (or every stride-th one).
+      if (claimed_ >= kSlots || (stride == 1 && now - start_ns_ >= kMaxSpanNs)) {
         phase_ = Phase::Ended;
         end_ns_ = now;
+        end_n_ = n;
+        break;
+      }
+      // Another thread took the launch number this one was let in for.
+      if (n < next_at_.load(std::memory_order_relaxed)) {
+        armed = true;
         break;
       }
       probed = true;
@@ -62,11 +71,13 @@ bool BusyProbe::probe_launch(const DriverOps& ops, Clock& clock, CUstream stream
     } else {
       t_pending = Pending{this, generation_, claimed_};
       ++claimed_;
+      armed = true;
+      next_at_.store(n + stride, std::memory_order_relaxed);
       const std::uint64_t left = clock.now_ns();
       own_ns_ += left > entered ? left - entered : 0;
     }
   }
-  if (!probed) start_at_.store(kNever, std::memory_order_relaxed);
+  if (!armed) next_at_.store(kNever, std::memory_order_relaxed);
   unlock();
   return probed;
 }
@@ -87,20 +98,21 @@ void BusyProbe::after_launch(const DriverOps& ops, Clock& clock, CUstream stream
     } else {
       slots_[pending.slot] = Slot{};
       phase_ = Phase::Invalid;
-      start_at_.store(kNever, std::memory_order_relaxed);
+      next_at_.store(kNever, std::memory_order_relaxed);
     }
   }
   unlock();
 }
 
 void BusyProbe::exclude(std::uint64_t ns) {
-  if (start_at_.load(std::memory_order_relaxed) == kNever) return;  // no span armed or running
+  if (next_at_.load(std::memory_order_relaxed) == kNever) return;  // no span armed or running
   lock();
   if (phase_ == Phase::Running) own_ns_ += ns;
   unlock();
 }
 
-BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read) {
+BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read,
+                                     std::uint32_t launches) {
   lock();
   Result result;
   // A probe still running ends with the window. One with a launch half-way (a thread between its
@@ -108,6 +120,7 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
   if (phase_ == Phase::Running) {
     phase_ = Phase::Ended;
     end_ns_ = now;
+    end_n_ = launches;
   }
   if (read && phase_ == Phase::Ended && claimed_ > 0 && completed_ == claimed_ && end_ns_ > start_ns_) {
     result.valid = true;
@@ -118,6 +131,12 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
       }
       result.busy_ns += ns;
     }
+    // Every stride-th launch was timed: the span's launches ran about that many times the sum.
+    const std::uint32_t spanned = end_n_ > first_n_ ? end_n_ - first_n_ : 0;
+    if (spanned > claimed_) {
+      result.busy_ns =
+          static_cast<std::uint64_t>(static_cast<unsigned __int128>(result.busy_ns) * spanned / claimed_);
+    }
     // Threads probed at once add up more of it than the span holds: then nothing is left (in full).
     const std::uint64_t span = end_ns_ - start_ns_;
     result.span_ns = span > own_ns_ ? span - own_ns_ : 0;
@@ -127,7 +146,7 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
   phase_ = Phase::Idle;
   claimed_ = 0;
   completed_ = 0;
-  start_at_.store(kNever, std::memory_order_relaxed);
+  next_at_.store(kNever, std::memory_order_relaxed);
   unlock();
   return result;
 }

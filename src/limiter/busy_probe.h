@@ -3,12 +3,17 @@
 // (duty 1) is charged as before, a launch-bound one (tiny kernels between host work) only for the time
 // its kernels ran.
 //
-// A probe times every launch of a span of host time at the start of each window (any thread's, up to
-// kSlots of them): a timing event recorded on the launch's stream just before the launch and one just
-// after, so each pair spans exactly that launch's device time (the stream runs in order: the first
-// completes when the earlier work did, i.e. when the kernel starts). The duty is their sum over the
-// span. A pair costs two cuEventRecord; the pairs are read once, after the window's drain, when every
-// event has completed. Launches outside the probe cost one relaxed load and a compare.
+// A probe times launches from the start of each window (any thread's, up to kSlots of them): a
+// timing event recorded on the launch's stream just before the launch and one just after, so each
+// pair spans exactly that launch's device time (the stream runs in order: the first completes when
+// the earlier work did, i.e. when the kernel starts). With a stride of 1 it times every launch of a
+// span of host time at the window's start; with a stride s (sized by the limiter so that the slots
+// last the window) every s-th launch to the window's close, and the pairs' sum times the launches
+// of the span over the launches timed estimates their device time: a window whose first launches
+// come denser than the rest (a decode step's layers, then its sampling on the host) is not charged
+// the dense part's duty over its whole length. The duty is that device time over the span. A pair costs two
+// cuEventRecord; the pairs are read once, after the window's drain, when every event has completed. Launches
+// outside the probe cost one relaxed load and a compare.
 //
 // The probe's own host time (its lock, the two records: microseconds per launch on a real driver) is
 // not in the span: it slows the probed launches, and a step that keeps the device busy when launched
@@ -51,15 +56,19 @@ class BusyProbe {
   static bool supported(const DriverOps& ops);
 
   // At a window's opening (one thread, the limiter's closer): the probe starts at the window's
-  // launch number `first`.
-  void arm(std::uint32_t first) { start_at_.store(first, std::memory_order_relaxed); }
+  // launch number `first` and times every `stride`-th launch from there (1: every launch of a span of
+  // at most kMaxSpanNs).
+  void arm(std::uint32_t first, std::uint32_t stride = 1) {
+    stride_.store(stride == 0 ? 1 : stride, std::memory_order_relaxed);
+    next_at_.store(first, std::memory_order_relaxed);
+  }
 
   // Launch number `n` of the window (all threads) is about to be submitted on `stream`. The fast path:
   // one relaxed load and a compare. Returns true when the caller must call after_launch() on the same
   // thread once the launch was submitted.
   bool before_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now,
                      std::uint32_t n) {
-    if (n < start_at_.load(std::memory_order_relaxed)) [[likely]]
+    if (n < next_at_.load(std::memory_order_relaxed)) [[likely]]
       return false;
     return probe_launch(ops, clock, stream, now, n);
   }
@@ -69,9 +78,9 @@ class BusyProbe {
   void exclude(std::uint64_t ns);
 
   // After the window's drain (every event completed), by the thread closing it: what the probe
-  // measured (ending at `now` if still running), and the probe is reset (disarmed until the next
-  // arm()). Without `read` (a window dropped undrained) it only resets.
-  Result collect(const DriverOps& ops, std::uint64_t now, bool read = true);
+  // measured (ending at `now` and the window's `launches` if still running), and the probe is reset
+  // (disarmed until the next arm()). Without `read` (a window dropped undrained) it only resets.
+  Result collect(const DriverOps& ops, std::uint64_t now, bool read = true, std::uint32_t launches = 0);
 
  private:
   enum class Phase : std::uint32_t { Idle, Running, Ended, Invalid };
@@ -92,7 +101,9 @@ class BusyProbe {
   void lock();
   void unlock() { lock_.store(false, std::memory_order_release); }
 
-  std::atomic<std::uint32_t> start_at_{kNever};
+  // The next launch number to time (kNever: none); every stride_-th from the first.
+  std::atomic<std::uint32_t> next_at_{kNever};
+  std::atomic<std::uint32_t> stride_{1};
   // Guards everything below: probed launches are few, so a spin lock costs nothing that matters.
   std::atomic<bool> lock_{false};
   Phase phase_ = Phase::Idle;
@@ -101,7 +112,9 @@ class BusyProbe {
   std::uint32_t completed_ = 0;   // pairs whose "after" is recorded too
   std::uint64_t start_ns_ = 0;
   std::uint64_t end_ns_ = 0;
-  std::uint64_t own_ns_ = 0;  // host time spent in the probe's pairs, every thread's
+  std::uint64_t own_ns_ = 0;   // host time spent in the probe's pairs, every thread's
+  std::uint32_t first_n_ = 0;  // the span's first launch number
+  std::uint32_t end_n_ = 0;    // the launch number the span ended before (when Ended)
   Slot slots_[kSlots];
 };
 

@@ -203,7 +203,10 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
                    (!have_duty_ || timed_launches_.load(kRelaxed) * kProbeShare <= launches_.load(kRelaxed) ||
                     now - std::min(now, last_probe_ns_) >= kMaxProbeAgeNs);
   if (window_probed_) {
-    probe_.arm(0);
+    // Every launch of the window's first 5 ms when windows are short; in longer ones (by the recent
+    // windows' counts) every stride-th to the close, three quarters of the slots' worth.
+    constexpr std::uint32_t kSpread = BusyProbe::kSlots * 3 / 4;
+    probe_.arm(0, std::max<std::uint32_t>(1, last_window_launches_ / kSpread));
     last_probe_ns_ = now;
   }
   window_start_ns_.store(std::max<std::uint64_t>(now, 1), kRelease);  // 0 means "no window"
@@ -272,10 +275,13 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   std::uint64_t duty = kPermille;
   const bool drained_idle = elapsed(drain_start, drain_end) * 10 <= elapsed(start, drain_start);
   launches_.fetch_add(launches, kRelaxed);
+  // A decaying maximum: a window of few launches after dense ones keeps a stride that would cover
+  // a dense one, so the next dense window is timed to its close rather than over its first part.
+  last_window_launches_ = std::max(launches, last_window_launches_ - last_window_launches_ / 4);
   bool measured_here = false;
   if (window_probed_) {
     window_probed_ = false;
-    const BusyProbe::Result probe = probe_.collect(ops_, end);
+    const BusyProbe::Result probe = probe_.collect(ops_, end, /*read=*/true, launches);
     timed_launches_.fetch_add(probe.timed, kRelaxed);
     // Carried only when measured over enough of the workload: a window of a few launches (the first
     // one, or a few long kernels) is timed whole each time instead. Events that fail leave nothing.

@@ -183,6 +183,8 @@ class ComputeLimiter {
   bool have_duty_ = false;
   std::uint64_t last_duty_permille_ = 1000;
   std::uint64_t last_probe_ns_ = 0;
+  // Closer only: the recent windows' launches (a decaying maximum), which size the next probe's stride.
+  std::uint32_t last_window_launches_ = 0;
   // Closer only. The last window kept the device mostly idle (charged below its wall time): the
   // next one is short, and opens at once when out of debt, even in turns.
   bool last_window_light_ = false;
