@@ -127,13 +127,7 @@ bool ComputeLimiter::gate(CUstream stream, std::uint64_t waited_ns) {
         // The first window under a limit: what was queued before it applied (up to the driver's
         // queue depth, launched while unlimited) runs first and is not charged to it.
         drain_before_open_ = false;
-        if (!stream_capturing(ops_, stream)) {
-          if (ops_.ctx_synchronize != nullptr) {
-            static_cast<void>(ops_.ctx_synchronize());
-          } else if (ops_.stream_synchronize != nullptr) {
-            static_cast<void>(ops_.stream_synchronize(stream));
-          }
-        }
+        if (!stream_capturing(ops_, stream)) static_cast<void>(drain_queue(stream));
       }
     }
     std::uint64_t budget = wait_for_turn(on_cycle);
@@ -212,6 +206,14 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   window_start_ns_.store(std::max<std::uint64_t>(now, 1), kRelease);  // 0 means "no window"
 }
 
+// Waits for everything the process queued (the context), or for `stream` where the driver ops offer
+// no context-wide wait.
+CUresult ComputeLimiter::drain_queue(CUstream stream) {
+  if (ops_.ctx_synchronize != nullptr) return ops_.ctx_synchronize();
+  if (ops_.stream_synchronize != nullptr) return ops_.stream_synchronize(stream);
+  return CUDA_SUCCESS;
+}
+
 void ComputeLimiter::abandon_window() {
   if (!try_become_closer()) return;
   probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
@@ -234,12 +236,7 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   const std::uint32_t launches = window_launches_.load(kRelaxed);
   const bool first_window = launch_cost_.per_launch_ns() == 0;
   const std::uint64_t drain_start = clock_.now_ns();
-  CUresult rc = CUDA_SUCCESS;
-  if (ops_.ctx_synchronize != nullptr) {
-    rc = ops_.ctx_synchronize();
-  } else if (ops_.stream_synchronize != nullptr) {
-    rc = ops_.stream_synchronize(stream);
-  }
+  const CUresult rc = drain_queue(stream);
   const std::uint64_t drain_end = clock_.now_ns();
   drains_.fetch_add(1, kRelaxed);
   if (rc != CUDA_SUCCESS && !g_drain_error_logged.exchange(true, kRelaxed)) {

@@ -137,6 +137,7 @@ class ComputeLimiter {
   bool close_window(CUstream stream, CloseReason reason);
   std::uint64_t charge_scaled(std::uint64_t ns, std::uint64_t duty_permille);
   void abandon_window();
+  CUresult drain_queue(CUstream stream);
   std::uint64_t wait_for_turn(bool on_cycle);
   std::uint64_t container_cycle_phase(std::uint64_t now);
   std::uint64_t phase_offset() const;

@@ -59,6 +59,11 @@ Settings load_with(const char* priority) {
   });
 }
 
+// Settings with only the variable `name` set, to `value` (nullptr: unset).
+Settings load_one(std::string_view name, const char* value) {
+  return load_settings([name, value](const char* n) -> const char* { return name == n ? value : nullptr; });
+}
+
 Settings load_tuning(const char* in_flight, const char* grace, const char* floor, const char* ramp = nullptr,
                      const char* cost = nullptr, const char* long_kernel = nullptr) {
   return load_settings([=](const char* name) -> const char* {
@@ -121,11 +126,7 @@ TEST(PriorityTunables, AnUnknownCostModelOrLongKernelRuleFailsClosedNamingTheVar
 }
 
 TEST(PriorityTunables, TheLightShareIsAPercentageAndZeroMeansEveryHigherOneHolds) {
-  const auto with = [](const char* value) {
-    return load_settings([value](const char* name) -> const char* {
-      return std::string_view(name) == "GPUSLICE_PRIORITY_LIGHT_SHARE" ? value : nullptr;
-    });
-  };
+  const auto with = [](const char* value) { return load_one("GPUSLICE_PRIORITY_LIGHT_SHARE", value); };
   EXPECT_FALSE(with(nullptr).priority_tuning.light_share_percent.has_value());
   EXPECT_EQ(with("30").priority_tuning.light_share_percent, 30U);
   EXPECT_EQ(with("0").priority_tuning.light_share_percent, 0U);
@@ -135,11 +136,7 @@ TEST(PriorityTunables, TheLightShareIsAPercentageAndZeroMeansEveryHigherOneHolds
 }
 
 TEST(PriorityTunables, TheRequestShareIsAPercentageAndAnythingElseNamesTheVariable) {
-  const auto with = [](const char* value) {
-    return load_settings([value](const char* name) -> const char* {
-      return std::string_view(name) == "GPUSLICE_PRIORITY_REQUEST_SHARE" ? value : nullptr;
-    });
-  };
+  const auto with = [](const char* value) { return load_one("GPUSLICE_PRIORITY_REQUEST_SHARE", value); };
   EXPECT_FALSE(with(nullptr).priority_tuning.request_share_percent.has_value());
   EXPECT_EQ(with("10").priority_tuning.request_share_percent, 10U);
   EXPECT_EQ(with("0").priority_tuning.request_share_percent, 0U);
@@ -152,11 +149,7 @@ TEST(PriorityTunables, TheRequestShareIsAPercentageAndAnythingElseNamesTheVariab
 }
 
 TEST(PriorityTunables, TheRefreshIsADurationFrom20usTo10ms) {
-  const auto with = [](const char* value) {
-    return load_settings([value](const char* name) -> const char* {
-      return std::string_view(name) == "GPUSLICE_PRIORITY_REFRESH" ? value : nullptr;
-    });
-  };
+  const auto with = [](const char* value) { return load_one("GPUSLICE_PRIORITY_REFRESH", value); };
   EXPECT_FALSE(with(nullptr).priority_tuning.refresh_ns.has_value());
   EXPECT_EQ(with("50us").priority_tuning.refresh_ns, 50'000U);
   EXPECT_EQ(with("10ms").priority_tuning.refresh_ns, 10'000'000U);
