@@ -3,7 +3,7 @@
 
   python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --out DIR
       [--seconds 10] [--schedule 100,20,100,50,100,80,20,100] [--workloads matmul,tiny,train]
-      [--cli build/bin/gpuslice] [--cpus auto] [--tolerance 3]
+      [--cli build/bin/gpuslice] [--cpus auto] [--tolerance 3] [--kernel-timeline build/gpu/libkernel_timeline.so]
 
 The GPU-time check of docs/compute-limiter.md, in about 7 minutes on one GPU:
 
@@ -32,6 +32,14 @@ cap boosts higher than its unlimited neighbours at it, so it does more work per 
 NVML's sampled utilization of a duty-cycled device scatters by a few points.
 The unlimited phases are compared with the un-hooked processes too (the hook at limit 100 must cost
 nothing), and every ratio is also given against the un-hooked processes.
+
+With --kernel-timeline build/gpu/libkernel_timeline.so (bench/gpu/kernel_timeline.cpp, built by
+tests/gpu/run.sh), every measured process also records when each of its kernels ran, from the
+device's own timestamps (CUPTI's concurrent-kernel activity; overlapping kernels count once), and
+each limited phase gets a second verdict: its kernel time ÷ the neighbouring unlimited phases',
+judged against the same expected ratio and tolerance. That is the limit's own definition (GPU time
+over wall time), which the throughput ratio equals only while the SM clock stays where it was in
+the unlimited phases. A 2p workload's companion is not recorded (its share is the measured one's).
 
 Throughput is iterations per second of GPU time from CUDA events recorded every k iterations (no
 added host synchronisation). NVML is sampled by this (un-hooked) parent every 100 ms: per phase the
@@ -106,6 +114,7 @@ AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5", "long10":
              "decode": "4", "graph": "4", "mix": "4", "streams4": "4-7", "compile": "4", "cluster": "4",
              "matmul2p": "4,5"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
+KERNEL_BIN_S = 0.01  # --kernel-timeline: the device's kernel time is kept per 10 ms of host time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +338,20 @@ def gpu_time_within(util_pct, limit, expected, tolerance_points=None):
     return abs(util_pct - limit) <= tolerance_points
 
 
+def kernel_time_pct(bins, a, b, width=KERNEL_BIN_S):
+    """The share of [a, b] (seconds from the run's t0) in which a kernel of the process ran, percent,
+    from the busy nanoseconds of each `width` bin (--kernel-timeline); bins cut by a or b count pro
+    rata. None without bins."""
+    if not bins or b <= a:
+        return None
+    busy = 0.0
+    for i in range(max(0, int(a // width)), min(len(bins) - 1, int(b // width)) + 1):
+        lo, hi = max(a, i * width), min(b, (i + 1) * width)
+        if hi > lo:
+            busy += bins[i] / 1e9 * (hi - lo) / width
+    return 100.0 * busy / (b - a)
+
+
 def parse_cpus(text):
     cpus = set()
     for part in text.split(","):
@@ -356,6 +379,18 @@ def worker(args):
             [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
              str(args.seconds + args.warmup + 60), "--warmup", "1", "--report", args.report + ".companion",
              "--cpus", args.cpus], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    timeline_lib = None
+    if args.kernel_timeline:
+        import ctypes
+        timeline_lib = ctypes.CDLL(os.path.abspath(args.kernel_timeline))
+        timeline_lib.kt_now.restype = ctypes.c_uint64
+        timeline_lib.kt_kernels.restype = ctypes.c_uint64
+        timeline_lib.kt_dropped.restype = ctypes.c_uint64
+        rc = timeline_lib.kt_start()  # before the first CUDA call
+        if rc != 0:  # the throughput verdict stands without it
+            print(f"{args.kernel_timeline}: CUPTI's kernel activity could not start (CUptiResult {rc}); "
+                  "no kernel time", file=sys.stderr, flush=True)
+            timeline_lib = None
     import torch
 
     torch.cuda.init()
@@ -377,6 +412,7 @@ def worker(args):
     start = torch.cuda.Event(enable_timing=True)
     start.record()
     t0 = time.monotonic()
+    kernel_origin = timeline_lib.kt_now() if timeline_lib else 0
     if args.ready_file:
         with open(args.ready_file + ".tmp", "w") as f:
             f.write(repr(t0))
@@ -410,6 +446,15 @@ def worker(args):
     }
     if flops:
         report["tflops"] = flops * done / gpu_seconds / 1e12
+    if timeline_lib:
+        import ctypes
+        count = int((time.monotonic() - t0) / KERNEL_BIN_S) + 2
+        bins = (ctypes.c_uint64 * count)()
+        rc = timeline_lib.kt_bins(ctypes.c_uint64(kernel_origin), ctypes.c_uint64(int(KERNEL_BIN_S * 1e9)),
+                                  ctypes.c_uint32(count), bins)
+        report["kernel_bins"] = list(bins)  # ns of each KERNEL_BIN_S from t0 in which a kernel ran
+        report["kernel_records"] = {"kernels": timeline_lib.kt_kernels(), "dropped": timeline_lib.kt_dropped(),
+                                    "flush_result": rc}
     with open(args.report, "w") as f:
         json.dump(report, f)
 
@@ -451,6 +496,8 @@ class Runner:
                 "--cpus", self.args.cpus]
         if ready_file:
             argv += ["--ready-file", ready_file]
+        if self.args.kernel_timeline:
+            argv += ["--kernel-timeline", os.path.abspath(self.args.kernel_timeline)]
         log = open(os.path.join(self.logs, tag + ".log"), "w")
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         return proc, report, shared, log, tag
@@ -659,7 +706,8 @@ def accuracy(args, runner, sampler):
             gpu_time = sampler.gpu_time(t0 + measured_from, t0 + end) if sampler.ok else None
             phases.append({"limit": limit, "start": start, "end": end, "from": measured_from,
                            "it_s": timeline.throughput(measured_from, end),
-                           "util": util, "gpu_time_pct": gpu_time, "sm_mhz": clock, "watts": watts})
+                           "util": util, "gpu_time_pct": gpu_time, "sm_mhz": clock, "watts": watts,
+                           "kernel_pct": kernel_time_pct(data.get("kernel_bins"), measured_from, end)})
         data["phases"] = phases
         data["unhooked_it_s"] = unhooked_it_s
         workload_rows, workload_transitions = analyse(workload, data)
@@ -692,6 +740,11 @@ def analyse(workload, data):
         windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])]
         occupancy = (p["util"] / (sum(base_util) / len(base_util))
                      if p["util"] is not None and base_util and sum(base_util) > 0 else None)
+        # The GPU time its kernels ran (the device's own timestamps) against the neighbours' own.
+        base_kernel = [q.get("kernel_pct") for q in neighbours]
+        kernel_ratio = (p["kernel_pct"] / (sum(base_kernel) / len(base_kernel))
+                        if p.get("kernel_pct") is not None and None not in base_kernel and sum(base_kernel) > 0
+                        else None)
         rows.append({
             "workload": workload,
             "limit": p["limit"],
@@ -715,6 +768,10 @@ def analyse(workload, data):
             "gpu_time_pct": None if p.get("gpu_time_pct") is None else round(p["gpu_time_pct"], 1),
             "gpu_time_within": gpu_time_within(p["util"] if p.get("gpu_time_pct") is None else p["gpu_time_pct"],
                                                p["limit"], expected),
+            "kernel_time_pct": None if p.get("kernel_pct") is None else round(p["kernel_pct"], 2),
+            "unlimited_kernel_time_pct": None if kernel_ratio is None else round(sum(base_kernel) / len(base_kernel), 2),
+            "kernel_time_ratio": None if kernel_ratio is None else round(kernel_ratio, 4),
+            "kernel_time_pass": None if kernel_ratio is None else phase_passes(kernel_ratio, expected),
             "pass": phase_passes(ratio, expected),
         })
         # Settling after this phase's change (the first second is inside the phase): when the
@@ -741,6 +798,16 @@ def window_ratios_between(timeline, baseline, a, b, width=1.0, step=0.1):
     return out
 
 
+def pooled_kernel_cells(group, expected):
+    """The pooled table's kernel-time cells: the phases' kernel time over their neighbours', weighted
+    by seconds, its error against the expected ratio, and the verdict ('-' without --kernel-timeline)."""
+    if any(r.get("kernel_time_ratio") is None for r in group):
+        return "- | - | -"
+    ratio = (sum(r["kernel_time_pct"] * r["seconds"] for r in group)
+             / sum(r["unlimited_kernel_time_pct"] * r["seconds"] for r in group))
+    return f"{ratio:.3f} | {(ratio - expected) * 100:+.1f} | {'PASS' if phase_passes(ratio, expected) else 'FAIL'}"
+
+
 def report(rows, transitions):
     """Prints the table and the settling lines."""
     def fmt(value, spec):
@@ -749,8 +816,9 @@ def report(rows, transitions):
     print()
     print("| workload | limit % | after | unlimited it/s | limited it/s | throughput ratio | expected | error (points) "
           "| vs un-hooked processes | 1 s min..max | NVML util % | GPU time % (driver samples) | occupancy ratio "
-          "| SM MHz (unlimited) | GPU time within | pass |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| SM MHz (unlimited) | GPU time within | kernel time % (CUPTI) | kernel-time ratio | pass by kernel time "
+          "| pass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
               f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r.get('expected_ratio', r['limit'] / 100):.3f} | "
@@ -758,7 +826,9 @@ def report(rows, transitions):
               f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
               f"{fmt(r.get('gpu_time_pct'), '.1f')} | "
               f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
-              f"{ {True: 'yes', False: 'no'}.get(r.get('gpu_time_within'), '-')} | {'PASS' if r['pass'] else 'FAIL'} |")
+              f"{ {True: 'yes', False: 'no'}.get(r.get('gpu_time_within'), '-')} | "
+              f"{fmt(r.get('kernel_time_pct'), '.1f')} | {fmt(r.get('kernel_time_ratio'), '.3f')} | "
+              f"{ {True: 'PASS', False: 'FAIL'}.get(r.get('kernel_time_pass'), '-')} | {'PASS' if r['pass'] else 'FAIL'} |")
     pooled = {}
     for r in rows:
         pooled.setdefault((r["workload"], r["limit"]), []).append(r)
@@ -767,8 +837,9 @@ def report(rows, transitions):
         # speed (seconds long on a virtual machine) cancel better than across one long phase.
         print("\npooled over the phases of each limit (limited iterations ÷ the neighbouring unlimited "
               "phases' rate × the same seconds):")
-        print("| workload | limit % | phases | measured s | throughput ratio | error (points) | phase ratios | pass |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| workload | limit % | phases | measured s | throughput ratio | error (points) | phase ratios | pass "
+              "| kernel-time ratio | error (points) | pass by kernel time |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for (workload, limit), group in pooled.items():
             seconds = sum(r["seconds"] for r in group)
             ratio = (sum(r["limited_it_s"] * r["seconds"] for r in group)
@@ -777,7 +848,7 @@ def report(rows, transitions):
             error = (ratio - expected) * 100
             print(f"| {workload} | {limit} | {len(group)} | {seconds:.0f} | {ratio:.3f} | {error:+.1f} | "
                   f"{min(r['ratio'] for r in group):.2f}..{max(r['ratio'] for r in group):.2f} | "
-                  f"{'PASS' if phase_passes(ratio, expected) else 'FAIL'} |")
+                  f"{'PASS' if phase_passes(ratio, expected) else 'FAIL'} | {pooled_kernel_cells(group, expected)} |")
     print(f"\nsettling after `gpuslice set --compute`: first 1 s window [t, t+1 s] within ±{SETTLE_POINTS:g} points "
           f"of the expected ratio after the change, and the share of later windows of the phase in that band:")
     for t in transitions:
@@ -801,6 +872,9 @@ def main():
                          "auto = per workload (see above)")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE_POINTS,
                     help="points a workload held to its limit may differ from the expected ratio")
+    ap.add_argument("--kernel-timeline", default=None, metavar="SO",
+                    help="build/gpu/libkernel_timeline.so: also judge each phase by the GPU time its kernels ran, "
+                         "from the device's own timestamps (CUPTI)")
     ap.add_argument("--reanalyse", default=None, metavar="JSON",
                     help="print the table again from a compute_accuracy.json of an earlier run")
     # Worker mode (internal).
@@ -868,6 +942,10 @@ def main():
                    "nvml": sampler.samples, "nvml_driver_samples": sampler.driver_samples}, f)
 
     report(rows, transitions)
+    judged = [r for r in rows if r.get("kernel_time_pass") is not None]
+    if judged:
+        print(f"\n{sum(r['kernel_time_pass'] for r in judged)}/{len(judged)} limited phases pass by the GPU time "
+              f"their kernels ran (CUPTI, the device's timestamps), judged like the throughput")
     failed = sum(not r["pass"] for r in rows)
     print(f"\n{len(rows) - failed}/{len(rows)} limited phases pass (held: within ±{TOLERANCE_POINTS:g} points of the "
           f"expected ratio; below the limit: at least {LAUNCH_BOUND_FLOOR:g}x); "

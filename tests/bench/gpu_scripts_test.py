@@ -97,6 +97,54 @@ class ComputeAccuracyExpectsGpuTime(unittest.TestCase):
         self.assertTrue(rows[0]["pass"])
 
 
+class ComputeAccuracyKernelTime(unittest.TestCase):
+    """--kernel-timeline: each phase also judged by the GPU time its kernels ran (CUPTI bins)."""
+
+    def test_kernel_time_is_the_busy_share_of_the_phase_with_cut_bins_pro_rata(self):
+        bins = [10_000_000, 5_000_000, 0, 2_000_000]  # ns busy per 10 ms bin
+        self.assertAlmostEqual(accuracy.kernel_time_pct(bins, 0.0, 0.04), 42.5)
+        self.assertAlmostEqual(accuracy.kernel_time_pct(bins, 0.005, 0.015), 75.0)  # half of bin 0, half of bin 1
+        self.assertAlmostEqual(accuracy.kernel_time_pct(bins, 0.02, 0.03), 0.0)
+        self.assertIsNone(accuracy.kernel_time_pct([], 0.0, 1.0))
+        self.assertIsNone(accuracy.kernel_time_pct(bins, 0.02, 0.02))
+
+    def phases(self, limited_kernel_pct):
+        # A device-bound workload whose boosted clock did 54% of the work in 50% of the GPU time.
+        return [
+            {"limit": 100, "start": 0.0, "end": 4.0, "from": 0.0, "it_s": 100.0, "util": 99.0, "sm_mhz": None,
+             "kernel_pct": 99.0},
+            {"limit": 50, "start": 4.0, "end": 8.0, "from": 5.0, "it_s": 54.0, "util": 50.0, "sm_mhz": None,
+             "kernel_pct": limited_kernel_pct},
+            {"limit": 100, "start": 8.0, "end": 12.0, "from": 9.0, "it_s": 100.0, "util": 99.0, "sm_mhz": None,
+             "kernel_pct": 99.0},
+        ]
+
+    def analyse(self, phases):
+        data = {"phases": phases, "timeline": [[t / 10, 10 * t] for t in range(1, 121)], "unhooked_it_s": 100.0}
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows, _ = accuracy.analyse("graph", data)
+        return rows[0]
+
+    def test_a_phase_is_judged_by_its_kernel_time_beside_its_throughput(self):
+        row = self.analyse(self.phases(49.5))
+        self.assertFalse(row["pass"])  # throughput 0.54 against 0.505 expected
+        self.assertAlmostEqual(row["kernel_time_ratio"], 0.5)
+        self.assertTrue(row["kernel_time_pass"])
+        self.assertFalse(self.analyse(self.phases(56.0))["kernel_time_pass"])
+
+    def test_without_the_timeline_there_is_no_kernel_verdict(self):
+        phases = self.phases(None)
+        row = self.analyse(phases)
+        self.assertIsNone(row["kernel_time_ratio"])
+        self.assertIsNone(row["kernel_time_pass"])
+        self.assertEqual(accuracy.pooled_kernel_cells([row], 0.5), "- | - | -")
+
+    def test_phases_of_one_limit_pool_their_kernel_time_by_seconds(self):
+        rows = [{"kernel_time_ratio": 0.5, "kernel_time_pct": 50.0, "unlimited_kernel_time_pct": 100.0, "seconds": 2.0},
+                {"kernel_time_ratio": 0.56, "kernel_time_pct": 56.0, "unlimited_kernel_time_pct": 100.0, "seconds": 1.0}]
+        self.assertEqual(accuracy.pooled_kernel_cells(rows, 0.5), "0.520 | +2.0 | PASS")
+
+
 class EveryScriptCompiles(unittest.TestCase):
     def test_compiles(self):
         scripts = sorted(glob.glob(os.path.join(ROOT, "bench", "gpu", "*.py")) +

@@ -32,6 +32,13 @@ done
 # Thread-block clusters through cudaLaunchKernelEx, for compute_accuracy.py's `cluster` workload.
 nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o build/gpu/libcluster_spin.so bench/gpu/cluster_spin.cu \
   >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+# compute_accuracy.py --kernel-timeline: kernels' device timestamps through CUPTI (optional: a
+# toolkit without CUPTI skips it).
+cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
+nvcc -O2 -std=c++17 -shared -Xcompiler -fPIC -I"$cuda_root/extras/CUPTI/include" -o build/gpu/libkernel_timeline.so \
+  bench/gpu/kernel_timeline.cpp -L"$cuda_root/extras/CUPTI/lib64" -lcupti \
+  -Xlinker -rpath,"$cuda_root/lib64:$cuda_root/extras/CUPTI/lib64" >> "$out/build.log" 2>&1 ||
+  echo "kernel timeline not built (no CUPTI): compute_accuracy.py --kernel-timeline unavailable" | tee -a "$out/build.log"
 # Two processes sharing memory (ipc): the driver API too.
 nvcc -O2 -std=c++17 -arch=sm_90 -o build/gpu/ipc tests/gpu/ipc.cu -lcuda >> "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }
