@@ -33,6 +33,7 @@ struct DriverOps {
   CUresult (*event_synchronize)(CUevent event) = nullptr;
   CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
   CUresult (*event_query)(CUevent event) = nullptr;
+  CUresult (*stream_query)(CUstream stream) = nullptr;  // the busy probe's idle-stream test
   // The driver's own reservations (driver_reservations.h): the resident-thread capacity the stack
   // is reserved for, a function's local memory per thread, the graph pool's figures and its trim.
   CUresult (*device_attribute)(int* value, CUdevice_attribute attr, CUdevice dev) = nullptr;

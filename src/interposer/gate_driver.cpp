@@ -41,6 +41,7 @@ limiter::DriverOps gate_driver_ops() {
   ops.event_synchronize = driver.event_synchronize;
   ops.event_elapsed_ns = driver.event_elapsed_ns;
   ops.event_query = driver.event_query;
+  ops.stream_query = driver.stream_query;
   return ops;
 }
 

@@ -70,6 +70,11 @@ CUresult real_event_query(CUevent event) {
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(event);
 }
 
+CUresult real_stream_query(CUstream stream) {
+  static auto fn = REAL_UNHOOKED(Cuda, cuStreamQuery);
+  return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(stream);
+}
+
 CUresult real_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
   using Elapsed = CUresult (*)(float*, CUevent, CUevent);
   static Elapsed fn = [] {
@@ -151,6 +156,7 @@ DriverOps real_driver_ops() {
           .event_synchronize = real_event_synchronize,
           .event_elapsed_ns = real_event_elapsed_ns,
           .event_query = real_event_query,
+          .stream_query = real_stream_query,
           .device_attribute = real_device_attribute,
           .function_local_bytes = real_function_local_bytes,
           .function_load = real_function_load,

@@ -63,6 +63,7 @@ bool BusyProbe::probe_launch(const DriverOps& ops, Clock& clock, CUstream stream
     Slot& slot = slots_[claimed_];
     // Work captured into a graph runs later, and an event there would join the capture.
     const bool capturing = stream_capturing(ops, stream);
+    slot.idle = !capturing && ops.stream_query != nullptr && ops.stream_query(stream) == CUDA_SUCCESS;
     if (capturing || !create_slot(ops, slot) || ops.event_record(slot.before, stream) != CUDA_SUCCESS) {
       // Events of a destroyed context fail from now on: make fresh ones next time.
       if (!capturing) slot = Slot{};
@@ -75,6 +76,8 @@ bool BusyProbe::probe_launch(const DriverOps& ops, Clock& clock, CUstream stream
       next_at_.store(n + stride, std::memory_order_relaxed);
       const std::uint64_t left = clock.now_ns();
       own_ns_ += left > entered ? left - entered : 0;
+      slot.recorded_ns = left;
+      slot.launch_ns = 0;
     }
   }
   if (!armed) next_at_.store(kNever, std::memory_order_relaxed);
@@ -91,7 +94,9 @@ void BusyProbe::after_launch(const DriverOps& ops, Clock& clock, CUstream stream
   // A pair of a probe since collected (or invalidated) is dropped; one begun before its probe's
   // span ended still completes it.
   if ((phase_ == Phase::Running || phase_ == Phase::Ended) && pending.generation == generation_) {
-    if (ops.event_record(slots_[pending.slot].after, stream) == CUDA_SUCCESS) {
+    Slot& slot = slots_[pending.slot];
+    slot.launch_ns = entered > slot.recorded_ns ? entered - slot.recorded_ns : 0;
+    if (ops.event_record(slot.after, stream) == CUDA_SUCCESS) {
       ++completed_;
       const std::uint64_t left = clock.now_ns();
       own_ns_ += left > entered ? left - entered : 0;
@@ -129,6 +134,8 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
       if (ops.event_elapsed_ns(slots_[i].before, slots_[i].after, &ns) != CUDA_SUCCESS) {
         result.valid = false;
       }
+      // On an idle stream the kernel started no sooner than the launch call was made.
+      if (slots_[i].idle) ns = ns > slots_[i].launch_ns ? ns - slots_[i].launch_ns : 0;
       result.busy_ns += ns;
     }
     // Every stride-th launch was timed: the span's launches ran about that many times the sum.

@@ -15,6 +15,13 @@
 // cuEventRecord; the pairs are read once, after the window's drain, when every event has completed. Launches
 // outside the probe cost one relaxed load and a compare.
 //
+// A pair begun while its stream had nothing left to run (cuStreamQuery) starts on the device at once,
+// and the launch reaches the device only once the host has made the launch call (microseconds on a
+// real driver, against a decode loop's kernels of a few): that host time is taken off the pair's span.
+// Without it a launch-bound loop of tiny kernels measured twice its GPU time on an H200 (the
+// decode loop 22% busy by its pairs, 7-10% by NVML). A pair begun behind queued work is left whole:
+// the launch was made while the earlier work ran, so its kernel starts when the first event completes.
+//
 // The probe's own host time (its lock, the two records: microseconds per launch on a real driver) is
 // not in the span: it slows the probed launches, and a step that keeps the device busy when launched
 // plainly could leave it idle between steps while probed. Without that time the span is the host
@@ -87,6 +94,9 @@ class BusyProbe {
   struct Slot {
     CUevent before = nullptr;
     CUevent after = nullptr;
+    bool idle = false;               // the stream had run everything when `before` was recorded
+    std::uint64_t recorded_ns = 0;   // host time `before` was recorded
+    std::uint64_t launch_ns = 0;     // host time from then to the launch's return (taken off if idle)
   };
   // The probed launch a thread is submitting, between before_launch() and after_launch().
   struct Pending {

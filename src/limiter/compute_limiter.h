@@ -35,6 +35,9 @@ struct DriverOps {
   CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
   // Optional, diagnostics only (debug logging): cuEventQuery, CUDA_SUCCESS once the event completed.
   CUresult (*event_query)(CUevent event) = nullptr;
+  // Optional, for the busy probe: cuStreamQuery, CUDA_SUCCESS when the stream's work has all run
+  // (busy_probe.h: a pair begun on an idle stream also spans the launch's own host time).
+  CUresult (*stream_query)(CUstream stream) = nullptr;
 };
 
 // Whether `stream` is being captured into a graph (false when the ops cannot tell): a

@@ -47,6 +47,10 @@ CUresult sim_event_query(CUevent event) {
   return World::current()->event_time(event_id(event), &at) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult sim_stream_query(CUstream) {
+  return World::current()->queue_empty() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 CUresult sim_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
   std::uint64_t from = 0;
   std::uint64_t to = 0;
@@ -248,6 +252,7 @@ void World::sleep(std::uint64_t ns) {
 }
 
 void World::launch(std::uint64_t duration_ns) {
+  if (launch_host_ns != 0) sleep(launch_host_ns);
   std::unique_lock<std::mutex> lock(mutex_);
   Context& ctx = contexts_[static_cast<std::size_t>(t_current.ctx)];
   if (ctx.remaining.size() >= options_.max_queue) {
@@ -258,6 +263,11 @@ void World::launch(std::uint64_t duration_ns) {
   ctx.remaining.push_back(static_cast<double>(duration_ns));
   ctx.nominal.push_back(duration_ns);
   ctx.markers.emplace_back();
+}
+
+bool World::queue_empty() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return contexts_[static_cast<std::size_t>(t_current.ctx)].remaining.empty();
 }
 
 int World::create_event() {
@@ -321,6 +331,7 @@ DriverOps sim_driver_ops() {
   ops.event_record = &sim_event_record;
   ops.event_query = &sim_event_query;
   ops.event_elapsed_ns = &sim_event_elapsed_ns;
+  ops.stream_query = &sim_stream_query;
   return ops;
 }
 

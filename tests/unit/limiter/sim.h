@@ -73,6 +73,11 @@ class World {
   // Host time one cuEventRecord takes on the calling actor (0: free). A real driver spends a
   // microsecond or more there, which slows a probed launch's host side.
   std::uint64_t event_record_host_ns = 0;
+  // Host time a kernel launch call takes before the kernel is queued (0: none). A real driver
+  // spends microseconds there, while an event recorded just before on an idle queue has completed.
+  std::uint64_t launch_host_ns = 0;
+  // Whether the calling actor's context has nothing queued or running (cuStreamQuery).
+  bool queue_empty() const;
 
  private:
   enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
