@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "interposer/devices.h"
+#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
 #include "interposer/node_presence.h"
@@ -27,7 +28,7 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
     return lim;
   const std::atomic<std::uint32_t>* source = ledger()->compute_limit_source(d.ledger_dev);
   if (source == nullptr) return nullptr;
-  const limiter::DriverOps ops = gate_driver_ops();
+  const limiter::DriverOps& ops = driver_ops().gates;
   // The limit is read live from the shared state, so `gpuslice set --compute` applies at once.
   limiter::Tuning tuning;
   tuning.time_launches = settings().compute_busy_events;

@@ -1,12 +1,13 @@
 // The few real driver and NVML calls the interposer's core makes itself (not on behalf of the
-// application): the seam through which the memory books, the device table and the compute gate
-// are simulated exactly in unit tests, like limiter::DriverOps for the compute limiter.
+// application): the seam through which the memory books, the device table and the launch gates
+// are simulated exactly in unit tests. The gates' own calls are a limiter::DriverOps, held whole.
 #pragma once
 
 #include <cstddef>
 
 #include "abi/cuda_abi.h"
 #include "abi/nvml_abi.h"
+#include "limiter/driver_ops.h"
 
 namespace gpuslice::interposer {
 
@@ -20,20 +21,9 @@ struct DriverOps {
   // NVML's list of processes with a context on the GPU `uuid` (the driver's view, not ours):
   // fills at most *count entries and stores how many it filled; false when NVML cannot tell.
   bool (*device_processes)(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) = nullptr;
-  // The compute gate's drains, and its query whether a stream is being captured into a graph (such a
-  // stream must never be drained): `status` receives CUstreamCaptureStatus, 0 = none.
-  CUresult (*ctx_synchronize)() = nullptr;
-  CUresult (*stream_synchronize)(CUstream stream) = nullptr;
-  CUresult (*stream_capture_status)(CUstream stream, int* status) = nullptr;
-  // The priority gate's pipelined in-flight bound (all or none): the current context's unique id
-  // and timing events (see limiter::DriverOps).
-  CUresult (*ctx_id)(std::uint64_t* id) = nullptr;
-  CUresult (*event_create)(CUevent* event) = nullptr;
-  CUresult (*event_record)(CUevent event, CUstream stream) = nullptr;
-  CUresult (*event_synchronize)(CUevent event) = nullptr;
-  CUresult (*event_elapsed_ns)(CUevent start, CUevent end, std::uint64_t* ns) = nullptr;
-  CUresult (*event_query)(CUevent event) = nullptr;
-  CUresult (*stream_query)(CUstream stream) = nullptr;  // the busy probe's idle-stream test
+  // The launch gates' drains, capture query and timing events: what the compute limiter and the
+  // priority gate are given as is.
+  limiter::DriverOps gates{};
   // The driver's own reservations (driver_reservations.h): the resident-thread capacity the stack
   // is reserved for, a function's local memory per thread, the graph pool's figures and its trim.
   CUresult (*device_attribute)(int* value, CUdevice_attribute attr, CUdevice dev) = nullptr;

@@ -3,7 +3,6 @@
 #include <atomic>
 #include <new>
 
-#include "interposer/driver_ops.h"
 #include "interposer/hooks.h"
 
 namespace gpuslice::interposer {
@@ -27,22 +26,6 @@ CUresult stream_capture_status(CUstream stream, int* status) {
   CUresult r = real(stream, &s);
   *status = static_cast<int>(s);
   return r;
-}
-
-limiter::DriverOps gate_driver_ops() {
-  const DriverOps& driver = driver_ops();
-  limiter::DriverOps ops;
-  ops.ctx_synchronize = driver.ctx_synchronize;
-  ops.stream_synchronize = driver.stream_synchronize;
-  ops.stream_is_capturing = driver.stream_capture_status;
-  ops.ctx_id = driver.ctx_id;
-  ops.event_create = driver.event_create;
-  ops.event_record = driver.event_record;
-  ops.event_synchronize = driver.event_synchronize;
-  ops.event_elapsed_ns = driver.event_elapsed_ns;
-  ops.event_query = driver.event_query;
-  ops.stream_query = driver.stream_query;
-  return ops;
 }
 
 }  // namespace gpuslice::interposer

@@ -1,11 +1,10 @@
 // What the launch gates (the compute limiter, the priority gate) take from the process and the real
-// driver: one clock (a test may simulate it), and the stream-capture query that keeps them from
-// draining a stream being captured into a graph.
+// driver besides their driver ops (driver_ops().gates): one clock (a test may simulate it), and the
+// stream-capture query that keeps them from draining a stream being captured into a graph.
 #pragma once
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
-#include "limiter/compute_limiter.h"
 
 namespace gpuslice::interposer {
 
@@ -14,8 +13,5 @@ Clock& gate_clock();  // never destroyed: launches may run during exit
 void set_gate_clock(Clock* clock);
 // cuStreamIsCapturing of the real driver; CUDA_ERROR_NOT_SUPPORTED where it has none.
 CUresult stream_capture_status(CUstream stream, int* status);
-// The drains and capture query of both gates, from the core's driver seam (driver_ops), so a test
-// that simulates the driver simulates them too.
-limiter::DriverOps gate_driver_ops();
 
 }  // namespace gpuslice::interposer

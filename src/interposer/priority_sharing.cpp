@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "interposer/devices.h"
+#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
 #include "interposer/node_presence.h"
@@ -50,7 +51,7 @@ void open_gate(DeviceState& d) {
   if (d.priority_board == nullptr) return;
   // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
   auto* gate = new (std::nothrow)
-      limiter::PriorityGate(gate_clock(), gate_driver_ops(), d.priority_board, ledger()->priority_source(),
+      limiter::PriorityGate(gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
                             tuning_from(settings().priority_tuning), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();

@@ -1,7 +1,5 @@
 #include "limiter/busy_probe.h"
 
-#include "limiter/compute_limiter.h"
-
 namespace gpuslice::limiter {
 thread_local BusyProbe::Pending BusyProbe::t_pending;
 

@@ -33,10 +33,9 @@
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
+#include "limiter/driver_ops.h"
 
 namespace gpuslice::limiter {
-
-struct DriverOps;
 
 class BusyProbe {
  public:

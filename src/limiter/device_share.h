@@ -19,10 +19,9 @@
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "limiter/busy_probe.h"
+#include "limiter/driver_ops.h"
 
 namespace gpuslice::limiter {
-
-struct DriverOps;
 
 class DeviceShare {
  public:

@@ -15,7 +15,6 @@
 // container on the node set a priority.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -23,10 +22,9 @@
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "common/priority.h"
-#include "limiter/compute_limiter.h"
 #include "limiter/device_share.h"
-#include "limiter/kernel_cost.h"
-#include "limiter/launch_cost.h"
+#include "limiter/driver_ops.h"
+#include "limiter/in_flight_bound.h"
 #include "limiter/peer_watch.h"
 #include "limiter/priority_floor.h"
 
@@ -226,20 +224,7 @@ class PriorityGate {
   void publish_own(std::uint64_t now);
   static PeerWatch::Timing watch_timing(const PriorityTuning& tuning);
   static PriorityFloor make_floor(const PriorityTuning& tuning);
-  bool step_if_due(CUstream stream, std::uint64_t now, std::uint64_t kernel);
-  bool window_full(std::uint64_t now, std::uint64_t kernel) const;
-  bool long_kernel(std::uint64_t kernel) const;
-  void reset_window();
-  bool start_queue_probe(CUstream stream);
-  void count_launch(CUstream stream, std::uint64_t now, std::uint64_t kernel);
-  void step(CUstream stream, bool alone);
-  bool pipelined_step(CUstream stream, std::uint32_t launches, bool held, bool alone);
-  bool events_usable();
-  void forget_ring();
-  void drain(std::uint32_t launches, std::uint64_t start, bool held, int slot);
-  void learn_window(std::uint64_t ns, std::uint32_t launches, int slot);
-  bool pipelining() const;
-  std::uint64_t launch_cap(std::uint64_t now) const;
+  static InFlightBound::Settings bound_settings(const PriorityTuning& tuning);
   std::uint64_t bound_now(std::uint64_t now) const;
   bool note_period_end(std::uint64_t now);
 
@@ -275,54 +260,13 @@ class PriorityGate {
   DeviceShare share_;
   bool share_supported_ = false;
 
-  // In-flight bound: launches since the last step (a drain, or an event recorded), whether they all
-  // went to one stream (from one thread, for the per-thread default stream), and the cost of a
-  // launch (measured over steps' windows).
-  std::atomic<std::uint32_t> window_launches_{0};
-  std::atomic<std::uint64_t> window_start_ns_{0};
-  std::atomic<bool> window_held_{false};
-  std::atomic<CUstream> window_stream_{nullptr};
-  std::atomic<const void*> window_thread_{nullptr};
-  std::atomic<bool> window_mixed_{false};
-  std::atomic<bool> draining_{false};  // one thread steps at a time
-  LaunchCost launch_cost_;
-  // Costs per kernel (PriorityTuning::per_kernel_cost): the window's predicted device time and its
-  // launches' keys (the first kWindowKeys; a window closes when they are full), learnt from when
-  // the window's device time is measured.
-  static constexpr std::uint32_t kWindowKeys = 512;
-  std::atomic<std::uint64_t> window_predicted_ns_{0};
-  std::array<std::atomic<std::uint64_t>, kWindowKeys> window_keys_{};
-  KernelCosts kernel_costs_;
-
-  // Pipelined bound (when the driver ops have events): when a window closes (half the bound of
-  // predicted device time, or half the launch cap), the stepping thread records an event after it
-  // and waits for the previous window's event only, so the queue never runs dry at a step while at
-  // most the bound stays in flight. The ring and its fields belong to the thread holding draining_.
-  static constexpr int kRing = 3;
-  CUevent ring_[kRing] = {};
-  bool ring_pending_[kRing] = {};
-  bool ring_held_[kRing] = {};
-  std::uint32_t ring_launches_[kRing] = {};
-  std::uint64_t ring_keys_[kRing][kWindowKeys] = {};  // each window's keys, to learn from
-  std::uint32_t ring_key_count_[kRing] = {};          // 0: not learnt from (keys incomplete)
-  std::uint64_t learn_scratch_[kWindowKeys] = {};
-  int ring_next_ = 0;
-  std::uint64_t events_ctx_id_ = 0;
-  bool events_created_ = false;
-  std::atomic<bool> events_off_{false};  // creating or using them failed: drains only
-  // Diagnostics (debug logging only): an event recorded behind this container's queue when a hold
-  // begins, polled by the held thread, tells how long the work queued before the hold took to run
-  // (the in-flight bound as the higher priority met it). Belongs to the thread that recorded it.
-  CUevent probe_event_ = nullptr;
-  std::atomic<bool> probe_busy_{false};
-  std::atomic<bool> ring_stale_{false};  // an application sync emptied the queue meanwhile
+  // In-flight bound: the windows of launches, their steps (a drain, or an event) and the costs
+  // learnt from them; the gate tells it the bound now (bound_now).
+  InFlightBound bound_;
 
   std::atomic<std::uint64_t> held_back_ns_{0};
   std::atomic<std::uint64_t> holds_{0};
-  std::atomic<std::uint64_t> drains_{0};
-  std::atomic<std::uint64_t> event_waits_{0};
   std::atomic<std::uint64_t> publishes_{0};
-  std::atomic<std::uint64_t> long_kernels_{0};
 };
 
 }  // namespace gpuslice::limiter

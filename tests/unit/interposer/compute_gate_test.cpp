@@ -90,9 +90,9 @@ class ComputeGate : public ::testing::Test {
                     .device_total_mem = Simulation::total,
                     .current_device = Simulation::current_device,
                     .device_processes = Simulation::no_processes,
-                    .ctx_synchronize = Simulation::ctx_synchronize,
-                    .stream_synchronize = Simulation::stream_synchronize,
-                    .stream_capture_status = Simulation::capture_status});
+                    .gates = {.ctx_synchronize = Simulation::ctx_synchronize,
+                              .stream_synchronize = Simulation::stream_synchronize,
+                              .stream_is_capturing = Simulation::capture_status}});
     set_gate_clock(&clock_);
     Simulation::current = 0;
     Simulation::drains.store(0);

@@ -18,6 +18,7 @@
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
 #include "interposer/node_presence.h"
+#include "limiter/compute_limiter.h"
 #include "limiter/priority_gate.h"
 #include "shared_state/node_channel.h"
 
@@ -73,8 +74,8 @@ class PrioritySharing : public ::testing::Test {
                     .device_total_mem = Simulation::total,
                     .current_device = Simulation::current_device,
                     .device_processes = Simulation::no_processes,
-                    .ctx_synchronize = Simulation::ctx_synchronize,
-                    .stream_synchronize = Simulation::stream_synchronize});
+                    .gates = {.ctx_synchronize = Simulation::ctx_synchronize,
+                              .stream_synchronize = Simulation::stream_synchronize}});
     set_gate_clock(&clock_);
     Simulation::drains.store(0);
   }

@@ -13,23 +13,13 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fake_device.h"
 
 namespace gpuslice::limiter {
 namespace {
 
 constexpr std::uint64_t kUs = 1'000;
 constexpr std::uint64_t kMs = 1'000'000;
-
-class ManualClock final : public Clock {
- public:
-  std::uint64_t now_ns() override { return now; }
-  void sleep_ns(std::uint64_t ns) override {
-    now += ns;
-    slept += ns;
-  }
-  std::uint64_t now = 1'000 * kMs;
-  std::uint64_t slept = 0;
-};
 
 class FakeBoard final : public PeerBoard {
  public:
@@ -589,83 +579,6 @@ TEST_F(PriorityGateRamp, AHigherOneResumingDuringTheRampHoldsTheNextLaunchAtTheS
   EXPECT_EQ(gate->stats().holds, holds + 1) << "the step's look saw it busy";
   EXPECT_GE(clock.now, board.peers[0].busy_until_ns);
 }
-
-// A device for the pipelined bound: kernels run one after another from their launch;
-// events complete with the last kernel launched before them. The clock is the test's.
-class FakeDevice {
- public:
-  static FakeDevice* current;
-
-  explicit FakeDevice(ManualClock& clock) : clock_(clock) { current = this; }
-  ~FakeDevice() { current = nullptr; }
-
-  void launch(std::uint64_t kernel_ns) {
-    free_at_ = std::max(free_at_, clock_.now) + kernel_ns;
-    const std::uint64_t queued = free_at_ - clock_.now;
-    max_queued = std::max(max_queued, queued);
-  }
-  std::uint64_t queued() const { return free_at_ > clock_.now ? free_at_ - clock_.now : 0; }
-
-  DriverOps ops() {
-    DriverOps o;
-    o.ctx_synchronize = [] {
-      ++current->ctx_syncs;
-      current->clock_.now = std::max(current->clock_.now, current->free_at_);
-      return CUDA_SUCCESS;
-    };
-    o.stream_is_capturing = [](CUstream, int* status) {
-      *status = current->capturing ? 1 : 0;
-      return CUDA_SUCCESS;
-    };
-    o.ctx_id = [](std::uint64_t* id) {
-      *id = current->ctx;
-      return CUDA_SUCCESS;
-    };
-    o.event_create = [](CUevent* e) {
-      if (current->fail_create) return CUDA_ERROR_OUT_OF_MEMORY;
-      current->done_at.push_back(0);
-      *e = reinterpret_cast<CUevent>(current->done_at.size());  // 1-based index
-      return CUDA_SUCCESS;
-    };
-    o.event_record = [](CUevent e, CUstream s) {
-      ++current->records;
-      current->recorded_on.push_back(s);
-      current->done_at[index(e)] = std::max(current->clock_.now, current->free_at_);
-      return CUDA_SUCCESS;
-    };
-    o.event_synchronize = [](CUevent e) {
-      ++current->event_syncs;
-      if (current->fail_sync) return CUDA_ERROR_LAUNCH_FAILED;
-      current->clock_.now = std::max(current->clock_.now, current->done_at[index(e)]);
-      return CUDA_SUCCESS;
-    };
-    o.event_elapsed_ns = [](CUevent a, CUevent b, std::uint64_t* ns) {
-      *ns = current->done_at[index(b)] - current->done_at[index(a)];
-      return CUDA_SUCCESS;
-    };
-    o.event_query = [](CUevent e) {
-      return current->clock_.now >= current->done_at[index(e)] ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-    };
-    return o;
-  }
-
-  std::uint64_t ctx = 7;
-  bool capturing = false;
-  bool fail_create = false;
-  bool fail_sync = false;
-  int ctx_syncs = 0;
-  int records = 0;
-  int event_syncs = 0;
-  std::uint64_t max_queued = 0;
-  std::vector<std::uint64_t> done_at;
-  std::vector<CUstream> recorded_on;
-
- private:
-  static std::size_t index(CUevent e) { return reinterpret_cast<std::size_t>(e) - 1; }
-  ManualClock& clock_;
-  std::uint64_t free_at_ = 0;
-};
-FakeDevice* FakeDevice::current = nullptr;
 
 // A loop beside an idle higher priority, from one thread: 50 us of host time per launch, kernels
 // of 10 us four times then one of 360 us (80 us on average). Alone it keeps the device busy: the
