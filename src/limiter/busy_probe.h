@@ -93,9 +93,9 @@ class BusyProbe {
   struct Slot {
     CUevent before = nullptr;
     CUevent after = nullptr;
-    bool idle = false;               // the stream had run everything when `before` was recorded
-    std::uint64_t recorded_ns = 0;   // host time `before` was recorded
-    std::uint64_t launch_ns = 0;     // host time from then to the launch's return (taken off if idle)
+    bool idle = false;              // the stream had run everything when `before` was recorded
+    std::uint64_t recorded_ns = 0;  // host time `before` was recorded
+    std::uint64_t launch_ns = 0;    // host time from then to the launch's return (taken off if idle)
   };
   // The probed launch a thread is submitting, between before_launch() and after_launch().
   struct Pending {

@@ -251,7 +251,8 @@ TEST(LimiterGpuTimeProbe, ADecodeLoopIsNotChargedTheHostTimeOfItsLaunchCalls) {
   for (const unsigned limit : {20U, 30U}) {
     double busy = 0;
     const int steps = decode(limit, &busy);
-    EXPECT_GE(steps, free_running * 95 / 100) << "under " << limit << "%: " << steps << " of " << free_running;
+    EXPECT_GE(steps, free_running * 95 / 100)
+        << "under " << limit << "%: " << steps << " of " << free_running;
   }
 }
 
