@@ -168,91 +168,71 @@ TEST(LimiterGpuTimeProbe, ADecodeLoopOfLongTokensBelowItsLimitRunsFree) {
 
 // Batch-1 decoding with the token's launches uneven: 150 kernels of 4 us launched every 10 us (the
 // layers), then 10 launched 400 us apart (sampling and the rest of the Python loop), then the token
-// is read back; no pause of a millisecond anywhere, so windows span both parts. The device is busy
-// 12% of the time, 40% while the layers are launched. A probe that timed only a window's first
-// launches saw the layers' duty and charged it over the window (0.86 of the steps under 20%, 1 s
-// windows at 0.094-0.107 of the device against 0.116 free; on an H200 the decode loop ran at 0.68
-// under 20% and 0.88 under 30%). Timing every stride-th launch to the window's close charges what
-// ran: after the first second (the first windows, before a duty is known, are charged in full) it
-// runs as it does free.
-TEST(LimiterGpuTimeProbe, ADecodeLoopThatLaunchesDenselyFirstIsChargedWhatItsWholeWindowRan) {
-  const auto decode = [](unsigned limit, double* after_first_second) {
-    Scenario sc;
-    Container& box = sc.add_container(limit);
-    Process& p = sc.add_process(box);
-    int steps = 0;
-    sc.add_thread(p, [&] {
-      while (sc.world.now() < kRun) {
-        for (int i = 0; i < 150; ++i) {
-          gated_launch(p, sc.world, 4 * kUs);
-          sc.world.sleep(10 * kUs);
-        }
-        for (int i = 0; i < 10; ++i) {
-          gated_launch(p, sc.world, 4 * kUs);
-          sc.world.sleep(400 * kUs);
-        }
-        sc.world.synchronize();
-        p.limiter->note_host_sync();
-        ++steps;
+// is read back; no pause of a millisecond anywhere, so windows span both parts. Each launch call
+// takes the host `launch_host_ns` before its kernel reaches the device. Returns the tokens decoded
+// in kRun and the container's 1 s windows of device occupancy from `from`.
+struct UnevenDecode {
+  int steps = 0;
+  WindowRange occupancy;
+};
+
+UnevenDecode uneven_decode(unsigned limit, std::uint64_t launch_host_ns, std::uint64_t from) {
+  Scenario sc;
+  sc.world.launch_host_ns = launch_host_ns;
+  sc.world.event_record_host_ns = launch_host_ns == 0 ? 0 : 1 * kUs;
+  Container& box = sc.add_container(limit);
+  Process& p = sc.add_process(box);
+  UnevenDecode result;
+  sc.add_thread(p, [&] {
+    while (sc.world.now() < kRun) {
+      for (int i = 0; i < 150; ++i) {
+        gated_launch(p, sc.world, 4 * kUs);
+        sc.world.sleep(10 * kUs);
       }
-    });
-    sc.run();
-    *after_first_second = sc.sliding(box, kSec, kRun).min;
-    return steps;
-  };
-  double free_share = 0;
-  const int free_running = decode(0, &free_share);
+      for (int i = 0; i < 10; ++i) {
+        gated_launch(p, sc.world, 4 * kUs);
+        sc.world.sleep(400 * kUs);
+      }
+      sc.world.synchronize();
+      p.limiter->note_host_sync();
+      ++result.steps;
+    }
+  });
+  sc.run();
+  result.occupancy = sc.sliding(box, from, kRun);
+  return result;
+}
+
+// The device is busy 12% of the time, 40% while the layers are launched. A probe that timed only a
+// window's first launches saw the layers' duty and charged it over the window (0.86 of the steps
+// under 20%, 1 s windows at 0.094-0.107 of the device against 0.116 free; on an H200 the decode loop
+// ran at 0.68 under 20% and 0.88 under 30%). Timing every stride-th launch to the window's close
+// charges what ran: after the first second (the first windows, before a duty is known, are charged
+// in full) it runs as it does free.
+TEST(LimiterGpuTimeProbe, ADecodeLoopThatLaunchesDenselyFirstIsChargedWhatItsWholeWindowRan) {
+  const UnevenDecode free_running = uneven_decode(0, 0, kSec);
   for (const unsigned limit : {20U, 30U}) {
-    double share = 0;
-    const int steps = decode(limit, &share);
-    EXPECT_GE(steps, free_running * 95 / 100)
-        << "under " << limit << "%: " << steps << " of " << free_running;
-    EXPECT_GE(share, 0.97 * free_share)
+    const UnevenDecode limited = uneven_decode(limit, 0, kSec);
+    EXPECT_GE(limited.steps, free_running.steps * 95 / 100)
+        << "under " << limit << "%: " << limited.steps << " of " << free_running.steps;
+    EXPECT_GE(limited.occupancy.min, 0.97 * free_running.occupancy.min)
         << "under " << limit << "%: the least 1 s window after the first second";
   }
 }
 
-// Batch-1 decoding where each launch call costs the host 6 us before its 4 us kernel reaches the
+// The same loop where each launch call costs the host 6 us before its 4 us kernel reaches the
 // device, as on a real driver: a pair of events begun on the idle queue completes its first event
 // at once, so it spans the launch call as well as the kernel (10 us for 4). On an H200 the decode
 // loop's pairs added up to 22% of the device while NVML saw it 7-10% busy, and it ran at 0.56 of its
 // speed under 20%. The launch call's host time is taken off pairs begun on an idle stream: the loop,
 // 10% busy, runs free under 20% and 30%.
 TEST(LimiterGpuTimeProbe, ADecodeLoopIsNotChargedTheHostTimeOfItsLaunchCalls) {
-  const auto decode = [](unsigned limit, double* busy) {
-    Scenario sc;
-    sc.world.launch_host_ns = 6 * kUs;
-    sc.world.event_record_host_ns = 1 * kUs;
-    Container& box = sc.add_container(limit);
-    Process& p = sc.add_process(box);
-    int steps = 0;
-    sc.add_thread(p, [&] {
-      while (sc.world.now() < kRun) {
-        for (int i = 0; i < 150; ++i) {
-          gated_launch(p, sc.world, 4 * kUs);
-          sc.world.sleep(10 * kUs);
-        }
-        for (int i = 0; i < 10; ++i) {
-          gated_launch(p, sc.world, 4 * kUs);
-          sc.world.sleep(400 * kUs);
-        }
-        sc.world.synchronize();
-        p.limiter->note_host_sync();
-        ++steps;
-      }
-    });
-    sc.run();
-    *busy = sc.sliding(box, 0, kRun).mean;
-    return steps;
-  };
-  double free_busy = 0;
-  const int free_running = decode(0, &free_busy);
-  EXPECT_LT(free_busy, 0.12);
+  const UnevenDecode free_running = uneven_decode(0, 6 * kUs, 0);
+  EXPECT_LT(free_running.occupancy.mean, 0.12);
   for (const unsigned limit : {20U, 30U}) {
-    double busy = 0;
-    const int steps = decode(limit, &busy);
-    EXPECT_GE(steps, free_running * 95 / 100)
-        << "under " << limit << "%: " << steps << " of " << free_running;
+    const UnevenDecode limited = uneven_decode(limit, 6 * kUs, 0);
+    EXPECT_GE(limited.steps, free_running.steps * 95 / 100)
+        << "under " << limit << "%: " << limited.steps << " of " << free_running.steps;
   }
 }
 
