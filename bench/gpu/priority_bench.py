@@ -22,12 +22,12 @@ the next token read back to the host) with Poisson arrivals. Each request replay
 captured once as a CUDA graph, as inference servers run short requests: the GPU is busy for the
 request's whole time, so a load is also the GPU's busy share alone (32 x 128 tokens take about 7 ms
 on an H100). --server-eager launches it kernel by kernel instead (8 x 128 tokens by default), the
-server of every measurement before the fifth round in docs/priority.md: host-bound, its GPU busy
-about a quarter of each request's time, and its service time varies with the host's speed. Load L
-means arrivals at L / (service time alone), the service time measured by a calibration process
-first, on requests with Poisson arrivals at 30% as in the measured runs (a request after a pause
-pays the host's and the device's wake-up; back-to-back requests are faster and would understate
-the load). Each row shows
+server of every measurement before the fifth round in bench/results/priority-rounds.md: host-bound,
+its GPU busy about a quarter of each request's time, and its service time varies with the host's
+speed. Load L means arrivals at L / (service time alone), the service time measured by a
+calibration process first, on requests with Poisson arrivals at 30% as in the measured runs (a
+request after a pause pays the host's and the device's wake-up; back-to-back requests are faster
+and would understate the load). Each row shows
 the load the server really had (its share of time inside requests, "server busy %"). Latency is
 from a request's arrival to its answer on the host, queueing included; the server's garbage
 collector is off in the measured window, in every configuration. The trainer runs GPT-2

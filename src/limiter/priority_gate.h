@@ -86,7 +86,8 @@ struct PriorityTuning {
   // whatever it lasts. 0 (the default) = the bound alone: on H200s (2026-11-28) 5% and 10% left a
   // graphed server's 2 ms requests where the whole bound did (p99 1.30x / 1.11x / 1.08x alone
   // against 1.33x, each request's service 1.09-1.12x alone with any bound) and cost the trainer
-  // 0.02-0.09 of its speed (docs/priority.md). GPUSLICE_PRIORITY_REQUEST_SHARE.
+  // 0.02-0.09 of its speed (bench/results/gpu-2026-11-28/README.md).
+  // GPUSLICE_PRIORITY_REQUEST_SHARE.
   unsigned request_share_percent = 0;
   // A higher priority that just went idle is likely to submit again soon (a server between two
   // requests of a burst): the bound grows in proportion to its idle time, reaching
@@ -94,7 +95,7 @@ struct PriorityTuning {
   // lower-priority kernel in front of it and one after a long pause the whole bound. 30 ms rather
   // than 8 ms (until 2026-11-26): a server serving a request every few tens of milliseconds then
   // finds a fraction of the bound in front of each (a graphed server's p99 at 30% load on H100s:
-  // 1.09x alone against 1.11x; docs/priority.md). 0 = no ramp.
+  // 1.09x alone against 1.11x; bench/results/priority-rounds.md). 0 = no ramp.
   std::uint64_t in_flight_ramp_ns = 30'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
@@ -148,7 +149,7 @@ struct PriorityTuning {
   // keep their queued work within the bound beside it. 0 (the default) = every higher container
   // holds: on an H200 an eager GPT-2 server at 60% load kept p99 1.42x alone holding, against 9.56x
   // (un-managed: 2.19x) light at 50%, where the trainer ran 0.73x alone instead of 0.35x
-  // (docs/priority.md). GPUSLICE_PRIORITY_LIGHT_SHARE.
+  // (bench/results/gpu-2026-11-27-b/README.md). GPUSLICE_PRIORITY_LIGHT_SHARE.
   std::uint32_t light_share_permille = 0;
   std::uint64_t share_every_ns = 100'000'000;
 };

@@ -253,7 +253,7 @@ TEST(PrioritySharing, RequestsOfABurstFindNothingWithTheGraceAndAboutOneLowKerne
 // after 5-40 ms of idle time, past the grace, and find what the trainer queued since in front of
 // them. With a ramp of 8 ms (the default until 2026-11-26) most find the whole bound; with the
 // default 30 ms, the share of it their idle time allows. On an H100 that took a graphed GPT-2
-// server's p99 at 30% from 1.11x to 1.09x alone (docs/priority.md).
+// server's p99 at 30% from 1.11x to 1.09x alone (bench/results/priority-rounds.md).
 TEST(PrioritySharing, ADeviceBoundServerFindsLessInFrontOfItsRequestsWithTheDefaultRampThanWithAShortOne) {
   constexpr std::uint64_t kFor = 5 * kSec;
   RequestShape graph;
