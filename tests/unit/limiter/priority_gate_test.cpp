@@ -792,7 +792,7 @@ std::pair<std::uint64_t, double> most_queued_with_a_cluster(ManualClock& clock, 
   }
   clock.now += device.queued();
   return {most,
-          300.0 * static_cast<double>(200 * 10 * kUs + 8 * heavy_ns) / static_cast<double>(clock.now - from)};
+          300.0 * static_cast<double>(kUs * 200 * 10 + 8 * heavy_ns) / static_cast<double>(clock.now - from)};
 }
 
 // With costs per kernel the cluster closes windows early: never more than the bound and the one
@@ -814,7 +814,7 @@ TEST_F(PriorityGatePipelined, AClusterOfHeavyKernelsStaysWithinTheBoundWithCosts
       static_cast<double>(average) / 1e6, static_cast<unsigned long long>(gate_->stats().event_waits),
       average_busy);
   EXPECT_LE(per_kernel, 2 * kMs + 800 * kUs);
-  EXPECT_GT(average, 3 * 2 * kMs);
+  EXPECT_GT(average, kMs * 3 * 2);
   EXPECT_GT(per_kernel_busy, 0.99) << "the smaller windows of the cluster still keep the device busy";
 }
 
