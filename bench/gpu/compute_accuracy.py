@@ -914,7 +914,7 @@ def main():
     args.cli = os.path.abspath(args.cli or os.path.join(os.path.dirname(os.path.abspath(args.lib)), "..", "bin",
                                                         "gpuslice"))
     os.makedirs(args.out, exist_ok=True)
-    for needed in (args.lib, args.cli):
+    for needed in (args.lib, args.cli) + ((args.kernel_timeline,) if args.kernel_timeline else ()):
         if not os.path.exists(needed):
             print(f"no such file: {needed}", file=sys.stderr)
             return 2

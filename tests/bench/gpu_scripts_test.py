@@ -139,6 +139,14 @@ class ComputeAccuracyKernelTime(unittest.TestCase):
         self.assertIsNone(row["kernel_time_pass"])
         self.assertEqual(accuracy.pooled_kernel_cells([row], 0.5), "- | - | -")
 
+    def test_a_missing_timeline_library_is_refused_before_any_run(self):
+        here = os.path.abspath(__file__)  # stands in for the library and the CLI, which must exist
+        with tempfile.TemporaryDirectory() as out:
+            code, err = call_main(accuracy.main, ["compute_accuracy.py", "--lib", here, "--cli", here, "--out", out,
+                                                  "--kernel-timeline", "/nonexistent/libkernel_timeline.so"])
+        self.assertEqual(code, 2)
+        self.assertIn("/nonexistent/libkernel_timeline.so", err)
+
     def test_phases_of_one_limit_pool_their_kernel_time_by_seconds(self):
         rows = [{"kernel_time_ratio": 0.5, "kernel_time_pct": 50.0, "unlimited_kernel_time_pct": 100.0, "seconds": 2.0},
                 {"kernel_time_ratio": 0.56, "kernel_time_pct": 56.0, "unlimited_kernel_time_pct": 100.0, "seconds": 1.0}]
