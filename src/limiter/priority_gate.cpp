@@ -149,9 +149,8 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
         // had this container held, and how much it had queued then (the window, its predicted
         // device time, the launch cap of a count and the average launch).
         GS_LOG(Debug,
-               "priority gate: held at %llu us, %u launches in the window (%llu us predicted), cap %llu, "
-               "%llu ns "
-               "a launch",
+               "priority gate: held at %llu us, %u launches in the window (%llu us predicted), "
+               "cap %llu, %llu ns a launch",
                static_cast<unsigned long long>(now / 1000), bound_.window_launches(),
                static_cast<unsigned long long>(bound_.window_predicted_ns() / 1000),
                static_cast<unsigned long long>(bound_.launch_cap(now, bound_at)),
