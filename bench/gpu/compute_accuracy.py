@@ -798,13 +798,19 @@ def window_ratios_between(timeline, baseline, a, b, width=1.0, step=0.1):
     return out
 
 
+def pooled_ratio(group, measured, unlimited):
+    """Phases of one limit pooled: the sum of their `measured` over the sum of their neighbours'
+    `unlimited`, each weighted by the phase's seconds."""
+    return (sum(r[measured] * r["seconds"] for r in group)
+            / sum(r[unlimited] * r["seconds"] for r in group))
+
+
 def pooled_kernel_cells(group, expected):
     """The pooled table's kernel-time cells: the phases' kernel time over their neighbours', weighted
     by seconds, its error against the expected ratio, and the verdict ('-' without --kernel-timeline)."""
     if any(r.get("kernel_time_ratio") is None for r in group):
         return "- | - | -"
-    ratio = (sum(r["kernel_time_pct"] * r["seconds"] for r in group)
-             / sum(r["unlimited_kernel_time_pct"] * r["seconds"] for r in group))
+    ratio = pooled_ratio(group, "kernel_time_pct", "unlimited_kernel_time_pct")
     return f"{ratio:.3f} | {(ratio - expected) * 100:+.1f} | {'PASS' if phase_passes(ratio, expected) else 'FAIL'}"
 
 
@@ -842,8 +848,7 @@ def report(rows, transitions):
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for (workload, limit), group in pooled.items():
             seconds = sum(r["seconds"] for r in group)
-            ratio = (sum(r["limited_it_s"] * r["seconds"] for r in group)
-                     / sum(r["unlimited_it_s"] * r["seconds"] for r in group))
+            ratio = pooled_ratio(group, "limited_it_s", "unlimited_it_s")
             expected = sum(r.get("expected_ratio", limit / 100) for r in group) / len(group)
             error = (ratio - expected) * 100
             print(f"| {workload} | {limit} | {len(group)} | {seconds:.0f} | {ratio:.3f} | {error:+.1f} | "
