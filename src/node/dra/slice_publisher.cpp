@@ -120,6 +120,21 @@ PublisherStatus SlicePublisher::status() const {
   return status_;
 }
 
+// True: created and ours. False: the server already had one (409).
+Result<bool> SlicePublisher::create_lease(const std::string& path, json spec) {
+  spec["acquireTime"] = spec["renewTime"];
+  spec["leaseTransitions"] = 0;
+  json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                {"kind", "Lease"},
+                {"metadata", {{"name", lease_name()}, {"namespace", options_.lease_namespace}}},
+                {"spec", std::move(spec)}};
+  auto created = api_.request("POST", path, lease);
+  if (!created) return make_error(created.error());
+  if (created->status == 409) return false;
+  if (created->status / 100 != 2) return make_error(status_error("creating the lease", *created));
+  return true;
+}
+
 Result<bool> SlicePublisher::hold_lease() {
   const std::string path = "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases";
   const auto now = std::chrono::system_clock::now();
@@ -129,17 +144,12 @@ Result<bool> SlicePublisher::hold_lease() {
   auto got = api_.request("GET", path + "/" + lease_name());
   if (!got) return make_error(got.error());
   if (got->status == 404) {
-    spec["acquireTime"] = micro_time(now);
-    spec["leaseTransitions"] = 0;
-    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                  {"kind", "Lease"},
-                  {"metadata", {{"name", lease_name()}, {"namespace", options_.lease_namespace}}},
-                  {"spec", spec}};
-    auto created = api_.request("POST", path, lease);
-    if (!created) return make_error(created.error());
-    if (created->status == 409) return false;  // another daemon created it first
-    if (created->status / 100 != 2) return make_error(status_error("creating the lease", *created));
-    return true;
+    auto created = create_lease(path, spec);
+    if (!created || *created) return created;
+    // 409: another daemon created it first, or our own earlier try did, its answer lost to a
+    // timeout and the retry refused. The lease as stored says which.
+    got = api_.request("GET", path + "/" + lease_name());
+    if (!got) return make_error(got.error());
   }
   if (got->status != 200 || !got->body.is_object())
     return make_error(status_error("reading the lease", *got));
@@ -198,6 +208,15 @@ bool kept_partitions(const json& sent, const json& stored) {
 }
 
 }  // namespace
+
+// Overwrites the stored slice `name` with `slice`, at the version the server has now.
+Result<ApiResponse> SlicePublisher::replace_slice(const std::string& name, json slice) {
+  auto stored = api_.request("GET", slice_path(name));
+  if (!stored) return stored;
+  if (stored->status != 200 || !stored->body.is_object()) return stored;
+  slice["metadata"]["resourceVersion"] = resource_version(stored->body);
+  return api_.request("PUT", slice_path(name), slice);
+}
 
 Result<std::string> SlicePublisher::reconcile_slices() {
   std::vector<GpuInfo> gpus;
@@ -261,6 +280,8 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     Result<ApiResponse> written = make_error("");
     if (it == existing.end()) {
       written = api_.request("POST", kSlices, d);
+      if (!written) return make_error(written.error());
+      if (written->status == 409) written = replace_slice(name, d);  // a retried POST that had landed
       if (!written) return make_error(written.error());
       if (written->status / 100 != 2)
         return make_error(status_error(("creating ResourceSlice " + name).c_str(), *written));

@@ -56,6 +56,8 @@ class SlicePublisher {
 
  private:
   Result<bool> hold_lease();
+  Result<bool> create_lease(const std::string& path, nlohmann::json spec);
+  Result<ApiResponse> replace_slice(const std::string& name, nlohmann::json slice);
   Result<std::string> reconcile_slices();  // returns the list's resourceVersion
   void loop();
 

@@ -34,6 +34,10 @@ class FakeApiServer {
   int slow_ms = 0;          // wait before answering
   bool gone_watch = false;  // answer watches with a 410 ERROR event
   bool lie_huge = false;    // answer claims with a body larger than any claim
+  // "POST leases", "POST slices": the next such request is carried out, its answer held back
+  // lose_answer_ms, past the client's deadline.
+  std::set<std::string> lose_answer;
+  int lose_answer_ms = 0;
   // DRAPartitionableDevices of the API server: off, it drops sharedCounters and consumesCounters
   // from what it stores, as the API server drops the fields of a disabled feature.
   bool partitionable_gate = true;
@@ -52,6 +56,16 @@ class FakeApiServer {
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
+    });
+    server_.set_post_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+      const std::string key =
+          req.method + (req.path.find("/leases") != std::string::npos ? " leases" : " slices");
+      int wait = 0;
+      {
+        std::lock_guard lock(mutex);
+        if (lose_answer.erase(key)) wait = lose_answer_ms;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait));
     });
     const std::string slices_path = "/apis/resource.k8s.io/v1/resourceslices";
     server_.Get(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
@@ -73,6 +87,12 @@ class FakeApiServer {
       if (slices.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
       store(slices[name], object);
       reply(res, 201, slices[name]);
+    });
+    server_.Get(slices_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      auto it = slices.find(req.matches[1]);
+      if (it == slices.end()) return reply(res, 404, {{"kind", "Status"}, {"code", 404}});
+      reply(res, 200, it->second);
     });
     server_.Put(slices_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
@@ -236,7 +256,7 @@ class DraApi : public ::testing::Test {
     ApiServerOptions o;
     o.url = server.url();
     o.token_file = tmp / "token";
-    o.timeout = std::chrono::milliseconds(2000);
+    o.timeout = std::chrono::milliseconds(10000);  // loopback, but a loaded CI machine
     o.backoff = std::chrono::milliseconds(10);
     node::test::write_file(o.token_file, "token-one\n");
     return o;
@@ -301,6 +321,28 @@ TEST_F(DraApi, AnUnchangedSliceIsNotWrittenAgainAndAChangedOneGetsANewGeneration
   EXPECT_EQ(server.writes["PUT slices"], 2);
   EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["pool"]["generation"], 2);
   EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 2);
+  EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+}
+
+// A create that landed but whose answer was lost (the deadline passed) is retried and refused
+// with 409; that must not read as "another daemon holds the lease" or fail the round.
+TEST_F(DraApi, ACreateWhoseAnswerWasLostIsRecognisedAsOurs) {
+  server.lose_answer = {"POST leases", "POST slices"};
+  server.lose_answer_ms = 1500;
+  auto options = api_options();
+  options.timeout = std::chrono::milliseconds(500);
+  ApiClient api(options);
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(*r);
+  EXPECT_TRUE(publisher.status().leader);
+  std::lock_guard lock(server.mutex);
+  EXPECT_TRUE(server.lose_answer.empty()) << "both answers were lost once";
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-a");
+  EXPECT_EQ(server.slices.size(), 2u);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["devices"].size(), 4u);
   EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
 }
 
