@@ -3,41 +3,46 @@
 #include <algorithm>
 
 namespace gpuslice::limiter {
-namespace {
-constexpr auto kRelaxed = std::memory_order_relaxed;
-}
 
 bool DeviceShare::before_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now) {
   const std::uint32_t n = launches_.fetch_add(1, kRelaxed);
   std::uint64_t next = next_ns_.load(kRelaxed);
-  if (now >= next && !armed_.load(kRelaxed) &&
-      next_ns_.compare_exchange_strong(next, now + every_ns_, kRelaxed)) {
+  // The first launch: lower ones learn of this container from its record from now on; their queued
+  // work drains before the first span.
+  if (next == 0 && next_ns_.compare_exchange_strong(next, now + timing_.settle_ns, kRelaxed))
+    next = now + timing_.settle_ns;
+  if (now >= next && measuring_.load(std::memory_order_acquire) && !armed_.load(kRelaxed) &&
+      next_ns_.compare_exchange_strong(next, now + timing_.every_ns, kRelaxed)) {
     armed_.store(true, std::memory_order_release);
     probe_.arm(n);
   }
   return probe_.before_launch(ops, clock, stream, now, n);
 }
 
-bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now, std::uint32_t threshold_permille) {
+bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now) {
   if (!armed_.load(std::memory_order_acquire)) return false;
   const BusyProbe::Result span = probe_.collect(ops, now);
   armed_.store(false, std::memory_order_release);
-  if (!span.valid || span.span_ns == 0) return false;
+  if (!span.valid || span.span_ns == 0) return false;  // still measuring: the next span tries again
   const auto sample =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(kPermille, span.busy_ns * kPermille / span.span_ns));
-  const std::uint32_t before = share_.load(kRelaxed);
-  // A moving mean with weight 1/8 for the newest sample: one span that caught a heavy moment of a
-  // host-bound server (its prefill before a hundred light decode steps) must not make it hold lower
-  // ones until the next sample. At least 1: measured.
-  const auto mean = before == 0
-                        ? static_cast<std::int64_t>(sample)
-                        : static_cast<std::int64_t>(before) +
-                              (static_cast<std::int64_t>(sample) - static_cast<std::int64_t>(before)) / 8;
-  const auto after = static_cast<std::uint32_t>(std::clamp<std::int64_t>(mean, 1, kPermille));
-  share_.store(after, kRelaxed);
-  const bool crossed = (before < threshold_permille) != (after < threshold_permille);
-  const std::uint32_t moved = after > before ? after - before : before - after;
-  return before == 0 || crossed || moved * 20 >= kPermille;
+      static_cast<std::int64_t>(std::min<std::uint64_t>(kPermille, span.busy_ns * kPermille / span.span_ns));
+  const auto before = static_cast<std::int64_t>(mean_.load(kRelaxed));
+  const std::int64_t mean = before == 0 ? sample : before + (sample - before) / (sample > before ? 2 : 4);
+  const auto after =
+      static_cast<std::uint32_t>(std::clamp<std::int64_t>(mean, 1, kPermille));  // 1+: measured
+  mean_.store(after, kRelaxed);
+  published_.store(after, kRelaxed);
+  trusted_until_ns_.store(now + timing_.ttl_ns, kRelaxed);
+  measuring_.store(false, std::memory_order_release);
+  return true;
+}
+
+bool DeviceShare::tick(std::uint64_t now) {
+  if (measuring_.load(std::memory_order_acquire) || now < trusted_until_ns_.load(kRelaxed)) return false;
+  published_.store(0, kRelaxed);
+  next_ns_.store(now + timing_.settle_ns, kRelaxed);
+  measuring_.store(true, std::memory_order_release);
+  return true;
 }
 
 }  // namespace gpuslice::limiter

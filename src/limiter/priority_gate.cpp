@@ -27,7 +27,7 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
       tuning_(tuning),
       watch_(board, watch_timing(tuning)),
       floor_(make_floor(tuning)),
-      share_(tuning.share_every_ns != 0 ? tuning.share_every_ns : PriorityTuning{}.share_every_ns),
+      share_(share_timing(tuning)),
       bound_(clock, ops, bound_settings(tuning)) {
   share_supported_ = DeviceShare::supported(ops_);
   // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
@@ -67,6 +67,13 @@ PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
 }
 
 // The bound's settings from the tuning, with the same fallbacks as the gate's own.
+DeviceShare::Timing PriorityGate::share_timing(const PriorityTuning& tuning) {
+  DeviceShare::Timing t;
+  if (tuning.share_every_ns != 0) t.every_ns = tuning.share_every_ns;
+  if (tuning.share_ttl_ns != 0) t.ttl_ns = tuning.share_ttl_ns;
+  return t;
+}
+
 InFlightBound::Settings PriorityGate::bound_settings(const PriorityTuning& tuning) {
   const PriorityTuning defaults;
   InFlightBound::Settings s;
@@ -235,8 +242,7 @@ void PriorityGate::note_host_sync() {
   // priorities resume without waiting for the horizon to pass.
   if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
   // Every event recorded before the wait has completed: the share's span, if one ran, is read.
-  const bool share_moved = share_supported_ && priority() != Priority::Low &&
-                           share_.note_idle(ops_, now, tuning_.light_share_permille);
+  const bool share_moved = share_supported_ && priority() != Priority::Low && share_.note_idle(ops_, now);
   const bool period_moved = note_period_end(now);
   const std::uint64_t until = busy_until_ns_.load(kRelaxed);
   // Published as is: once past, it tells lower priorities since when this container is idle.
@@ -265,7 +271,12 @@ bool PriorityGate::note_period_end(std::uint64_t now) {
   return mean == 0 || moved > mean / 8;
 }
 
-void PriorityGate::heartbeat() { publish_own(clock_.now_ns()); }
+void PriorityGate::heartbeat() {
+  const std::uint64_t now = clock_.now_ns();
+  // A measured share is re-measured once it is old: the record then says "not measured".
+  if (share_supported_ && priority() != Priority::Low) share_.tick(now);
+  publish_own(now);
+}
 
 void PriorityGate::settle() {
   busy_until_ns_.store(0, kRelaxed);

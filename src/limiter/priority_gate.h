@@ -143,15 +143,18 @@ struct PriorityTuning {
   // GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
   bool long_kernels_alone = false;
   // A higher container whose kernels keep the device busy less than this share (per mille) of its
-  // busy time (DeviceShare: measured by its own timing events every share_every_ns while it
-  // launches) does not hold lower ones: a host-bound server's request leaves the GPU idle most of
+  // busy time (DeviceShare: measured by its own timing events while lower ones hold) does not hold
+  // lower ones: a host-bound server's request leaves the GPU idle most of
   // its time, and holding a trainer through it costs the trainer most of that time. Lower ones
   // keep their queued work within the bound beside it. 0 (the default) = every higher container
   // holds: on an H200 an eager GPT-2 server at 60% load kept p99 1.42x alone holding, against 9.56x
   // (un-managed: 2.19x) light at 50%, where the trainer ran 0.73x alone instead of 0.35x
   // (bench/results/gpu-2026-11-27-b/README.md). GPUSLICE_PRIORITY_LIGHT_SHARE.
   std::uint32_t light_share_permille = 0;
+  // DeviceShare::Timing: spans every share_every_ns while measuring; a measured share is trusted
+  // for share_ttl_ns, then measured again while lower ones hold (0: the defaults).
   std::uint64_t share_every_ns = 100'000'000;
+  std::uint64_t share_ttl_ns = 1'000'000'000;
 };
 
 struct PriorityStats {
@@ -212,7 +215,7 @@ class PriorityGate {
   Priority priority() const;
   PriorityStats stats() const;
   // The share of its busy time the device ran this container's work, per mille (0: not measured).
-  std::uint32_t device_share() const { return share_.permille(); }
+  std::uint32_t device_share() const { return share_.measured_permille(); }
   // The mean length of this container's busy periods (0: none ended yet), as published.
   std::uint64_t busy_period_ns() const { return busy_period_ns_.load(std::memory_order_relaxed); }
   // The in-flight bound a launch would meet now (bound_now), for the exit line and tests.
@@ -226,6 +229,7 @@ class PriorityGate {
   static PeerWatch::Timing watch_timing(const PriorityTuning& tuning);
   static PriorityFloor make_floor(const PriorityTuning& tuning);
   static InFlightBound::Settings bound_settings(const PriorityTuning& tuning);
+  static DeviceShare::Timing share_timing(const PriorityTuning& tuning);
   std::uint64_t bound_now(std::uint64_t now) const;
   bool note_period_end(std::uint64_t now);
 

@@ -66,7 +66,17 @@ CUresult sim_event_elapsed_ns(CUevent start, CUevent end, std::uint64_t* ns) {
 
 World::World() : World(Options{}) {}
 
-World::World(const Options& options) : options_(options) {}
+World::World(const Options& options) : options_(options) {
+  // The same suites on a time-slicing device (a second ctest run of them sets it).
+  if (const char* text = std::getenv("GPUSLICE_SIM_TIMESLICE_NS")) {
+    char* end = nullptr;
+    timeslice_ns = std::strtoull(text, &end, 10);
+    if (end == text || *end != '\0') {
+      std::fprintf(stderr, "sim: GPUSLICE_SIM_TIMESLICE_NS='%s' is not a number of nanoseconds\n", text);
+      std::abort();
+    }
+  }
+}
 
 World::~World() {
   for (auto& actor : actors_) {
@@ -154,7 +164,41 @@ World::Actor* World::pick_runnable() {
   return nullptr;
 }
 
+World::Turn World::turn() const {
+  constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+  const auto count = static_cast<int>(contexts_.size());
+  auto has_work = [this](int c) { return !contexts_[static_cast<std::size_t>(c)].remaining.empty(); };
+  auto others = [&](int self) {
+    int n = 0;
+    for (int c = 0; c < count; ++c) n += c != self && has_work(c) ? 1 : 0;
+    return n;
+  };
+  if (holder_ >= 0 && has_work(holder_)) {
+    if (others(holder_) == 0) return {holder_, kNever};
+    if (now_ < slice_end_) return {holder_, slice_end_};
+    // Its slice is over: the next context with work, in turn; the holder still waits.
+    for (int i = 1; i < count; ++i) {
+      const int c = (holder_ + i) % count;
+      if (has_work(c)) return {c, now_ + timeslice_ns};
+    }
+  }
+  const int start = holder_ < 0 ? 0 : holder_ + 1;
+  for (int i = 0; i < count; ++i) {
+    const int c = (start + i) % count;
+    if (has_work(c)) return {c, others(c) == 0 ? kNever : now_ + timeslice_ns};
+  }
+  return {};
+}
+
 bool World::next_device_event(std::uint64_t* at) const {
+  if (timeslice_ns != 0) {
+    const Turn t = turn();
+    if (t.ctx < 0) return false;
+    const double front = contexts_[static_cast<std::size_t>(t.ctx)].remaining.front();
+    const auto done = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(front)));
+    *at = now_ + std::min(done, std::max<std::uint64_t>(1, t.until - now_));
+    return true;
+  }
   double shortest = std::numeric_limits<double>::infinity();
   int active = 0;
   for (const Context& ctx : contexts_) {
@@ -208,7 +252,39 @@ void World::add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint
   }
 }
 
+void World::advance_sliced(std::uint64_t to) {
+  while (now_ < to) {
+    const Turn t = turn();
+    if (t.ctx < 0) {
+      now_ = to;
+      return;
+    }
+    const bool alone = t.until == std::numeric_limits<std::uint64_t>::max();
+    holder_ = t.ctx;
+    if (!alone) slice_end_ = t.until;
+    Context& ctx = contexts_[static_cast<std::size_t>(t.ctx)];
+    const auto done =
+        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(ctx.remaining.front())));
+    const std::uint64_t step =
+        std::min({done, to - now_, t.until > now_ ? t.until - now_ : std::uint64_t{1}});
+    add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, 1.0);
+    ctx.remaining.front() -= static_cast<double>(step);
+    if (ctx.remaining.front() <= kEpsilonNs) {
+      add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
+      for (const int event : ctx.markers.front())
+        event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
+      ctx.remaining.pop_front();
+      ctx.nominal.pop_front();
+      ctx.markers.pop_front();
+    }
+    now_ += step;
+    // Running alone, its slice starts over: work arriving now waits for at most one slice.
+    if (alone) slice_end_ = now_ + timeslice_ns;
+  }
+}
+
 void World::advance_device(std::uint64_t to) {
+  if (timeslice_ns != 0) return advance_sliced(to);
   while (now_ < to) {
     int active = 0;
     double shortest = std::numeric_limits<double>::infinity();

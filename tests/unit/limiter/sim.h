@@ -7,7 +7,10 @@
 // jumps to the next event. The same inputs therefore give the same schedule on every run.
 //
 // The device runs each context's kernels in order; contexts with queued work share the device
-// equally (processor sharing: the fluid limit of the driver's time-slicing between processes).
+// equally (processor sharing: the fluid limit of the driver's time-slicing between processes), or,
+// with `timeslice_ns` set, take turns as the driver does: one context runs alone until its queue
+// is empty or, while another has work, its slice ends; a context whose work arrives while another
+// runs waits for that one's slice.
 // Timing events are markers in a context's queue: one completes, and takes its timestamp, when the
 // work queued before it has finished (at once on an idle queue), as cuEventRecord does on a device.
 // Host time and device time therefore differ: an actor's host work (sleep) between launches leaves
@@ -78,6 +81,9 @@ class World {
   std::uint64_t launch_host_ns = 0;
   // Whether the calling actor's context has nothing queued or running (cuStreamQuery).
   bool queue_empty() const;
+  // Time-slicing between contexts (0: processor sharing; GPUSLICE_SIM_TIMESLICE_NS sets the
+  // default). Set before run().
+  std::uint64_t timeslice_ns = 0;
 
  private:
   enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
@@ -106,6 +112,14 @@ class World {
   // Hands the run to the next actor (advancing time as needed); false when all are done.
   bool dispatch(std::unique_lock<std::mutex>& lock);
   void advance_device(std::uint64_t to);
+  void advance_sliced(std::uint64_t to);
+  // Time-slicing: the context that runs from now, and until when it may (its slice's end while
+  // another waits, else never ends).
+  struct Turn {
+    int ctx = -1;
+    std::uint64_t until = 0;
+  };
+  Turn turn() const;
   bool next_device_event(std::uint64_t* at) const;
   void add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint64_t to, double share);
 
@@ -117,6 +131,8 @@ class World {
   std::vector<Context> contexts_;
   std::vector<std::vector<double>> busy_by_container_;
   std::vector<std::uint64_t> event_done_;  // per event: completion time + 1, 0 = not completed
+  int holder_ = -1;                        // time-slicing: the context running, and its slice's end
+  std::uint64_t slice_end_ = 0;
   bool finished_ = false;
 };
 
