@@ -34,6 +34,8 @@ bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now) {
   published_.store(after, kRelaxed);
   trusted_until_ns_.store(now + timing_.ttl_ns, kRelaxed);
   measuring_.store(false, std::memory_order_release);
+  // Until tick() opens the next window, a launch finds nothing due in its one load and compare.
+  next_ns_.store(~std::uint64_t{0}, kRelaxed);
   return true;
 }
 

@@ -17,7 +17,7 @@
 // that returns with nothing launched meanwhile (every event recorded before it has completed)
 // reads it: its busy time over its host time is one sample. The share is a moving mean of the
 // samples, the first taken as is; a rising sample weighs 1/2 (a server that turned device-bound
-// holds lower ones again within a window or two), a falling one 1/8 (a host-bound server's prefill
+// holds lower ones again within a window or two), a falling one 1/4 (a host-bound server's prefill
 // caught by one span does not make it look busier for long, and one light span does not release
 // lower ones beside a device-bound server).
 #pragma once
@@ -76,7 +76,7 @@ class DeviceShare {
   BusyProbe probe_;
   std::atomic<std::uint32_t> launches_{0};
   std::atomic<bool> measuring_{true};      // the window is open: lower ones hold, spans may start
-  std::atomic<std::uint64_t> next_ns_{0};  // the next span may start from then
+  std::atomic<std::uint64_t> next_ns_{0};  // the next span may start from then (never while trusted)
   std::atomic<std::uint64_t> trusted_until_ns_{0};
   std::atomic<bool> armed_{false};  // a span is armed or running, not yet read
   std::atomic<std::uint32_t> mean_{0};

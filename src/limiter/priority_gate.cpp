@@ -66,7 +66,6 @@ PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
                        tuning.floor_slice_ns != 0 ? tuning.floor_slice_ns : defaults.floor_slice_ns);
 }
 
-// The bound's settings from the tuning, with the same fallbacks as the gate's own.
 DeviceShare::Timing PriorityGate::share_timing(const PriorityTuning& tuning) {
   DeviceShare::Timing t;
   if (tuning.share_every_ns != 0) t.every_ns = tuning.share_every_ns;
@@ -74,6 +73,7 @@ DeviceShare::Timing PriorityGate::share_timing(const PriorityTuning& tuning) {
   return t;
 }
 
+// The bound's settings from the tuning, with the same fallbacks as the gate's own.
 InFlightBound::Settings PriorityGate::bound_settings(const PriorityTuning& tuning) {
   const PriorityTuning defaults;
   InFlightBound::Settings s;
