@@ -1,6 +1,6 @@
 // A CUDA "application" for the priority end-to-end test, linked to libcuda.so.1 (the mock driver).
 //   priority_app --epoch-ns E --seconds S --kernel-us K --step N [--busy-from-ms A --busy-to-ms B]
-//                [--ptsz 1] [--threads 2]
+//                [--ptsz 1] [--threads 2] [--host-us H]
 // Without --busy-*: a trainer that launches steps of N kernels of K us and synchronises after each,
 // for S seconds from E (CLOCK_MONOTONIC), and prints the kernels completed per 50 ms bucket since E
 // ("buckets=n0,n1,..."). With --busy-*: a server that idles until E + A, then runs steps until
@@ -8,6 +8,7 @@
 // (the calling thread's default stream, as a program built for per-thread default streams does).
 // --threads 2 launches the second half of each step from another thread, on the same stream (as
 // PyTorch's backward pass does from its autograd thread), before the main thread synchronises.
+// --host-us H: H us of host work after each launch (an eager server: the device idle meanwhile).
 #include <time.h>
 
 #include <cstdint>
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   long busy_to_ms = -1;
   bool ptsz = false;
   int threads = 1;
+  long host_us = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
       ptsz = std::atoi(v) != 0;
     } else if (a == "--threads") {
       threads = std::atoi(v);
+    } else if (a == "--host-us") {
+      host_us = std::atol(v);
     } else {
       std::printf("error=unknown_option %s\n", a.c_str());
       return 2;
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
       check(ptsz ? cuLaunchKernel_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr)
                  : cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
             "launch");
+      if (host_us > 0) sleep_until(now_ns() + static_cast<std::uint64_t>(host_us) * 1000ULL);
     }
   };
   sleep_until(from);

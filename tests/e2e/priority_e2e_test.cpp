@@ -307,6 +307,60 @@ TEST_F(PriorityE2E, OnKubernetesAServerThatAsksForHighButIsAssignedNormalHoldsNo
   EXPECT_GT(during, 0.1 * alone) << "a level above the assignment is not believed";
 }
 
+// A host-bound high-priority server (10 kernels of 20 us, 200 us of host work after each, then a
+// synchronisation) keeps the device busy about a tenth of its requests. Its gate measures that
+// share while the trainer holds for it and publishes it; a trainer that opts in with
+// GPUSLICE_PRIORITY_LIGHT_SHARE=50 then keeps running beside it, one without it is held.
+struct LightRun {
+  std::vector<long> buckets;
+  unsigned server_share = 0;  // permille, from the server's exit line
+  std::string server_err;
+};
+
+TEST_F(PriorityE2E, ATrainerThatOptsInKeepsRunningBesideAHostBoundServerWhoseShareIsMeasuredLight) {
+  auto pair = [&](bool light) {
+    const long long epoch = monotonic_ns() + 1'500'000'000LL;
+    const std::string seconds = std::to_string(kSeconds);
+    Env trainer_env = container_env("trainer", "low");
+    if (light) trainer_env["GPUSLICE_PRIORITY_LIGHT_SHARE"] = "50";
+    Background trainer({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", seconds,
+                        "--kernel-us", "200", "--step", "5"},
+                       trainer_env, dir_ + "/trainer.out");
+    Env server_env = container_env("server", "high");
+    server_env["GPUSLICE_LOG_LEVEL"] = "info";
+    const Outcome server = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds",
+                                seconds, "--kernel-us", "20", "--step", "10", "--host-us", "200",
+                                "--busy-from-ms", std::to_string(kBusyFromMs), "--busy-to-ms", "3500"},
+                               server_env, 60);
+    EXPECT_EQ(trainer.wait(), 0) << trainer.output();
+    EXPECT_EQ(server.exit_code, 0) << server.out << server.err;
+    LightRun run;
+    Outcome trainer_out;
+    trainer_out.values = parse_values(trainer.output());
+    run.buckets = buckets_of(trainer_out);
+    run.server_err = server.err;
+    const std::string key = "long kernels alone, device share ";
+    const std::size_t at = server.err.find(key);
+    EXPECT_NE(at, std::string::npos) << server.err;
+    if (at != std::string::npos)
+      run.server_share = static_cast<unsigned>(std::atoi(server.err.c_str() + at + key.size()));
+    return run;
+  };
+  const LightRun light = pair(true);
+  const double alone = rate(light.buckets, 200, kBusyFromMs - 100);
+  const double beside = rate(light.buckets, kBusyFromMs + 300, 3400);
+  EXPECT_GT(alone, 100) << "200 us kernels: about 250 per 50 ms when alone";
+  EXPECT_GT(light.server_share, 0U) << light.server_err;
+  EXPECT_LT(light.server_share, 500U) << light.server_err;
+  EXPECT_GT(beside, 0.5 * alone) << "light: only the in-flight bound beside it";
+  const LightRun held = pair(false);
+  EXPECT_LT(rate(held.buckets, kBusyFromMs + 300, 3400), 0.2 * rate(held.buckets, 200, kBusyFromMs - 100))
+      << "without the option the server holds it through its requests";
+  std::printf("server share %u permille; trainer beside it / alone: %.2f (held: %.2f)\n", light.server_share,
+              beside / alone,
+              rate(held.buckets, kBusyFromMs + 300, 3400) / rate(held.buckets, 200, kBusyFromMs - 100));
+}
+
 // The control: the same pair without priorities time-slices the device, so the check above fails.
 TEST_F(PriorityE2E, WithoutPrioritiesTheTrainerKeepsRunningBesideTheServer) {
   const std::vector<long> b = run_pair(nullptr, nullptr);
