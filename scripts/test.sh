@@ -54,7 +54,7 @@ fuzz/run.sh build-fuzz "${GPUSLICE_FUZZ_SECONDS:-15}"
 stage "clang-format"
 scripts/check-format.sh
 
-stage "clang-tidy (the injected library's sources)"
+stage "clang-tidy (the library, the node daemon and the CLI)"
 scripts/tidy.sh build
 
 stage "Helm chart, manifests, dashboard and alerts (helm, Kubernetes schemas, promtool, a test run of the daemon)"

@@ -55,6 +55,7 @@ void Table::print(std::FILE* out) const {
   shown.reserve(rows_.size() + 1);
   auto escaped = [](const std::vector<std::string>& cells) {
     std::vector<std::string> safe;
+    safe.reserve(cells.size());
     for (const auto& cell : cells) safe.push_back(terminal_text(cell));
     return safe;
   };

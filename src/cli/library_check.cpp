@@ -31,7 +31,7 @@ static_assert(sizeof(void*) == 8, "the library check assumes a 64-bit build");
 
 constexpr std::size_t kMaxProgramHeaders = 4096;
 // Real dynamic sections have a few dozen entries; DT_FLAGS_1 is among the first.
-constexpr std::uint64_t kMaxDynamicBytes = 64 * 1024;
+constexpr std::uint64_t kMaxDynamicBytes = std::uint64_t{64} * 1024;
 
 bool read_exact(int fd, void* out, std::size_t size, std::uint64_t offset) {
   auto* p = static_cast<char*>(out);

@@ -23,7 +23,7 @@ extern char** environ;
 namespace gpuslice::cli {
 namespace {
 
-constexpr std::size_t kMaxOutputBytes = 64 * 1024;
+constexpr std::size_t kMaxOutputBytes = std::size_t{64} * 1024;
 constexpr std::string_view kNotFound = " => not found";
 constexpr std::string_view kLoadError = "error while loading shared libraries: ";
 
@@ -84,6 +84,7 @@ Traced run_loader(const std::string& loader, const std::string& library) {
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
   std::vector<std::string> env = trace_environment();
   std::vector<char*> envp;
+  envp.reserve(env.size() + 1);
   for (std::string& entry : env) envp.push_back(entry.data());
   envp.push_back(nullptr);
   std::string arg0 = loader, arg1 = library;

@@ -346,6 +346,7 @@ std::vector<ApiSummary> summarise(const ProfileData& data) {
     row.p99 = percentile(values, 99);
   }
   std::vector<ApiSummary> rows;
+  rows.reserve(by_name.size());
   for (auto& [api, row] : by_name) rows.push_back(std::move(row));
   std::sort(rows.begin(), rows.end(), [](const ApiSummary& a, const ApiSummary& b) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.api < b.api;

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -107,7 +108,7 @@ std::string pad_left(const std::string& text, std::size_t width) {
 std::string bar(double fraction, int cells) {
   if (cells <= 0) return "";
   fraction = std::clamp(fraction, 0.0, 1.0);
-  int filled = static_cast<int>(fraction * cells + 0.5);
+  int filled = static_cast<int>(std::lround(fraction * cells));
   return "[" + std::string(static_cast<std::size_t>(filled), '#') +
          std::string(static_cast<std::size_t>(cells - filled), '.') + "]";
 }
@@ -193,7 +194,7 @@ class TopView {
     for (const auto& [uuid, g] : gpus_) {
       if (!device_shown(uuid)) continue;
       std::string graph;
-      for (double v : history_[uuid]) graph += kLevels[static_cast<int>(v * 7.0 + 0.5)];
+      for (double v : history_[uuid]) graph += kLevels[std::lround(v * 7.0)];
       std::string text = "gpu " + short_uuid(uuid) + "  mem " + compact_bytes(g.used) + "/" +
                          compact_bytes(g.total) + "  sm " +
                          (g.rate ? percent_text(std::min(1.0, *g.rate)) : "-") + "  [" + graph +

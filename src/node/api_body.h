@@ -10,7 +10,7 @@
 
 namespace gpuslice::node {
 
-inline constexpr std::size_t kMaxApiBodyBytes = 64 * 1024;
+inline constexpr std::size_t kMaxApiBodyBytes = std::size_t{64} * 1024;
 
 // PUT/POST /api/v1/containers/<id>/limits. 413 when over kMaxApiBodyBytes, 400 when not one JSON
 // document within kMaxJsonDepth levels with every key given once, else what parse_limits_request says.

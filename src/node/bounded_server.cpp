@@ -223,7 +223,9 @@ class Connection final : public httplib::Stream {
           n = rc;
         } else {
           int err = SSL_get_error(ssl_, rc);
-          short events = err == SSL_ERROR_WANT_READ ? POLLIN : err == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+          const auto events = static_cast<short>(err == SSL_ERROR_WANT_READ    ? POLLIN
+                                                 : err == SSL_ERROR_WANT_WRITE ? POLLOUT
+                                                                               : 0);
           if (!events || !wait(events, write_deadline)) return done ? static_cast<ssize_t>(done) : -1;
           continue;
         }
@@ -291,7 +293,9 @@ class Connection final : public httplib::Stream {
         }
         int err = SSL_get_error(ssl_, rc);
         if (err == SSL_ERROR_ZERO_RETURN) return 0;
-        short events = err == SSL_ERROR_WANT_READ ? POLLIN : err == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        const auto events = static_cast<short>(err == SSL_ERROR_WANT_READ    ? POLLIN
+                                               : err == SSL_ERROR_WANT_WRITE ? POLLOUT
+                                                                             : 0);
         if (!events || !wait(events)) return -1;
       } else {
         ssize_t n = ::recv(sock_, buffer_, sizeof buffer_, 0);

@@ -34,8 +34,8 @@ struct ServerLimits {
   std::size_t max_connections_per_client = 32;  // per remote IP address
   std::chrono::milliseconds request_timeout{10000};
   std::chrono::milliseconds idle_timeout{5000};
-  std::size_t max_header_bytes = 16 * 1024;
-  std::size_t max_body_bytes = 64 * 1024;
+  std::size_t max_header_bytes = std::size_t{16} * 1024;
+  std::size_t max_body_bytes = std::size_t{64} * 1024;
   std::size_t max_requests_per_connection = 1000;
 };
 

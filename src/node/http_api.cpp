@@ -258,17 +258,18 @@ struct ApiServer::Impl {
                      ? "request body is larger than " + std::to_string(kMaxApiBodyBytes) + " bytes"
                      : "request failed");
     });
-    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      GS_LOG(Error, "HTTP handler failed: %s", config::detail::printable(what, 256).c_str());
-      send_error(res, 500, what);
-    });
+    server.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& ep) {
+          std::string what = "internal error";
+          try {
+            if (ep) std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          GS_LOG(Error, "HTTP handler failed: %s", config::detail::printable(what, 256).c_str());
+          send_error(res, 500, what);
+        });
   }
 };
 

@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::size_t kMaxTokenBytes = 64 * 1024;
+constexpr std::size_t kMaxTokenBytes = std::size_t{64} * 1024;
 
 // Stops `client` when `deadline` passes: cpp-httplib's own timeouts restart with every byte, so a
 // server that trickles its answer would otherwise hold a request forever.

@@ -35,6 +35,7 @@ struct ApiServerOptions {
 // The in-cluster defaults: the API server's Service address and the service account's files.
 ApiServerOptions in_cluster_options(const std::function<const char*(const char*)>& env);
 
+// NOLINTNEXTLINE(bugprone-exception-escape): json's move is noexcept; the check sees its assert.
 struct ApiResponse {
   int status = 0;
   nlohmann::json body;  // null when the body was empty or not JSON

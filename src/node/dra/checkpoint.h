@@ -13,7 +13,7 @@
 
 namespace gpuslice::node::dra {
 
-inline constexpr std::size_t kMaxCheckpointBytes = 4 * 1024 * 1024;
+inline constexpr std::size_t kMaxCheckpointBytes = std::size_t{4} * 1024 * 1024;
 
 struct PreparedDevice {
   std::vector<std::string> requests;

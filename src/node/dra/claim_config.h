@@ -19,7 +19,7 @@ namespace gpuslice::node::dra {
 inline constexpr const char* kConfigApiVersion = "gpuslice.io/v1alpha1";
 inline constexpr const char* kConfigKind = "SliceConfig";
 // The parameters are a few hundred bytes; the API server allows far more than we read.
-inline constexpr std::size_t kMaxConfigBytes = 16 * 1024;
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} * 1024;
 inline constexpr std::size_t kMaxConfigDepth = 8;
 
 // What happens when the claim's processes want more than their limit. Only `Fail` is enforced
