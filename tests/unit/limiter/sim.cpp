@@ -164,6 +164,17 @@ World::Actor* World::pick_runnable() {
   return nullptr;
 }
 
+void World::run_head(Context& ctx, std::uint64_t step, double share) {
+  add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, share);
+  ctx.remaining.front() -= static_cast<double>(step) * share;
+  if (ctx.remaining.front() > kEpsilonNs) return;
+  add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
+  for (const int event : ctx.markers.front()) event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
+  ctx.remaining.pop_front();
+  ctx.nominal.pop_front();
+  ctx.markers.pop_front();
+}
+
 World::Turn World::turn() const {
   constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
   const auto count = static_cast<int>(contexts_.size());
@@ -267,16 +278,7 @@ void World::advance_sliced(std::uint64_t to) {
         std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(ctx.remaining.front())));
     const std::uint64_t step =
         std::min({done, to - now_, t.until > now_ ? t.until - now_ : std::uint64_t{1}});
-    add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, 1.0);
-    ctx.remaining.front() -= static_cast<double>(step);
-    if (ctx.remaining.front() <= kEpsilonNs) {
-      add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
-      for (const int event : ctx.markers.front())
-        event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
-      ctx.remaining.pop_front();
-      ctx.nominal.pop_front();
-      ctx.markers.pop_front();
-    }
+    run_head(ctx, step, 1.0);
     now_ += step;
     // Running alone, its slice starts over: work arriving now waits for at most one slice.
     if (alone) slice_end_ = now_ + timeslice_ns;
@@ -301,19 +303,8 @@ void World::advance_device(std::uint64_t to) {
         std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active)));
     const std::uint64_t step = std::min(until_completion, to - now_);
     const double share = 1.0 / active;
-    const double progress = static_cast<double>(step) * share;
     for (Context& ctx : contexts_) {
-      if (ctx.remaining.empty()) continue;
-      add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, share);
-      ctx.remaining.front() -= progress;
-      if (ctx.remaining.front() <= kEpsilonNs) {
-        add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
-        for (const int event : ctx.markers.front())
-          event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
-        ctx.remaining.pop_front();
-        ctx.nominal.pop_front();
-        ctx.markers.pop_front();
-      }
+      if (!ctx.remaining.empty()) run_head(ctx, step, share);
     }
     now_ += step;
   }

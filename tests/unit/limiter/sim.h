@@ -113,6 +113,9 @@ class World {
   bool dispatch(std::unique_lock<std::mutex>& lock);
   void advance_device(std::uint64_t to);
   void advance_sliced(std::uint64_t to);
+  // Runs the head kernel of `ctx` for `step` ns at `share` of the device (from now_), completing it
+  // and its events when its work is done.
+  void run_head(Context& ctx, std::uint64_t step, double share);
   // Time-slicing: the context that runs from now, and until when it may (its slice's end while
   // another waits, else never ends).
   struct Turn {
