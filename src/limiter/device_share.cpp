@@ -31,7 +31,6 @@ bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now) {
   const auto after =
       static_cast<std::uint32_t>(std::clamp<std::int64_t>(mean, 1, kPermille));  // 1+: measured
   mean_.store(after, kRelaxed);
-  published_.store(after, kRelaxed);
   trusted_until_ns_.store(now + timing_.ttl_ns, kRelaxed);
   measuring_.store(false, std::memory_order_release);
   // Until tick() opens the next window, a launch finds nothing due in its one load and compare.
@@ -41,7 +40,6 @@ bool DeviceShare::note_idle(const DriverOps& ops, std::uint64_t now) {
 
 bool DeviceShare::tick(std::uint64_t now) {
   if (measuring_.load(std::memory_order_acquire) || now < trusted_until_ns_.load(kRelaxed)) return false;
-  published_.store(0, kRelaxed);
   next_ns_.store(now + timing_.settle_ns, kRelaxed);
   measuring_.store(true, std::memory_order_release);
   return true;

@@ -65,7 +65,9 @@ class DeviceShare {
   bool tick(std::uint64_t now);
 
   // What lower containers are told: the measured share, 0 while measuring (or never measured).
-  std::uint32_t permille() const { return published_.load(kRelaxed); }
+  std::uint32_t permille() const {
+    return measuring_.load(std::memory_order_acquire) ? 0 : mean_.load(kRelaxed);
+  }
   // The measured share (0: never measured), for the exit line.
   std::uint32_t measured_permille() const { return mean_.load(kRelaxed); }
 
@@ -80,7 +82,6 @@ class DeviceShare {
   std::atomic<std::uint64_t> trusted_until_ns_{0};
   std::atomic<bool> armed_{false};  // a span is armed or running, not yet read
   std::atomic<std::uint32_t> mean_{0};
-  std::atomic<std::uint32_t> published_{0};
 };
 
 }  // namespace gpuslice::limiter

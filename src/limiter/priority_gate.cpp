@@ -66,6 +66,7 @@ PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
                        tuning.floor_slice_ns != 0 ? tuning.floor_slice_ns : defaults.floor_slice_ns);
 }
 
+// The device share's timing from the tuning (0: the defaults).
 DeviceShare::Timing PriorityGate::share_timing(const PriorityTuning& tuning) {
   DeviceShare::Timing t;
   if (tuning.share_every_ns != 0) t.every_ns = tuning.share_every_ns;

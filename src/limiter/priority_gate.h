@@ -144,8 +144,8 @@ struct PriorityTuning {
   bool long_kernels_alone = false;
   // A higher container whose kernels keep the device busy less than this share (per mille) of its
   // busy time (DeviceShare: measured by its own timing events while lower ones hold) does not hold
-  // lower ones: a host-bound server's request leaves the GPU idle most of
-  // its time, and holding a trainer through it costs the trainer most of that time. Lower ones
+  // lower ones: a host-bound server's request leaves the GPU idle most of its time, and holding a
+  // trainer through it costs the trainer most of that time. Lower ones
   // keep their queued work within the bound beside it. 0 (the default) = every higher container
   // holds: on an H200 an eager GPT-2 server at 60% load kept p99 1.42x alone holding, against 9.56x
   // (un-managed: 2.19x) light at 50%, where the trainer ran 0.73x alone instead of 0.35x

@@ -201,13 +201,17 @@ World::Turn World::turn() const {
   return {};
 }
 
+std::uint64_t World::turn_step(const Turn& t) const {
+  const double front = contexts_[static_cast<std::size_t>(t.ctx)].remaining.front();
+  const auto done = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(front)));
+  return std::min(done, t.until > now_ ? t.until - now_ : std::uint64_t{1});
+}
+
 bool World::next_device_event(std::uint64_t* at) const {
   if (timeslice_ns != 0) {
     const Turn t = turn();
     if (t.ctx < 0) return false;
-    const double front = contexts_[static_cast<std::size_t>(t.ctx)].remaining.front();
-    const auto done = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(front)));
-    *at = now_ + std::min(done, std::max<std::uint64_t>(1, t.until - now_));
+    *at = now_ + turn_step(t);
     return true;
   }
   double shortest = std::numeric_limits<double>::infinity();
@@ -273,12 +277,8 @@ void World::advance_sliced(std::uint64_t to) {
     const bool alone = t.until == std::numeric_limits<std::uint64_t>::max();
     holder_ = t.ctx;
     if (!alone) slice_end_ = t.until;
-    Context& ctx = contexts_[static_cast<std::size_t>(t.ctx)];
-    const auto done =
-        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(ctx.remaining.front())));
-    const std::uint64_t step =
-        std::min({done, to - now_, t.until > now_ ? t.until - now_ : std::uint64_t{1}});
-    run_head(ctx, step, 1.0);
+    const std::uint64_t step = std::min(turn_step(t), to - now_);
+    run_head(contexts_[static_cast<std::size_t>(t.ctx)], step, 1.0);
     now_ += step;
     // Running alone, its slice starts over: work arriving now waits for at most one slice.
     if (alone) slice_end_ = now_ + timeslice_ns;

@@ -123,6 +123,8 @@ class World {
     std::uint64_t until = 0;
   };
   Turn turn() const;
+  // How long the turn's context runs before its head kernel completes or its slice ends (1+ ns).
+  std::uint64_t turn_step(const Turn& t) const;
   bool next_device_event(std::uint64_t* at) const;
   void add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint64_t to, double share);
 
