@@ -16,15 +16,24 @@ jobs=$(nproc)
 started=$SECONDS
 stage() { printf '\n==== [%d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
 
+# ccache (installed by make deps-test) serves what an earlier run on this machine compiled already,
+# from any clone (paths hashed relative to the checkout); a clean clone on a new machine compiles
+# everything once, as without it.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+fi
+
 stage "release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSLICE_BUILD_NODE=ON -DGPUSLICE_BUILD_TESTS=ON \
+cmake -S . -B build "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSLICE_BUILD_NODE=ON -DGPUSLICE_BUILD_TESTS=ON \
   -DGPUSLICE_BUILD_BENCH=ON >/dev/null
 cmake --build build -j"$jobs"
 stage "tests (release)"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 stage "ASan+UBSan build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=address,undefined -DGPUSLICE_BUILD_NODE=ON \
+cmake -S . -B build-asan "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=address,undefined -DGPUSLICE_BUILD_NODE=ON \
   -DGPUSLICE_BUILD_TESTS=ON -DGPUSLICE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 stage "tests (ASan+UBSan)"
@@ -34,7 +43,7 @@ GPUSLICE_STRESS_SECONDS=6 ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 stage "TSan build (concurrent components)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=thread -DGPUSLICE_BUILD_NODE=OFF \
+cmake -S . -B build-tsan "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DGPUSLICE_SANITIZE=thread -DGPUSLICE_BUILD_NODE=OFF \
   -DGPUSLICE_BUILD_TESTS=ON -DGPUSLICE_BUILD_BENCH=OFF >/dev/null
 # priority_test: the priority gate is entered by every launching thread (windows, costs, holds).
 tsan_tests=(shm_tests limiter_test priority_test profiler_test interposer_test)
@@ -46,9 +55,9 @@ for t in "${tsan_tests[@]}"; do
 done
 
 stage "fuzzing the parsers (libFuzzer)"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DGPUSLICE_BUILD_FUZZ=ON -DGPUSLICE_BUILD_TESTS=OFF \
+CC=clang CXX=clang++ cmake -S . -B build-fuzz "${launcher[@]}" -DGPUSLICE_BUILD_FUZZ=ON -DGPUSLICE_BUILD_TESTS=OFF \
   -DGPUSLICE_BUILD_BENCH=OFF -DGPUSLICE_BUILD_NODE=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs"
+cmake --build build-fuzz -j"$jobs" --target gpuslice_fuzzers
 fuzz/run.sh build-fuzz "${GPUSLICE_FUZZ_SECONDS:-15}"
 
 stage "clang-format"
@@ -65,7 +74,7 @@ stage "portable injected libraries (glibc floor, no C++ runtime)"
 scripts/check-portable.sh build/lib/libgpuslice.so build/lib/libgpuslice-addpath.so
 
 stage "older glibc: e2e scenarios under Debian 11's glibc 2.31"
-scripts/test-old-glibc.sh build-oldglibc
+scripts/test-old-glibc.sh build-oldglibc build
 
 stage "aarch64: cross build, e2e scenarios under qemu-user"
 scripts/test-aarch64.sh build-aarch64
