@@ -166,6 +166,8 @@ bool prepare(const config::Settings& s) {
   return true;
 }
 
+bool active() { return g_mps.load(std::memory_order_acquire); }
+
 void init_begin() {
   if (!g_mps.load(std::memory_order_acquire) || g_watching.exchange(true)) return;
   pthread_attr_t attr;

@@ -15,6 +15,9 @@ namespace gpuslice::interposer::mps_client {
 // closed (GPUSLICE_MPS=error and the server serves another user; said why).
 bool prepare(const config::Settings& settings);
 
+// Whether this process's driver connects to an MPS control daemon (prepare() found one).
+bool active();
+
 // Around the real cuInit: while the first one waits for an MPS server, a warning every 10 s.
 void init_begin();
 void init_end();

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -110,6 +111,26 @@ TEST_F(MpsClientE2E, OnlyAHighContainerTheOperatorAssignedKeepsTheNormalClientPr
   EXPECT_NE(slurp(report()).find("priority=0\n"), std::string::npos) << slurp(report());
 }
 
+// Under MPS a higher priority's kernels do not wait for time slices of the lower one's queued work:
+// the lower one's in-flight bound defaults to 4 ms instead of 2 (its exit line says the bound).
+TEST_F(MpsClientE2E, TheInFlightBoundIsLooserUnderMps) {
+  const auto bound_line = [&](bool mps) {
+    Env e = env("low");
+    if (!mps) e.erase("CUDA_MPS_PIPE_DIRECTORY");
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long epoch = static_cast<long long>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
+    const Outcome o = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", "0.5",
+                           "--kernel-us", "100", "--step", "10"},
+                          e, 60);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    const std::size_t at = o.err.find("in-flight bound ");
+    return at == std::string::npos ? std::string("(no exit line)\n") + o.err : o.err.substr(at, 23);
+  };
+  EXPECT_EQ(bound_line(true), "in-flight bound 4000 us");
+  EXPECT_EQ(bound_line(false), "in-flight bound 2000 us");
+}
+
 // The simulated MPS server refuses a client's memory past its pinned limit, as the real one does
 // (the backstop for what the books cannot see): here without the library, the limit the client set.
 TEST_F(MpsClientE2E, TheSimulatedServerEnforcesThePinnedLimit) {
@@ -132,10 +153,17 @@ class OtherUsersServer {
     if (pipe2(ready, O_CLOEXEC) != 0) return;
     control_ = fork();
     if (control_ == 0) {
+      // Neither keeps the test's output open (a runner reading it would wait for them).
+      const int null = open("/dev/null", O_RDWR);
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
       prctl(PR_SET_NAME, "nvidia-cuda-mps-control");
       if (fork() == 0) {
         prctl(PR_SET_NAME, "nvidia-cuda-mps-server");
         if (setuid(65534) != 0) _exit(1);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // after setuid, which clears it: ends with the "daemon"
+        if (getppid() == 1) _exit(0);
         pause();
         _exit(0);
       }
@@ -153,8 +181,7 @@ class OtherUsersServer {
   }
   ~OtherUsersServer() {
     if (control_ <= 0) return;
-    kill(-control_, SIGKILL);  // not a group leader: kill both by pid
-    kill(control_, SIGKILL);
+    kill(control_, SIGKILL);  // its server child follows (parent-death signal)
     waitpid(control_, nullptr, 0);
   }
 
