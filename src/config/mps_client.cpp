@@ -107,13 +107,14 @@ MpsClientEnv derive_mps_client_env(const MpsClientInputs& in) {
   if (in.tenant_pinned) {
     const auto tenant = parse_mps_pinned_limit(*in.tenant_pinned);
     if (!tenant) env.tenant_lowered = !limits.empty();  // replaced by ours
-    for (const auto& [ordinal, bytes] : tenant.value_or(std::vector<std::pair<int, std::uint64_t>>{})) {
-      auto it = std::find_if(limits.begin(), limits.end(), [&](const auto& l) { return l.first == ordinal; });
+    for (const auto& entry : tenant.value_or(std::vector<std::pair<int, std::uint64_t>>{})) {
+      auto it =
+          std::find_if(limits.begin(), limits.end(), [&](const auto& l) { return l.first == entry.first; });
       if (it == limits.end()) {
-        limits.emplace_back(ordinal, bytes);
-      } else if (bytes < it->second) {
-        it->second = bytes;
-      } else if (bytes > it->second) {
+        limits.push_back(entry);
+      } else if (entry.second < it->second) {
+        it->second = entry.second;
+      } else if (entry.second > it->second) {
         env.tenant_lowered = true;
       }
     }
