@@ -162,7 +162,9 @@ std::vector<std::string> machine_gpu_uuids(const std::string& gpus_dir) {
   std::sort(buses.begin(), buses.end());  // "0000:18:00.0": domain, bus, device, function
   std::vector<std::string> uuids;
   for (const std::string& bus : buses) {
-    const std::string info = read_small(gpus_dir + "/" + bus + "/information");
+    std::string path = gpus_dir;
+    path.append("/").append(bus).append("/information");
+    const std::string info = read_small(path);
     std::string uuid;
     const std::size_t at = info.find("GPU UUID:");
     if (at != std::string::npos) {
