@@ -85,6 +85,10 @@ bool runs_high(const config::Settings& s) {
          assigned.priority == Priority::High;
 }
 
+// Once per process, in its first hooked call, before any CUDA work; the driver reads the variables
+// when it starts. Other application threads may be running then: glibc's setenv is as safe beside
+// them as any library's that sets a variable at start (a concurrent getenv of another name is the
+// known hazard, and the window is this one call).
 void set(const char* name, const std::string& value) {
   if (::setenv(name, value.c_str(), 1) != 0) GS_LOG(Warn, "MPS: cannot set %s", name);
 }
