@@ -69,6 +69,14 @@ beside an idle container that `gpuslice set --priority` (--cli) switches between
 every phase, the trainer's steps in the bounded phases ÷ its steps in the unbounded ones, with a
 95% interval; once with the defaults and once per --variant. bench/gpu/priority_pool.py combines
 the paired runs of several calls.
+
+--mps runs every configuration under an MPS control daemon started for the run with a private
+pipe and log directory (nvidia-cuda-mps-control -d, CUDA_MPS_PIPE_DIRECTORY and
+CUDA_MPS_LOG_DIRECTORY set for every process) and stopped after it (echo quit |
+nvidia-cuda-mps-control); its logs, the pipe directory's listing and the server list go to
+<out>/mps/. gpuslice then sets each client's MPS variables (docs/priority.md#mps-or-time-slices);
+--mps-low-threads P also gives the managed processes a limits file with GPUSLICE_MPS_LOW_THREADS=P
+(the low trainer's active-thread percentage).
 """
 import argparse
 import gc
@@ -447,6 +455,8 @@ class Bench:
         if managed:
             shared = tempfile.mkdtemp(prefix="gs-prio-c-")
             env["GPUSLICE_NODE_DIR"] = node_dir
+            if getattr(self.args, "mps_limits_file", None):
+                env["GPUSLICE_LIMITS_FILE"] = self.args.mps_limits_file
             # The gates' statistics at exit, and (debug) the time of each floor slice.
             env["GPUSLICE_LOG_LEVEL"] = "debug"
             if self.args.launcher == "cli":
@@ -923,6 +933,79 @@ def require_torch():
         raise SystemExit("priority_bench: needs PyTorch with CUDA and transformers:\n" + check.stderr[-1500:])
 
 
+def mps_control(mps, command, timeout=30):
+    """One command to the run's control daemon; its answer (empty when it did not answer)."""
+    try:
+        done = subprocess.run(["nvidia-cuda-mps-control"], input=command + "\n", env=mps["env"], text=True,
+                              capture_output=True, timeout=timeout)
+        return done.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"({e})"
+
+
+def start_mps(args):
+    """An MPS control daemon for this run only: its own pipe and log directories, exported to every
+    process the run starts (clean_env keeps CUDA_MPS_*)."""
+    root = tempfile.mkdtemp(prefix="gs-mps-")
+    pipe, logs = os.path.join(root, "pipe"), os.path.join(root, "log")
+    os.makedirs(pipe)
+    os.makedirs(logs)
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=logs)
+    # A daemon started with CUDA_VISIBLE_DEVICES=1 renumbers that GPU 0 for its clients, and a client
+    # that keeps =1 fails: both name the GPU by UUID instead (NVIDIA's advice), so two runs can use
+    # two GPUs side by side, each with its own daemon.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible and all(v.strip().isdigit() for v in visible.split(",")):
+        listing = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=60).stdout
+        uuids = dict(line.replace(" ", "").split(",", 1) for line in listing.splitlines() if "," in line)
+        visible = ",".join(uuids[v.strip()] for v in visible.split(","))
+        env["CUDA_VISIBLE_DEVICES"] = visible
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    started = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, capture_output=True, text=True, timeout=60)
+    if started.returncode != 0:
+        raise RuntimeError(f"nvidia-cuda-mps-control -d failed ({started.returncode}): {started.stderr.strip()}")
+    os.environ["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+    os.environ["CUDA_MPS_LOG_DIRECTORY"] = logs
+    mps = {"root": root, "pipe": pipe, "logs": logs, "env": env, "out": os.path.join(args.out, "mps")}
+    print(f"MPS control daemon started (pipe {pipe}); server list: {mps_control(mps, 'get_server_list')!r}",
+          flush=True)
+    if args.mps_low_threads:
+        args.mps_limits_file = os.path.join(root, "limits")
+        with open(args.mps_limits_file, "w") as f:
+            f.write(f"GPUSLICE_MPS_LOW_THREADS={args.mps_low_threads}\n")
+    return mps
+
+
+def stop_mps(mps):
+    """Keeps what a client could see of the daemon (the pipe directory's entries and owners, for the
+    library's detection of another user's server), the server list and the logs, then quits it."""
+    out_dir = mps["out"]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "pipe-listing.txt"), "w") as f:
+        for name in sorted(os.listdir(mps["pipe"])):
+            st = os.lstat(os.path.join(mps["pipe"], name))
+            f.write(f"{name} mode={oct(st.st_mode)} uid={st.st_uid}\n")
+        servers = mps_control(mps, "get_server_list")
+        f.write(f"get_server_list: {servers!r}\n")
+        for pid in servers.split():
+            if pid.isdigit():
+                try:
+                    st = os.stat(f"/proc/{pid}")
+                    with open(f"/proc/{pid}/stat") as s:
+                        ppid = s.read().rsplit(")", 1)[1].split()[1]
+                    f.write(f"server {pid} uid={st.st_uid} ppid={ppid}\n")
+                except OSError as e:
+                    f.write(f"server {pid}: {e}\n")
+    print(f"MPS control daemon quit: {mps_control(mps, 'quit')!r}", flush=True)
+    time.sleep(2)
+    for name in os.listdir(mps["logs"]):
+        shutil.copy(os.path.join(mps["logs"], name), out_dir)
+    for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        os.environ.pop(key, None)
+    shutil.rmtree(mps["root"], ignore_errors=True)
+
+
 def main_parent(args):
     args.out = os.path.abspath(args.out or os.environ.get("OUT") or "priority-out")
     os.makedirs(args.out, exist_ok=True)
@@ -934,10 +1017,11 @@ def main_parent(args):
     loads = [int(x) for x in args.loads.split(",") if x]
     began = time.monotonic()
     bench = Bench(args)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()  # NVML's own numbering
+    mps = start_mps(args) if args.mps else None
     try:
         from compute_accuracy import NvmlSampler
 
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()  # NVML's own numbering
         bench.sampler = NvmlSampler(index=int(visible) if visible.isdigit() else 0)
         bench.host = HostSampler()
     except Exception as e:  # the table is still useful without utilization
@@ -1043,6 +1127,8 @@ def main_parent(args):
                 row["judged"] = name.startswith("priorities")
                 warn_if_unmanaged(row)
     finally:
+        if mps is not None:
+            stop_mps(mps)
         if bench.sampler is not None:
             bench.sampler.close()
         if bench.host is not None:
@@ -1294,6 +1380,12 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
                     help="one more priorities configuration with these variables for the server (high) and the "
                          "trainer (low), e.g. 'grace1ms;server:GPUSLICE_PRIORITY_GRACE=1ms' (repeatable)")
+    ap.add_argument("--mps", action="store_true",
+                    help="run every configuration under an MPS control daemon started for the run (private pipe "
+                         "and log directories; stopped at the end)")
+    ap.add_argument("--mps-low-threads", type=int, default=0, metavar="P",
+                    help="--mps: the operator's active-thread percentage for the low trainer "
+                         "(GPUSLICE_MPS_LOW_THREADS=P in a limits file for the managed processes)")
     # Worker-side options.
     ap.add_argument("--worker", choices=("server", "trainer", "calibrate", "idle"), help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -1314,6 +1406,8 @@ def main():
         ap.error(f"--repeat {args.repeat}: at least 1")
     if args.trainer_sync_every < 1:
         ap.error(f"--trainer-sync-every {args.trainer_sync_every}: at least 1")
+    if args.mps_low_threads and not (args.mps and 1 <= args.mps_low_threads <= 100):
+        ap.error(f"--mps-low-threads {args.mps_low_threads}: 1-100, with --mps")
     if args.paired and args.control:
         ap.error("--paired measures the server against itself: --control does not apply")
     if (args.paired or args.conservation) and not 0 <= args.settle_seconds < args.phase_seconds <= args.seconds / 2:

@@ -60,6 +60,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
   std::size_t memory_line = 0;
   std::size_t compute_line = 0;
   std::size_t priority_line = 0;
+  std::size_t threads_line = 0;
   std::size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -93,6 +94,17 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
       limits.priority = *level;
       continue;
     }
+    if (key == kMpsLowThreadsKey) {
+      if (threads_line != 0)
+        return problem(std::string(kMpsLowThreadsKey) + " is set twice (first on line " +
+                       std::to_string(threads_line) + ")");
+      threads_line = line_number;
+      if (value == kNoCap) continue;
+      auto percent = parse_percent(value);
+      if (!percent) return problem(detail::variable_error(key, value, percent.error()));
+      limits.mps_low_threads = *percent;
+      continue;
+    }
     const bool memory = key == kMemoryLimitKey;
     std::size_t& seen_on = memory ? memory_line : compute_line;
     if ((memory || key == kComputeLimitKey) && seen_on != 0) {
@@ -102,12 +114,12 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
     if (!memory && key != kComputeLimitKey)
       return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
-                     kComputeLimitKey + " or " + kPriorityKey + ")");
+                     kComputeLimitKey + ", " + kPriorityKey + " or " + kMpsLowThreadsKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
-  if (memory_line == 0 && compute_line == 0 && priority_line == 0) {
+  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
@@ -121,6 +133,8 @@ std::string render_limits_file(const LimitsFile& limits, std::string_view header
   out += std::string(kMemoryLimitKey) + "=" + (limits.memory ? limits.memory->text : kNoCap) + "\n";
   out += std::string(kComputeLimitKey) + "=" + (limits.compute ? limits.compute->text : kNoCap) + "\n";
   if (limits.priority) out += std::string(kPriorityKey) + "=" + priority_name(*limits.priority) + "\n";
+  if (limits.mps_low_threads)
+    out += std::string(kMpsLowThreadsKey) + "=" + std::to_string(*limits.mps_low_threads) + "\n";
   return out;
 }
 
@@ -154,6 +168,7 @@ void apply_limits_file(Settings& settings, const std::string& path) {
   settings.limits_file_missing = limits->missing;
   settings.memory_cap = limits->memory ? std::move(limits->memory->values) : DeviceValues{};
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
+  settings.mps_low_threads = limits->mps_low_threads;
   // The operator's level is a ceiling: a container asking for more runs at it, one asking for
   // nothing runs at it too (the node daemon wrote it for this container).
   if (limits->priority)

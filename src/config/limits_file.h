@@ -6,9 +6,10 @@
 // GPUSLICE_COMPUTE_LIMIT (each at most once), values in the grammar of those variables, optionally
 // quoted, or `none`: no cap for that key; and GPUSLICE_PRIORITY (at most once, high|normal|low or
 // `none`): the highest priority level the container may run at, and its level when it asks for none
-// (docs/priority.md). Anything else is an error naming the line. A file with no KEY=VALUE line at
-// all is an error too: an empty file is what a tool that truncates before it writes leaves for a
-// moment, so lifting caps takes an explicit `none`.
+// (docs/priority.md); and GPUSLICE_MPS_LOW_THREADS (at most once, 1-100 or `none`): under MPS, the
+// active-thread percentage of the container while it runs below `high`. Anything else is an error naming the
+// line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
+// before it writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
 
 #include <optional>
@@ -24,6 +25,8 @@ namespace gpuslice::config {
 inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
 inline constexpr const char* kPriorityKey = "GPUSLICE_PRIORITY";
+// Under MPS, the active-thread percentage of containers below `high` (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
+inline constexpr const char* kMpsLowThreadsKey = "GPUSLICE_MPS_LOW_THREADS";
 inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{1024} * 1024;
 
 struct LimitValue {
@@ -34,10 +37,11 @@ struct LimitValue {
 inline constexpr const char* kNoCap = "none";
 
 struct LimitsFile {
-  std::optional<LimitValue> memory;   // bytes; absent: no cap (`none`, or the key left out)
-  std::optional<LimitValue> compute;  // percent; idem
-  std::optional<Priority> priority;   // the operator's ceiling; absent: none (`none`, or left out)
-  bool missing = false;               // read_limits_file: there is no file at the path
+  std::optional<LimitValue> memory;         // bytes; absent: no cap (`none`, or the key left out)
+  std::optional<LimitValue> compute;        // percent; idem
+  std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
+  std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
+  bool missing = false;                     // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
 

@@ -326,6 +326,30 @@ class Loader {
     if (auto visible = get("CUDA_VISIBLE_DEVICES")) settings_.visible_devices = *visible;
   }
 
+  // GPUSLICE_MPS, and the MPS variables the driver reads, as the client's environment has them
+  // (the interposer derives them from the limits before the driver starts: mps_client.h).
+  void load_mps() {
+    if (auto text = get("GPUSLICE_MPS")) {
+      if (*text == "wait") {
+        settings_.mps_policy = MpsPolicy::Wait;
+      } else if (*text == "fallback") {
+        settings_.mps_policy = MpsPolicy::Fallback;
+      } else if (*text == "error") {
+        settings_.mps_policy = MpsPolicy::Error;
+      } else {
+        fail("GPUSLICE_MPS", *text, "expected wait, fallback or error");
+      }
+    }
+    const auto keep = [this](const char* name, std::optional<std::string>& out) {
+      if (auto text = get(name)) out = std::string(*text);
+    };
+    keep(kMpsPipeDirVar, settings_.mps_pipe_dir);
+    keep(kMpsPinnedLimitVar, settings_.mps_pinned);
+    keep(kMpsClientPriorityVar, settings_.mps_priority);
+    keep(kMpsThreadPercentVar, settings_.mps_threads);
+    settings_.visible_devices_set = get("CUDA_VISIBLE_DEVICES").has_value();
+  }
+
  private:
   const EnvLookup& getenv_;
   Settings& settings_;
@@ -343,6 +367,7 @@ Settings load_settings(const EnvLookup& getenv_fn, const std::vector<std::string
   loader.load_priority();
   loader.load_priority_tuning();
   loader.load_compute_busy();
+  loader.load_mps();
   return settings;
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/result.h"
+#include "config/mps_client.h"
 #include "config/priority.h"
 
 namespace gpuslice::config {
@@ -97,12 +98,18 @@ struct Settings {
   std::string node_dir;     // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
+  bool visible_devices_set = false;  // CUDA_VISIBLE_DEVICES is set (an empty value hides every GPU)
   std::optional<Priority> priority;  // GPUSLICE_PRIORITY; unset: the container takes no part in priorities
   PriorityTunables priority_tuning;  // GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST
   // GPUSLICE_COMPUTE_BUSY: the compute limit charges the time the device ran the container's
   // kernels, timed with events (true, `events`, the default), or the host's launch-to-drain
   // intervals (false, `launches`: no event in the application's streams).
   bool compute_busy_events = true;
+  // MPS (config/mps_client.h): GPUSLICE_MPS; the client's own MPS variables as its environment has
+  // them; the operator's active-thread percentage below `high` (limits file GPUSLICE_MPS_LOW_THREADS).
+  MpsPolicy mps_policy = MpsPolicy::Wait;
+  std::optional<std::string> mps_pipe_dir, mps_pinned, mps_priority, mps_threads;
+  std::optional<unsigned> mps_low_threads;
   std::vector<NamedOrdinal> named_ordinals;  // every ordinal a limit variable names
   std::vector<std::string> errors;           // one line per malformed variable: "VAR='value': why"
 

@@ -5,12 +5,15 @@
 #include "interposer/hook_prologue.h"
 #include "interposer/lifecycle.h"
 #include "interposer/memory_books.h"
+#include "interposer/mps_client.h"
 
 namespace gs = gpuslice::interposer;
 
 GS_EXPORT CUresult cuInit(unsigned int Flags) {
   GS_CUDA_HOOK_PROLOGUE(cuInit);
+  gs::mps_client::init_begin();  // under MPS the first one may wait for another user's server
   CUresult r = real(Flags);
+  gs::mps_client::init_end();
   if (r == CUDA_SUCCESS && !gs::named_devices_exist()) {
     gs::fail_closed();
     return CUDA_ERROR_NOT_INITIALIZED;

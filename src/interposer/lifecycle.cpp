@@ -20,6 +20,7 @@
 #include "interposer/hooks.h"
 #include "interposer/launch_gate.h"
 #include "interposer/memory_books.h"
+#include "interposer/mps_client.h"
 #include "interposer/priority_sharing.h"
 #include "interposer/runtime.h"
 
@@ -187,6 +188,8 @@ Phase initialise() {
     GS_LOG(Debug, "no limit configured: pass-through");
     return Phase::Ready;
   }
+  // Before any real driver call: the driver reads the MPS variables when it starts.
+  if (!mps_client::prepare(rt->settings)) return Phase::Broken;
   if (!bring_up_ledger(*rt)) return Phase::Broken;
   shm::Ledger* const books = rt->ledger.load(std::memory_order_relaxed);
   // GPUSLICE_PRIORITY is the container's initial level; a level set live since (gpuslice set

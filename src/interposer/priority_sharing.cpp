@@ -9,6 +9,7 @@
 #include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
+#include "interposer/mps_client.h"
 #include "interposer/node_presence.h"
 #include "interposer/priority_board.h"
 #include "interposer/runtime.h"
@@ -27,10 +28,17 @@ limiter::PriorityGate* current_gate() {
   return d != nullptr ? d->priority_gate.load(std::memory_order_acquire) : nullptr;
 }
 
-// The defaults, with the container's own GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _GRACE, _FLOOR, _COST,
-// _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE and _REFRESH.
+// Under MPS a higher priority's kernels run beside the lower ones' queued work on free SMs instead
+// of waiting for the time slices of all of it, so the lower ones may keep more queued. 4 ms, twice
+// the time-sliced default, until the GPU call measures it (bench/gpu/priority_mps_round.sh with a
+// 2 ms variant; docs/priority.md#which-mode-to-pick).
+constexpr std::uint64_t kMpsInFlightBoundNs = 4'000'000;
+
+// The defaults (the bound's by execution mode), with the container's own GPUSLICE_PRIORITY_IN_FLIGHT,
+// _RAMP, _GRACE, _FLOOR, _COST, _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE and _REFRESH.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
   limiter::PriorityTuning tuning;
+  if (mps_client::active()) tuning.in_flight_bound_ns = kMpsInFlightBoundNs;
   if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
   if (own.ramp_ns) tuning.in_flight_ramp_ns = *own.ramp_ns;
   if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;

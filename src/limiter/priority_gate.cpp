@@ -298,9 +298,10 @@ void PriorityGate::publish_own(std::uint64_t now) {
 }
 
 // The in-flight bound now: the whole of it (no more than request_share_percent of the higher ones'
-// shortest request when they published one) while a higher priority is busy (a floor slice) or has
-// never been busy, else in proportion to how long the most recent one has been idle, up to the
-// whole after in_flight_ramp_ns.
+// shortest request when they published one) while a higher priority is busy (a floor slice), else
+// in proportion to how long the most recent one has been idle, up to the whole after
+// in_flight_ramp_ns, and released_bound_ns once it has been idle idle_release_ns. A higher one
+// never busy (just started, loading) gets the whole bound: its first request may come any moment.
 std::uint64_t PriorityGate::bound_now(std::uint64_t now) const {
   std::uint64_t bound = tuning_.in_flight_bound_ns;
   const std::uint64_t period = watch_.higher_period_ns();
@@ -310,6 +311,9 @@ std::uint64_t PriorityGate::bound_now(std::uint64_t now) const {
   }
   const std::uint64_t ramp = tuning_.in_flight_ramp_ns;
   const std::uint64_t idle_since = watch_.higher_busy_until_ns();
+  if (tuning_.idle_release_ns != 0 && idle_since != 0 && idle_since < now &&
+      now - idle_since >= tuning_.idle_release_ns)
+    return std::max(bound, tuning_.released_bound_ns);
   if (ramp == 0 || idle_since == 0 || idle_since >= now) return bound;
   const std::uint64_t idle = now - idle_since;
   if (idle >= ramp) return bound;

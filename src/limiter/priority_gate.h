@@ -97,6 +97,15 @@ struct PriorityTuning {
   // finds a fraction of the bound in front of each (a graphed server's p99 at 30% load on H100s:
   // 1.09x alone against 1.11x; bench/results/priority-rounds.md). 0 = no ramp.
   std::uint64_t in_flight_ramp_ns = 30'000'000;
+  // Once the most recent higher record has said idle this long (it was busy before), a request
+  // is not expected any moment: the bound becomes released_bound_ns of predicted device time
+  // instead of in_flight_bound_ns. A trainer's host then runs that far ahead of its GPU, so its
+  // own pauses (a garbage collection, a data loader) do not leave the device idle as they do when
+  // it may queue only 2 ms; the cost is that the request ending such an idle second finds up to
+  // that much in front of it, once. A server at 30-60% load idles tens of milliseconds between
+  // requests and never reaches it. 0 = never released.
+  std::uint64_t idle_release_ns = 1'000'000'000;
+  std::uint64_t released_bound_ns = 10'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
   std::uint64_t refresh_ns = 250'000;

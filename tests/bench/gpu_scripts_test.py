@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 import unittest
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -923,6 +924,46 @@ class Inputs(unittest.TestCase):
         total, idle, steal = read
         self.assertGreaterEqual(total, idle)
         self.assertGreaterEqual(total, steal)
+
+
+class MpsDaemonForARun(unittest.TestCase):
+    """--mps: a control daemon with private directories for the run, exported to its processes, then
+    quit, its logs and the pipe directory's listing kept (a fake nvidia-cuda-mps-control)."""
+
+    def test_start_exports_the_directories_and_stop_quits_and_keeps_the_logs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = os.path.join(tmp, "nvidia-cuda-mps-control")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\n"
+                        "if [ \"$1\" = -d ]; then echo 4242 > \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\";"
+                        " echo started > \"$CUDA_MPS_LOG_DIRECTORY/control.log\"; exit 0; fi\n"
+                        f"read cmd; echo \"$cmd\" >> {tmp}/commands; [ \"$cmd\" = get_server_list ] && echo\n")
+            os.chmod(fake, 0o755)
+            saved = dict(os.environ)
+            os.environ["PATH"] = tmp + os.pathsep + os.environ["PATH"]
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            try:
+                args = argparse.Namespace(out=os.path.join(tmp, "out"), mps_low_threads=40)
+                mps = bench.start_mps(args)
+                self.assertEqual(bench.clean_env()["CUDA_MPS_PIPE_DIRECTORY"], mps["pipe"])
+                self.assertEqual(bench.clean_env()["CUDA_MPS_LOG_DIRECTORY"], mps["logs"])
+                with open(args.mps_limits_file) as f:
+                    self.assertEqual(f.read(), "GPUSLICE_MPS_LOW_THREADS=40\n")
+                bench.time.sleep = lambda _: None
+                bench.stop_mps(mps)
+                kept = os.path.join(args.out, "mps")
+                with open(os.path.join(kept, "control.log")) as f:
+                    self.assertEqual(f.read(), "started\n")
+                with open(os.path.join(kept, "pipe-listing.txt")) as f:
+                    self.assertIn("nvidia-cuda-mps-control.pid mode=", f.read())
+                with open(os.path.join(tmp, "commands")) as f:
+                    self.assertEqual(f.read().split(), ["get_server_list", "get_server_list", "quit"])
+                self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", os.environ)
+                self.assertFalse(os.path.exists(mps["root"]))
+            finally:
+                bench.time.sleep = time.sleep
+                os.environ.clear()
+                os.environ.update(saved)
 
 
 class TimesliceProbe(unittest.TestCase):

@@ -1,5 +1,7 @@
 // Initialisation, devices and contexts of the simulated libcuda, plus its test controls.
 #include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -155,6 +157,31 @@ using namespace gpuslice::mock;
 
 extern "C" {
 
+// MPS: a client of another user waits, silently, until the server's clients have all ended (the
+// control daemon starts that user's server only then). Modelled by <pipe dir>/mock-server-uid: while
+// it names another uid, cuInit waits. Then what the client read is written to
+// GPUSLICE_MOCK_MPS_REPORT, for tests to see what the driver saw.
+static void mps_connect(const gpuslice::mock::MockConfig& config) {
+  char path[600];
+  std::snprintf(path, sizeof path, "%s/mock-server-uid", config.mps_pipe_dir);
+  for (;;) {
+    FILE* f = std::fopen(path, "r");
+    unsigned uid = 0;
+    const bool other = f != nullptr && std::fscanf(f, "%u", &uid) == 1 && uid != getuid();
+    if (f != nullptr) std::fclose(f);
+    if (!other) break;
+    const timespec pause{0, 10'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  const char* report = std::getenv("GPUSLICE_MOCK_MPS_REPORT");
+  if (report == nullptr || *report == '\0') return;
+  if (FILE* f = std::fopen(report, "w")) {
+    std::fprintf(f, "pipe=%s\npinned=%s\npriority=%s\nthreads=%s\n", config.mps_pipe_dir,
+                 config.mps_pinned_text, config.mps_priority, config.mps_threads);
+    std::fclose(f);
+  }
+}
+
 CUresult cuInit(unsigned int Flags) {
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
@@ -170,6 +197,7 @@ CUresult cuInit(unsigned int Flags) {
   }
   if (!load_config(&state.config)) return CUDA_ERROR_INVALID_VALUE;
   if (state.config.device_count == 0) return CUDA_ERROR_NO_DEVICE;
+  if (state.config.mps) mps_connect(state.config);
   if (state.shared.attach(state.config, true) != SharedState::AttachError::None) return CUDA_ERROR_UNKNOWN;
   if (state.shared.device_count() == 0) {
     state.shared.detach();

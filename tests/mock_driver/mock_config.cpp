@@ -142,6 +142,67 @@ void uuid_bytes(const char* text, unsigned char (&out)[16]) {
   }
 }
 
+namespace {
+
+// "0=8192M,1=4G": the pinned-memory limit per ordinal, units G, M, K binary (as gpuslice writes
+// them). A malformed value is refused as the real client refuses to start.
+bool parse_pinned(const char* text, MockConfig* config) {
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos || equals == 0) return false;
+    unsigned long ordinal = 0;
+    for (const char c : item.substr(0, equals)) {
+      if (c < '0' || c > '9') return false;
+      ordinal = ordinal * 10 + static_cast<unsigned long>(c - '0');
+    }
+    std::string_view size = item.substr(equals + 1);
+    std::uint64_t unit = 1;
+    if (!size.empty()) {
+      const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(size.back())));
+      unit = u == 'G' ? (1ULL << 30) : u == 'M' ? (1ULL << 20) : u == 'K' ? 1024ULL : 1ULL;
+      if (unit != 1) size.remove_suffix(1);
+    }
+    std::uint64_t value = 0;
+    if (size.empty() || size.size() > 12) return false;
+    for (const char c : size) {
+      if (c < '0' || c > '9') return false;
+      value = value * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (ordinal < kMaxDevices) config->mps_pinned_limit[ordinal] = value * unit;
+  }
+  return true;
+}
+
+void copy_env(const char* name, char* out, std::size_t size) {
+  const char* value = std::getenv(name);
+  if (value != nullptr) std::snprintf(out, size, "%s", value);
+}
+
+// Whether the client connects to an MPS control daemon, and what it read then.
+bool load_mps(MockConfig* config) {
+  const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  if (pipe == nullptr || *pipe == '\0') return true;
+  char control[600];
+  std::snprintf(control, sizeof control, "%s/control", pipe);
+  if (access(control, F_OK) != 0) return true;  // no daemon there: the driver runs without MPS
+  config->mps = true;
+  std::snprintf(config->mps_pipe_dir, sizeof config->mps_pipe_dir, "%s", pipe);
+  copy_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", config->mps_pinned_text, sizeof config->mps_pinned_text);
+  copy_env("CUDA_MPS_CLIENT_PRIORITY", config->mps_priority, sizeof config->mps_priority);
+  copy_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", config->mps_threads, sizeof config->mps_threads);
+  if (config->mps_pinned_text[0] != '\0' && !parse_pinned(config->mps_pinned_text, config)) {
+    MOCK_LOG("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s: malformed", config->mps_pinned_text);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool load_config(MockConfig* config) {
   *config = MockConfig{};
   for (auto& total : config->total_bytes) total = kDefaultMemoryBytes;
@@ -216,7 +277,7 @@ bool load_config(MockConfig* config) {
     MOCK_LOG("GPUSLICE_MOCK_STATE_DIR is too long");
     return false;
   }
-  return true;
+  return load_mps(config);
 }
 
 }  // namespace gpuslice::mock

@@ -36,6 +36,15 @@ struct MockConfig {
   // The calling thread's default stream says it is being captured into a graph (the mock captures
   // nothing): what a gate must then leave alone.
   bool per_thread_capturing = false;
+  // An MPS client (docs/mock-driver.md): CUDA_MPS_PIPE_DIRECTORY names a directory holding a
+  // `control` entry, as where a control daemon runs. The MPS variables it read at cuInit; the
+  // pinned-memory limit is then enforced per process and device (0: none), as the MPS server does.
+  bool mps = false;
+  std::uint64_t mps_pinned_limit[kMaxDevices] = {};
+  char mps_pipe_dir[512] = {};
+  char mps_pinned_text[256] = {};
+  char mps_priority[16] = {};
+  char mps_threads[16] = {};
 };
 
 // Reads the environment. On a malformed variable it logs (if enabled) and returns false: the mock

@@ -136,6 +136,7 @@ bool SharedState::open_and_lock(const MockConfig& config, int* fd_out) {
 
 SharedState::AttachError SharedState::attach(const MockConfig& config, bool claim) {
   int fd = -1;
+  for (unsigned d = 0; d < kMaxDevices; ++d) pinned_limit_[d] = config.mps ? config.mps_pinned_limit[d] : 0;
   if (!open_and_lock(config, &fd)) return AttachError::Io;
   if (file_->magic.load(std::memory_order_acquire) != kStateMagic) {
     for (auto& device : file_->device) init_mutex(&device.lock);
@@ -250,6 +251,11 @@ unsigned SharedState::reclaim_dead() const {
 
 bool SharedState::charge(unsigned device, std::uint64_t bytes, bool is_context) {
   if (slot_ < 0 || device >= file_->device_count) return false;
+  // MPS: the server refuses a client's memory past its pinned limit (contexts included).
+  if (pinned_limit_[device] != 0) {
+    const std::uint64_t mine = file_->slot[slot_].used_bytes[device].load(std::memory_order_relaxed);
+    if (bytes > pinned_limit_[device] || mine > pinned_limit_[device] - bytes) return false;
+  }
   const std::uint64_t total = file_->total_bytes[device];
   std::atomic<std::uint64_t>& used = file_->device[device].used_bytes;
   bool reclaimed = false;

@@ -121,6 +121,7 @@ class SharedState {
 
   StateFile* file_ = nullptr;
   int slot_ = -1;
+  std::uint64_t pinned_limit_[kMaxDevices] = {};  // MPS client: this process's limit per device
 };
 
 }  // namespace gpuslice::mock

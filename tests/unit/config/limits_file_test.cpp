@@ -167,13 +167,29 @@ TEST_F(LimitsFile, MalformedFileAppliesNothing) {
   EXPECT_TRUE(s.memory_cap.empty());
 }
 
+// Under MPS the operator's active-thread share of containers below high (config/mps_client.h).
+TEST_F(LimitsFile, TheMpsThreadShareIsAPercentOnceOrNone) {
+  auto parsed = parse_limits_file("GPUSLICE_MPS_LOW_THREADS=40\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_EQ(parsed->mps_low_threads.value_or(0), 40U);
+  EXPECT_NE(render_limits_file(*parsed).find("GPUSLICE_MPS_LOW_THREADS=40\n"), std::string::npos);
+  parsed = parse_limits_file("GPUSLICE_MPS_LOW_THREADS=none\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_FALSE(parsed->mps_low_threads);
+  EXPECT_NE(single_error("GPUSLICE_MPS_LOW_THREADS=0\n").find("line 1"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MPS_LOW_THREADS=101\n").find("line 1"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_MPS_LOW_THREADS=40\nGPUSLICE_MPS_LOW_THREADS=50\n").find("set twice"),
+            std::string::npos);
+}
+
 TEST_F(LimitsFile, SyntaxErrors) {
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT 8Gi\n").find("line 1: expected KEY=VALUE"),
             std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY=8Gi\n").find("line 1: unknown key 'GPUSLICE_MEMORY'"),
             std::string::npos);
   EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
-  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n").find("or GPUSLICE_PRIORITY)"), std::string::npos);
+  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n").find("GPUSLICE_PRIORITY or GPUSLICE_MPS_LOW_THREADS)"),
+            std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")
                 .find("line 3: GPUSLICE_MEMORY_LIMIT is set twice (first on line 1)"),

@@ -572,17 +572,104 @@ double conserving_trainer_work(int high, bool managed, const PriorityTuning& tun
 
 TEST(WorkConservation, ALowTenantBesideAnIdleHighOneRunsAsFastAsAlone) {
   const double alone = conserving_trainer_work(0, true);
-  EXPECT_GE(conserving_trainer_work(1, true) / alone, 0.95);
+  const double beside = conserving_trainer_work(1, true);
+  EXPECT_GE(beside / alone, 0.95);
+  std::printf("beside an idle high: %.0f of %.0f (%.3f)\n", beside, alone, beside / alone);
 }
 
 TEST(WorkConservation, ALowTenantBesideABusyHighOneIsHeldToItsFloor) {
   const double alone = conserving_trainer_work(0, true);
-  EXPECT_LE(conserving_trainer_work(2, true) / alone, 0.2);
+  const double beside = conserving_trainer_work(2, true);
+  EXPECT_LE(beside / alone, 0.2);
+  std::printf("beside a busy high: %.0f of %.0f (%.3f)\n", beside, alone, beside / alone);
 }
 
 TEST(WorkConservation, ALowTenantBesideAHostBoundHighOneRunsNearlyAsFastAsUnmanaged) {
   const double unmanaged = conserving_trainer_work(3, false);
-  EXPECT_GE(conserving_trainer_work(3, true) / unmanaged, 0.8);
+  const double managed = conserving_trainer_work(3, true);
+  EXPECT_GE(managed / unmanaged, 0.8);
+  std::printf("beside a host-bound high: %.0f of %.0f un-managed (%.3f)\n", managed, unmanaged,
+              managed / unmanaged);
+}
+
+// A trainer whose host pauses now and then (a garbage collection, its data loader): alone it runs
+// ahead of its GPU, and what it queued covers the pause. Beside a higher tenant that served a request
+// and has been idle since, the 2 ms in-flight bound kept it from queueing more than that, so each 4 ms
+// pause left the device idle about 2 ms (issue 41: 0.70-0.94x alone on the GPU). Once the higher one
+// has been idle idle_release_ns the bound is released_bound_ns.
+double pausing_trainer_work(bool high, const PriorityTuning& tuning = PriorityTuning{}) {
+  constexpr std::uint64_t kFor = 3 * kSec;
+  PriorityScenario s(tuning);
+  s.pipelined_steps();  // as on a GPU: the bound waits for events, the queue never runs dry at a step
+  if (high) {
+    Tenant& h = s.add_tenant(Priority::High);
+    s.add_heartbeat(h, kFor);
+    s.add_thread(h, [&] { train(h, s.world(), 5, kMs, 0, 1); });  // one request at 0, then idle
+  }
+  Tenant& low = s.add_tenant(Priority::Low);
+  s.add_heartbeat(low, kFor);
+  s.add_thread(low, [&] {
+    for (int k = 1; s.world().now() < kFor; ++k) {
+      low.launch(s.world(), 200 * kUs);
+      s.world().sleep(100 * kUs);
+      if (k % 50 == 0) s.world().sleep(4 * kMs);  // the host's pause
+      if (k % 200 == 0) {
+        if (low.gate) low.gate->note_sync_begin();
+        s.world().synchronize();
+        if (low.gate) low.gate->note_host_sync();
+      }
+    }
+  });
+  s.run();
+  // From 1.5 s: the higher one has been idle past idle_release_ns.
+  return s.world().work_done(low.process->ctx, 1500 * kMs, kFor);
+}
+
+TEST(WorkConservation, BesideAHighOneIdleForASecondATrainersHostPausesCostItNothing) {
+  const double alone = pausing_trainer_work(false);
+  const double released = pausing_trainer_work(true);
+  PriorityTuning never;
+  never.idle_release_ns = 0;
+  const double bounded = pausing_trainer_work(true, never);
+  EXPECT_GE(released / alone, 0.95);
+  EXPECT_LT(bounded / alone, 0.9) << "the whole bound alone does not cover the pauses";
+  std::printf("pausing trainer beside a long-idle high: %.3f of alone released, %.3f with the 2 ms bound\n",
+              released / alone, bounded / alone);
+}
+
+// What the release costs: the request that ends an idle second finds at most released_bound_ns (and
+// a kernel) in front of it, once; the next one, 80 ms later, at most the whole 2 ms bound again.
+TEST(WorkConservation, OnlyTheRequestEndingALongIdleFindsTheReleasedBoundInFrontOfIt) {
+  RequestShape shape;  // 16 ms: longer than what it may find in front of it
+  shape.kernels = 8;
+  shape.kernel_ns = 2 * kMs;
+  const std::vector<std::uint64_t> arrivals{10 * kMs, 1600 * kMs, 1700 * kMs};
+  auto latencies = [&](bool with_trainer) {
+    PriorityScenario s;
+    s.pipelined_steps();
+    Tenant& server = s.add_tenant(Priority::High);
+    std::vector<std::uint64_t> out;
+    s.add_thread(server, [&] { serve(server, s.world(), arrivals, shape, &out); });
+    s.add_heartbeat(server, 2 * kSec);
+    if (with_trainer) {
+      Tenant& trainer = s.add_tenant(Priority::Low);
+      s.add_heartbeat(trainer, 2 * kSec);
+      s.add_thread(trainer, [&] { train(trainer, s.world(), 400, 250 * kUs, 5 * kUs, 2 * kSec); });
+    }
+    s.run();
+    return out;
+  };
+  const auto alone = latencies(false);
+  const auto shared = latencies(true);
+  ASSERT_EQ(alone.size(), 3U);
+  ASSERT_EQ(shared.size(), 3U);
+  const PriorityTuning defaults;
+  EXPECT_LE(shared[1] - alone[1], defaults.released_bound_ns + 500 * kUs);
+  EXPECT_GT(shared[1] - alone[1], defaults.in_flight_bound_ns + 500 * kUs) << "the release applied";
+  EXPECT_LE(shared[2] - alone[2], defaults.in_flight_bound_ns + 500 * kUs);
+  std::printf("extra latency: after 1.6 s idle %.2f ms, after 80 ms %.2f ms\n",
+              static_cast<double>(shared[1] - alone[1]) / 1e6,
+              static_cast<double>(shared[2] - alone[2]) / 1e6);
 }
 
 }  // namespace

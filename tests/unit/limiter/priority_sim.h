@@ -106,12 +106,16 @@ class PriorityScenario {
     if (managed) {
       tenant->board = board.handle(box.id);
       clocks_.push_back(std::make_unique<SimClock>(scenario.world));
-      tenant->gate = std::make_unique<PriorityGate>(*clocks_.back(), sim_driver_ops(), tenant->board.get(),
+      tenant->gate = std::make_unique<PriorityGate>(*clocks_.back(), ops, tenant->board.get(),
                                                     &tenant->priority, tuning_);
     }
     tenants_.push_back(std::move(tenant));
     return *tenants_.back();
   }
+
+  // Gates added from now on step with events (sim_driver_ops_pipelined) instead of drains.
+  void pipelined_steps() { ops = sim_driver_ops_pipelined(); }
+  DriverOps ops = sim_driver_ops();
 
   void add_thread(Tenant& tenant, std::function<void()> body) {
     scenario.add_thread(*tenant.process, std::move(body));

@@ -47,6 +47,17 @@ CUresult sim_event_query(CUevent event) {
   return World::current()->event_time(event_id(event), &at) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult sim_event_synchronize(CUevent event) {
+  std::uint64_t at = 0;
+  while (!World::current()->event_time(event_id(event), &at)) World::current()->sleep(20'000);
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_ctx_id(std::uint64_t* id) {
+  *id = 1;  // one context per simulated process
+  return CUDA_SUCCESS;
+}
+
 CUresult sim_stream_query(CUstream) {
   return World::current()->queue_empty() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -399,6 +410,13 @@ DriverOps sim_driver_ops() {
   ops.event_query = &sim_event_query;
   ops.event_elapsed_ns = &sim_event_elapsed_ns;
   ops.stream_query = &sim_stream_query;
+  return ops;
+}
+
+DriverOps sim_driver_ops_pipelined() {
+  DriverOps ops = sim_driver_ops();
+  ops.ctx_id = &sim_ctx_id;
+  ops.event_synchronize = &sim_event_synchronize;
   return ops;
 }
 

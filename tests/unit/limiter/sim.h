@@ -154,5 +154,9 @@ class SimClock final : public Clock {
 
 // Driver entry points routed to the calling actor's context.
 DriverOps sim_driver_ops();
+// The same with what a pipelined in-flight bound needs (a context id, waiting for one event), as
+// the real driver and the simulated libcuda give it: its steps wait for the previous window's
+// event instead of draining the queue. A waiting thread looks every 20 us (a host wake-up).
+DriverOps sim_driver_ops_pipelined();
 
 }  // namespace gpuslice::limiter::sim

@@ -1,0 +1,152 @@
+// The MPS client's variables derived from the container's limits (config/mps_client.h), the GPUs
+// the client numbers before the driver starts, and the server it would join.
+#include "config/mps_client.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace gpuslice::config {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ULL << 20;
+
+TEST(MpsClientEnv, ThePinnedLimitIsTheQuotaPerOrdinalInMebibytes) {
+  MpsClientInputs in;
+  in.quota_by_ordinal = {{1, 4096 * kMiB}, {0, 8192 * kMiB + 123}};
+  const MpsClientEnv env = derive_mps_client_env(in);
+  ASSERT_TRUE(env.pinned);
+  EXPECT_EQ(*env.pinned, "0=8192M,1=4096M");
+  EXPECT_FALSE(env.tenant_lowered);
+}
+
+TEST(MpsClientEnv, ATenantsLargerLimitIsLoweredItsSmallerOneKeptAndItsOthersLeft) {
+  MpsClientInputs in;
+  in.quota_by_ordinal = {{0, 1024 * kMiB}, {1, 512 * kMiB}};
+  in.tenant_pinned = "0=4G, 1=256mb ,2=1G";
+  const MpsClientEnv env = derive_mps_client_env(in);
+  ASSERT_TRUE(env.pinned);
+  EXPECT_EQ(*env.pinned, "0=1024M,1=256M,2=1024M");
+  EXPECT_TRUE(env.tenant_lowered);
+}
+
+TEST(MpsClientEnv, AMalformedTenantLimitIsReplacedAndWithoutAQuotaTheTenantsStands) {
+  MpsClientInputs in;
+  in.quota_by_ordinal = {{0, 2048 * kMiB}};
+  in.tenant_pinned = "0=lots";
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_EQ(env.pinned.value_or(""), "0=2048M");
+  EXPECT_TRUE(env.tenant_lowered);
+  in.quota_by_ordinal.clear();
+  in.tenant_pinned = "0=4G";
+  env = derive_mps_client_env(in);
+  EXPECT_FALSE(env.pinned) << "nothing to lower: left as the tenant set it";
+}
+
+TEST(MpsClientEnv, OnlyHighKeepsTheNormalClientPriorityAndATenantCannotRaiseIt) {
+  MpsClientInputs in;
+  EXPECT_EQ(derive_mps_client_env(in).priority, "1");
+  in.tenant_priority = "0";
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_EQ(env.priority, "1");
+  EXPECT_TRUE(env.tenant_lowered);
+  in.high = true;
+  in.tenant_priority.reset();
+  EXPECT_EQ(derive_mps_client_env(in).priority, "0");
+  in.tenant_priority = "1";  // a high tenant may lower itself
+  EXPECT_EQ(derive_mps_client_env(in).priority, "1");
+}
+
+TEST(MpsClientEnv, TheOperatorsThreadShareAppliesBelowHighOnlyAndTheTenantMayTakeLess) {
+  MpsClientInputs in;
+  EXPECT_FALSE(derive_mps_client_env(in).threads) << "off by default";
+  in.low_threads = 50;
+  EXPECT_EQ(derive_mps_client_env(in).threads.value_or(""), "50");
+  in.tenant_threads = "100";
+  EXPECT_EQ(derive_mps_client_env(in).threads.value_or(""), "50");
+  in.tenant_threads = "20";
+  EXPECT_EQ(derive_mps_client_env(in).threads.value_or(""), "20");
+  in.high = true;
+  EXPECT_FALSE(derive_mps_client_env(in).threads);
+}
+
+TEST(MpsPinnedLimit, ParsesUnitsAndRefusesJunk) {
+  const auto ok = parse_mps_pinned_limit("0=1G,1=512M,2=64K,3=100");
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->size(), 4U);
+  EXPECT_EQ((*ok)[0].second, 1024 * kMiB);
+  EXPECT_EQ((*ok)[1].second, 512 * kMiB);
+  EXPECT_EQ((*ok)[2].second, 64 * 1024U);
+  EXPECT_EQ((*ok)[3].second, 100U);
+  for (const char* bad :
+       {"", "1G", "=1G", "0=", "0=1T", "x=1G", "0=-1G", "0=99999999999999999999G", "2000=1G"})
+    EXPECT_FALSE(parse_mps_pinned_limit(bad)) << bad;
+}
+
+class TempTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-mps-unit-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
+  void file(const std::string& rel, const std::string& text) {
+    const std::string path = root_ + "/" + rel;
+    std::system(("mkdir -p \"$(dirname '" + path + "')\"").c_str());
+    std::ofstream(path) << text;
+  }
+  std::string root_;
+};
+
+using MachineGpus = TempTree;
+
+TEST_F(MachineGpus, AreListedInPciOrderAndNumberedThroughCudaVisibleDevices) {
+  file("gpus/0000:9a:00.0/information", "Model: H200\nGPU UUID: GPU-BBBB-2\nBus Location: 0000:9a:00.0\n");
+  file("gpus/0000:18:00.0/information", "Model: H200\nGPU UUID: GPU-aaaa-1\n");
+  const auto machine = machine_gpu_uuids(root_ + "/gpus");
+  ASSERT_EQ(machine.size(), 2U);
+  EXPECT_EQ(machine[0], "gpu-aaaa-1");
+  EXPECT_EQ(machine[1], "gpu-bbbb-2");
+  EXPECT_EQ(client_ordinal_uuids(std::nullopt, machine), machine);
+  const auto swapped = client_ordinal_uuids(std::string("1,0"), machine);
+  ASSERT_EQ(swapped.size(), 2U);
+  EXPECT_EQ(swapped[0], "gpu-bbbb-2");
+  const auto by_uuid = client_ordinal_uuids(std::string("GPU-BBBB"), machine);
+  ASSERT_EQ(by_uuid.size(), 1U);
+  EXPECT_EQ(by_uuid[0], "gpu-bbbb-2") << "a UUID prefix names the GPU";
+  EXPECT_EQ(client_ordinal_uuids(std::string("1,7,0"), machine).size(), 1U)
+      << "CUDA stops at an invalid index";
+  EXPECT_TRUE(machine_gpu_uuids(root_ + "/none").empty());
+}
+
+using MpsServer = TempTree;
+
+TEST_F(MpsServer, OfAnotherUserIsFoundAmongTheControlDaemonsChildren) {
+  // A fake /proc: the daemon 40 (its pid file in the pipe directory), servers 41 (ours) and 42.
+  file("pipe/nvidia-cuda-mps-control.pid", "40\n");
+  file("proc/40/comm", "nvidia-cuda-mps\n");
+  file("proc/40/task/40/children", "41 42 ");
+  file("proc/41/comm", "nvidia-cuda-mps\n");
+  file("proc/42/comm", "nvidia-cuda-mps\n");
+  const uid_t self = geteuid();
+  struct stat st {};
+  ASSERT_EQ(stat((root_ + "/proc/42").c_str(), &st), 0);
+  // Every fake process is ours: none of another user.
+  EXPECT_FALSE(other_uid_mps_server(root_ + "/proc", root_ + "/pipe", self));
+  // Seen by a client of another user id, the servers are someone else's.
+  const auto other = other_uid_mps_server(root_ + "/proc", root_ + "/pipe", self + 1);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(*other, st.st_uid);
+  // A pid that is not an MPS process here (another pid namespace) says nothing.
+  file("proc/40/comm", "bash\n");
+  EXPECT_FALSE(other_uid_mps_server(root_ + "/proc", root_ + "/pipe", self + 1));
+  EXPECT_FALSE(other_uid_mps_server(root_ + "/proc", root_ + "/missing", self + 1));
+}
+
+}  // namespace
+}  // namespace gpuslice::config
