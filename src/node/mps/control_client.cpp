@@ -32,7 +32,8 @@ std::vector<std::string> child_environment(const ControlEnv& env) {
   std::vector<std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry = *e;
-    if (entry.starts_with("CUDA_MPS_PIPE_DIRECTORY=") || entry.starts_with("CUDA_MPS_LOG_DIRECTORY=")) continue;
+    if (entry.starts_with("CUDA_MPS_PIPE_DIRECTORY=") || entry.starts_with("CUDA_MPS_LOG_DIRECTORY="))
+      continue;
     out.emplace_back(entry);
   }
   out.push_back("CUDA_MPS_PIPE_DIRECTORY=" + env.pipe_dir);
@@ -163,7 +164,8 @@ Result<bool> start_daemon(const ControlEnv& env, std::chrono::milliseconds timeo
   return true;
 }
 
-Result<std::string> send_command(const ControlEnv& env, std::string_view command, std::chrono::milliseconds timeout) {
+Result<std::string> send_command(const ControlEnv& env, std::string_view command,
+                                 std::chrono::milliseconds timeout) {
   std::string input(command);
   input += '\n';
   auto ran = run_control(env, {}, input, timeout);
@@ -182,7 +184,8 @@ std::vector<int> parse_server_list(std::string_view output) {
     std::size_t end = output.find('\n');
     std::string_view line = output.substr(0, end);
     output = end == std::string_view::npos ? std::string_view() : output.substr(end + 1);
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.remove_suffix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t'))
+      line.remove_suffix(1);
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
     if (line.empty() || line.size() > 9) continue;
     int pid = 0;

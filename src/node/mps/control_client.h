@@ -32,7 +32,8 @@ Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::
 Result<bool> start_daemon(const ControlEnv& env, std::chrono::milliseconds timeout);
 
 // One command through the client; the answer, or an error with what it printed.
-Result<std::string> send_command(const ControlEnv& env, std::string_view command, std::chrono::milliseconds timeout);
+Result<std::string> send_command(const ControlEnv& env, std::string_view command,
+                                 std::chrono::milliseconds timeout);
 
 // The pids get_server_list printed (one a line); lines that are not a pid are skipped.
 std::vector<int> parse_server_list(std::string_view output);

@@ -17,7 +17,9 @@ namespace {
 
 constexpr std::uint64_t kNsPerMs = 1'000'000ULL;
 
-std::uint64_t ms_ns(std::chrono::milliseconds ms) { return static_cast<std::uint64_t>(ms.count()) * kNsPerMs; }
+std::uint64_t ms_ns(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(ms.count()) * kNsPerMs;
+}
 
 std::optional<int> read_started_pid(const std::string& path) {
   auto text = fs::read_small_file(path, 64, fs::DirTrust::OwnerOnly);
@@ -62,7 +64,9 @@ bool wait_until_gone(int pid, std::chrono::milliseconds timeout) {
 }  // namespace
 
 MpsManager::MpsManager(ManagerOptions options, NowFn now)
-    : options_(std::move(options)), now_(now ? std::move(now) : NowFn(monotonic_ns)), backoff_(options_.backoff_initial) {
+    : options_(std::move(options)),
+      now_(now ? std::move(now) : NowFn(monotonic_ns)),
+      backoff_(options_.backoff_initial) {
   env_.pipe_dir = options_.paths.pipe_dir();
   env_.log_dir = options_.paths.log_dir();
   report_.pipe_dir = env_.pipe_dir;
@@ -101,7 +105,8 @@ void MpsManager::refuse(std::string reason) {
 }
 
 void MpsManager::schedule_restart(std::string reason) {
-  GS_LOG(Warn, "mps: %s; starting again in %lld ms", reason.c_str(), static_cast<long long>(backoff_.count()));
+  GS_LOG(Warn, "mps: %s; starting again in %lld ms", reason.c_str(),
+         static_cast<long long>(backoff_.count()));
   next_action_ns_ = now_() + ms_ns(backoff_);
   backoff_ = std::min(backoff_ * 2, options_.backoff_max);
   set_state(MpsState::Restarting, std::move(reason));
@@ -120,8 +125,9 @@ std::optional<std::string> MpsManager::preflight() {
   for (const std::string& dir : options_.foreign_pipe_dirs) {
     if (dir == env_.pipe_dir) continue;
     if (auto pid = live_control_pid(dir))
-      return "a control daemon gpuslice did not start is running (pid " + std::to_string(*pid) + ", pipe directory " +
-             dir + "); stop it (echo quit | CUDA_MPS_PIPE_DIRECTORY=" + dir + " nvidia-cuda-mps-control) first";
+      return "a control daemon gpuslice did not start is running (pid " + std::to_string(*pid) +
+             ", pipe directory " + dir + "); stop it (echo quit | CUDA_MPS_PIPE_DIRECTORY=" + dir +
+             " nvidia-cuda-mps-control) first";
   }
   return std::nullopt;
 }
@@ -161,9 +167,9 @@ void MpsManager::attempt_start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!pid) {
-    schedule_restart("nvidia-cuda-mps-control -d exited but no daemon wrote " + env_.pipe_dir + "/" + kControlPidFile +
-                     " within " + std::to_string(options_.start_timeout.count()) + " ms (see " + env_.log_dir +
-                     "/control.log)");
+    schedule_restart("nvidia-cuda-mps-control -d exited but no daemon wrote " + env_.pipe_dir + "/" +
+                     kControlPidFile + " within " + std::to_string(options_.start_timeout.count()) +
+                     " ms (see " + env_.log_dir + "/control.log)");
     return;
   }
   write_started_pid(options_.paths.started_file(), *pid);
@@ -176,7 +182,8 @@ void MpsManager::attempt_start() {
     ::kill(*pid, SIGKILL);
     (void)wait_until_gone(*pid, std::chrono::milliseconds(1000));
     remove_leftovers(env_.pipe_dir);
-    schedule_restart("control daemon pid " + std::to_string(*pid) + " started but does not answer: " + answer.error());
+    schedule_restart("control daemon pid " + std::to_string(*pid) +
+                     " started but does not answer: " + answer.error());
     return;
   }
   GS_LOG(Info, "mps: control daemon pid %d running (pipe directory %s)", *pid, env_.pipe_dir.c_str());
@@ -230,7 +237,8 @@ void MpsManager::watch() {
   ++failed_checks_;
   {
     std::lock_guard lock(mutex_);
-    report_.reason = "get_server_list failed (" + std::to_string(failed_checks_) + " in a row): " + answer.error();
+    report_.reason =
+        "get_server_list failed (" + std::to_string(failed_checks_) + " in a row): " + answer.error();
   }
   publish();
   if (failed_checks_ >= options_.failed_checks_to_restart) {

@@ -24,7 +24,7 @@ struct ManagerOptions {
   MpsPaths paths;
   // Pipe directories where a daemon gpuslice did not start would compete for the GPUs.
   std::vector<std::string> foreign_pipe_dirs = {kNvidiaDefaultPipeDir};
-  DeviceModeProbe device_modes;  // empty: not checked (no NVML)
+  DeviceModeProbe device_modes;                    // empty: not checked (no NVML)
   std::chrono::milliseconds start_timeout{10000};  // `-d` to exit, then its pid file and first answer
   std::chrono::milliseconds command_timeout{5000};
   std::chrono::milliseconds check_interval{5000};  // get_server_list while running

@@ -56,7 +56,8 @@ Result<MpsReport> report_from_json(const json& doc) {
   auto pid = [&](const char* name, int& out) -> bool {
     const json* v = member(name);
     if (v == nullptr) return true;
-    if (!v->is_number_integer() || v->get<std::int64_t>() < 0 || v->get<std::int64_t>() > 0x3fffffff) return false;
+    if (!v->is_number_integer() || v->get<std::int64_t>() < 0 || v->get<std::int64_t>() > 0x3fffffff)
+      return false;
     out = v->get<int>();
     return true;
   };
@@ -75,7 +76,8 @@ Result<MpsReport> report_from_json(const json& doc) {
   if (!pid("control_pid", r.control_pid)) return make_error("mps.control_pid: not a process id");
   if (!pid("manager_pid", r.manager_pid)) return make_error("mps.manager_pid: not a process id");
   if (const json* servers = member("server_pids")) {
-    if (!servers->is_array() || servers->size() > kMaxServers) return make_error("mps.server_pids: not a list");
+    if (!servers->is_array() || servers->size() > kMaxServers)
+      return make_error("mps.server_pids: not a list");
     for (const json& s : *servers) {
       if (!s.is_number_integer() || s.get<std::int64_t>() <= 0 || s.get<std::int64_t>() > 0x3fffffff)
         return make_error("mps.server_pids: not a process id");

@@ -29,7 +29,8 @@ Result<std::vector<DeviceMode>> probe(const std::string& library) {
   auto init = symbol<nvmlReturn_t (*)()>(handle, "nvmlInit_v2");
   auto shutdown = symbol<nvmlReturn_t (*)()>(handle, "nvmlShutdown");
   auto count_fn = symbol<nvmlReturn_t (*)(unsigned int*)>(handle, "nvmlDeviceGetCount_v2");
-  auto handle_fn = symbol<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(handle, "nvmlDeviceGetHandleByIndex_v2");
+  auto handle_fn =
+      symbol<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(handle, "nvmlDeviceGetHandleByIndex_v2");
   auto mig_fn = symbol<GetMigMode>(handle, "nvmlDeviceGetMigMode");
   auto compute_fn = symbol<GetComputeMode>(handle, "nvmlDeviceGetComputeMode");
   auto processes_fn = symbol<GetProcesses>(handle, "nvmlDeviceGetComputeRunningProcesses_v3");
@@ -54,7 +55,8 @@ Result<std::vector<DeviceMode>> probe(const std::string& library) {
       // NOT_SUPPORTED on GPUs without MIG: off.
       if (mig_fn != nullptr && mig_fn(device, &current, &pending) == NVML_SUCCESS) mode.mig = current != 0;
       int compute = 0;
-      if (compute_fn != nullptr && compute_fn(device, &compute) == NVML_SUCCESS && compute >= 0 && compute <= 3)
+      if (compute_fn != nullptr && compute_fn(device, &compute) == NVML_SUCCESS && compute >= 0 &&
+          compute <= 3)
         mode.compute = static_cast<DeviceMode::Compute>(compute);
       nvmlProcessInfo_t infos[64];
       unsigned n = 64;

@@ -34,11 +34,11 @@ const char* compute_mode_name(DeviceMode::Compute mode) {
 std::optional<std::string> device_refusal(const std::vector<DeviceMode>& devices) {
   for (const DeviceMode& d : devices) {
     const std::string gpu = "GPU " + std::to_string(d.index);
-    if (d.mig)
-      return gpu + " has MIG mode on: gpuslice manages one MPS control daemon for whole GPUs only";
+    if (d.mig) return gpu + " has MIG mode on: gpuslice manages one MPS control daemon for whole GPUs only";
     if (d.compute == DeviceMode::Compute::Prohibited)
       return gpu + " is in compute mode 'prohibited': no CUDA context, hence no MPS server, can run on it";
-    if ((d.compute == DeviceMode::Compute::ExclusiveProcess || d.compute == DeviceMode::Compute::ExclusiveThread) &&
+    if ((d.compute == DeviceMode::Compute::ExclusiveProcess ||
+         d.compute == DeviceMode::Compute::ExclusiveThread) &&
         !d.compute_pids.empty())
       return gpu + " is in compute mode '" + compute_mode_name(d.compute) + "' and held by process " +
              std::to_string(d.compute_pids.front()) + ": an MPS server could not open it";
@@ -48,12 +48,14 @@ std::optional<std::string> device_refusal(const std::vector<DeviceMode>& devices
 
 Result<std::string> find_binary(const std::string& name, const char* path_env) {
   auto executable = [](const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
   };
   if (name.find('/') != std::string::npos) {
     if (executable(name)) return name;
-    return make_error(name + " is not an executable file (nvidia-cuda-mps-control ships with the NVIDIA driver's utilities)");
+    return make_error(
+        name +
+        " is not an executable file (nvidia-cuda-mps-control ships with the NVIDIA driver's utilities)");
   }
   std::string_view path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
@@ -63,8 +65,9 @@ Result<std::string> find_binary(const std::string& name, const char* path_env) {
     if (colon == std::string_view::npos) break;
     path.remove_prefix(colon + 1);
   }
-  return make_error(name + " not found on PATH (" + std::string(path_env != nullptr ? path_env : "") +
-                    "): install the NVIDIA driver's utilities (nvidia-utils / nvidia-compute-utils) or give its path");
+  return make_error(
+      name + " not found on PATH (" + std::string(path_env != nullptr ? path_env : "") +
+      "): install the NVIDIA driver's utilities (nvidia-utils / nvidia-compute-utils) or give its path");
 }
 
 bool process_alive(int pid) {

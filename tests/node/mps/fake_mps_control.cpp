@@ -227,7 +227,8 @@ int client() {
     line += '\n';
     (void)!::write(fd, line.data(), line.size());
     ssize_t n = 0;
-    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) std::fwrite(buffer, 1, static_cast<std::size_t>(n), stdout);
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0)
+      std::fwrite(buffer, 1, static_cast<std::size_t>(n), stdout);
     ::close(fd);
   }
   return rc;

@@ -21,7 +21,7 @@ using test::TempDir;
 using test::wait_until;
 
 bool exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
 
@@ -90,7 +90,7 @@ TEST_F(MpsManagerTest, StartsTheControlDaemonWithPipeAndLogDirectoriesUnderItsRo
   EXPECT_EQ(live_control_pid(r.pipe_dir), r.control_pid);
   EXPECT_TRUE(exists(dir_ / "mps/pipe/control"));
   EXPECT_TRUE(exists(dir_ / "mps/log/control.log"));
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat((dir_ / "mps").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
   auto file = read_state_file(dir_ / "mps/state.json");
@@ -128,7 +128,8 @@ TEST_F(MpsManagerTest, RestartsADaemonThatWasKilledAndCountsIt) {
   EXPECT_EQ(r.state, MpsState::Restarting);
   EXPECT_EQ(r.restarts, 1u);
   EXPECT_NE(r.reason.find("ended"), std::string::npos) << r.reason;
-  EXPECT_FALSE(exists(dir_ / "mps/pipe/control")) << "a dead daemon's socket is cleared before the next start";
+  EXPECT_FALSE(exists(dir_ / "mps/pipe/control"))
+      << "a dead daemon's socket is cleared before the next start";
   ASSERT_TRUE(tick_until(m, MpsState::Running));
   EXPECT_NE(m.report().control_pid, first);
   EXPECT_TRUE(process_alive(m.report().control_pid));
@@ -192,7 +193,8 @@ TEST_F(MpsManagerTest, AStartTheBinaryRefusesIsReportedWithItsMessageAndTriedAga
   m.tick();
   MpsReport r = m.report();
   EXPECT_EQ(r.state, MpsState::Restarting);
-  EXPECT_NE(r.reason.find("exited with status 1: no CUDA-capable device is detected"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("exited with status 1: no CUDA-capable device is detected"), std::string::npos)
+      << r.reason;
   refuse.reset();
   ASSERT_TRUE(tick_until(m, MpsState::Running));
   m.stop();

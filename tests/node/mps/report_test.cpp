@@ -9,7 +9,8 @@ namespace gpuslice::node::mps {
 namespace {
 
 TEST(MpsState, NamesEveryStateBothWays) {
-  for (MpsState s : {MpsState::Off, MpsState::Starting, MpsState::Running, MpsState::Restarting, MpsState::Refused})
+  for (MpsState s :
+       {MpsState::Off, MpsState::Starting, MpsState::Running, MpsState::Restarting, MpsState::Refused})
     EXPECT_EQ(parse_mps_state(mps_state_name(s)), s);
   EXPECT_FALSE(parse_mps_state("paused"));
   EXPECT_EQ(parse_mps_state("RUNNING"), MpsState::Running);
