@@ -84,6 +84,17 @@ def control(binary, pipe_dir, command):
 
 
 def main():
+    rows = []
+    rc = run(rows)
+    print("\n## MPS fault containment (gpuslice mps serve)")
+    print("| what | result | detail |")
+    print("| --- | --- | --- |")
+    for what, result, detail in rows:
+        print("| %s | %s | %s |" % (what, result, detail))
+    return rc
+
+
+def run(rows):
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--out", default="gpu-out")
@@ -94,7 +105,6 @@ def main():
     os.makedirs(out, exist_ok=True)
     gpuslice = os.path.join(a.build, "bin", "gpuslice")
     client_bin = os.path.join(a.build, "gpu", "mps_client")
-    rows = []
 
     def row(what, result, detail=""):
         rows.append((what, result, detail))
@@ -103,7 +113,7 @@ def main():
     binary = shutil.which("nvidia-cuda-mps-control")
     if binary is None:
         row("nvidia-cuda-mps-control on PATH", "MISSING", "nothing else can be measured")
-        return table(rows, 2)
+        return 2
     row("nvidia-cuda-mps-control on PATH", "yes", binary)
     pipe = os.path.join(a.dir, "pipe")
 
@@ -136,7 +146,7 @@ def main():
         row("manager starts the control daemon", "FAIL", "%s: %s" % (state.get("state"), state.get("reason")))
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=20)
-        return table(rows, 1)
+        return 1
     row("manager starts the control daemon", "ok", "running in %.1f s, pid %s" % ((now_ms() - t0) / 1000,
                                                                                   state.get("control_pid")))
     env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_VISIBLE_DEVICES=a.gpu)
@@ -147,7 +157,7 @@ def main():
         if not victim.wait_for(" ok", 30):
             row("a client runs under MPS", "FAIL", "no progress: see fault_victim.log")
             victim.finish(5)
-            return table(rows, 1)
+            return 1
         servers_before = control(binary, pipe, "get_server_list")
         row("a client runs under MPS", "ok" if servers_before and "error" not in servers_before else "NO MPS",
             "servers: %s" % (servers_before.replace("\n", " ") or "none"))
@@ -245,22 +255,14 @@ def main():
         left = []
         if os.path.exists(os.path.join(pipe, "nvidia-cuda-mps-control.pid")):
             left.append("pid file")
-        ps = subprocess.run(["ps", "-eo", "pid,comm"], capture_output=True, text=True).stdout
+        ps = subprocess.run(["ps", "-eo", "pid,stat,comm"], capture_output=True, text=True).stdout
         for line in ps.splitlines():
-            if "nvidia-cuda-mps" in line:
+            fields = line.split()
+            if len(fields) == 3 and fields[2].startswith("nvidia-cuda-mps") and not fields[1].startswith("Z"):
                 left.append(line.strip())
         smi("after_stop")
         row("stop: nothing left behind", "ok" if not left else "LEFT", ", ".join(left))
         status("after_stop")
-    return table(rows, rc)
-
-
-def table(rows, rc):
-    print("\n## MPS fault containment (gpuslice mps serve)")
-    print("| what | result | detail |")
-    print("| --- | --- | --- |")
-    for what, result, detail in rows:
-        print("| %s | %s | %s |" % (what, result, detail))
     return rc
 
 

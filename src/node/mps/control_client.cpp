@@ -50,7 +50,13 @@ int exit_code_of(int status) {
 }  // namespace
 
 Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::string>& args,
-                                  std::string_view input, std::chrono::milliseconds timeout) {
+                                  std::string_view input, std::chrono::milliseconds timeout,
+                                  const std::string& output_file) {
+  fs::UniqueFd file;
+  if (!output_file.empty()) {
+    file.reset(::open(output_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!file.valid()) return make_error("cannot write " + output_file + ": " + std::strerror(errno));
+  }
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno));
   fs::UniqueFd in_r(in[0]), in_w(in[1]);
@@ -62,8 +68,8 @@ Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_r.get(), 0);
-  posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, err_w.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, file.valid() ? file.get() : out_w.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, file.valid() ? file.get() : err_w.get(), 2);
   // The child starts with default signal handling and an empty mask, whatever the caller blocks.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -138,6 +144,10 @@ Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::
   }
   drain(out_r.get(), result.out);
   drain(err_r.get(), result.err);
+  if (file.valid()) {
+    file.reset();
+    if (auto text = fs::read_small_file(output_file, kMaxOutputBytes)) result.err = *text;
+  }
   result.exit_code = exit_code_of(status);
   return result;
 }
@@ -154,7 +164,7 @@ std::string one_line(std::string_view text, std::size_t max) {
 }
 
 Result<bool> start_daemon(const ControlEnv& env, std::chrono::milliseconds timeout) {
-  auto ran = run_control(env, {"-d"}, {}, timeout);
+  auto ran = run_control(env, {"-d"}, {}, timeout, env.log_dir + "/control-start.log");
   if (!ran) return make_error(ran.error());
   if (ran->exit_code != 0) {
     std::string said = one_line(ran->err.empty() ? ran->out : ran->err);

@@ -24,11 +24,14 @@ struct ControlOutput {
 };
 
 // Runs `binary args...` with CUDA_MPS_PIPE_DIRECTORY/CUDA_MPS_LOG_DIRECTORY set, `input` on its stdin,
-// and waits at most `timeout` for it to exit (then kills it: an error). Output is bounded.
+// and waits at most `timeout` for it to exit (then kills it: an error). Output is bounded. With
+// `output_file`, stdout and stderr go to that file instead (read back into `err`): a daemon that
+// keeps them must not write into a pipe nobody reads any more.
 Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::string>& args,
-                                  std::string_view input, std::chrono::milliseconds timeout);
+                                  std::string_view input, std::chrono::milliseconds timeout,
+                                  const std::string& output_file = {});
 
-// `binary -d`; an error carries its exit status and what it printed.
+// `binary -d`, its output in log_dir/control-start.log; an error carries its exit status and what it printed.
 Result<bool> start_daemon(const ControlEnv& env, std::chrono::milliseconds timeout);
 
 // One command through the client; the answer, or an error with what it printed.

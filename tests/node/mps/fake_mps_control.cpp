@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -95,6 +96,7 @@ struct Daemon {
       pid_t pid = ::fork();
       if (pid == 0) {
         for (int fd = 3; fd < 1024; ++fd) ::close(fd);  // the client's connection must end with the answer
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);             // a killed daemon leaves no server behind
         for (;;) ::pause();
       }
       servers[pid] = uid;

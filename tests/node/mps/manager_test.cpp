@@ -73,6 +73,9 @@ class MpsManagerTest : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& env : foreign_) (void)send_command(env, "quit", 2s);
+    // A test that failed half-way may leave its daemon: it ends with the test.
+    for (const std::string& dir : {dir_ / "mps/pipe", dir_ / "nvidia-mps"})
+      if (auto pid = live_control_pid(dir)) ::kill(*pid, SIGKILL);
   }
 
   TempDir dir_;
