@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 files=$(ls src/interposer/*.cpp src/common/*.cpp src/config/*.cpp src/shared_state/*.cpp src/limiter/*.cpp \
-  src/profiler/*.cpp src/portable/*.cpp src/status/*.cpp src/addpath/*.cpp src/node/*.cpp src/node/dra/*.cpp \
+  src/profiler/*.cpp src/portable/*.cpp src/status/*.cpp src/addpath/*.cpp src/node/*.cpp src/node/dra/*.cpp src/node/mps/*.cpp \
   src/cli/*.cpp)
 # The build may carry GCC-only warning flags (cmake/warnings.cmake) that clang does not know.
 # One clang-tidy per core, a few files each: the stage is CPU-bound and files are independent.

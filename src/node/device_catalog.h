@@ -44,7 +44,7 @@ struct CatalogOptions {
   std::string cdi_kind = "nvidia.com/gpu";
   // The managed MPS control daemon's pipe directory (--mps): mounted at the same path into every
   // container, with CUDA_MPS_PIPE_DIRECTORY naming it. Empty: MPS is off.
-  std::string mps_pipe_dir;
+  std::string mps_pipe_dir = {};
 };
 
 class DeviceCatalog {

@@ -48,7 +48,7 @@ struct PreparerOptions {
   std::vector<std::string> priority_high_namespaces;
   // The managed MPS control daemon's pipe directory (--mps): the CDI spec mounts it at the same path
   // and sets CUDA_MPS_PIPE_DIRECTORY. Empty: MPS is off.
-  std::string mps_pipe_dir;
+  std::string mps_pipe_dir = {};
   // Called after each step of a prepare ("checkpointed", "directories", "limits", "cdi"); tests
   // end the process there to check recovery.
   std::function<void(const char* step)> after_step;

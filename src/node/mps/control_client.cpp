@@ -19,7 +19,7 @@ namespace gpuslice::node::mps {
 
 namespace {
 
-constexpr std::size_t kMaxOutputBytes = 256 * 1024;
+constexpr std::size_t kMaxOutputBytes = std::size_t{256} * 1024;
 
 std::int64_t now_ms() {
   timespec ts{};
@@ -83,10 +83,12 @@ Result<ControlOutput> run_control(const ControlEnv& env, const std::vector<std::
   std::vector<std::string> argv_text = {env.binary};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_text.size() + 1);
   for (auto& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_text = child_environment(env);
   std::vector<char*> envp;
+  envp.reserve(env_text.size() + 1);
   for (auto& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
 

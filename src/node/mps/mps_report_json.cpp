@@ -14,7 +14,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::size_t kMaxStateFileBytes = 64 * 1024;
+constexpr std::size_t kMaxStateFileBytes = std::size_t{64} * 1024;
 constexpr std::size_t kMaxServers = 1024;
 
 }  // namespace
