@@ -3,6 +3,7 @@
 #   lib/gpuslice/libgpuslice.so, libgpuslice-addpath.so         injected libraries; `gpuslice run`
 #                                                               finds ../lib/gpuslice from its own path
 #   share/doc/gpuslice/, share/man/man1/, share/bash-completion/completions/
+#   lib/systemd/system/gpuslice-mps.service                      (gpuslice component)
 #   lib/systemd/system/gpuslice-node.service, <etc>/default/gpuslice-node   (node component)
 # Components: `gpuslice` (library + CLI) and `node` (daemon, packaged as gpuslice-node).
 
@@ -96,6 +97,10 @@ foreach(doc_component gpuslice node)
             COMPONENT ${doc_component})
   endif()
 endforeach()
+
+# `gpuslice mps serve` on a plain host (docs/mps.md): ships with the CLI.
+configure_file(packaging/gpuslice-mps.service.in ${CMAKE_BINARY_DIR}/packaging/gpuslice-mps.service @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/packaging/gpuslice-mps.service DESTINATION lib/systemd/system COMPONENT gpuslice)
 
 if(GPUSLICE_BUILD_NODE_ENABLED)
   configure_file(packaging/gpuslice-node.service.in ${CMAKE_BINARY_DIR}/packaging/gpuslice-node.service @ONLY)

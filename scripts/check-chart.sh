@@ -185,6 +185,7 @@ mkdir -p "$work/device-plugins"
 "$build/bin/gpuslice-node" serve --root="$root" --listen="127.0.0.1:$port" --node-name=ci-node \
   --device-plugin-dir="$work/device-plugins" --podresources-socket="$work/pod-resources/kubelet.sock" \
   --kubelet-pods-dir= --nvml-library="$PWD/$build/mock/libnvidia-ml.so.1" --scan-interval=100ms \
+  --mps --mps-dir="$work/mps" --mps-binary="$PWD/$build/tests/node/mps/fake_bin/nvidia-cuda-mps-control" \
   >"$work/node.log" 2>&1 &
 daemon_pid=$!
 # Scrape until the set of metrics with samples has stayed the same over several scans (some, like

@@ -16,6 +16,7 @@
 #include "cli/status_source.h"
 #include "cli/status_text.h"
 #include "cli/top_view.h"
+#include "node/mps/mps_report_json.h"
 #include "status/status_json.h"
 
 namespace gpuslice::cli {
@@ -106,6 +107,7 @@ bool show_once(const StatusSource& source, bool node, bool json, bool clear_scre
       nlohmann::json doc = {{"schema_version", status::kSchemaVersion},
                             {"source", source.kind == StatusSource::Kind::Api ? source.api.url : source.path},
                             {"containers", std::move(containers)}};
+      if (view.mps) doc["mps"] = node::mps::report_json(*view.mps);
       std::printf("%s\n", status::dump(doc).c_str());
     } else {
       std::printf("%s\n", status::dump(status::to_json(view.containers.front())).c_str());

@@ -10,5 +10,6 @@ int cmd_top(int argc, char** argv);
 int cmd_set(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
 int cmd_version(int argc, char** argv);
+int cmd_mps(int argc, char** argv);
 
 }  // namespace gpuslice::cli

@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"top", gpuslice::cli::cmd_top, "live view of status (status --watch)"},
     {"set", gpuslice::cli::cmd_set, "change the limits of a running container"},
     {"profile", gpuslice::cli::cmd_profile, "summarise per-API profile files (metrics.log, timeline.log)"},
+    {"mps", gpuslice::cli::cmd_mps, "run, inspect or stop the node's MPS control daemon"},
     {"version", gpuslice::cli::cmd_version, "print the version"},
 };
 

@@ -13,6 +13,7 @@
 
 #include "common/errno_text.h"
 #include "common/safe_file.h"
+#include "node/mps/mps_report_json.h"
 #include "status/status_json.h"
 
 namespace gpuslice::cli {
@@ -216,6 +217,11 @@ Result<StatusView> parse_node_status(const std::string& body) {
       }
       view.gpus.push_back(std::move(gpu));
     }
+  }
+  if (auto it = doc.find("mps"); it != doc.end() && !it->is_null()) {
+    auto report = node::mps::report_from_json(*it);
+    if (!report) return make_error("the daemon's status: " + report.error());
+    view.mps = std::move(report).value();
   }
   if (!doc.contains("containers") || !doc["containers"].is_array()) {
     return make_error("the daemon's status has no 'containers' array");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <optional>
 #include <string_view>
 
@@ -16,6 +17,8 @@
 #include "common/safe_file.h"
 #include "common/text.h"
 #include "config/limits_file.h"
+#include "node/mps/mps_paths.h"
+#include "node/mps/mps_report_json.h"
 #include "shared_state/ledger.h"
 #include "status/status_json.h"
 
@@ -156,8 +159,13 @@ StatusView read_status(const StatusSource& source) {
       }
       return view;
     }
-    case StatusSource::Kind::NodeRoot:
-      return read_node_root(source.path);
+    case StatusSource::Kind::NodeRoot: {
+      StatusView view = read_node_root(source.path);
+      const char* dir = std::getenv(node::mps::kMpsRootEnv);
+      const node::mps::MpsPaths paths{dir != nullptr && *dir != '\0' ? dir : node::mps::kDefaultMpsRoot};
+      if (auto report = node::mps::read_state_file(paths.state_file())) view.mps = std::move(report).value();
+      return view;
+    }
     case StatusSource::Kind::Api:
       return read_node_api(source.api);
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "node/mps/mps_state.h"
 #include "status/container_status.h"
 
 namespace gpuslice::cli {
@@ -32,6 +33,9 @@ struct GpuSummary {
 struct StatusView {
   std::vector<status::ContainerStatus> containers;
   std::vector<GpuSummary> gpus;  // from the daemon's API, when that is the source
+  // The node's MPS control daemon: the API's "mps" (absent when the daemon does not manage it), or
+  // for a node root the manager's state file ($GPUSLICE_MPS_DIR/state.json), when there is one.
+  std::optional<node::mps::MpsReport> mps;
   std::string error;             // the source as a whole could not be read (no containers then)
 };
 

@@ -1,6 +1,7 @@
 #include "cli/status_text.h"
 
 #include "cli/format.h"
+#include "cli/mps_text.h"
 #include "cli/profile_data.h"
 #include "cli/terminal_text.h"
 
@@ -104,6 +105,10 @@ void print_view_text(const StatusView& view, bool node, std::FILE* out) {
   if (!node) {
     for (const auto& c : view.containers) print_container_text(c, out);
     return;
+  }
+  if (view.mps) {
+    print_mps_text(*view.mps, out);
+    std::fprintf(out, "\n");
   }
   if (view.containers.empty()) std::fprintf(out, "No container on this node.\n");
   for (const auto& c : view.containers) {

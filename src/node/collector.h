@@ -21,6 +21,7 @@
 #include "node/gpu_source.h"
 #include "node/host_layout.h"
 #include "node/limits_file.h"
+#include "node/mps/mps_state.h"
 #include "node/plugin_registration.h"
 #include "node/podresources.h"
 #include "shared_state/ledger.h"
@@ -91,6 +92,7 @@ struct NodeView {
   std::vector<GpuInfo> gpus;
   std::string gpu_error;  // NVML failure of the whole probe
   std::vector<ContainerView> containers;
+  std::optional<mps::MpsReport> mps;  // the node's MPS control daemon, when this daemon manages it (--mps)
 };
 
 using LedgerOpener = std::function<Result<std::unique_ptr<shm::Ledger>>(const std::string& path)>;
@@ -126,6 +128,8 @@ class Collector {
   void set_registration_source(std::function<std::vector<PluginRegistration>()> source) {
     registration_source_ = std::move(source);
   }
+  // Where the MPS control daemon's state comes from (--mps; called once per refresh).
+  void set_mps_source(std::function<mps::MpsReport()> source) { mps_source_ = std::move(source); }
 
   // Scans everything, reaps dead processes of every ledger, publishes and returns the new view.
   std::shared_ptr<const NodeView> refresh();
@@ -162,6 +166,7 @@ class Collector {
   AllocationLister* lister_ = nullptr;
   std::uint64_t gc_grace_ns_ = 0;
   std::function<std::vector<PluginRegistration>()> registration_source_;
+  std::function<mps::MpsReport()> mps_source_;
   std::function<void(const std::vector<ListedDevices>&)> listing_observer_;
   std::mutex refresh_mutex_;                          // one refresh at a time; guards the members below
   std::map<std::string, BusySample> busy_;            // key: container id + '\n' + device uuid

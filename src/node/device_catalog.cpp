@@ -301,6 +301,12 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
   if (!cdi) plan.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
   plan.envs["LD_PRELOAD"] = kContainerLibrary;
   plan.mounts.push_back({kContainerLibrary, layout.library_path(), true});
+  // MPS clients connect through the pipe directory's sockets: read-write (root's 0755 directory
+  // still keeps tenants from adding files to it).
+  if (const std::string& pipe = catalog.options().mps_pipe_dir; !pipe.empty()) {
+    plan.envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe;
+    plan.mounts.push_back({pipe, pipe, false});
+  }
 
   // One GPU: a plain value. Several: a JSON object keyed by UUID, since indices inside the
   // container depend on the order the runtime exposes the GPUs in.

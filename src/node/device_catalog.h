@@ -42,6 +42,9 @@ struct CatalogOptions {
   // default runtime but with CDI enabled (containerd >= 1.7, CRI-O).
   bool cdi = false;
   std::string cdi_kind = "nvidia.com/gpu";
+  // The managed MPS control daemon's pipe directory (--mps): mounted at the same path into every
+  // container, with CUDA_MPS_PIPE_DIRECTORY naming it. Empty: MPS is off.
+  std::string mps_pipe_dir = {};
 };
 
 class DeviceCatalog {

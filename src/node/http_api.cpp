@@ -15,6 +15,7 @@
 #include "node/api_token.h"
 #include "node/limits_api.h"
 #include "node/metrics.h"
+#include "node/mps/mps_report_json.h"
 #include "node/untrusted_json.h"
 #include "status/status_json.h"
 
@@ -145,6 +146,7 @@ std::string status_json(const NodeView& view, std::string_view version) {
               {"nvml_error", view.gpu_error.empty() ? json(nullptr) : json(view.gpu_error)},
               {"gpus", std::move(gpus)},
               {"containers", std::move(containers)}};
+  if (view.mps) doc["mps"] = mps::report_json(*view.mps);
   // Command lines and error texts come from files tenants write: never let their bytes throw.
   return json_text(doc);
 }

@@ -25,6 +25,7 @@
 #include "node/dra/api_client.h"
 #include "node/dra/mode.h"
 #include "node/http_api.h"
+#include "node/mps/manager_thread.h"
 #include "node/options.h"
 #include "node/podresources.h"
 #include "node/priority_assignment.h"
@@ -221,6 +222,14 @@ int serve(const std::vector<std::string>& args) {
           gs::reconcile_assignments(layout.channel_dir(), listed, options.priority, class_lookup);
         });
   }
+  std::unique_ptr<gs::mps::ManagerThread> mps;
+  if (options.mps.enabled) {
+    auto mps_options = gs::mps::node_manager_options(options.mps.root, options.mps.binary,
+                                                     options.fake_gpus.empty() ? options.nvml_library : "");
+    options.plugin.catalog.mps_pipe_dir = mps_options.paths.pipe_dir();
+    mps = std::make_unique<gs::mps::ManagerThread>(std::move(mps_options));
+    collector.set_mps_source([&mps] { return mps->report(); });
+  }
   auto first = collector.refresh();
   if (!first->gpu_error.empty()) GS_LOG(Warn, "NVML: %s", first->gpu_error.c_str());
   if (options.api.token.empty() && options.api.token_file.empty())
@@ -253,6 +262,8 @@ int serve(const std::vector<std::string>& args) {
   api.stop();
   collector.set_registration_source({});
   if (plugins) plugins->stop();
+  collector.set_mps_source({});
+  if (mps) mps->stop();  // quits the control daemon: gpuslice-node owns it
   return 0;
 }
 

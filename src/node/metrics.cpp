@@ -170,6 +170,22 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
         .sample(node, view.gc_held_back.empty() ? 0 : 1);
   }
 
+  if (view.mps) {
+    {
+      Family f(
+          out, "gpuslice_mps_state", "gauge",
+          "State of the node's MPS control daemon as gpuslice manages it (--mps), one series per state.");
+      for (const char* name : mps::kMpsStateNames)
+        f.sample(with(node, "state", name),
+                 std::string_view(mps::mps_state_name(view.mps->state)) == name ? 1 : 0);
+    }
+    Family(out, "gpuslice_mps_restarts_total", "counter",
+           "MPS control daemons that ended (or stopped answering) and were started again.")
+        .sample(node, static_cast<double>(view.mps->restarts));
+    Family(out, "gpuslice_mps_servers", "gauge", "MPS servers the control daemon lists (get_server_list).")
+        .sample(node, static_cast<double>(view.mps->server_pids.size()));
+  }
+
   if (view.device_plugin) {
     {
       Family f(out, "gpuslice_device_plugin_state", "gauge",

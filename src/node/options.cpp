@@ -289,6 +289,19 @@ std::vector<Flag> joined(std::initializer_list<std::vector<Flag>> parts) {
   return all;
 }
 
+// --mps and its settings, the same for serve and dra.
+std::vector<Flag> mps_flags(MpsOptions& out) {
+  return {{"mps", nullptr, nullptr, nullptr,
+           "run the node's MPS control daemon (nvidia-cuda-mps-control -d), restart it when it ends, and "
+           "hand its pipe directory to every container (docs/mps.md)",
+           set_switch(out.enabled, true)},
+          {"mps-dir", "DIR", "GPUSLICE_MPS_DIR", "/run/gpuslice/mps",
+           "root-owned runtime directory of the MPS daemon: DIR/pipe (CUDA_MPS_PIPE_DIRECTORY), DIR/log",
+           set_text(out.root)},
+          {"mps-binary", "PATH", nullptr, "nvidia-cuda-mps-control",
+           "the MPS control program (a name looked up on PATH)", set_text(out.binary)}};
+}
+
 std::vector<Flag> serve_flags(ServeOptions& out) {
   return joined({
       {{"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-container state",
@@ -342,8 +355,9 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
        {"cdi-kind", "KIND", nullptr, "nvidia.com/gpu", "CDI kind of the GPUs",
         set_cdi_kind(out.plugin.catalog.cdi_kind)},
        {"node-name", "NAME", "NODE_NAME", nullptr,
-        "node label of metrics and API answers (default the host name)", set_text(out.node_name)},
-       {"podresources-socket", "PATH", nullptr, kDefaultPodResourcesSocket,
+        "node label of metrics and API answers (default the host name)", set_text(out.node_name)}},
+      mps_flags(out.mps),
+      {{"podresources-socket", "PATH", nullptr, kDefaultPodResourcesSocket,
         "kubelet PodResources API, to label containers with their pod (empty to disable)",
         set_text(out.podresources_socket)},
        {"gc-grace-period", "DURATION", nullptr, "5m",
@@ -404,8 +418,9 @@ std::vector<Flag> dra_flags(DraModeOptions& out) {
        {"scan-interval", "DURATION", nullptr, "1s", "how often GPUs and state are read",
         set_duration(out.scan_interval)},
        {"node-name", "NAME", "NODE_NAME", nullptr,
-        "this node's name: the ResourceSlice's node and pool (required)", set_text(out.node_name)},
-       {"driver-name", "NAME", nullptr, "gpuslice.io", "DRA driver name (DeviceClass selectors name it)",
+        "this node's name: the ResourceSlice's node and pool (required)", set_text(out.node_name)}},
+      mps_flags(out.mps),
+      {{"driver-name", "NAME", nullptr, "gpuslice.io", "DRA driver name (DeviceClass selectors name it)",
         set_text(out.driver)},
        {"plugins-dir", "DIR", nullptr, "/var/lib/kubelet/plugins",
         "where the DRA socket is served (<dir>/<driver>/dra.sock)", set_text(out.plugins_dir)},

@@ -22,6 +22,14 @@ namespace gpuslice::node {
 // What parse_serve_options fills in. The defaults are the flag table's (options.cpp), applied by
 // parsing; the members hold none of their own, so there is no second copy to drift from the table.
 // (`device_plugin` is on unless --no-device-plugin: a switch has no default in the table.)
+// --mps: the node's MPS control daemon, run by this daemon (node/mps/manager.h), its pipe directory
+// handed to every gpuslice container.
+struct MpsOptions {
+  bool enabled = false;
+  std::string root;    // --mps-dir: pipe/ and log/ under it
+  std::string binary;  // --mps-binary
+};
+
 struct ServeOptions {
   std::string root;
   ApiOptions api;  // api.token from GPUSLICE_NODE_TOKEN, api.token_file from --token-file
@@ -37,6 +45,7 @@ struct ServeOptions {
   std::string podresources_socket;               // empty: no pod attribution
   std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories
   PriorityPolicy priority;                       // the webhook's, for node-channel assignments
+  MpsOptions mps;
   std::string log_level;
 };
 
@@ -59,6 +68,7 @@ struct DraModeOptions {
   std::chrono::milliseconds api_timeout{0};
   bool publish = true;
   bool partitionable = true;  // whole-GPU devices and counters beside the shared devices
+  MpsOptions mps;
   std::vector<std::string> priority_high_namespaces;  // whose claims may ask for priority high
   std::string lease_namespace;
   std::string identity;

@@ -8,10 +8,12 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "node/allocation_record.h"
+#include "node/http_api.h"
 #include "node/metrics.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
@@ -575,6 +577,42 @@ TEST(CollectorErrors, OneContainerThatFailsToReadIsReportedAndSkippedNotFatal) {
       text.find("gpuslice_allocation=\"bad\",namespace=\"\",pod=\"\",container=\"\",state=\"error\"} 1"),
       std::string::npos)
       << text;
+}
+
+TEST(Collector, TheMpsStateReachesTheApiAndTheMetricsOnlyWhenManaged) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  auto off = collector.refresh();
+  EXPECT_EQ(render_metrics(*off, "t").find("gpuslice_mps_"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(status_json(*off, "t")).contains("mps"));
+
+  mps::MpsReport report;
+  report.state = mps::MpsState::Refused;
+  report.reason = "GPU 0 has MIG mode on";
+  report.restarts = 2;
+  collector.set_mps_source([&report] { return report; });
+  auto refused = collector.refresh();
+  std::string text = render_metrics(*refused, "t");
+  EXPECT_NE(text.find("gpuslice_mps_state{node=\"\",state=\"refused\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpuslice_mps_state{node=\"\",state=\"running\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("gpuslice_mps_restarts_total{node=\"\"} 2"), std::string::npos);
+  auto doc = nlohmann::json::parse(status_json(*refused, "t"));
+  EXPECT_EQ(doc["mps"]["state"], "refused");
+  EXPECT_EQ(doc["mps"]["reason"], "GPU 0 has MIG mode on");
+  EXPECT_EQ(doc["mps"]["fault_containment"], mps::kMpsFaultCaveat);
+
+  report = {};
+  report.state = mps::MpsState::Running;
+  report.control_pid = 12;
+  report.server_pids = {40, 41};
+  auto running = collector.refresh();
+  text = render_metrics(*running, "t");
+  EXPECT_NE(text.find("gpuslice_mps_state{node=\"\",state=\"running\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpuslice_mps_servers{node=\"\"} 2"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(status_json(*running, "t"))["mps"]["server_pids"],
+            nlohmann::json({40, 41}));
 }
 
 }  // namespace

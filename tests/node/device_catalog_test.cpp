@@ -251,5 +251,30 @@ TEST(DeviceCatalog, AllocationRejectsForeignAndRepeatedIds) {
   EXPECT_FALSE(std::filesystem::exists(layout.containers_dir())) << "nothing created for a refused request";
 }
 
+TEST(DeviceCatalog, UnderMpsEveryAllocationMountsThePipeDirectoryAndNamesIt) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  CatalogOptions options;
+  options.replicas = 2;
+  options.vram_unit = 64ULL << 20;
+  options.dev_root = "/nonexistent";
+  options.mps_pipe_dir = "/run/gpuslice/mps/pipe";
+  DeviceCatalog c({gpu(0, kUuid0, 1ULL << 30, 0)}, options);
+  for (auto [kind, id] :
+       {std::pair{ResourceKind::Vram, "11111111-m0"}, std::pair{ResourceKind::Gpu, "11111111-r1"}}) {
+    auto plan = plan_allocation(kind, {id}, c, layout);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    EXPECT_EQ(plan->envs.at("CUDA_MPS_PIPE_DIRECTORY"), "/run/gpuslice/mps/pipe");
+    bool mounted = false;
+    for (const auto& m : plan->mounts)
+      mounted |= m.host_path == "/run/gpuslice/mps/pipe" && m.container_path == "/run/gpuslice/mps/pipe";
+    EXPECT_TRUE(mounted);
+  }
+  DeviceCatalog off = two_gpus();
+  auto plan = plan_allocation(ResourceKind::Gpu, {"11111111-r1"}, off, layout);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u) << "no MPS unless the daemon runs it";
+}
+
 }  // namespace
 }  // namespace gpuslice::node

@@ -446,6 +446,13 @@ TEST(NodeApi, TheApiDocumentNamesEveryMemberTheDaemonSends) {
   p.used_bytes = {1};
   c.processes.push_back(p);
   view.containers.push_back(c);
+  mps::MpsReport mps_report;
+  mps_report.state = mps::MpsState::Restarting;
+  mps_report.reason = "control daemon pid 12 ended";
+  mps_report.control_pid = 13;
+  mps_report.manager_pid = 1;
+  mps_report.server_pids = {14};
+  view.mps = mps_report;
   std::set<std::string> members;
   collect_members(json::parse(status_json(view, "1.2.3")), members);
 

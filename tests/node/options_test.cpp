@@ -52,6 +52,27 @@ TEST(Options, ServeFlagsOverrideEnvironment) {
   EXPECT_EQ(from_env.api.token, "envtok");
 }
 
+TEST(Options, MpsIsOffUnlessAskedForAndItsDirectoryComesFromTheFlagOrTheEnvironment) {
+  Env env{{{"GPUSLICE_MPS_DIR", "/run/env-mps"}}};
+  Env none;
+  ServeOptions defaults;
+  ASSERT_EQ(parse_serve_options({}, none.fn(), defaults).message, "");
+  EXPECT_FALSE(defaults.mps.enabled);
+  EXPECT_EQ(defaults.mps.root, "/run/gpuslice/mps");
+  EXPECT_EQ(defaults.mps.binary, "nvidia-cuda-mps-control");
+  ServeOptions from_env;
+  ASSERT_EQ(parse_serve_options({"--mps"}, env.fn(), from_env).message, "");
+  EXPECT_TRUE(from_env.mps.enabled);
+  EXPECT_EQ(from_env.mps.root, "/run/env-mps");
+  ServeOptions flags;
+  ASSERT_EQ(
+      parse_serve_options({"--mps", "--mps-dir=/run/x", "--mps-binary", "/opt/mps-control"}, env.fn(), flags)
+          .message,
+      "");
+  EXPECT_EQ(flags.mps.root, "/run/x");
+  EXPECT_EQ(flags.mps.binary, "/opt/mps-control");
+}
+
 TEST(Options, PodAttributionCdiAndNodeNameFlags) {
   Env env{{{"NODE_NAME", "gpu-node-7"}}};
   ServeOptions defaults;

@@ -250,6 +250,10 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   edits.mounts.push_back({layout_.library_path(), kContainerLibrary, true});
   edits.mounts.push_back({layout_.state_dir(id), kContainerSharedDir, false});
   edits.mounts.push_back({layout_.config_dir(id), kContainerConfigDir, true});
+  if (!options_.mps_pipe_dir.empty()) {
+    edits.env["CUDA_MPS_PIPE_DIRECTORY"] = options_.mps_pipe_dir;
+    edits.mounts.push_back({options_.mps_pipe_dir, options_.mps_pipe_dir, false});
+  }
   if (!entry.channel_writer.empty()) {
     edits.env["GPUSLICE_NODE_DIR"] = kContainerNodeDir;
     edits.env["GPUSLICE_NODE_WRITER"] = entry.channel_writer;

@@ -46,6 +46,9 @@ struct PreparerOptions {
   // webhook's). A claim's configuration is written by its tenant, and a DeviceClass's can be chosen
   // by any tenant, so neither grants `high` by itself: elsewhere a claim asking for it is refused.
   std::vector<std::string> priority_high_namespaces;
+  // The managed MPS control daemon's pipe directory (--mps): the CDI spec mounts it at the same path
+  // and sets CUDA_MPS_PIPE_DIRECTORY. Empty: MPS is off.
+  std::string mps_pipe_dir = {};
   // Called after each step of a prepare ("checkpointed", "directories", "limits", "cdi"); tests
   // end the process there to check recovery.
   std::function<void(const char* step)> after_step;

@@ -18,6 +18,7 @@
 #include "node/dra/kubelet_service.h"
 #include "node/dra/slice_publisher.h"
 #include "node/http_api.h"
+#include "node/mps/manager_thread.h"
 #include "node/options.h"
 
 namespace gpuslice::node::dra {
@@ -100,6 +101,13 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   prep.dev_root = options.dev_root;
   prep.node = {options.driver, options.node_name, *first};
   prep.priority_high_namespaces = options.priority_high_namespaces;
+  std::unique_ptr<mps::ManagerThread> mps_manager;
+  if (options.mps.enabled) {
+    auto mps_options = mps::node_manager_options(options.mps.root, options.mps.binary,
+                                                 options.fake_gpus.empty() ? options.nvml_library : "");
+    prep.mps_pipe_dir = mps_options.paths.pipe_dir();
+    mps_manager = std::make_unique<mps::ManagerThread>(std::move(mps_options));
+  }
   ClaimPreparer preparer(prep, api);
   if (auto r = preparer.recover(); !r) {
     GS_LOG(Error, "DRA checkpoint: %s", r.error().c_str());
@@ -147,6 +155,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   collector.set_registration_source([&plugin, &options] {
     return std::vector<PluginRegistration>{plugin.status().snapshot(options.driver)};
   });
+  if (mps_manager) collector.set_mps_source([&mps_manager] { return mps_manager->report(); });
   collector.refresh();
   options.api.version = GPUSLICE_VERSION;
   ApiServer http(options.api, layout, collector);
@@ -168,6 +177,8 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   collector.set_registration_source({});
   if (publisher) publisher->stop();
   plugin.stop();
+  collector.set_mps_source({});
+  if (mps_manager) mps_manager->stop();
   return 0;
 }
 

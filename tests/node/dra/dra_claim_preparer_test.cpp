@@ -351,5 +351,24 @@ TEST_F(DraPrepare, AClaimDirectoryNoCheckpointNamesIsRemoved) {
   EXPECT_FALSE(exists(container("uid-orphan")));
 }
 
+TEST_F(DraPrepare, UnderMpsTheCdiSpecMountsThePipeDirectoryAndNamesIt) {
+  test::Result memory_only;
+  memory_only.consumed = {{"memory", "8Gi"}};
+  claims.claims["team-a/c"] = allocated_claim("uid-1", {memory_only}, slice_config({}), "team-a", "c");
+  PreparerOptions options = preparer_options();
+  options.mps_pipe_dir = "/run/gpuslice/mps/pipe";
+  ClaimPreparer p(options, claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "c", "uid-1"}));
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-1")));
+  const auto& edits = cdi["devices"][0]["containerEdits"];
+  auto env = edits["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "CUDA_MPS_PIPE_DIRECTORY=/run/gpuslice/mps/pipe"), env.end());
+  bool mounted = false;
+  for (const auto& m : edits["mounts"])
+    mounted |= m["hostPath"] == "/run/gpuslice/mps/pipe" && m["containerPath"] == "/run/gpuslice/mps/pipe";
+  EXPECT_TRUE(mounted) << edits.dump();
+}
+
 }  // namespace
 }  // namespace gpuslice::node::dra

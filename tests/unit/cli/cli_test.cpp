@@ -25,7 +25,7 @@ TEST_F(CliTest, UnknownCommandIsAUsageError) {
 }
 
 TEST_F(CliTest, EveryCommandHasHelp) {
-  for (const char* command : {"run", "status", "top", "set", "profile", "version"}) {
+  for (const char* command : {"run", "status", "top", "set", "profile", "mps", "version"}) {
     Outcome o = run({command, "--help"});
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_TRUE(contains(o.out, std::string("Usage: gpuslice ") + command)) << command << ": " << o.out;
@@ -36,7 +36,7 @@ TEST_F(CliTest, EveryCommandHasHelp) {
 }
 
 TEST_F(CliTest, UnknownOptionsAreUsageErrorsEverywhere) {
-  for (const char* command : {"run", "status", "top", "set", "profile", "version"}) {
+  for (const char* command : {"run", "status", "top", "set", "profile", "mps", "version"}) {
     Outcome o = run({command, "--bogus"});
     EXPECT_EQ(o.status, 2) << command;
     EXPECT_TRUE(contains(o.err, "unknown option '--bogus'")) << command << ": " << o.err;

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.h"
@@ -111,6 +112,37 @@ TEST_F(NodeStatusTest, StatusNodeShowsEveryContainerOfANodeRoot) {
   Outcome env = run({"status", "--node", "--json"}, {"GPUSLICE_NODE_ROOT=" + dir_ + "/root"});
   ASSERT_EQ(env.status, 0) << env.err;
   EXPECT_EQ(json::parse(env.out)["containers"].size(), 3u);
+}
+
+TEST_F(NodeStatusTest, StatusNodeShowsTheMpsStateTheManagerWrote) {
+  auto a = make_container("alpha", kGi);
+  std::filesystem::create_directories(dir_ + "/mps");
+  std::ofstream(dir_ + "/mps/state.json")
+      << R"({"state":"refused","reason":"GPU 0 has MIG mode on","restarts":3,"server_pids":[],)"
+      << R"("pipe_dir":"/run/gpuslice/mps/pipe","manager_pid":1})";
+  const std::vector<std::string> env = {"GPUSLICE_MPS_DIR=" + dir_ + "/mps"};
+  Outcome text = run({"status", "--node", dir_ + "/root"}, env);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "MPS: refused: GPU 0 has MIG mode on (restarts 3)")) << text.out;
+  EXPECT_TRUE(contains(text.out, "== Container alpha")) << text.out;
+  Outcome doc = run({"status", "--node", dir_ + "/root", "--json"}, env);
+  ASSERT_EQ(doc.status, 0) << doc.err;
+  EXPECT_EQ(json::parse(doc.out)["mps"]["reason"], "GPU 0 has MIG mode on");
+  Outcome without = run({"status", "--node", dir_ + "/root"}, {"GPUSLICE_MPS_DIR=" + dir_ + "/none"});
+  EXPECT_FALSE(contains(without.out, "MPS:")) << "no manager, no MPS line";
+
+  // The manager that wrote a running state is gone (pid 2^30 - 1 does not run): said, exit 1.
+  std::ofstream(dir_ + "/mps/state.json")
+      << R"({"state":"running","control_pid":55,"manager_pid":1073741823})";
+  Outcome stale = run({"mps", "status"}, env);
+  EXPECT_EQ(stale.status, 1);
+  EXPECT_TRUE(contains(stale.out, "MPS: running")) << stale.out;
+  EXPECT_TRUE(contains(stale.out, "stale: the manager (pid 1073741823) that wrote this no longer runs"))
+      << stale.out;
+  Outcome none = run({"mps", "status", "--dir", dir_ + "/none"});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_TRUE(contains(none.out, "MPS: off (no manager has written")) << none.out;
+  EXPECT_EQ(run({"mps", "dance"}).status, 2);
 }
 
 TEST_F(NodeStatusTest, TopShowsTheWholeNodeWhenTheNodeRootIsReadable) {
