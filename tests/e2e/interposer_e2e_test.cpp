@@ -798,6 +798,27 @@ TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
   EXPECT_EQ(over.num("more_code"), 2) << "at or over the quota, every allocation is refused";
 }
 
+// Every context beyond the first takes its own footprint (about 590 MiB on an H200): 64 of them under
+// a quota stop at the quota, before the driver creates the one that would not fit.
+class FurtherContexts : public DriverPaths, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(FurtherContexts, StopAtTheQuotaAndGiveTheirFootprintBackWhenDestroyed) {
+  constexpr long long kFurther = 100 * kMiB;  // what the simulated driver takes per further context
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES"] = std::to_string(kFurther);
+  Outcome o = probe({"--scenario", "contexts", "--what", GetParam(), "--iterations", "64"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("refused_code"), 2) << o.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "the driver took contexts past the quota";
+  EXPECT_EQ(o.num("created"), (kGiB - kContextBytes) / kFurther) << "every context that fits is created";
+  EXPECT_EQ(o.num("destroyed_driver_used"), kContextBytes);
+  EXPECT_EQ(o.num("destroyed_free"), kGiB - kContextBytes) << "destroying gives the footprints back at once";
+  EXPECT_EQ(o.num("again_code"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, FurtherContexts, ::testing::Values("created", "green"));
+
 TEST_F(DriverPaths, ANewProcessWhoseContextTheContainerCannotHoldIsRefusedBeforeItIsCreated) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";

@@ -94,7 +94,12 @@ struct Driver {
   decltype(&cuGraphAddMemAllocNode) graph_alloc_node = nullptr;
   decltype(&cuGraphInstantiateWithFlags) graph_instantiate = nullptr;
   decltype(&cuGraphLaunch) graph_launch = nullptr;
-  decltype(&cuFuncLoad) func_load = nullptr;  // not hooked: what the driver takes here no hook sees
+  decltype(&cuFuncLoad) func_load = nullptr;
+  decltype(&cuCtxCreate_v2) ctx_create = nullptr;
+  decltype(&cuCtxDestroy_v2) ctx_destroy = nullptr;
+  decltype(&cuGreenCtxCreate) green_create = nullptr;
+  decltype(&cuGreenCtxDestroy) green_destroy =
+      nullptr;  // not hooked: what the driver takes here no hook sees
 };
 
 Options g_opt;
@@ -186,6 +191,10 @@ void load_driver() {
   R(graph_instantiate, cuGraphInstantiate, cuGraphInstantiateWithFlags);
   R(graph_launch, cuGraphLaunch, cuGraphLaunch);
   R(func_load, cuFuncLoad, cuFuncLoad);
+  R(ctx_create, cuCtxCreate, cuCtxCreate_v2);
+  R(ctx_destroy, cuCtxDestroy, cuCtxDestroy_v2);
+  R(green_create, cuGreenCtxCreate, cuGreenCtxCreate);
+  R(green_destroy, cuGreenCtxDestroy, cuGreenCtxDestroy);
 #undef R
   if (g_drv.init == nullptr || g_drv.alloc == nullptr) die("resolve", 0);
 }
@@ -552,6 +561,53 @@ int reservation() {
   return 0;
 }
 
+// Up to --iterations contexts (--what created: cuCtxCreate, each made current with one launch;
+// green: cuGreenCtxCreate), until the first refusal; the driver's figure for the process is looked
+// at after each. Then all are destroyed and one more is created.
+int contexts() {
+  CUdevice dev = 0;
+  check(g_drv.device_get(&dev, g_opt.device), "cuDeviceGet");
+  const bool green = g_opt.what == "green";
+  std::vector<void*> made;
+  CUresult refused = CUDA_SUCCESS;
+  unsigned long long peak = own_driver_figure();
+  for (int i = 0; i < g_opt.iterations; ++i) {
+    void* handle = nullptr;
+    if (green) {
+      refused = g_drv.green_create(reinterpret_cast<CUgreenCtx*>(&handle), nullptr, dev, 0);
+    } else {
+      refused = g_drv.ctx_create(reinterpret_cast<CUcontext*>(&handle), 0, dev);
+    }
+    if (refused != CUDA_SUCCESS) break;
+    made.push_back(handle);
+    if (!green) {
+      check(g_drv.set_current(static_cast<CUcontext>(handle)), "cuCtxSetCurrent");
+      static const char image[] = "mock-module";
+      CUmodule mod = nullptr;
+      check(g_drv.module_load(&mod, image), "cuModuleLoadData");
+      CUfunction fn = nullptr;
+      check(g_drv.get_function(&fn, mod, "kernel"), "cuModuleGetFunction");
+      check(g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+    }
+    const unsigned long long now = own_driver_figure();
+    if (now > peak) peak = now;
+  }
+  std::printf("created=%zu\nrefused_code=%d\npeak_driver_used=%llu\n", made.size(), refused, peak);
+  for (void* handle : made) {
+    const CUresult r = green ? g_drv.green_destroy(static_cast<CUgreenCtx>(handle))
+                             : g_drv.ctx_destroy(static_cast<CUcontext>(handle));
+    check(r, "cuCtxDestroy");
+  }
+  check(g_drv.set_current(g_ctx), "cuCtxSetCurrent");
+  std::printf("destroyed_driver_used=%llu\n", own_driver_figure());
+  print_info("destroyed_");
+  CUcontext again = nullptr;
+  const CUresult again_code = g_drv.ctx_create(&again, 0, dev);
+  std::printf("again_code=%d\n", again_code);
+  if (again_code == CUDA_SUCCESS) check(g_drv.ctx_destroy(again), "cuCtxDestroy");
+  return 0;
+}
+
 // A step loop, the shape of batch-1 decoding: --kernels kernels of --kernel-us launched back to back,
 // then --host-us of host work (a spin, so the host time is exact), for --seconds. Prints the steps
 // done and the share of [--measure-from-ms, end) the launched kernels occupy the device (what was
@@ -796,6 +852,7 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "launch") return launches();
   if (g_opt.scenario == "reservation") return reservation();
   if (g_opt.scenario == "steps") return steps();
+  if (g_opt.scenario == "contexts") return contexts();
   if (g_opt.scenario == "ipc-export") return ipc_export();
   if (g_opt.scenario == "ipc-import") return ipc_import();
   if (g_opt.scenario == "vmm-export") return vmm_export();

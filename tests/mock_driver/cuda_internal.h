@@ -40,6 +40,7 @@ struct CUstream_st : gpuslice::mock::HandleBase {
 struct CUctx_st : gpuslice::mock::HandleBase {
   unsigned device = 0;
   bool primary = false;
+  std::uint64_t charged = 0;                  // a further context's own footprint
   std::uint64_t id = 0;                       // cuCtxGetId: unique per creation, never reused
   std::atomic<std::uint64_t> last_end_ns{0};  // over all its streams
   CUstream_st null_stream;                    // the legacy and per-thread default streams
