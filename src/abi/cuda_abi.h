@@ -172,7 +172,9 @@ typedef enum CUlimit_enum {
 // The two device attributes whose product is the resident-thread capacity the stack is reserved for.
 typedef enum CUdevice_attribute_enum {
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
-  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
+  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 } CUdevice_attribute;
 
 typedef enum CUfunction_attribute_enum { CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3 } CUfunction_attribute;

@@ -296,6 +296,10 @@ void say_if_over_quota(DeviceState& d) {
 
 }  // namespace
 
+namespace {
+constexpr std::uint64_t kSlackBytes = 2ULL << 20;  // below allocation granularity: not worth a change
+}  // namespace
+
 FootprintResult reconcile_context_footprint(DeviceState& d) {
   // NVML's per-process figure covers everything the driver holds for us: the context, module
   // images, pool caches, reservations and allocation rounding. Whatever exceeds our books is charged,
@@ -318,15 +322,26 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
     if (list.infos[i].pid != pid) continue;
     std::uint64_t charge = d.context_charge.load(std::memory_order_relaxed);
     const std::uint64_t self = self_before > self_after ? self_before : self_after;
-    std::uint64_t tracked = self > charge ? self - charge : 0;
+    // Module globals charged at the load but not taken yet (lazy loading) are not in the driver's
+    // figure: left out of what the hooks saw until they come due.
+    const std::uint64_t prepaid = d.module_prepaid.load(std::memory_order_relaxed);
+    std::uint64_t tracked = self > charge + prepaid ? self - charge - prepaid : 0;
     // Another process's memory opened here is that process's charge, even if the driver counts it.
     std::uint64_t reported = list.infos[i].usedGpuMemory;
     const std::uint64_t imported = imported_counted(d.ledger_dev);
     reported = reported > imported ? reported - imported : 0;
     std::uint64_t target = reported > tracked ? reported - tracked : 0;
-    constexpr std::uint64_t kSlack = 2ULL << 20;  // below allocation granularity: not worth a change
+    // Growth no hook measured is the owed globals coming due first (a first launch not measured).
+    if (target > charge + kSlackBytes && prepaid != 0) {
+      std::uint64_t owed = prepaid;
+      std::uint64_t taken = 0;
+      do {
+        taken = owed < target - charge ? owed : target - charge;
+      } while (!d.module_prepaid.compare_exchange_weak(owed, owed - taken));
+      target -= taken;
+    }
     const bool first = d.context_measured.load(std::memory_order_relaxed) == 0;
-    if (target > charge + kSlack) {
+    if (target > charge + kSlackBytes) {
       l->charge_held(d.ledger_dev, target - charge);
       d.context_charge.store(target);
       // Growth between two looks is what the next interval may bring too: kept as headroom.
@@ -335,7 +350,7 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
         if (growth > d.footprint_headroom.load(std::memory_order_relaxed))
           d.footprint_headroom.store(growth, std::memory_order_relaxed);
       }
-    } else if (steady && target + kSlack < charge) {
+    } else if (steady && target + kSlackBytes < charge) {
       l->release(d.ledger_dev, charge - target);
       d.context_charge.store(target);
     }

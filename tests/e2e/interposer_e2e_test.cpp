@@ -798,6 +798,44 @@ TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
   EXPECT_EQ(over.num("more_code"), 2) << "at or over the quota, every allocation is refused";
 }
 
+// The program's own image: a fat binary nvcc 13 built (tests/e2e/fixtures), loaded as the runtime
+// does, through its wrapper, as data or as a file. Its globals are charged before the load.
+class ImageGlobals : public DriverPaths, public ::testing::WithParamInterface<const char*> {
+ protected:
+  Outcome load(const char* fixture, long long held, const char* loading = "LAZY") {
+    Env env = base_env();
+    env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+    env["CUDA_MODULE_LOADING"] = loading;
+    Outcome o = probe({"--scenario", "reservation", "--what", GetParam(), "--held", std::to_string(held),
+                       "--image", std::string(GPUSLICE_FIXTURES) + "/" + fixture},
+                      env);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    return o;
+  }
+};
+
+TEST_P(ImageGlobals, TwelveGibibytesOfGlobalsAreRefusedBeforeTheLoad) {
+  for (const char* loading : {"LAZY", "EAGER"}) {
+    Outcome o = load("globals_3x4g.fatbin", 0, loading);
+    EXPECT_EQ(o.num("load_code"), 2) << loading << "\n" << o.out;
+    EXPECT_LE(o.num("driver_used"), kGiB + kTolerance) << loading;
+  }
+}
+
+TEST_P(ImageGlobals, GlobalsThatFitAreChargedAtTheLoadAndNotAgainAtTheFirstLaunch) {
+  Outcome o = load("globals_3x128m.fatbin", 128 * kMiB);
+  EXPECT_EQ(o.num("load_code"), 0) << o.out;
+  EXPECT_EQ(o.num("loaded_free"), kGiB - kContextBytes - 128 * kMiB - 386 * kMiB) << "384 MiB and constants";
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+  EXPECT_EQ(o.num("later_free"), kGiB - kContextBytes - 128 * kMiB - 386 * kMiB) << "charged once";
+  Outcome over = load("globals_3x128m.fatbin", 600 * kMiB);
+  EXPECT_EQ(over.num("load_code"), 2) << over.out;
+  EXPECT_LE(over.num("driver_used"), kGiB + kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, ImageGlobals, ::testing::Values("wrapper", "image", "file"));
+
 // Every context beyond the first takes its own footprint (about 590 MiB on an H200): 64 of them under
 // a quota stop at the quota, before the driver creates the one that would not fit.
 class FurtherContexts : public DriverPaths, public ::testing::WithParamInterface<const char*> {};

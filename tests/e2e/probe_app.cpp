@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -43,6 +45,7 @@ struct Options {
   std::string late_trigger;
   std::string release_trigger;  // ipc-export / vmm-export: free the exported memory once it exists
   std::string ipc_handle;       // ipc-import: the exporter's handle, in hex
+  std::string image;            // reservation --what image/wrapper/file: a fat binary's path
   std::string what;             // reservation: heap, stack, growth, graph, module
   std::size_t held = 0;         // reservation: allocated first, with cuMemAlloc
   int share_pid = 0;            // vmm-import: the exporter's pid and file descriptor
@@ -95,6 +98,8 @@ struct Driver {
   decltype(&cuGraphInstantiateWithFlags) graph_instantiate = nullptr;
   decltype(&cuGraphLaunch) graph_launch = nullptr;
   decltype(&cuFuncLoad) func_load = nullptr;
+  decltype(&cuModuleLoadFatBinary) load_fatbinary = nullptr;
+  decltype(&cuModuleLoad) load_file = nullptr;
   decltype(&cuCtxCreate_v2) ctx_create = nullptr;
   decltype(&cuCtxDestroy_v2) ctx_destroy = nullptr;
   decltype(&cuGreenCtxCreate) green_create = nullptr;
@@ -191,6 +196,8 @@ void load_driver() {
   R(graph_instantiate, cuGraphInstantiate, cuGraphInstantiateWithFlags);
   R(graph_launch, cuGraphLaunch, cuGraphLaunch);
   R(func_load, cuFuncLoad, cuFuncLoad);
+  R(load_fatbinary, cuModuleLoadFatBinary, cuModuleLoadFatBinary);
+  R(load_file, cuModuleLoad, cuModuleLoad);
   R(ctx_create, cuCtxCreate, cuCtxCreate_v2);
   R(ctx_destroy, cuCtxDestroy, cuCtxDestroy_v2);
   R(green_create, cuGreenCtxCreate, cuGreenCtxCreate);
@@ -524,6 +531,29 @@ int reservation() {
                         std::to_string(n) + "];\n// globals=" + std::to_string(n) + "\n";
     CUmodule mod = nullptr;
     std::printf("load_code=%d\n", g_drv.module_load(&mod, image.c_str()));
+  } else if (g_opt.what == "image" || g_opt.what == "wrapper" || g_opt.what == "file") {
+    // A real fat binary (--image): as data, through the runtime's wrapper, or as a file.
+    std::ifstream in(g_opt.image, std::ios::binary);
+    std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (bytes.empty()) die("image", 0);
+    struct {
+      unsigned magic = 0x466243b1;
+      unsigned version = 1;
+      const void* data = nullptr;
+      void* unused = nullptr;
+    } wrapper;
+    wrapper.data = bytes.data();
+    CUmodule mod = nullptr;
+    const CUresult loaded = g_opt.what == "file"      ? g_drv.load_file(&mod, g_opt.image.c_str())
+                            : g_opt.what == "wrapper" ? g_drv.load_fatbinary(&mod, &wrapper)
+                                                      : g_drv.module_load(&mod, bytes.data());
+    std::printf("load_code=%d\n", loaded);
+    print_info("loaded_");
+    if (loaded == CUDA_SUCCESS) {
+      CUfunction fn = nullptr;
+      check(g_drv.get_function(&fn, mod, "_Z1ky"), "cuModuleGetFunction");
+      std::printf("launch_code=%d\n", g_drv.launch(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
+    }
   } else if (g_opt.what == "unseen") {
     // A function's code (--bytes) loaded through a call no hook sees.
     std::string image = "mock-module lazy=" + std::to_string(n);
@@ -829,6 +859,8 @@ int main(int argc, char** argv) {
       g_opt.late_trigger = next();
     else if (a == "--release-trigger")
       g_opt.release_trigger = next();
+    else if (a == "--image")
+      g_opt.image = next();
     else if (a == "--ipc-handle")
       g_opt.ipc_handle = next();
     else if (a == "--share-pid")

@@ -60,6 +60,9 @@ struct CUmod_st : gpuslice::mock::HandleBase {
   // code takes when it is first launched ("lazy=<N>": CUDA_MODULE_LOADING=LAZY, the default).
   std::uint64_t global_bytes = 0;
   std::uint64_t lazy_bytes = 0;
+  // A real image's globals (fat binary, cubin) not taken yet: lazy loading takes them at the first
+  // launch of any of its functions; CUDA_MODULE_LOADING=EAGER at the load.
+  std::uint64_t pending_globals = 0;
   std::uint64_t charged = 0;  // globals plus the lazily loaded functions, uncharged at unload
 };
 

@@ -15,6 +15,7 @@ inline constexpr std::uint64_t kDefaultQueueDepth = 1024;
 inline constexpr std::uint64_t kMaxQueueDepth = 1u << 20;
 inline constexpr int kDefaultDriverVersion = 13000;
 inline constexpr const char* kDeviceName = "gpuslice mock GPU";
+inline constexpr int kMockSm = 90;  // compute capability 9.0, as an H100/H200
 
 struct MockConfig {
   unsigned device_count = 2;
