@@ -96,11 +96,12 @@ bool entry_globals(const Entry& e, std::uint64_t* bytes, bool* estimated) {
   const unsigned char* plain = e.payload;
   std::uint64_t plain_size = e.payload_size;
   const bool compressed = (e.flags & (kFlagLz4 | kFlagZstd)) != 0 && e.compressed_size != 0;
+  // Sizes are checked before anything is allocated for them.
+  if (compressed && (e.compressed_size > e.payload_size || e.uncompressed_size == 0 ||
+                     e.uncompressed_size > kMaxDecompressed))
+    return false;
   Buffer buffer(compressed ? static_cast<std::size_t>(e.uncompressed_size) + 1 : 0);
   if (compressed) {
-    if (e.compressed_size > e.payload_size || e.uncompressed_size == 0 ||
-        e.uncompressed_size > kMaxDecompressed)
-      return false;
     if (buffer.data == nullptr) return false;
     if (!decompress(e.flags, e.payload, e.compressed_size, buffer.data, e.uncompressed_size)) {
       // A codec this build lacks: what the entry says it holds, on the safe side of its data (its

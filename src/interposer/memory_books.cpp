@@ -282,7 +282,8 @@ void say_if_over_quota(DeviceState& d) {
   const std::uint64_t footprint = d.context_charge.load(std::memory_order_relaxed);
   GS_LOG(
       Warn,
-      "device %d: the driver holds %.1f MiB for this container, quota %.1f MiB: allocations are refused "
+      "device %d: the container's books hold %.1f MiB (what the driver holds, and what was charged before it "
+      "takes it), quota %.1f MiB: allocations are refused "
       "until "
       "it is below. This process: heap %.1f MiB, stack %.1f MiB, printf+launches %.1f MiB, graph pool %.1f "
       "MiB, modules %.1f MiB, context %.1f MiB, unexplained %.1f MiB",
