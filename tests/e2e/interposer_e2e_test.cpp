@@ -420,7 +420,8 @@ TEST_F(E2E, ADeviceAttachedLateStillGetsTheFileCap) {
 TEST_F(E2E, AProcessStartedWithoutAnyLimitTakesACapWrittenLater) {
   Env env = base_env();  // no request; the limits file's directory exists, the file does not yet
   Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
-  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  // The numbers follow hold_code: the line after them says they are all out.
+  ASSERT_TRUE(app.wait_for_output("device_total=", 10000)) << app.output();
   EXPECT_EQ(last_value(app.output(), "total"), 16 * kGiB) << app.output();
   write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
   ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
