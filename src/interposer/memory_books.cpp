@@ -394,6 +394,22 @@ std::uint64_t further_context_bytes(const DeviceState& d) {
   return bytes != 0 ? bytes : kUnmeasuredContextBytes;
 }
 
+namespace {
+
+// Nothing measured a context on this device yet: what one took on another device of the same model
+// in this process (a primary context retained on a further device is sized before it is created).
+std::uint64_t footprint_on_a_twin(const DeviceState& d) {
+  std::uint64_t found = 0;
+  for_each_ready_device([&](DeviceState& other) {
+    if (&other == &d || other.physical_total != d.physical_total) return;
+    const std::uint64_t measured = other.context_measured.load(std::memory_order_relaxed);
+    if (measured > found) found = measured;
+  });
+  return found;
+}
+
+}  // namespace
+
 ContextCreation::ContextCreation(CUdevice dev, ContextKind kind) : dev_(dev), kind_(kind) {
   if (ledger() == nullptr) return;
   device_ = device_state(dev);
@@ -411,7 +427,8 @@ ContextCreation::ContextCreation(CUdevice dev, ContextKind kind) : dev_(dev), ki
     reserve_further();
     return;
   }
-  const std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  if (footprint == 0) footprint = footprint_on_a_twin(*device_);
   if (footprint == 0) return;
   const Reservation r = reserve(device_, footprint);
   if (r.refused) {

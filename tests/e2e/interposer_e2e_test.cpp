@@ -858,6 +858,15 @@ TEST_P(FurtherContexts, StopAtTheQuotaAndGiveTheirFootprintBackWhenDestroyed) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FurtherContexts, ::testing::Values("created", "green"));
 
+TEST_F(DriverPaths, APrimaryContextOnAFurtherDeviceIsSizedByTheFirstAndRefusedWhenItDoesNotFit) {
+  Env env = base_env();
+  env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "1g";
+  env["CUDA_DEVICE_MEMORY_LIMIT_1"] = "32m";  // less than a context (64 MiB)
+  Outcome o = probe({"--scenario", "contexts", "--what", "primary"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("retain_code"), 2) << o.out;
+}
+
 TEST_F(DriverPaths, ANewProcessWhoseContextTheContainerCannotHoldIsRefusedBeforeItIsCreated) {
   Env env = base_env();
   env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";

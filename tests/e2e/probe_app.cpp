@@ -597,6 +597,14 @@ int reservation() {
 int contexts() {
   CUdevice dev = 0;
   check(g_drv.device_get(&dev, g_opt.device), "cuDeviceGet");
+  if (g_opt.what == "primary") {
+    // The primary context of the next device, whose footprint nothing measured there yet.
+    CUdevice other = 0;
+    check(g_drv.device_get(&other, g_opt.device + 1), "cuDeviceGet");
+    CUcontext ctx = nullptr;
+    std::printf("retain_code=%d\n", g_drv.retain(&ctx, other));
+    return 0;
+  }
   const bool green = g_opt.what == "green";
   std::vector<void*> made;
   CUresult refused = CUDA_SUCCESS;
