@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 
 # What `make run` needs: a compiler, CMake and nlohmann-json (header only, for the CLI's JSON);
 # libncurses-dev gives `gpuslice top` its full-screen view (without it top prints plain refreshes).
-RUN_PACKAGES := g++ cmake make nlohmann-json3-dev libncurses-dev
+RUN_PACKAGES := g++ cmake make nlohmann-json3-dev libncurses-dev libzstd-dev liblz4-dev
 # What the full test suite needs, as CI runs it.
 TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config ccache prometheus clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \

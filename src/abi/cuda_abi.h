@@ -132,8 +132,11 @@ typedef struct CUlaunchConfig_st {
   unsigned int numAttrs;
 } CUlaunchConfig;
 
-typedef struct CUctxCreateParams_st CUctxCreateParams;  // opaque: passed through untouched
-typedef struct CUmemPoolProps_st CUmemPoolProps;        // opaque: passed through untouched
+typedef struct CUctxCreateParams_st CUctxCreateParams;      // opaque: passed through untouched
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;  // opaque: passed through untouched
+typedef struct CUgreenCtx_st* CUgreenCtx;
+typedef struct CUdevResourceDesc_st* CUdevResourceDesc;
+typedef struct CUmemPoolProps_st CUmemPoolProps;  // opaque: passed through untouched
 typedef struct CUmemAccessDesc_st {
   CUmemLocation location;
   int flags;  // CUmemAccess_flags
@@ -169,7 +172,9 @@ typedef enum CUlimit_enum {
 // The two device attributes whose product is the resident-thread capacity the stack is reserved for.
 typedef enum CUdevice_attribute_enum {
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
-  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
+  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 } CUdevice_attribute;
 
 typedef enum CUfunction_attribute_enum { CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3 } CUfunction_attribute;
@@ -215,7 +220,11 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev);
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev);
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev);
+CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext* pctx);

@@ -10,8 +10,17 @@ namespace gpuslice::interposer {
 
 // Separate key spaces: a VMM handle and a device pointer may hold the same number.
 // IpcImport: another process's memory opened here, with what the driver's per-process figure grew
-// by (memory_books.h, open_imported).
-enum class AllocKind : std::uint8_t { Linear, Array, MipmappedArray, VmmHandle, IpcImport, Count };
+// by (memory_books.h, open_imported). Context, GreenContext: a further context's footprint, by handle.
+enum class AllocKind : std::uint8_t {
+  Linear,
+  Array,
+  MipmappedArray,
+  VmmHandle,
+  IpcImport,
+  Context,
+  GreenContext,
+  Count
+};
 
 struct AllocEntry {
   std::uint64_t bytes = 0;

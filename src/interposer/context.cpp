@@ -1,6 +1,8 @@
 // Initialisation and context hooks: cuInit brings gpuslice up (failing closed on bad configuration,
 // including a limit for a device the process does not see);
-// creating a context charges its footprint, as the driver reports it, to the container.
+// creating a context charges its footprint to the container before the driver creates it (the first
+// on a device as another process measured it, or as the driver reports it; every further one as
+// measured for a context here), and destroying one gives it back.
 #include "interposer/devices.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/lifecycle.h"
@@ -21,30 +23,61 @@ GS_EXPORT CUresult cuInit(unsigned int Flags) {
   return r;
 }
 
+namespace {
+
+// Creates a context through `create` (which answers the driver's result and stores the handle in
+// *out) with its footprint charged first.
+template <class Handle, class Create>
+CUresult create_charged(CUdevice dev, gs::ContextKind kind, Handle* out, Create&& create) {
+  gs::ContextCreation creation(dev, kind);
+  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = create();
+  if (r == CUDA_SUCCESS) creation.succeeded(out != nullptr ? *out : nullptr);
+  return r;
+}
+
+}  // namespace
+
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuDevicePrimaryCtxRetain);
-  gs::ContextCreation creation(dev);
-  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = real(pctx, dev);
-  if (r == CUDA_SUCCESS) creation.succeeded();
-  return r;
+  return create_charged(dev, gs::ContextKind::Primary, pctx, [&] { return real(pctx, dev); });
+}
+
+GS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  GS_CUDA_HOOK_PROLOGUE(cuDevicePrimaryCtxRelease_v2);
+  return gs::release_primary_context(dev, real);
 }
 
 GS_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v2);
-  gs::ContextCreation creation(dev);
-  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = real(pctx, flags, dev);
-  if (r == CUDA_SUCCESS) creation.succeeded();
-  return r;
+  return create_charged(dev, gs::ContextKind::Created, pctx, [&] { return real(pctx, flags, dev); });
+}
+
+GS_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                  unsigned int flags, CUdevice dev) {
+  GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v3);
+  return create_charged(dev, gs::ContextKind::Created, pctx,
+                        [&] { return real(pctx, paramsArray, numParams, flags, dev); });
 }
 
 GS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
                                   CUdevice dev) {
   GS_CUDA_HOOK_PROLOGUE(cuCtxCreate_v4);
-  gs::ContextCreation creation(dev);
-  if (creation.refused()) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = real(pctx, params, flags, dev);
-  if (r == CUDA_SUCCESS) creation.succeeded();
-  return r;
+  return create_charged(dev, gs::ContextKind::Created, pctx, [&] { return real(pctx, params, flags, dev); });
+}
+
+GS_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                    unsigned int flags) {
+  GS_CUDA_HOOK_PROLOGUE(cuGreenCtxCreate);
+  return create_charged(dev, gs::ContextKind::Green, phCtx, [&] { return real(phCtx, desc, dev, flags); });
+}
+
+GS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  GS_CUDA_HOOK_PROLOGUE(cuCtxDestroy_v2);
+  return gs::destroy_charged_context(gs::ContextKind::Created, ctx, [&] { return real(ctx); });
+}
+
+GS_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+  GS_CUDA_HOOK_PROLOGUE(cuGreenCtxDestroy);
+  return gs::destroy_charged_context(gs::ContextKind::Green, hCtx, [&] { return real(hCtx); });
 }

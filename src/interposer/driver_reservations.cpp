@@ -182,7 +182,7 @@ bool launch_stack_slow(CUfunction f, std::uint64_t local) {
     const auto load = driver_ops().function_load;
     if (load != nullptr) {
       AllocationInFlight flight;
-      const ModuleLoad m = begin_module_load();
+      const ModuleLoad m = begin_module_load(nullptr, /*lazy=*/true);
       if (m.refused) return false;
       end_module_load(m, load(f));
     }
@@ -305,14 +305,38 @@ void graph_pool_settle(CUgraphExec exec) {
   sync_graph_charge(*d);
 }
 
-ModuleLoad begin_module_load(const void* image) {
+namespace {
+
+// The architecture fat-binary entries are chosen for (asked once; 0 when the driver cannot say).
+int device_sm(DeviceState& d) {
+  int sm = d.sm.load(std::memory_order_relaxed);
+  if (sm >= 0) return sm;
+  int major = 0, minor = 0;
+  const auto attr = driver_ops().device_attribute;
+  sm = attr != nullptr &&
+               attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.index) == CUDA_SUCCESS &&
+               attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.index) == CUDA_SUCCESS &&
+               major > 0 && major < 100 && minor >= 0 && minor < 10
+           ? major * 10 + minor
+           : 0;
+  d.sm.store(sm, std::memory_order_relaxed);
+  return sm;
+}
+
+}  // namespace
+
+ModuleLoad begin_module_load(const void* image, bool lazy) {
   ModuleLoad m;
+  m.lazy = lazy;
   DeviceState* d = current_device_state();
   if (d == nullptr || d->ledger_dev < 0) return m;
   m.device = d;
   const std::uint64_t quota = effective_quota(*d);
-  const std::uint64_t globals = image_global_bytes(image);
   const std::uint64_t used = ledger()->used(d->ledger_dev);
+  // Charged at the load even where lazy loading takes the globals at the first launch (the driver
+  // gives no other moment before it takes them): on the safe side, never after.
+  const std::uint64_t globals =
+      image == nullptr ? 0 : device_granular(image_globals(image, device_sm(*d)).bytes);
   if (quota != shm::kUnlimited && (used >= quota || globals > quota - used)) {
     GS_LOG(Info,
            "device %d: a module load refused: the container holds %.1f MiB of its %.1f MiB and the "
@@ -323,6 +347,14 @@ ModuleLoad begin_module_load(const void* image) {
     m.refused = true;
     return m;
   }
+  if (globals != 0) {
+    const Reservation r = reserve(d, globals);
+    if (r.refused) {
+      m.refused = true;
+      return m;
+    }
+    m.reserved = globals;
+  }
   m.done_before = g_allocs_done.load(std::memory_order_acquire);
   // Only this load in flight: anything else moving the figure meanwhile would be taken for it.
   m.measured = g_allocs_in_flight.load(std::memory_order_acquire) == 1 && own_driver_figure(*d, &m.before);
@@ -330,13 +362,34 @@ ModuleLoad begin_module_load(const void* image) {
 }
 
 void end_module_load(const ModuleLoad& m, CUresult result) {
-  if (m.device == nullptr || !m.measured || result != CUDA_SUCCESS) return;
+  if (m.device == nullptr) return;
+  DeviceState& d = *m.device;
+  if (result != CUDA_SUCCESS) {
+    if (m.reserved != 0) ledger()->release(d.ledger_dev, m.reserved);  // nothing was loaded
+    return;
+  }
+  std::uint64_t grew = 0;
   std::uint64_t after = 0;
-  if (!own_driver_figure(*m.device, &after) || g_allocs_in_flight.load(std::memory_order_acquire) != 1 ||
-      g_allocs_done.load(std::memory_order_acquire) != m.done_before || after <= m.before)
-    return;  // not measurable now: the next reconciliation charges it
-  ledger()->charge_held(m.device->ledger_dev, after - m.before);
-  m.device->module_charge.fetch_add(after - m.before, std::memory_order_relaxed);
+  const bool measured = m.measured && own_driver_figure(d, &after) &&
+                        g_allocs_in_flight.load(std::memory_order_acquire) == 1 &&
+                        g_allocs_done.load(std::memory_order_acquire) == m.done_before;
+  if (measured && after > m.before) grew = after - m.before;
+  // A first launch's loading takes globals a load already charged first.
+  std::uint64_t due = grew;
+  if (m.lazy && due != 0) {
+    std::uint64_t prepaid = d.module_prepaid.load(std::memory_order_relaxed);
+    std::uint64_t taken = 0;
+    do {
+      taken = prepaid < due ? prepaid : due;
+    } while (!d.module_prepaid.compare_exchange_weak(prepaid, prepaid - taken));
+    due -= taken;
+  }
+  // What the load took beyond its reservation is charged; what it has not taken yet is owed by the
+  // first launches (lazy loading). Unmeasured: the next reconciliation charges what the books miss.
+  const std::uint64_t extra = due > m.reserved ? due - m.reserved : 0;
+  if (m.reserved > due) d.module_prepaid.fetch_add(m.reserved - due, std::memory_order_relaxed);
+  if (extra != 0) ledger()->charge_held(d.ledger_dev, extra);
+  d.module_charge.fetch_add(m.reserved + extra, std::memory_order_relaxed);
 }
 
 }  // namespace gpuslice::interposer

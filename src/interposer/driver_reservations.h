@@ -6,7 +6,9 @@
 //   the stack limit (its local size is read once per function and cached lock-free);
 // - the graph memory pool, which backs graphs' allocation nodes at upload and launch (its reserved
 //   figure is the charge; the pool is trimmed before a refusal);
-// - module and library images (measured around the load; refused while the container is at quota).
+// - module and library images: the globals the image declares for this device are charged before
+//   the load (fat binaries, cubins, PTX: module_image.h), refused past the quota; what the load
+//   took beyond them is measured around it.
 // What a hook could not see is charged by the footprint reconciliation (memory_books.h).
 #pragma once
 
@@ -110,6 +112,8 @@ bool trim_graph_pool(DeviceState& d);
 // process grew by across the load (when nothing else moved it meanwhile).
 struct ModuleLoad {
   DeviceState* device = nullptr;
+  std::uint64_t reserved = 0;  // the image's globals, charged before the load
+  bool lazy = false;           // a function's first launch: the globals charged at load come due
   std::uint64_t before = 0;
   std::uint64_t done_before = 0;
   bool measured = false;
@@ -117,7 +121,7 @@ struct ModuleLoad {
 };
 // `image` (null for a file) is read for the globals it declares (module_image.h): a load that would
 // take the container past its quota by them is refused before the driver loads anything.
-ModuleLoad begin_module_load(const void* image = nullptr);
+ModuleLoad begin_module_load(const void* image = nullptr, bool lazy = false);
 void end_module_load(const ModuleLoad& load, CUresult result);
 
 template <class Load>

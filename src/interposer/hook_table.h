@@ -17,7 +17,12 @@
   X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, Plain, "cuDeviceTotalMem")         \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, Plain, "cuDevicePrimaryCtxRetain") \
   X(cuCtxCreate_v2, cuCtxCreate, 3020, Plain, "cuCtxCreate")                        \
+  X(cuCtxCreate_v3, cuCtxCreate, 11040, Plain, "cuCtxCreate")                       \
   X(cuCtxCreate_v4, cuCtxCreate, 12050, Plain, "cuCtxCreate")                       \
+  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, Plain, "cuCtxCreate")                \
+  X(cuCtxDestroy_v2, cuCtxDestroy, 4000, Plain, "cuCtxDestroy")                     \
+  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, Plain, "cuCtxDestroy")             \
+  X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, Plain, "cuCtxDestroy") \
   /* device memory (memory.cpp) */                                                  \
   X(cuMemGetInfo_v2, cuMemGetInfo, 3020, Plain, "cuMemGetInfo")                     \
   X(cuMemAlloc_v2, cuMemAlloc, 3020, Plain, "cuMemAlloc")                           \

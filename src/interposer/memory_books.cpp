@@ -282,7 +282,8 @@ void say_if_over_quota(DeviceState& d) {
   const std::uint64_t footprint = d.context_charge.load(std::memory_order_relaxed);
   GS_LOG(
       Warn,
-      "device %d: the driver holds %.1f MiB for this container, quota %.1f MiB: allocations are refused "
+      "device %d: the container's books hold %.1f MiB (what the driver holds, and what was charged before it "
+      "takes it), quota %.1f MiB: allocations are refused "
       "until "
       "it is below. This process: heap %.1f MiB, stack %.1f MiB, printf+launches %.1f MiB, graph pool %.1f "
       "MiB, modules %.1f MiB, context %.1f MiB, unexplained %.1f MiB",
@@ -294,6 +295,10 @@ void say_if_over_quota(DeviceState& d) {
       mib(footprint < measured ? footprint : measured), mib(footprint > measured ? footprint - measured : 0));
 }
 
+}  // namespace
+
+namespace {
+constexpr std::uint64_t kSlackBytes = 2ULL << 20;  // below allocation granularity: not worth a change
 }  // namespace
 
 FootprintResult reconcile_context_footprint(DeviceState& d) {
@@ -318,15 +323,26 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
     if (list.infos[i].pid != pid) continue;
     std::uint64_t charge = d.context_charge.load(std::memory_order_relaxed);
     const std::uint64_t self = self_before > self_after ? self_before : self_after;
-    std::uint64_t tracked = self > charge ? self - charge : 0;
+    // Module globals charged at the load but not taken yet (lazy loading) are not in the driver's
+    // figure: left out of what the hooks saw until they come due.
+    const std::uint64_t prepaid = d.module_prepaid.load(std::memory_order_relaxed);
+    std::uint64_t tracked = self > charge + prepaid ? self - charge - prepaid : 0;
     // Another process's memory opened here is that process's charge, even if the driver counts it.
     std::uint64_t reported = list.infos[i].usedGpuMemory;
     const std::uint64_t imported = imported_counted(d.ledger_dev);
     reported = reported > imported ? reported - imported : 0;
     std::uint64_t target = reported > tracked ? reported - tracked : 0;
-    constexpr std::uint64_t kSlack = 2ULL << 20;  // below allocation granularity: not worth a change
+    // Growth no hook measured is the owed globals coming due first (a first launch not measured).
+    if (target > charge + kSlackBytes && prepaid != 0) {
+      std::uint64_t owed = prepaid;
+      std::uint64_t taken = 0;
+      do {
+        taken = owed < target - charge ? owed : target - charge;
+      } while (!d.module_prepaid.compare_exchange_weak(owed, owed - taken));
+      target -= taken;
+    }
     const bool first = d.context_measured.load(std::memory_order_relaxed) == 0;
-    if (target > charge + kSlack) {
+    if (target > charge + kSlackBytes) {
       l->charge_held(d.ledger_dev, target - charge);
       d.context_charge.store(target);
       // Growth between two looks is what the next interval may bring too: kept as headroom.
@@ -335,7 +351,7 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
         if (growth > d.footprint_headroom.load(std::memory_order_relaxed))
           d.footprint_headroom.store(growth, std::memory_order_relaxed);
       }
-    } else if (steady && target + kSlack < charge) {
+    } else if (steady && target + kSlackBytes < charge) {
       l->release(d.ledger_dev, charge - target);
       d.context_charge.store(target);
     }
@@ -352,16 +368,67 @@ FootprintResult reconcile_context_footprint(DeviceState& d) {
   return FootprintResult::NotListed;
 }
 
-ContextCreation::ContextCreation(CUdevice dev) {
+namespace {
+
+// Retains of each device's primary context by this process: its first retain creates it, its last
+// release destroys it (the driver keeps the same count).
+std::atomic<unsigned> g_primary_refs[kMaxDevices] = {};
+
+std::atomic<unsigned>* primary_refs(CUdevice dev) {
+  return dev >= 0 && dev < kMaxDevices ? &g_primary_refs[dev] : nullptr;
+}
+
+// What a further context reserves while nothing was measured on the device yet: a context took
+// about 590 MiB each on an H200 with driver 580 (64 contexts, 37.8 GiB); the books follow the
+// driver's figure at the next reconciliation.
+constexpr std::uint64_t kUnmeasuredContextBytes = 600ULL << 20;
+
+}  // namespace
+
+std::uint64_t further_context_bytes(const DeviceState& d) {
+  std::uint64_t bytes = d.context_each.load(std::memory_order_relaxed);
+  const std::uint64_t first = d.context_measured.load(std::memory_order_relaxed);
+  if (first > bytes) bytes = first;
+  const std::uint64_t shared = d.ledger_dev >= 0 ? ledger()->context_footprint(d.ledger_dev) : 0;
+  if (shared > bytes) bytes = shared;
+  return bytes != 0 ? bytes : kUnmeasuredContextBytes;
+}
+
+namespace {
+
+// Nothing measured a context on this device yet: what one took on another device of the same model
+// in this process (a primary context retained on a further device is sized before it is created).
+std::uint64_t footprint_on_a_twin(const DeviceState& d) {
+  std::uint64_t found = 0;
+  for_each_ready_device([&](DeviceState& other) {
+    if (&other == &d || other.physical_total != d.physical_total) return;
+    const std::uint64_t measured = other.context_measured.load(std::memory_order_relaxed);
+    if (measured > found) found = measured;
+  });
+  return found;
+}
+
+}  // namespace
+
+ContextCreation::ContextCreation(CUdevice dev, ContextKind kind) : dev_(dev), kind_(kind) {
   if (ledger() == nullptr) return;
   device_ = device_state(dev);
   if (device_ == nullptr || device_->ledger_dev < 0) {
     device_ = nullptr;
     return;
   }
+  if (kind == ContextKind::Primary) {
+    const std::atomic<unsigned>* refs = primary_refs(dev);
+    if (refs != nullptr && refs->load(std::memory_order_acquire) != 0) return;  // held: no new context
+  }
   probe_.before_creation(*device_);
-  if (!memory_active() || device_->has_context.load(std::memory_order_relaxed)) return;
-  const std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  if (!memory_active()) return;
+  if (device_->has_context.load(std::memory_order_relaxed)) {
+    reserve_further();
+    return;
+  }
+  std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
+  if (footprint == 0) footprint = footprint_on_a_twin(*device_);
   if (footprint == 0) return;
   const Reservation r = reserve(device_, footprint);
   if (r.refused) {
@@ -372,16 +439,58 @@ ContextCreation::ContextCreation(CUdevice dev) {
   device_->context_charge.fetch_add(footprint, std::memory_order_relaxed);
 }
 
-ContextCreation::~ContextCreation() {
-  if (done_ || reserved_ == 0) return;
-  // The driver did not create it: nothing was taken.
-  device_->context_charge.fetch_sub(reserved_, std::memory_order_relaxed);
-  ledger()->release(device_->ledger_dev, reserved_);
+// A context beside the first on the device: its footprint is reserved like an allocation, and the
+// driver's figure is looked at around the creation (nothing else in flight) to learn what one takes.
+void ContextCreation::reserve_further() {
+  const std::uint64_t bytes = further_context_bytes(*device_);
+  g_allocs_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  in_flight_ = true;
+  const Reservation r = reserve(device_, bytes);
+  if (r.refused) {
+    refused_ = true;
+    return;
+  }
+  reserved_ = bytes;
+  further_ = true;
+  looked_ = g_allocs_in_flight.load(std::memory_order_acquire) == 1 && own_driver_figure(*device_, &before_);
 }
 
-void ContextCreation::succeeded() {
+ContextCreation::~ContextCreation() {
+  if (!done_ && reserved_ != 0) {
+    // The driver did not create it: nothing was taken.
+    if (!further_) device_->context_charge.fetch_sub(reserved_, std::memory_order_relaxed);
+    ledger()->release(device_->ledger_dev, reserved_);
+  }
+  if (in_flight_) {
+    g_allocs_done.fetch_add(1, std::memory_order_acq_rel);
+    g_allocs_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ContextCreation::succeeded(const void* handle) {
   done_ = true;
-  if (device_ == nullptr || device_->has_context.exchange(true)) return;
+  if (kind_ == ContextKind::Primary) {
+    if (std::atomic<unsigned>* refs = primary_refs(dev_)) refs->fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (device_ == nullptr) return;
+  if (further_) {
+    std::uint64_t bytes = reserved_;
+    std::uint64_t after = 0;
+    // What the driver took beyond the reservation is charged at once, and reserved by the next one.
+    if (looked_ && g_allocs_in_flight.load(std::memory_order_acquire) == 1 &&
+        own_driver_figure(*device_, &after) && after > before_ + bytes) {
+      const std::uint64_t more = after - before_ - bytes;
+      ledger()->charge_held(device_->ledger_dev, more);
+      bytes += more;
+      std::uint64_t seen = device_->context_each.load(std::memory_order_relaxed);
+      while (bytes > seen && !device_->context_each.compare_exchange_weak(seen, bytes)) {
+      }
+    }
+    track_allocation(kind_ == ContextKind::Green ? AllocKind::GreenContext : AllocKind::Context,
+                     context_key(kind_, handle, dev_), AllocEntry{bytes, device_->ledger_dev});
+    return;
+  }
+  if (device_->has_context.exchange(true)) return;
   probe_.after_creation(*device_);
   if (reconcile_context_footprint(*device_) == FootprintResult::NotListed && !memory_active()) {
     // The driver's figure for this process is unknown (no NVML, or it cannot tell our pid): count
@@ -391,6 +500,21 @@ void ContextCreation::succeeded() {
            device_->index);
     g_memory_active.store(true, std::memory_order_release);
   }
+}
+
+CUresult release_primary_context(CUdevice dev, CUresult (*release_fn)(CUdevice)) {
+  std::atomic<unsigned>* refs = primary_refs(dev);
+  if (refs == nullptr) return release_fn(dev);
+  const bool last = refs->load(std::memory_order_acquire) == 1;
+  const CUresult r = last ? release(AllocKind::Context, context_key(ContextKind::Primary, nullptr, dev),
+                                    [&] { return release_fn(dev); })
+                          : release_fn(dev);
+  if (r == CUDA_SUCCESS) {
+    unsigned held = refs->load(std::memory_order_relaxed);
+    while (held != 0 && !refs->compare_exchange_weak(held, held - 1)) {
+    }
+  }
+  return r;
 }
 
 namespace memory_books {
@@ -415,6 +539,7 @@ void after_fork() {
     }
   }
   g_nvml_pid.store(0, std::memory_order_relaxed);  // the child's host pid is not its parent's
+  for (auto& refs : g_primary_refs) refs.store(0, std::memory_order_relaxed);  // no context of the parent's
   for (auto& imported : g_imported_counted) imported.store(0, std::memory_order_relaxed);
 }
 

@@ -165,24 +165,55 @@ class ContextProbe {
 //
 // Under a memory quota, the process's first context on a device reserves the footprint another
 // process of the container measured there, before the driver creates it: refused (the hook answers
-// CUDA_ERROR_OUT_OF_MEMORY) when the container cannot hold it.
+// CUDA_ERROR_OUT_OF_MEMORY) when the container cannot hold it. Every further context (cuCtxCreate,
+// a green context, the primary context retained while it is not held) reserves the footprint
+// measured for a context on this device before the driver creates it, is refused when it does not
+// fit, and gives it back when it is destroyed (the primary context: released to zero).
+enum class ContextKind : std::uint8_t { Primary, Created, Green };
+
 class ContextCreation {
  public:
-  explicit ContextCreation(CUdevice dev);
+  ContextCreation(CUdevice dev, ContextKind kind);
   ~ContextCreation();
   ContextCreation(const ContextCreation&) = delete;
   ContextCreation& operator=(const ContextCreation&) = delete;
   bool refused() const { return refused_; }
-  // The driver created the context.
-  void succeeded();
+  // The driver created the context `handle` (a CUcontext, or a CUgreenCtx).
+  void succeeded(const void* handle);
 
  private:
+  void reserve_further();
+
   DeviceState* device_ = nullptr;
   ContextProbe probe_;
+  CUdevice dev_ = -1;
+  ContextKind kind_ = ContextKind::Created;
   std::uint64_t reserved_ = 0;  // the measured footprint, reserved before creation
+  bool further_ = false;        // a further context: tracked by handle, given back at its destruction
+  bool in_flight_ = false;      // counted as an allocation in flight (the reconciliation waits)
+  bool looked_ = false;         // the driver's figure before the creation is known
+  std::uint64_t before_ = 0;
   bool refused_ = false;
   bool done_ = false;
 };
+
+// What a further context reserves on this device: the largest footprint measured for one here.
+std::uint64_t further_context_bytes(const DeviceState& d);
+// The key a further context's charge is tracked under: its handle; the primary context of a device
+// (whose handle may be reused when it is released and retained again) by an odd key of its own.
+inline std::uint64_t context_key(ContextKind kind, const void* handle, CUdevice dev) {
+  if (kind == ContextKind::Primary) return (static_cast<std::uint64_t>(static_cast<unsigned>(dev)) << 1) | 1;
+  return reinterpret_cast<std::uintptr_t>(handle);
+}
+// Destroys a created or green context through `destroy`, giving back what its creation reserved.
+template <class Destroy>
+CUresult destroy_charged_context(ContextKind kind, const void* handle, Destroy&& destroy) {
+  return release(kind == ContextKind::Green ? AllocKind::GreenContext : AllocKind::Context,
+                 context_key(kind, handle, -1), destroy);
+}
+// The primary context released once more (cuDevicePrimaryCtxRelease): the last release destroys it
+// and gives back what its creation reserved.
+CUresult release_primary_context(CUdevice dev, CUresult (*release_fn)(CUdevice));
 
 namespace memory_books {
 // Watcher thread, every 100 ms: reaps dead processes and reconciles context footprints.

@@ -1,37 +1,13 @@
 #include "interposer/module_image.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "interposer/fatbin_image.h"
+
 namespace gpuslice::interposer {
 namespace {
-
-constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
-
-// ELF64 little-endian, as cubins are: the sizes of the sections holding device globals.
-std::uint64_t elf_global_bytes(const unsigned char* image) {
-  if (image[4] != 2 || image[5] != 1) return 0;  // ELFCLASS64, little-endian
-  std::uint64_t shoff = 0;
-  std::uint16_t shentsize = 0, shnum = 0, shstrndx = 0;
-  std::memcpy(&shoff, image + 0x28, 8);
-  std::memcpy(&shentsize, image + 0x3a, 2);
-  std::memcpy(&shnum, image + 0x3c, 2);
-  std::memcpy(&shstrndx, image + 0x3e, 2);
-  if (shoff == 0 || shentsize < 64 || shnum == 0 || shstrndx >= shnum || shnum > 65000) return 0;
-  auto section = [&](unsigned i) { return image + shoff + static_cast<std::uint64_t>(i) * shentsize; };
-  std::uint64_t names = 0;
-  std::memcpy(&names, section(shstrndx) + 0x18, 8);  // sh_offset of the name table
-  std::uint64_t total = 0;
-  for (unsigned i = 0; i < shnum; ++i) {
-    std::uint32_t name = 0;
-    std::uint64_t size = 0;
-    std::memcpy(&name, section(i), 4);
-    std::memcpy(&size, section(i) + 0x20, 8);
-    const char* text = reinterpret_cast<const char*>(image + names + name);
-    if (std::strncmp(text, ".nv.global", 10) == 0) total += size;
-  }
-  return total;
-}
 
 std::uint64_t ptx_type_bytes(const char* t) {
   if (t[0] != '.') return 0;
@@ -58,6 +34,8 @@ bool declares(const char* text, const char* at) {
   }
   return false;
 }
+
+}  // namespace
 
 // `.global [.align N] .TYPE name[N][M]...;` declarations of PTX text.
 std::uint64_t ptx_global_bytes(const char* text, std::size_t limit) {
@@ -90,18 +68,73 @@ std::uint64_t ptx_global_bytes(const char* text, std::size_t limit) {
   return total;
 }
 
+namespace {
+
+// How far an ELF image in memory extends, from its headers: its section table and the sections'
+// data (NOBITS take none). 0 when the header is not plausible.
+std::size_t elf_span(const unsigned char* image, std::size_t limit) {
+  std::uint64_t shoff = 0;
+  std::uint16_t shentsize = 0, shnum = 0;
+  std::memcpy(&shoff, image + 0x28, 8);
+  std::memcpy(&shentsize, image + 0x3a, 2);
+  std::memcpy(&shnum, image + 0x3c, 2);
+  if (shentsize < 64 || shnum == 0 || shoff > limit || std::uint64_t{shnum} * shentsize > limit - shoff)
+    return 0;
+  std::uint64_t span = shoff + std::uint64_t{shnum} * shentsize;
+  for (unsigned i = 0; i < shnum; ++i) {
+    const unsigned char* s = image + shoff + std::uint64_t{i} * shentsize;
+    std::uint32_t type = 0;
+    std::uint64_t offset = 0, size = 0;
+    std::memcpy(&type, s + 4, 4);
+    std::memcpy(&offset, s + 0x18, 8);
+    std::memcpy(&size, s + 0x20, 8);
+    if (type == 8) continue;  // SHT_NOBITS
+    if (offset > limit || size > limit - offset) return 0;
+    span = std::max(span, offset + size);
+  }
+  return static_cast<std::size_t>(span);
+}
+
 }  // namespace
 
-std::uint64_t image_global_bytes(const void* image, std::size_t limit) {
-  if (image == nullptr) return 0;
+ImageGlobals image_globals(const void* image, int sm, std::size_t limit) {
+  ImageGlobals out;
+  if (image == nullptr) return out;
   const auto* bytes = static_cast<const unsigned char*>(image);
-  if (std::memcmp(bytes, kElfMagic, sizeof kElfMagic) == 0) return elf_global_bytes(bytes);
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, bytes, 4);
+  if (magic == fatbin::kWrapperMagic) {
+    // The runtime's wrapper: {magic, version, the container, ...}.
+    const unsigned char* container = nullptr;
+    std::memcpy(&container, bytes + 8, sizeof container);
+    if (container == nullptr) return out;
+    bytes = container;
+    std::memcpy(&magic, bytes, 4);
+  }
+  if (magic == fatbin::kContainerMagic) {
+    const std::size_t span = fatbin::container_span(bytes);
+    if (span == 0 || span > limit) return out;
+    const fatbin::Globals g = fatbin::container_globals(bytes, span, sm);
+    out.understood = g.understood;
+    out.bytes = g.bytes;
+    return out;
+  }
+  if (std::memcmp(bytes,
+                  "\x7f"
+                  "ELF",
+                  4) == 0) {
+    const std::size_t span = elf_span(bytes, limit);
+    out.understood = span != 0 && fatbin::cubin_globals(bytes, span, &out.bytes);
+    return out;
+  }
   const auto* text = static_cast<const char*>(image);
   // PTX begins with comments or its .version directive.
   const char* start = text;
   while (*start == ' ' || *start == '\n' || *start == '\t' || *start == '\r') ++start;
-  if (std::strncmp(start, "//", 2) != 0 && std::strncmp(start, ".version", 8) != 0) return 0;
-  return ptx_global_bytes(text, limit);
+  if (std::strncmp(start, "//", 2) != 0 && std::strncmp(start, ".version", 8) != 0) return out;
+  out.bytes = ptx_global_bytes(text, 64u << 20);
+  out.understood = true;
+  return out;
 }
 
 }  // namespace gpuslice::interposer

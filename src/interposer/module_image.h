@@ -1,6 +1,6 @@
-// What a module image says its globals take on the device, read before the driver loads it, so a
-// load that could never fit the quota is refused first: PTX text (`.global` arrays) and ELF cubins
-// (the sizes of their `.nv.global*` sections). Fat binaries and compressed images are not read (0).
+// What a module image says its globals take on the device, read before the driver loads it, so the
+// load is charged (and refused past the quota) before the driver takes anything: PTX text (`.global`
+// arrays), ELF cubins, fat binaries and the runtime's fat-binary wrapper (fatbin_image.h).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,19 @@
 
 namespace gpuslice::interposer {
 
-// Bytes of device globals the image declares; 0 when unknown. Reads at most `limit` bytes of text.
-std::uint64_t image_global_bytes(const void* image, std::size_t limit = 64u << 20);
+struct ImageGlobals {
+  std::uint64_t bytes = 0;  // 0 when unknown or none
+  bool understood = false;  // a format read here (PTX, cubin, fat binary)
+};
+
+// The globals of the image at `image` (in memory, its length unknown as it is to the driver) on a
+// device of architecture `sm` (major * 10 + minor; 0: unknown). Reads at most `limit` bytes.
+ImageGlobals image_globals(const void* image, int sm, std::size_t limit = 1ULL << 30);
+
+// Bytes of device globals the image declares; 0 when unknown (the device's architecture unknown).
+inline std::uint64_t image_global_bytes(const void* image) { return image_globals(image, 0).bytes; }
+
+// `.global` declarations of PTX text, NUL-terminated within `limit` bytes (0 otherwise).
+std::uint64_t ptx_global_bytes(const char* text, std::size_t limit);
 
 }  // namespace gpuslice::interposer

@@ -1,14 +1,58 @@
-// Module and library loading: refused while the container is at its quota, and what the driver's
-// figure grew by across the load is charged (driver_reservations.h). Functions' code loaded lazily
+// Module and library loading: the globals the image declares for this device (a file is read first)
+// are charged before the load and refused past the quota; what the driver's figure grew by beyond
+// them across the load is charged (driver_reservations.h). Functions' code loaded lazily
 // at first launch is charged by the next reconciliation. Without a memory quota: a branch and a forward.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "interposer/driver_reservations.h"
 #include "interposer/hook_prologue.h"
 
 namespace gs = gpuslice::interposer;
 
+namespace {
+
+// A module file's bytes, read so its globals are charged before the driver loads it (a regular
+// file, at most 256 MiB, NUL-terminated for PTX text); empty when it cannot be read.
+class ImageFile {
+ public:
+  explicit ImageFile(const char* path) {
+    if (path == nullptr || !gs::memory_active()) return;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    constexpr off_t kMaxFile = 256 << 20;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= kMaxFile) {
+      const auto size = static_cast<std::size_t>(st.st_size);
+      data_ = static_cast<char*>(std::malloc(size + 1));
+      std::size_t got = 0;
+      while (data_ != nullptr && got < size) {
+        const ssize_t n = read(fd, data_ + got, size - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (data_ != nullptr) data_[got] = '\0';
+    }
+    close(fd);
+  }
+  ~ImageFile() { std::free(data_); }
+  ImageFile(const ImageFile&) = delete;
+  ImageFile& operator=(const ImageFile&) = delete;
+  const void* data() const { return data_; }
+
+ private:
+  char* data_ = nullptr;
+};
+
+}  // namespace
+
 GS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   GS_CUDA_HOOK_PROLOGUE(cuModuleLoad);
-  return gs::load_module(nullptr, [&] { return real(module, fname); });
+  const ImageFile image(fname);
+  return gs::load_module(image.data(), [&] { return real(module, fname); });
 }
 
 GS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
@@ -43,7 +87,8 @@ GS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileNam
                                          CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                          unsigned int numLibraryOptions) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryLoadFromFile);
-  return gs::load_module(nullptr, [&] {
+  const ImageFile image(fileName);
+  return gs::load_module(image.data(), [&] {
     return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                 libraryOptionValues, numLibraryOptions);
   });

@@ -41,7 +41,10 @@ struct DeviceState {
   std::atomic<std::uint64_t> resident_threads{0};          // SMs x threads per SM; 0: not asked yet
   std::atomic<std::uint64_t> graph_charge{0};              // the graph pool's reserved memory
   std::atomic<std::uint64_t> module_charge{0};             // module and library images
+  std::atomic<std::uint64_t> module_prepaid{0};            // globals charged at load the driver takes later
+  std::atomic<int> sm{-1};                                 // major * 10 + minor; -1 not asked, 0 unknown
   std::atomic<std::uint64_t> context_measured{0};          // the footprint first booked after creation
+  std::atomic<std::uint64_t> context_each{0};              // the most a further context was seen to take
   std::atomic<std::uint64_t> footprint_headroom{0};        // footprint growth seen in one interval, decaying
   std::atomic<bool> over_quota_said{false};                // the over-quota line was logged
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies

@@ -420,7 +420,8 @@ TEST_F(E2E, ADeviceAttachedLateStillGetsTheFileCap) {
 TEST_F(E2E, AProcessStartedWithoutAnyLimitTakesACapWrittenLater) {
   Env env = base_env();  // no request; the limits file's directory exists, the file does not yet
   Background app(holder_argv(128 * kMiB), env, dir_ + "/app.out");
-  ASSERT_TRUE(app.wait_for_output("hold_code=0", 10000)) << app.output();
+  // The numbers follow hold_code: the line after them says they are all out.
+  ASSERT_TRUE(app.wait_for_output("device_total=", 10000)) << app.output();
   EXPECT_EQ(last_value(app.output(), "total"), 16 * kGiB) << app.output();
   write_text(dir_ + "/limits", "GPUSLICE_MEMORY_LIMIT=1Gi\n");
   ASSERT_TRUE(app.wait_for_output("live_total=" + std::to_string(kGiB), 3000)) << app.output();
@@ -796,6 +797,74 @@ TEST_F(DriverPaths, WhatNoHookSawIsChargedWithinAReconciliationInterval) {
   Outcome over = reservation("unseen", 300 * kMiB, /*held=*/800 * kMiB);
   EXPECT_EQ(over.num("later_free"), 0) << over.out;
   EXPECT_EQ(over.num("more_code"), 2) << "at or over the quota, every allocation is refused";
+}
+
+// The program's own image: a fat binary nvcc 13 built (tests/e2e/fixtures), loaded as the runtime
+// does, through its wrapper, as data or as a file. Its globals are charged before the load.
+class ImageGlobals : public DriverPaths, public ::testing::WithParamInterface<const char*> {
+ protected:
+  Outcome load(const char* fixture, long long held, const char* loading = "LAZY") {
+    Env env = base_env();
+    env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+    env["CUDA_MODULE_LOADING"] = loading;
+    Outcome o = probe({"--scenario", "reservation", "--what", GetParam(), "--held", std::to_string(held),
+                       "--image", std::string(GPUSLICE_FIXTURES) + "/" + fixture},
+                      env);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    return o;
+  }
+};
+
+TEST_P(ImageGlobals, TwelveGibibytesOfGlobalsAreRefusedBeforeTheLoad) {
+  for (const char* loading : {"LAZY", "EAGER"}) {
+    Outcome o = load("globals_3x4g.fatbin", 0, loading);
+    EXPECT_EQ(o.num("load_code"), 2) << loading << "\n" << o.out;
+    EXPECT_LE(o.num("driver_used"), kGiB + kTolerance) << loading;
+  }
+}
+
+TEST_P(ImageGlobals, GlobalsThatFitAreChargedAtTheLoadAndNotAgainAtTheFirstLaunch) {
+  Outcome o = load("globals_3x128m.fatbin", 128 * kMiB);
+  EXPECT_EQ(o.num("load_code"), 0) << o.out;
+  EXPECT_EQ(o.num("loaded_free"), kGiB - kContextBytes - 128 * kMiB - 386 * kMiB) << "384 MiB and constants";
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  EXPECT_LE(o.num("driver_used"), kGiB + kTolerance);
+  EXPECT_EQ(o.num("later_free"), kGiB - kContextBytes - 128 * kMiB - 386 * kMiB) << "charged once";
+  Outcome over = load("globals_3x128m.fatbin", 600 * kMiB);
+  EXPECT_EQ(over.num("load_code"), 2) << over.out;
+  EXPECT_LE(over.num("driver_used"), kGiB + kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, ImageGlobals, ::testing::Values("wrapper", "image", "file"));
+
+// Every context beyond the first takes its own footprint (about 590 MiB on an H200): 64 of them under
+// a quota stop at the quota, before the driver creates the one that would not fit.
+class FurtherContexts : public DriverPaths, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(FurtherContexts, StopAtTheQuotaAndGiveTheirFootprintBackWhenDestroyed) {
+  constexpr long long kFurther = 100 * kMiB;  // what the simulated driver takes per further context
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES"] = std::to_string(kFurther);
+  Outcome o = probe({"--scenario", "contexts", "--what", GetParam(), "--iterations", "64"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("refused_code"), 2) << o.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "the driver took contexts past the quota";
+  EXPECT_EQ(o.num("created"), (kGiB - kContextBytes) / kFurther) << "every context that fits is created";
+  EXPECT_EQ(o.num("destroyed_driver_used"), kContextBytes);
+  EXPECT_EQ(o.num("destroyed_free"), kGiB - kContextBytes) << "destroying gives the footprints back at once";
+  EXPECT_EQ(o.num("again_code"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, FurtherContexts, ::testing::Values("created", "green"));
+
+TEST_F(DriverPaths, APrimaryContextOnAFurtherDeviceIsSizedByTheFirstAndRefusedWhenItDoesNotFit) {
+  Env env = base_env();
+  env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "1g";
+  env["CUDA_DEVICE_MEMORY_LIMIT_1"] = "32m";  // less than a context (64 MiB)
+  Outcome o = probe({"--scenario", "contexts", "--what", "primary"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("retain_code"), 2) << o.out;
 }
 
 TEST_F(DriverPaths, ANewProcessWhoseContextTheContainerCannotHoldIsRefusedBeforeItIsCreated) {

@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -43,6 +45,7 @@ struct Options {
   std::string late_trigger;
   std::string release_trigger;  // ipc-export / vmm-export: free the exported memory once it exists
   std::string ipc_handle;       // ipc-import: the exporter's handle, in hex
+  std::string image;            // reservation --what image/wrapper/file: a fat binary's path
   std::string what;             // reservation: heap, stack, growth, graph, module
   std::size_t held = 0;         // reservation: allocated first, with cuMemAlloc
   int share_pid = 0;            // vmm-import: the exporter's pid and file descriptor
@@ -94,7 +97,14 @@ struct Driver {
   decltype(&cuGraphAddMemAllocNode) graph_alloc_node = nullptr;
   decltype(&cuGraphInstantiateWithFlags) graph_instantiate = nullptr;
   decltype(&cuGraphLaunch) graph_launch = nullptr;
-  decltype(&cuFuncLoad) func_load = nullptr;  // not hooked: what the driver takes here no hook sees
+  decltype(&cuFuncLoad) func_load = nullptr;
+  decltype(&cuModuleLoadFatBinary) load_fatbinary = nullptr;
+  decltype(&cuModuleLoad) load_file = nullptr;
+  decltype(&cuCtxCreate_v2) ctx_create = nullptr;
+  decltype(&cuCtxDestroy_v2) ctx_destroy = nullptr;
+  decltype(&cuGreenCtxCreate) green_create = nullptr;
+  decltype(&cuGreenCtxDestroy) green_destroy =
+      nullptr;  // not hooked: what the driver takes here no hook sees
 };
 
 Options g_opt;
@@ -186,6 +196,12 @@ void load_driver() {
   R(graph_instantiate, cuGraphInstantiate, cuGraphInstantiateWithFlags);
   R(graph_launch, cuGraphLaunch, cuGraphLaunch);
   R(func_load, cuFuncLoad, cuFuncLoad);
+  R(load_fatbinary, cuModuleLoadFatBinary, cuModuleLoadFatBinary);
+  R(load_file, cuModuleLoad, cuModuleLoad);
+  R(ctx_create, cuCtxCreate, cuCtxCreate_v2);
+  R(ctx_destroy, cuCtxDestroy, cuCtxDestroy_v2);
+  R(green_create, cuGreenCtxCreate, cuGreenCtxCreate);
+  R(green_destroy, cuGreenCtxDestroy, cuGreenCtxDestroy);
 #undef R
   if (g_drv.init == nullptr || g_drv.alloc == nullptr) die("resolve", 0);
 }
@@ -515,6 +531,29 @@ int reservation() {
                         std::to_string(n) + "];\n// globals=" + std::to_string(n) + "\n";
     CUmodule mod = nullptr;
     std::printf("load_code=%d\n", g_drv.module_load(&mod, image.c_str()));
+  } else if (g_opt.what == "image" || g_opt.what == "wrapper" || g_opt.what == "file") {
+    // A real fat binary (--image): as data, through the runtime's wrapper, or as a file.
+    std::ifstream in(g_opt.image, std::ios::binary);
+    std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (bytes.empty()) die("image", 0);
+    struct {
+      unsigned magic = 0x466243b1;
+      unsigned version = 1;
+      const void* data = nullptr;
+      void* unused = nullptr;
+    } wrapper;
+    wrapper.data = bytes.data();
+    CUmodule mod = nullptr;
+    const CUresult loaded = g_opt.what == "file"      ? g_drv.load_file(&mod, g_opt.image.c_str())
+                            : g_opt.what == "wrapper" ? g_drv.load_fatbinary(&mod, &wrapper)
+                                                      : g_drv.module_load(&mod, bytes.data());
+    std::printf("load_code=%d\n", loaded);
+    print_info("loaded_");
+    if (loaded == CUDA_SUCCESS) {
+      CUfunction fn = nullptr;
+      check(g_drv.get_function(&fn, mod, "_Z1ky"), "cuModuleGetFunction");
+      std::printf("launch_code=%d\n", g_drv.launch(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
+    }
   } else if (g_opt.what == "unseen") {
     // A function's code (--bytes) loaded through a call no hook sees.
     std::string image = "mock-module lazy=" + std::to_string(n);
@@ -549,6 +588,61 @@ int reservation() {
   print_info("later_");
   CUdeviceptr more = 0;
   std::printf("more_code=%d\n", g_drv.alloc(&more, 1 << 20));
+  return 0;
+}
+
+// Up to --iterations contexts (--what created: cuCtxCreate, each made current with one launch;
+// green: cuGreenCtxCreate), until the first refusal; the driver's figure for the process is looked
+// at after each. Then all are destroyed and one more is created.
+int contexts() {
+  CUdevice dev = 0;
+  check(g_drv.device_get(&dev, g_opt.device), "cuDeviceGet");
+  if (g_opt.what == "primary") {
+    // The primary context of the next device, whose footprint nothing measured there yet.
+    CUdevice other = 0;
+    check(g_drv.device_get(&other, g_opt.device + 1), "cuDeviceGet");
+    CUcontext ctx = nullptr;
+    std::printf("retain_code=%d\n", g_drv.retain(&ctx, other));
+    return 0;
+  }
+  const bool green = g_opt.what == "green";
+  std::vector<void*> made;
+  CUresult refused = CUDA_SUCCESS;
+  unsigned long long peak = own_driver_figure();
+  for (int i = 0; i < g_opt.iterations; ++i) {
+    void* handle = nullptr;
+    if (green) {
+      refused = g_drv.green_create(reinterpret_cast<CUgreenCtx*>(&handle), nullptr, dev, 0);
+    } else {
+      refused = g_drv.ctx_create(reinterpret_cast<CUcontext*>(&handle), 0, dev);
+    }
+    if (refused != CUDA_SUCCESS) break;
+    made.push_back(handle);
+    if (!green) {
+      check(g_drv.set_current(static_cast<CUcontext>(handle)), "cuCtxSetCurrent");
+      static const char image[] = "mock-module";
+      CUmodule mod = nullptr;
+      check(g_drv.module_load(&mod, image), "cuModuleLoadData");
+      CUfunction fn = nullptr;
+      check(g_drv.get_function(&fn, mod, "kernel"), "cuModuleGetFunction");
+      check(g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+    }
+    const unsigned long long now = own_driver_figure();
+    if (now > peak) peak = now;
+  }
+  std::printf("created=%zu\nrefused_code=%d\npeak_driver_used=%llu\n", made.size(), refused, peak);
+  for (void* handle : made) {
+    const CUresult r = green ? g_drv.green_destroy(static_cast<CUgreenCtx>(handle))
+                             : g_drv.ctx_destroy(static_cast<CUcontext>(handle));
+    check(r, "cuCtxDestroy");
+  }
+  check(g_drv.set_current(g_ctx), "cuCtxSetCurrent");
+  std::printf("destroyed_driver_used=%llu\n", own_driver_figure());
+  print_info("destroyed_");
+  CUcontext again = nullptr;
+  const CUresult again_code = g_drv.ctx_create(&again, 0, dev);
+  std::printf("again_code=%d\n", again_code);
+  if (again_code == CUDA_SUCCESS) check(g_drv.ctx_destroy(again), "cuCtxDestroy");
   return 0;
 }
 
@@ -773,6 +867,8 @@ int main(int argc, char** argv) {
       g_opt.late_trigger = next();
     else if (a == "--release-trigger")
       g_opt.release_trigger = next();
+    else if (a == "--image")
+      g_opt.image = next();
     else if (a == "--ipc-handle")
       g_opt.ipc_handle = next();
     else if (a == "--share-pid")
@@ -796,6 +892,7 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "launch") return launches();
   if (g_opt.scenario == "reservation") return reservation();
   if (g_opt.scenario == "steps") return steps();
+  if (g_opt.scenario == "contexts") return contexts();
   if (g_opt.scenario == "ipc-export") return ipc_export();
   if (g_opt.scenario == "ipc-import") return ipc_import();
   if (g_opt.scenario == "vmm-export") return vmm_export();

@@ -1,7 +1,7 @@
 // Each way the driver takes device memory for itself, on a real GPU (docs/quota.md): run under
 // libgpuslice.so with a quota, it prints what the CUDA calls answered; the driver's own figure is
 // sampled from outside (tests/gpu/driver_paths.py, un-hooked nvidia-smi).
-// Usage: driver_paths heap|stack|growth|graph|capture|module|churn [SECONDS] [SEED]
+// Usage: driver_paths heap|stack|growth|graph|capture|module|contexts|printf|churn [SECONDS] [SEED]
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -178,6 +178,45 @@ int churn(int seconds, unsigned seed) {
   return 0;
 }
 
+// 64 contexts of its own (cuCtxCreate), each made current with one launch: every context takes its
+// footprint (about 590 MiB on an H200).
+int contexts() {
+  cuInit(0);
+  CUdevice dev = 0;
+  cuDeviceGet(&dev, 0);
+  std::vector<CUcontext> made;
+  int refused = 0;
+  for (int i = 0; i < 64; ++i) {
+    CUcontext ctx = nullptr;
+    const CUresult r = cuCtxCreate(&ctx, nullptr, 0, dev);
+    if (r != CUDA_SUCCESS) {
+      refused = static_cast<int>(r);
+      break;
+    }
+    made.push_back(ctx);
+    cuCtxSetCurrent(ctx);
+    plain<<<1, 32>>>(nullptr);
+    cudaDeviceSynchronize();
+  }
+  say("contexts_created", static_cast<int>(made.size()));
+  say("context_refused", refused);
+  hold(2);
+  for (CUcontext ctx : made) cuCtxDestroy(ctx);
+  return 0;
+}
+
+// The printf FIFO set to 12 GiB, then a kernel that prints.
+__global__ void printer() {
+  if (threadIdx.x == 0) printf("printf fifo in use\n");
+}
+int printf_fifo() {
+  say("set_printf", static_cast<int>(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, 12 * kGiB)));
+  printer<<<1, 32>>>();
+  say("launch", static_cast<int>(cudaDeviceSynchronize()));
+  hold(2);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,7 +229,9 @@ int main(int argc, char** argv) {
   if (mode == "graph") return graph();
   if (mode == "capture") return capture();
   if (mode == "module") return module();
+  if (mode == "contexts") return contexts();
+  if (mode == "printf") return printf_fifo();
   if (mode == "churn") return churn(argc > 2 ? std::atoi(argv[2]) : 60, argc > 3 ? std::atoi(argv[3]) : 1);
-  std::fprintf(stderr, "usage: driver_paths heap|stack|growth|graph|capture|module|churn [SECONDS] [SEED]\n");
+  std::fprintf(stderr, "usage: driver_paths heap|stack|growth|graph|capture|module|contexts|printf|churn [SECONDS] [SEED]\n");
   return 2;
 }

@@ -5,13 +5,18 @@ Each path by which the driver takes memory for itself runs under libgpuslice.so 
 (malloc heap limit + kernel mallocs, stack limit + a launch, automatic stack growth, a 12 GiB graph
 allocation node, 12 captured cudaMallocAsync of 1 GiB, a module with a 3 GiB global), then the load
 test: N processes of one container churning 64 MiB-1 GiB buffers, two SIGKILLed and replaced every
-5 s. Un-hooked nvidia-smi is sampled every 200 ms (per process and device-wide); a case passes when
+5 s. Also 64 contexts of one process (cuCtxCreate, one launch each), a 12 GiB printf FIFO, and the
+program's own 3 x 4 GiB __device__ arrays (quota_globals.cu, lazy loading and EAGER). The driver's
+per-process figures are sampled by this (un-hooked) process through NVML every 40 ms (nvidia-smi
+every 200 ms where NVML cannot be loaded), the device's used memory by nvidia-smi; a case passes when
 no sample of the container's figure exceeds its quota by more than 64 MiB.
 
   driver_paths.py --lib build/lib/libgpuslice.so --prog build/gpu/driver_paths --out DIR
+                  [--globals-prog build/gpu/quota_globals]
                   [--cases heap,stack,...,load8,load32] [--seconds 60] [--device 0]
 """
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -25,7 +30,40 @@ import time
 MIB = 1 << 20
 GIB = 1 << 30
 TOLERANCE = 64 * MIB
-PATH_CASES = ["heap", "stack", "growth", "graph", "capture", "module"]
+PATH_CASES = ["heap", "stack", "growth", "graph", "capture", "module", "contexts", "printf", "globals",
+              "globals_eager"]
+# Cases run by the globals program (its own image holds the arrays), and their environment.
+GLOBALS_CASES = {"globals": "LAZY", "globals_eager": "EAGER"}
+
+
+class Nvml:
+    """The driver's per-process figures through NVML, in this process (never preloaded)."""
+
+    class ProcessInfo(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                    ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+    def __init__(self, device):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit_v2")
+        self.handle = ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByIndex_v2(device, ctypes.byref(self.handle)) != 0:
+            raise OSError("nvmlDeviceGetHandleByIndex_v2")
+        self.infos = (self.ProcessInfo * 256)()
+
+    def apps(self):
+        count = ctypes.c_uint(256)
+        if self.lib.nvmlDeviceGetComputeRunningProcesses_v3(self.handle, ctypes.byref(count), self.infos) != 0:
+            return {}
+        return {self.infos[i].pid: self.infos[i].usedGpuMemory for i in range(count.value)}
+
+
+def nvml_or_none(device):
+    try:
+        return Nvml(device)
+    except OSError:
+        return None
 LOAD_CASES = {"load8": (8, 24 * GIB), "load32": (32, 40 * GIB)}
 
 
@@ -55,28 +93,37 @@ def verdict(max_container, quota):
 
 
 class Sampler(threading.Thread):
-    """Un-hooked nvidia-smi every 200 ms: the container's processes and the device's used memory."""
+    """Un-hooked figures: the container's processes through NVML every 40 ms (nvidia-smi every 200 ms
+    without it), the device's used memory from nvidia-smi every 200 ms."""
 
     def __init__(self, device, pids, env):
         super().__init__(daemon=True)
         self.device, self.pids, self.env = device, pids, env
         self.samples = []
         self.stop = threading.Event()
+        self.nvml = nvml_or_none(device)
 
     def run(self):
+        period = 0.04 if self.nvml else 0.2
+        used, last_used = None, 0.0
         while not self.stop.is_set():
             t0 = time.monotonic()
-            apps = subprocess.run(["nvidia-smi", "-i", str(self.device), "--query-compute-apps=pid,used_memory",
-                                   "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                  env=self.env).stdout
-            used = subprocess.run(["nvidia-smi", "-i", str(self.device), "--query-gpu=memory.used",
-                                   "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                  env=self.env).stdout.strip()
-            per = parse_apps(apps)
+            if self.nvml:
+                per = self.nvml.apps()
+            else:
+                per = parse_apps(subprocess.run(["nvidia-smi", "-i", str(self.device),
+                                                 "--query-compute-apps=pid,used_memory",
+                                                 "--format=csv,noheader,nounits"], capture_output=True,
+                                                text=True, env=self.env).stdout)
+            if t0 - last_used >= 0.2:
+                text = subprocess.run(["nvidia-smi", "-i", str(self.device), "--query-gpu=memory.used",
+                                       "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                      env=self.env).stdout.strip()
+                used, last_used = (int(text) * MIB if text.isdigit() else None), t0
             self.samples.append({"t": time.time(), "container": container_figure(per, set(self.pids)),
-                                 "device_used": int(used) * MIB if used.isdigit() else None,
+                                 "device_used": used,
                                  "apps": {str(k): v // MIB for k, v in per.items() if k in self.pids}})
-            self.stop.wait(max(0.0, 0.2 - (time.monotonic() - t0)))
+            self.stop.wait(max(0.0, period - (time.monotonic() - t0)))
 
 
 def clean_env():
@@ -98,12 +145,16 @@ def run_path(args, case, out):
     quota = 8 * GIB
     shared = tempfile.mkdtemp(prefix="gpuslice-paths-")
     log = open(os.path.join(out, f"path_{case}.log"), "w")
-    proc = subprocess.Popen([args.prog, case], env=hooked_env(args, quota, shared), stdout=log,
-                            stderr=subprocess.STDOUT)
+    env = hooked_env(args, quota, shared)
+    argv = [args.prog, case]
+    if case in GLOBALS_CASES:
+        argv = [args.globals_prog]
+        env["CUDA_MODULE_LOADING"] = GLOBALS_CASES[case]
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     sampler = Sampler(args.device, [proc.pid], clean_env())
     sampler.start()
     try:
-        proc.wait(timeout=90)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -177,6 +228,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--prog", required=True)
+    ap.add_argument("--globals-prog", default="build/gpu/quota_globals")
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", default=",".join(PATH_CASES + list(LOAD_CASES)))
     ap.add_argument("--seconds", type=int, default=60)
@@ -192,7 +244,7 @@ def main():
     for case in cases:
         r = run_path(args, case, args.out) if case in PATH_CASES else run_load(args, case, args.out)
         results.append(r)
-        print(f"{case:8s} max container {r['max_container_mib']} MiB, quota {r['quota_mib']} MiB, "
+        print(f"{case:13s} max container {r['max_container_mib']} MiB, quota {r['quota_mib']} MiB, "
               f"over by {r['max_over_mib']:.0f} MiB: {'PASS' if r['pass'] else 'FAIL'}", flush=True)
     with open(os.path.join(args.out, "driver_paths.json"), "w") as f:
         json.dump(results, f, indent=1)

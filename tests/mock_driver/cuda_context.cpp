@@ -22,18 +22,23 @@ bool valid_device(const Driver& state, CUdevice device) {
 }
 
 CUresult create_context_locked(Driver& state, unsigned device, bool primary, CUctx_st** out) {
-  // The context's footprint is charged once per process and device, like the first context on a
-  // real GPU; it shows up in cuMemGetInfo and as the process's usage in NVML.
+  // The first context's footprint is charged once per process and device; every further context
+  // takes its own, as on a real GPU. Both show up in cuMemGetInfo and as the process's usage in NVML.
+  std::uint64_t further = 0;
   if (state.context_count[device] == 0) {
     std::uint64_t bytes = state.config.context_bytes;
     if (!state.shared.charge(device, bytes, true)) return CUDA_ERROR_OUT_OF_MEMORY;
     state.context_charge[device] = bytes;
     state.shared.set_has_context(device, true);
+  } else {
+    further = state.config.further_context_bytes;
+    if (further != 0 && !state.shared.charge(device, further, true)) return CUDA_ERROR_OUT_OF_MEMORY;
   }
   ++state.context_count[device];
   CUctx_st* context = state.contexts.acquire();
   context->device = device;
   context->primary = primary;
+  context->charged = further;
   static std::uint64_t next_id = 0;  // under Driver::mutex, like the pool
   context->id = ++next_id;
   context->last_end_ns.store(0, std::memory_order_relaxed);
@@ -63,6 +68,8 @@ void destroy_context_locked(Driver& state, CUctx_st* context) {
   });
   context->null_stream.alive.store(false, std::memory_order_release);
   const unsigned device = context->device;
+  if (context->charged != 0) state.shared.uncharge(device, context->charged, true);
+  context->charged = 0;
   state.contexts.release(context);
   if (--state.context_count[device] == 0) {
     reset_limits_locked(state, device);
@@ -329,6 +336,30 @@ CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int
   (void)params;  // execution affinity and CIG parameters are not simulated
   return cuCtxCreate_v2(pctx, flags, dev);
 }
+
+// Execution affinity is not simulated: the context is an ordinary one.
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev) {
+  (void)paramsArray;
+  (void)numParams;
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+// A green context is a context of its own to the mock (its resources are not simulated); it is not
+// made current.
+CUresult cuGreenCtxCreate(CUgreenCtx* phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+  (void)desc;
+  (void)flags;
+  if (phCtx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext current = t_current_context;
+  CUcontext created = nullptr;
+  const CUresult status = cuCtxCreate_v2(&created, 0, dev);
+  t_current_context = current;
+  if (status == CUDA_SUCCESS) *phCtx = reinterpret_cast<CUgreenCtx>(created);
+  return status;
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) { return cuCtxDestroy_v2(reinterpret_cast<CUcontext>(hCtx)); }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
   CUresult ready = check_ready();

@@ -40,6 +40,7 @@ struct CUstream_st : gpuslice::mock::HandleBase {
 struct CUctx_st : gpuslice::mock::HandleBase {
   unsigned device = 0;
   bool primary = false;
+  std::uint64_t charged = 0;                  // a further context's own footprint
   std::uint64_t id = 0;                       // cuCtxGetId: unique per creation, never reused
   std::atomic<std::uint64_t> last_end_ns{0};  // over all its streams
   CUstream_st null_stream;                    // the legacy and per-thread default streams
@@ -59,6 +60,9 @@ struct CUmod_st : gpuslice::mock::HandleBase {
   // code takes when it is first launched ("lazy=<N>": CUDA_MODULE_LOADING=LAZY, the default).
   std::uint64_t global_bytes = 0;
   std::uint64_t lazy_bytes = 0;
+  // A real image's globals (fat binary, cubin) not taken yet: lazy loading takes them at the first
+  // launch of any of its functions; CUDA_MODULE_LOADING=EAGER at the load.
+  std::uint64_t pending_globals = 0;
   std::uint64_t charged = 0;  // globals plus the lazily loaded functions, uncharged at unload
 };
 

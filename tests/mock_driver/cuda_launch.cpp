@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_internal.h"
+#include "interposer/module_image.h"
 
 namespace gpuslice::mock {
 namespace {
@@ -72,9 +73,11 @@ CUresult load_function(CUfunction f, unsigned device) {
   std::lock_guard<std::mutex> lock(state.mutex);
   if (f->loaded.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   CUmod_st* module = f->module;
-  if (is_live(module) && module->lazy_bytes != 0) {
-    if (!state.shared.charge(device, module->lazy_bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
-    module->charged += module->lazy_bytes;
+  if (is_live(module) && module->lazy_bytes + module->pending_globals != 0) {
+    const std::uint64_t bytes = module->lazy_bytes + module->pending_globals;
+    if (!state.shared.charge(device, bytes, false)) return CUDA_ERROR_OUT_OF_MEMORY;
+    module->charged += bytes;
+    module->pending_globals = 0;
   }
   f->loaded.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
@@ -142,11 +145,20 @@ CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
   std::lock_guard<std::mutex> lock(state.mutex);
-  // The image's text may say what it takes on the device (see CUmod_st).
+  // The image's text may say what it takes on the device (see CUmod_st); a real image (fat binary,
+  // its runtime wrapper, a cubin) takes its globals, as the library's reader sizes them for sm_90,
+  // at the first launch (lazy loading, the default) or at the load (CUDA_MODULE_LOADING=EAGER).
   const auto* text = static_cast<const char*>(image);
-  const std::uint64_t globals = tagged_number(text, "globals=");
+  std::uint64_t globals = tagged_number(text, "globals=");
+  std::uint64_t pending = 0;
+  const gpuslice::interposer::ImageGlobals real = gpuslice::interposer::image_globals(image, kMockSm);
+  if (real.understood && globals == 0) {
+    const char* mode = std::getenv("CUDA_MODULE_LOADING");
+    (mode != nullptr && std::strcmp(mode, "EAGER") == 0 ? globals : pending) = real.bytes;
+  }
   if (globals != 0 && !state.shared.charge(context->device, globals, false)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUmod_st* created = state.modules.acquire();
+  created->pending_globals = pending;
   created->context = context;
   created->functions.clear();
   created->global_bytes = globals;
@@ -174,11 +186,12 @@ CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   if (fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::FILE* file = std::fopen(fname, "rb");
   if (file == nullptr) return CUDA_ERROR_FILE_NOT_FOUND;
-  char text[4096] = {};
-  const std::size_t got = std::fread(text, 1, sizeof(text) - 1, file);
+  constexpr std::size_t kMaxImage = 16u << 20;
+  std::string image(kMaxImage + 1, '\0');
+  const std::size_t got = std::fread(image.data(), 1, kMaxImage, file);
   std::fclose(file);
-  text[got] = '\0';
-  return cuModuleLoadData(module, text);
+  image.resize(got + 1);  // NUL-terminated, for text images
+  return cuModuleLoadData(module, image.data());
 }
 
 // A library is a module to the mock (its handle is the module's); JIT and library options are ignored.

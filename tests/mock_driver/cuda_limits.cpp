@@ -98,6 +98,12 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
       *pi = static_cast<int>(state.config.threads_per_sm);
       return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *pi = kMockSm / 10;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *pi = kMockSm % 10;
+      return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;  // not simulated
 }

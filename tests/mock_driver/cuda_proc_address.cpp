@@ -20,7 +20,7 @@ struct ProcVersion {
 
 struct ProcEntry {
   const char* name;
-  ProcVersion versions[3];  // oldest first
+  ProcVersion versions[4];  // oldest first
 };
 
 template <class Fn>
@@ -46,9 +46,13 @@ const ProcEntry* find_entry(const char* name) {
       {"cuDevicePrimaryCtxRetain", {{address(&cuDevicePrimaryCtxRetain), 7000}}},
       {"cuDevicePrimaryCtxRelease",
        {{address(&cuDevicePrimaryCtxRelease), 7000}, {address(&cuDevicePrimaryCtxRelease_v2), 11000}}},
-      // The real driver also has _v3 (11040, affinity parameters); the mock goes from _v2 to _v4.
       {"cuCtxCreate",
-       {{address(&cuCtxCreate), 2000}, {address(&cuCtxCreate_v2), 3020}, {address(&cuCtxCreate_v4), 12050}}},
+       {{address(&cuCtxCreate), 2000},
+        {address(&cuCtxCreate_v2), 3020},
+        {address(&cuCtxCreate_v3), 11040},
+        {address(&cuCtxCreate_v4), 12050}}},
+      {"cuGreenCtxCreate", {{address(&cuGreenCtxCreate), 12040}}},
+      {"cuGreenCtxDestroy", {{address(&cuGreenCtxDestroy), 12040}}},
       {"cuCtxDestroy", {{address(&cuCtxDestroy), 2000}, {address(&cuCtxDestroy_v2), 4000}}},
       {"cuCtxSetCurrent", {{address(&cuCtxSetCurrent), 4000}}},
       {"cuCtxGetCurrent", {{address(&cuCtxGetCurrent), 4000}}},

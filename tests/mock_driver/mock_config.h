@@ -15,12 +15,16 @@ inline constexpr std::uint64_t kDefaultQueueDepth = 1024;
 inline constexpr std::uint64_t kMaxQueueDepth = 1u << 20;
 inline constexpr int kDefaultDriverVersion = 13000;
 inline constexpr const char* kDeviceName = "gpuslice mock GPU";
+inline constexpr int kMockSm = 90;  // compute capability 9.0, as an H100/H200
 
 struct MockConfig {
   unsigned device_count = 2;
   std::uint64_t total_bytes[kMaxDevices] = {};
   char uuid[kMaxDevices][kUuidLength] = {};
   std::uint64_t context_bytes = kDefaultContextBytes;
+  // What every further context of a process on a device takes (a real one did: 64 contexts took
+  // 37.8 GiB on an H200, about 590 MiB each); unset: context_bytes.
+  std::uint64_t further_context_bytes = ~0ULL;
   std::uint64_t kernel_ns = kDefaultKernelNs;
   // The resident-thread capacity the stack limit is reserved for (an H100 SXM: 132 x 2048).
   std::uint64_t sm_count = 132;

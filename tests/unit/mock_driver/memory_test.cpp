@@ -64,9 +64,11 @@ TEST_F(MemoryTest, MalformedEnvironmentRefusesToInitialise) {
   EXPECT_EQ(cuInit(0), CUDA_ERROR_INVALID_VALUE);
 }
 
+// The first context's footprint once per process and device; each further context its own.
 TEST_F(MemoryTest, ContextFootprintIsChargedOncePerProcessAndDevice) {
-  CUcontext primary =
-      start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "67108864"}});
+  CUcontext primary = start({{"GPUSLICE_MOCK_MEMORY", "1073741824"},
+                             {"GPUSLICE_MOCK_CONTEXT_BYTES", "67108864"},
+                             {"GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES", "0"}});
   EXPECT_EQ(free_bytes(), kGiB - 64 * kMiB);
   EXPECT_EQ(nvml_used(0), 64 * kMiB);
   EXPECT_EQ(nvml_used(1), 0u);
@@ -91,6 +93,22 @@ TEST_F(MemoryTest, ContextFootprintIsChargedOncePerProcessAndDevice) {
   EXPECT_EQ(nvml_used(0), 0u);
   EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(cuCtxSetCurrent(primary), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(MemoryTest, EveryFurtherContextTakesItsOwnFootprintUntilDestroyed) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"},
+         {"GPUSLICE_MOCK_CONTEXT_BYTES", "67108864"},
+         {"GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES", "100663296"}});
+  CUcontext created[3] = {};
+  for (CUcontext& c : created) ASSERT_EQ(cuCtxCreate_v2(&c, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB - 64 * kMiB - 3 * 96 * kMiB);
+  EXPECT_EQ(nvml_used(0), 64 * kMiB + 3 * 96 * kMiB);
+  CUgreenCtx green = nullptr;
+  ASSERT_EQ(cuGreenCtxCreate(&green, nullptr, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(0), 64 * kMiB + 4 * 96 * kMiB);
+  ASSERT_EQ(cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  for (CUcontext c : created) ASSERT_EQ(cuCtxDestroy_v2(c), CUDA_SUCCESS);
+  EXPECT_EQ(nvml_used(0), 64 * kMiB);
 }
 
 TEST_F(MemoryTest, ContextsArePerThread) {

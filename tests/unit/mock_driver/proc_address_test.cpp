@@ -57,7 +57,8 @@ TEST_F(ProcAddressTest, ReturnsTheExportedSymbolOfTheRequestedVersion) {
       {"cuMemcpyDtoH", 12000, "cuMemcpyDtoH_v2"},
       {"cuMemcpyDtoD", 12000, "cuMemcpyDtoD_v2"},
       {"cuCtxCreate", 3020, "cuCtxCreate_v2"},
-      {"cuCtxCreate", 12040, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 11030, "cuCtxCreate_v2"},
+      {"cuCtxCreate", 12040, "cuCtxCreate_v3"},
       {"cuCtxCreate", 12050, "cuCtxCreate_v4"},
       {"cuCtxDestroy", 3020, "cuCtxDestroy"},
       {"cuCtxDestroy", 4000, "cuCtxDestroy_v2"},
@@ -137,7 +138,7 @@ TEST_F(ProcAddressTest, DriverVersionIsConfigurable) {
   void* function = nullptr;
   CUdriverProcAddressQueryResult status{};
   EXPECT_EQ(cuGetProcAddress_v2("cuMemAlloc", &function, 13000, 0, &status), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(resolve("cuCtxCreate", 12040), exported("cuCtxCreate_v2"));
+  EXPECT_EQ(resolve("cuCtxCreate", 12040), exported("cuCtxCreate_v3"));
   int version = 0;
   ASSERT_EQ(cuDriverGetVersion(&version), CUDA_SUCCESS);  // works before cuInit
   EXPECT_EQ(version, 12040);
