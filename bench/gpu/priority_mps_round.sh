@@ -7,8 +7,9 @@
 #   bench/gpu/priority_mps_round.sh req2ms   2 ms requests (4 x 256 tokens) at 30% load  (~5 min)
 #   bench/gpu/priority_mps_round.sh req7ms   7 ms requests at 30% and 60% load           (~8 min)
 # SECONDS_PER (default 25), ALONE_SECONDS (default 10), PRIORITY_ARGS (extra arguments for both
-# modes), MPS_ARGS (for the MPS run only, e.g. "--mps-low-threads 50"). One GPU: the two modes run
-# one after the other (twice as long).
+# modes), MPS_ARGS (for the MPS run only, e.g. "--mps-low-threads 50"), MODES (default
+# "timesliced mps"; one of them alone fits a 10-minute call on one GPU). One GPU: the modes run one
+# after the other (twice as long).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 scenario=${1:-req2ms}
@@ -44,18 +45,24 @@ run() {  # mode gpu cpu-offset extra...
     ${PRIORITY_ARGS:-} > "$dir/log.txt" 2>&1
   echo "$scenario-$mode: exit $?"
 }
-if [ "$gpus" -ge 2 ]; then
-  run timesliced 0 0 &
-  run mps 1 8 --mps ${MPS_ARGS:-} &
+modes=${MODES:-timesliced mps}
+run_mode() {  # mode gpu cpu-offset
+  case "$1" in
+    timesliced) run timesliced "$2" "$3" ;;
+    mps) run mps "$2" "$3" --mps ${MPS_ARGS:-} ;;
+  esac
+}
+if [ "$gpus" -ge 2 ] && [ "$modes" = "timesliced mps" ]; then
+  run_mode timesliced 0 0 &
+  run_mode mps 1 8 &
   wait
 else
-  run timesliced 0 0
-  run mps 0 0 --mps ${MPS_ARGS:-}
+  for mode in $modes; do run_mode "$mode" 0 0; done
 fi
 echo
 echo "== $scenario (goals, issue 41: MPS 2 ms p99 <= 1.10x alone, trainer >= 0.6x; 7 ms p99 <= 1.05x,"
 echo "   trainer >= 0.6x at 30% / 0.35x at 60%; beside an idle high tenant >= 0.97x, both modes)"
-for mode in timesliced mps; do
+for mode in $modes; do
   echo "-- $scenario-$mode"
   grep -iE "goal|p99|trainer|un-managed|unmanaged|priorit|idle high|MPS" "$out/$scenario-$mode/log.txt" | tail -n 30
 done
