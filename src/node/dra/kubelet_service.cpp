@@ -6,9 +6,12 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
+#include "config/text_util.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "dra/v1beta1/api.grpc.pb.h"
 
@@ -26,11 +29,27 @@ class DraService final : public Api::DRAPlugin::Service {
                                     typename Api::NodePrepareResourcesResponse* out) override {
     if (request->claims_size() > kMaxClaimsPerCall)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many claims in one call");
+    // One prepare per uid: a uid named twice under different names gets neither's devices.
+    std::map<std::string, std::string> names;
+    std::set<std::string> conflicting;
+    for (const auto& claim : request->claims()) {
+      const std::string name = claim.namespace_() + "/" + claim.name();
+      if (!names.emplace(claim.uid(), name).second && names[claim.uid()] != name) conflicting.insert(claim.uid());
+    }
     for (const auto& claim : request->claims()) {
       auto& answer = (*out->mutable_claims())[claim.uid()];
+      if (conflicting.count(claim.uid())) {
+        answer.clear_devices();
+        answer.set_error("claim uid " + config::detail::printable(claim.uid(), 80) +
+                         " is named under two claim names in one call");
+        continue;
+      }
+      if (answer.devices_size() > 0) continue;  // named twice under one name: prepared once
       auto prepared = preparer_.prepare({claim.namespace_(), claim.name(), claim.uid()});
       if (!prepared) {
-        GS_LOG(Error, "NodePrepareResources %s/%s: %s", claim.namespace_().c_str(), claim.name().c_str(),
+        // Kubelet text is escaped before it reaches the log (the error is already).
+        GS_LOG(Error, "NodePrepareResources %s: %s",
+               config::detail::printable(claim.namespace_() + "/" + claim.name(), 160).c_str(),
                prepared.error().c_str());
         answer.set_error(prepared.error());
         continue;
@@ -126,12 +145,16 @@ struct KubeletPlugin::Impl {
     return true;
   }
 
+  // Stops serving, then removes the socket file only if it is still the one this instance bound
+  // (a newer instance may have put its own there).
   void shut(Socket& socket) {
     if (!socket.server) return;
-    socket.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Calls in flight get a moment; a stopping daemon exits within a second.
+    socket.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
     socket.server->Wait();
     socket.server.reset();
-    ::unlink(socket.path.c_str());
+    if (socket.inode != 0 && inode_of(socket.path) == socket.inode) ::unlink(socket.path.c_str());
+    socket.inode = 0;
   }
 
   // The DRA socket first: the kubelet calls it as soon as it has read GetInfo.
@@ -143,14 +166,25 @@ struct KubeletPlugin::Impl {
     return true;
   }
 
+  // Serves the sockets again when they were removed (a kubelet restart cleans its plugin
+  // directories); a socket replaced by another file belongs to a newer instance, which is left alone.
   void watch() {
     std::unique_lock lock(mutex);
+    bool yielded = false;
     while (!cv.wait_for(lock, options.watch_interval, [this] { return stopping; })) {
-      if (inode_of(dra.path) == dra.inode && inode_of(reg.path) == reg.inode) continue;
+      if (yielded) continue;
+      const std::uint64_t d = inode_of(dra.path), r = inode_of(reg.path);
+      if (d == dra.inode && r == reg.inode) continue;
+      if ((d != 0 && d != dra.inode) || (r != 0 && r != reg.inode)) {
+        // Not ours any more: never served over, and (by inode) never removed by shut().
+        GS_LOG(Warn, "DRA plugin sockets were replaced by another instance: leaving them to it");
+        yielded = true;
+        continue;
+      }
       GS_LOG(Warn, "DRA plugin sockets were removed (kubelet restart?): serving them again");
       shut(reg);
       shut(dra);
-      if (auto r = serve_all(); !r) GS_LOG(Error, "%s", r.error().c_str());
+      if (auto r2 = serve_all(); !r2) GS_LOG(Error, "%s", r2.error().c_str());
     }
   }
 };

@@ -98,7 +98,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   prep.root = options.root;
   prep.cdi_dir = options.cdi_dir;
   prep.dev_root = options.dev_root;
-  prep.node = {options.driver, options.node_name, *first};
+  prep.node = {options.driver, options.node_name, *first, *parse_dropped_capacity(options.dropped_capacity)};
   prep.priority_high_namespaces = options.priority_high_namespaces;
   ClaimPreparer preparer(prep, api);
   if (auto r = preparer.recover(); !r) {
@@ -147,6 +147,10 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   collector.set_registration_source([&plugin, &options] {
     return std::vector<PluginRegistration>{plugin.status().snapshot(options.driver)};
   });
+  if (publisher) {
+    collector.set_extra_metrics_source(
+        [&publisher, &options] { return render_publisher_metrics(publisher->status(), options.node_name); });
+  }
   collector.refresh();
   options.api.version = GPUSLICE_VERSION;
   ApiServer http(options.api, layout, collector);
@@ -163,11 +167,14 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
     auto view = collector.refresh();
     if (publisher) publisher->set_gpus(view->gpus);
   }
+  // The kubelet's sockets first (no new prepare starts), then the Lease is given up so that the next
+  // instance publishes at once; each step is bounded, the whole within about a second.
   GS_LOG(Info, "stopping");
-  http.stop();
-  collector.set_registration_source({});
-  if (publisher) publisher->stop();
   plugin.stop();
+  if (publisher) publisher->stop();
+  collector.set_registration_source({});
+  collector.set_extra_metrics_source({});
+  http.stop();
   return 0;
 }
 
