@@ -129,7 +129,9 @@ class Collector {
   }
 
   // Text appended to /metrics, rendered once per refresh (a run mode's own families).
-  void set_extra_metrics_source(std::function<std::string()> source) { extra_metrics_source_ = std::move(source); }
+  void set_extra_metrics_source(std::function<std::string()> source) {
+    extra_metrics_source_ = std::move(source);
+  }
 
   // Scans everything, reaps dead processes of every ledger, publishes and returns the new view.
   std::shared_ptr<const NodeView> refresh();

@@ -1,7 +1,5 @@
 #include "node/options.h"
 
-#include "node/dra/claim_reader.h"
-
 #include <functional>
 #include <initializer_list>
 #include <sstream>
@@ -9,6 +7,7 @@
 #include "common/duration_scan.h"
 #include "config/default_paths.h"
 #include "config/settings.h"
+#include "node/dra/claim_reader.h"
 
 namespace gpuslice::node {
 namespace {

@@ -35,8 +35,9 @@ class Deadline {
               client.stop();
               return;
             }
-            cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)),
-                         [this] { return done_; });
+            cv_.wait_for(
+                lock, std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)),
+                [this] { return done_; });
           }
         }) {}
   ~Deadline() {

@@ -99,5 +99,4 @@ std::string api_message(std::string_view text, std::size_t max_chars = kMaxApiMe
 // "<what>: HTTP <status>: <the Status object's message>".
 std::string api_status_error(const std::string& what, const ApiResponse& response);
 
-
 }  // namespace gpuslice::node::dra

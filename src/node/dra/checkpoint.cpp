@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "common/errno_text.h"
 #include "common/safe_file.h"
@@ -121,8 +122,8 @@ Result<CheckpointStore::Loaded> CheckpointStore::load() {
   if (!base->empty()) {
     json doc;
     if (auto err = parse_untrusted_json(*base, doc)) return make_error(base_path() + ": " + *err);
-    if (!doc.is_object() || !doc.contains("version") || doc["version"] != kVersion || !doc.contains("claims") ||
-        !doc["claims"].is_object())
+    if (!doc.is_object() || !doc.contains("version") || doc["version"] != kVersion ||
+        !doc.contains("claims") || !doc["claims"].is_object())
       return make_error(base_path() + ": not a checkpoint of version " + std::to_string(kVersion));
     for (const auto& [uid, e] : doc["claims"].items()) keep(uid, e, "claim " + shown(uid));
   }
@@ -140,8 +141,8 @@ Result<CheckpointStore::Loaded> CheckpointStore::load() {
       break;
     }
     json record;
-    if (auto err = parse_untrusted_json(journal->substr(start, end - start), record); err || !record.is_object() ||
-        !record.contains("uid") || !record["uid"].is_string()) {
+    if (auto err = parse_untrusted_json(journal->substr(start, end - start), record);
+        err || !record.is_object() || !record.contains("uid") || !record["uid"].is_string()) {
       out.skipped.push_back(where + ": " + (err ? *err : std::string("not a record")));
     } else if (const std::string uid = record["uid"]; record.value("removed", false)) {
       state_.claims.erase(uid);

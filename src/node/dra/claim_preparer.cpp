@@ -13,7 +13,6 @@
 #include "config/text_util.h"
 #include "node/allocation_record.h"
 #include "node/assignment_file.h"
-#include "node/dra/api_client.h"
 #include "node/dra/cdi_spec.h"
 #include "node/limits_file.h"
 #include "node/untrusted_json.h"
@@ -89,9 +88,9 @@ std::optional<Result<std::vector<PreparedDevice>>> ClaimPreparer::prepared_befor
   if (it == store_.state().claims.end() || it->second.state != CheckpointEntry::State::Prepared)
     return std::nullopt;
   if (it->second.ns != ref.ns || it->second.name != ref.name)
-    return Result<std::vector<PreparedDevice>>(
-        make_error("claim uid " + ref.uid + " is prepared for claim " + it->second.ns + "/" + it->second.name +
-                   ", not " + ref.ns + "/" + ref.name));
+    return Result<std::vector<PreparedDevice>>(make_error("claim uid " + ref.uid + " is prepared for claim " +
+                                                          it->second.ns + "/" + it->second.name + ", not " +
+                                                          ref.ns + "/" + ref.name));
   return Result<std::vector<PreparedDevice>>(it->second.devices);  // the kubelet retries, or restarted
 }
 
@@ -247,7 +246,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     const std::string why = "this node has prepared as many claims as its DRA checkpoint holds (" +
                             std::to_string(options_.max_checkpoint_bytes) +
                             " bytes): the claim is refused until others are released";
-    GS_LOG(Warn, "claim %s/%s (%s) refused: %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(), why.c_str());
+    GS_LOG(Warn, "claim %s/%s (%s) refused: %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(),
+           why.c_str());
     return make_error(why);
   }
   if (auto w = store_.put(ref.uid, entry); !w) {

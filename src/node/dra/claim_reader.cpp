@@ -188,13 +188,15 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
                               "whatever the claim asked";
       switch (node.dropped_capacity.kind) {
         case DroppedCapacityPolicy::Kind::Refuse:
-          return make_error(why + "; refused (gpuslice-node dra --dropped-capacity=refuse): set memory.limit in "
-                                  "the claim's gpuslice.io config, or ask the operator for whole GPUs or a cap");
+          return make_error(why +
+                            "; refused (gpuslice-node dra --dropped-capacity=refuse): set memory.limit in "
+                            "the claim's gpuslice.io config, or ask the operator for whole GPUs or a cap");
         case DroppedCapacityPolicy::Kind::Whole:
           d.note = why + "; prepared with the whole GPU (--dropped-capacity=whole)";
           break;
         case DroppedCapacityPolicy::Kind::Cap:
-          d.memory_bytes = std::min(d.memory_bytes, node.dropped_capacity.cap_bytes / kMemoryStep * kMemoryStep);
+          d.memory_bytes =
+              std::min(d.memory_bytes, node.dropped_capacity.cap_bytes / kMemoryStep * kMemoryStep);
           d.note = why + "; prepared with the operator's cap of " + std::to_string(d.memory_bytes) +
                    " bytes (--dropped-capacity)";
           break;

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -34,7 +36,8 @@ class DraService final : public Api::DRAPlugin::Service {
     std::set<std::string> conflicting;
     for (const auto& claim : request->claims()) {
       const std::string name = claim.namespace_() + "/" + claim.name();
-      if (!names.emplace(claim.uid(), name).second && names[claim.uid()] != name) conflicting.insert(claim.uid());
+      if (!names.emplace(claim.uid(), name).second && names[claim.uid()] != name)
+        conflicting.insert(claim.uid());
     }
     for (const auto& claim : request->claims()) {
       auto& answer = (*out->mutable_claims())[claim.uid()];
@@ -130,18 +133,30 @@ struct KubeletPlugin::Impl {
   Impl(KubeletPluginOptions o, ClaimPreparer& preparer)
       : options(std::move(o)), v1(preparer), v1beta1(preparer) {}
 
+  // Binds under a hidden name beside the socket's (the kubelet's plugin watcher ignores dot files),
+  // then renames it into place: gRPC removes the path it bound when the server shuts down, and that
+  // path must never be the public one, which a newer instance may have taken over by then.
   Result<bool> serve(Socket& socket, const std::vector<grpc::Service*>& services) {
+    const std::filesystem::path path(socket.path);
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(socket.path).parent_path(), ec);
+    std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) return make_error(socket.path + ": " + ec.message());
-    ::unlink(socket.path.c_str());  // a stale socket of an earlier run blocks bind(2)
+    const std::string bound =
+        (path.parent_path() / ("." + path.filename().string() + "." + std::to_string(::getpid()))).string();
+    ::unlink(bound.c_str());  // left by an earlier run of this pid
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix://" + socket.path, grpc::InsecureServerCredentials());
+    builder.AddListeningPort("unix://" + bound, grpc::InsecureServerCredentials());
     builder.SetMaxReceiveMessageSize(4 * 1024 * 1024);
     for (auto* s : services) builder.RegisterService(s);
     socket.server = builder.BuildAndStart();
-    if (!socket.server) return make_error("cannot serve on " + socket.path);
-    socket.inode = inode_of(socket.path);
+    if (!socket.server) return make_error("cannot serve on " + bound);
+    socket.inode = inode_of(bound);
+    // Replaces a stale socket of an earlier run in one step.
+    if (::rename(bound.c_str(), socket.path.c_str()) != 0) {
+      const std::string why = socket.path + ": " + std::strerror(errno);
+      shut(socket);
+      return make_error(why);
+    }
     return true;
   }
 

@@ -22,10 +22,14 @@ std::string counter_slice_name(const SliceOptions& options, std::size_t k) {
 
 const char* layout_name(SliceLayout layout) {
   switch (layout) {
-    case SliceLayout::SeparateCounters: return "separate-counters";
-    case SliceLayout::CountersBeside: return "counters-beside-devices";
-    case SliceLayout::SharedOnly: return "shared-only";
-    case SliceLayout::Exclusive: return "whole-gpus-only";
+    case SliceLayout::SeparateCounters:
+      return "separate-counters";
+    case SliceLayout::CountersBeside:
+      return "counters-beside-devices";
+    case SliceLayout::SharedOnly:
+      return "shared-only";
+    case SliceLayout::Exclusive:
+      return "whole-gpus-only";
   }
   return "?";
 }
@@ -161,8 +165,9 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus, const 
         part.push_back(devices[2 * i]);
         part.push_back(devices[2 * i + 1]);
       }
-      slices.push_back(slice_object(k == 0 ? slice_name(options) : slice_name(options) + "-" + std::to_string(k),
-                                    options, count, {{"devices", part}, {"sharedCounters", sets}}));
+      slices.push_back(
+          slice_object(k == 0 ? slice_name(options) : slice_name(options) + "-" + std::to_string(k), options,
+                       count, {{"devices", part}, {"sharedCounters", sets}}));
     }
     return slices;
   }

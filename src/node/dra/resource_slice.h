@@ -9,8 +9,8 @@
 // With partitionable devices (KEP-4815) both consume all of the counter set gpu-<index> (memory
 // bytes, compute percent). Where the counter sets go depends on the API server (SliceLayout): in a
 // slice of their own (Kubernetes 1.35+), or beside the devices that consume them (1.34 with
-// DRAPartitionableDevices, which refuses a reference to a counter set of another slice). A device allowing multiple
-// allocations consumes its counters once, while any claim holds a share of it, so a claim of the
+// DRAPartitionableDevices, which refuses a reference to a counter set of another slice). A device allowing
+// multiple allocations consumes its counters once, while any claim holds a share of it, so a claim of the
 // whole device and a share of the shared one can never be allocated together.
 #pragma once
 

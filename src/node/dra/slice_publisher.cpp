@@ -208,10 +208,13 @@ bool kept_fields(const json& sent, const json& stored) {
     if (d.contains("consumesCounters") && !kept->contains("consumesCounters")) return false;
     if (d.value("allowMultipleAllocations", false) && !kept->value("allowMultipleAllocations", false))
       return false;
-    for (const auto& [name, c] : d.value("capacity", json::object()).items()) {
-      if (!c.contains("requestPolicy")) continue;
-      const json kc = kept->value("capacity", json::object()).value(name, json::object());
-      if (!kc.is_object() || !kc.contains("requestPolicy")) return false;
+    if (!d.contains("capacity") || !d["capacity"].is_object()) continue;
+    const json kept_capacity = kept->value("capacity", json::object());
+    for (const auto& [name, c] : d["capacity"].items()) {
+      if (!c.is_object() || !c.contains("requestPolicy")) continue;
+      if (!kept_capacity.is_object() || !kept_capacity.contains(name) || !kept_capacity[name].is_object() ||
+          !kept_capacity[name].contains("requestPolicy"))
+        return false;
     }
   }
   return true;
@@ -219,7 +222,8 @@ bool kept_fields(const json& sent, const json& stored) {
 
 std::string pool_digest(const std::vector<json>& slices) {
   std::string all;
-  for (const auto& d : slices) all += d["metadata"]["name"].get<std::string>() + "=" + spec_digest(d["spec"]) + ";";
+  for (const auto& d : slices)
+    all += d["metadata"]["name"].get<std::string>() + "=" + spec_digest(d["spec"]) + ";";
   return spec_digest(json(all));
 }
 
@@ -355,9 +359,16 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     status_.generation = stored_generation;
     return list_version;
   }
-  // One new generation per change of content, however many rounds it takes to write it.
+  // A new generation only when a stored slice's content changes (slices merely missing are added
+  // at the stored one), and one per change however many rounds it takes to write it.
+  bool content_differs = false;
+  for (const auto& d : desired) {
+    auto it = existing.find(d["metadata"]["name"]);
+    if (it != existing.end() && annotation(it->second, kSpecDigestAnnotation) != spec_digest(d["spec"]))
+      content_differs = true;
+  }
   const std::string digest = pool_digest(desired);
-  std::uint64_t generation = existing.empty() && stored_generation == 0 ? 1 : stored_generation + 1;
+  std::uint64_t generation = content_differs ? stored_generation + 1 : std::max<std::uint64_t>(stored_generation, 1);
   if (digest == attempt_digest_ && attempt_generation_ >= stored_generation && attempt_generation_ > 0)
     generation = attempt_generation_;
   attempt_digest_ = digest;
@@ -406,8 +417,8 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     status_.generation = generation;
   }
   GS_LOG(Info, "published ResourceSlices of pool %s: %zu GPU(s), %zu slice(s), generation %llu, layout %s",
-         options_.slice.node_name.c_str(), gpus.size(), desired.size(), static_cast<unsigned long long>(generation),
-         layout_name(slice_options.layout));
+         options_.slice.node_name.c_str(), gpus.size(), desired.size(),
+         static_cast<unsigned long long>(generation), layout_name(slice_options.layout));
   return list_version;
 }
 
@@ -423,7 +434,8 @@ Result<bool> SlicePublisher::round() {
   if (!*leading) return false;
   auto version = reconcile_slices();
   // A layout found wanting in a write is probed again at once (each probe steps down).
-  for (int again = 0; again < 3 && !version && cause_ == "fields-dropped"; ++again) version = reconcile_slices();
+  for (int again = 0; again < 3 && !version && cause_ == "fields-dropped"; ++again)
+    version = reconcile_slices();
   if (!version) return make_error(version.error());
   {
     std::lock_guard lock(mutex_);
@@ -465,8 +477,9 @@ void SlicePublisher::loop() {
         ++status_.failures;
         ++status_.consecutive_failures;
         // Exponential backoff with jitter (50-100%), from `retry` up to `max_backoff`.
-        const unsigned shift = static_cast<unsigned>(std::min<std::uint64_t>(status_.consecutive_failures - 1, 16));
-        const auto full = std::min(options_.max_backoff, options_.retry * (1LL << shift));
+        const unsigned shift =
+            static_cast<unsigned>(std::min<std::uint64_t>(status_.consecutive_failures - 1, 16));
+        const auto full = std::min(options_.max_backoff, options_.retry * (std::chrono::milliseconds::rep{1} << shift));
         wait = std::chrono::milliseconds(
             std::uniform_int_distribution<long long>(full.count() / 2, full.count())(rng));
         status_.next_wait = wait;

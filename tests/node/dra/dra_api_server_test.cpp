@@ -205,20 +205,10 @@ class FakeApiServer {
     }
     return object;
   }
-  // A ResourceSlice: the schema, then the API server's own rules, then what a disabled gate drops.
+  // A ResourceSlice: the schema, then what a disabled gate drops, then the API server's own rules.
   json accept_slice(const httplib::Request& req, httplib::Response& res, const std::string& what) {
     json object = accept(req, res, what);
     if (object.is_null()) return object;
-    const std::string broken = counters_beside_only ? rules_of_1_34(object) : test::slice_rule_errors(object);
-    if (!broken.empty()) {
-      schema_failures.push_back(what + ": " + broken);
-      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
-      return nullptr;
-    }
-    if (what != "DRYRUN slices" && !reject_slice.empty() && object["metadata"]["name"] == reject_slice) {
-      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", reject_message}});
-      return nullptr;
-    }
     if (!partitionable_gate) {
       object["spec"].erase("sharedCounters");
       if (object["spec"].contains("devices"))
@@ -231,13 +221,25 @@ class FakeApiServer {
           for (auto& [name, c] : d["capacity"].items()) c.erase("requestPolicy");
       }
     }
+    // Validation sees the object after the disabled fields were dropped, as the API server's.
+    const std::string broken = counters_beside_only ? rules_of_1_34(object) : test::slice_rule_errors(object);
+    if (!broken.empty()) {
+      schema_failures.push_back(what + ": " + broken);
+      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
+      return nullptr;
+    }
+    if (what != "DRYRUN slices" && !reject_slice.empty() && object["metadata"]["name"] == reject_slice) {
+      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", reject_message}});
+      return nullptr;
+    }
     return object;
   }
   // 1.34's check with DRAPartitionableDevices (its message, as the issue saw it).
   static std::string rules_of_1_34(const json& slice) {
     const json& spec = slice.at("spec");
     std::set<std::string> sets;
-    for (const auto& set : spec.value("sharedCounters", json::array())) sets.insert(set.at("name").get<std::string>());
+    for (const auto& set : spec.value("sharedCounters", json::array()))
+      sets.insert(set.at("name").get<std::string>());
     if (sets.size() > 8) return "spec.sharedCounters: Too many: must have at most 8 items";
     std::size_t i = 0;
     for (const auto& d : spec.value("devices", json::array())) {
@@ -246,8 +248,8 @@ class FakeApiServer {
         const std::string set = c.at("counterSet");
         if (!sets.count(set))
           return "ResourceSlice.resource.k8s.io \"" + slice["metadata"].value("name", "") +
-                 "\" is invalid: spec.devices[" + std::to_string(i) + "].consumesCounters[" + std::to_string(j) +
-                 "].counterSet: Invalid value: \"" + set +
+                 "\" is invalid: spec.devices[" + std::to_string(i) + "].consumesCounters[" +
+                 std::to_string(j) + "].counterSet: Invalid value: \"" + set +
                  "\": must reference a counterSet defined in the ResourceSlice sharedCounters";
         ++j;
       }
@@ -431,7 +433,7 @@ TEST_F(DraApi, WithThePartitionableGateOffOnlyTheSharedDevicesArePublished) {
   }
   ASSERT_TRUE(publisher.round());
   std::lock_guard lock(server.mutex);
-  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 2) << "then settled";
+  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 1) << "then settled";
 }
 
 TEST_F(DraApi, WithoutPartitionsOneSliceOfSharedDevicesIsPublished) {
@@ -658,17 +660,21 @@ TEST_F(DraApi, OnKubernetes134WithDefaultGatesEachGpuIsPublishedForOneClaimAndTh
   EXPECT_FALSE(st.fractions_schedulable);
   EXPECT_FALSE(st.partitionable);
   const std::string metrics = render_publisher_metrics(st, "node-a");
-  EXPECT_NE(metrics.find("gpuslice_dra_fractions_schedulable{node=\"node-a\"} 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("gpuslice_dra_fractions_schedulable{node=\"node-a\"} 0\n"), std::string::npos)
+      << metrics;
   EXPECT_NE(metrics.find("gpuslice_dra_slice_layout{node=\"node-a\",layout=\"whole-gpus-only\"} 1\n"),
             std::string::npos)
       << metrics;
-  std::lock_guard lock(server.mutex);
-  ASSERT_EQ(server.slices.size(), 1u);
-  for (const auto& d : server.slices["node-a-gpuslice-io"]["spec"]["devices"]) {
-    EXPECT_FALSE(d.contains("allowMultipleAllocations"));
-    EXPECT_FALSE(d["capacity"]["memory"].contains("requestPolicy"));
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.slices.size(), 1u);
+    for (const auto& d : server.slices["node-a-gpuslice-io"]["spec"]["devices"]) {
+      EXPECT_FALSE(d.contains("allowMultipleAllocations"));
+      EXPECT_FALSE(d["capacity"]["memory"].contains("requestPolicy"));
+    }
   }
   ASSERT_TRUE(publisher.round());
+  std::lock_guard lock(server.mutex);
   EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 1) << "then settled";
 }
 
@@ -676,7 +682,8 @@ TEST_F(DraApi, OnKubernetes134WithDefaultGatesEachGpuIsPublishedForOneClaimAndTh
 // keeps the server's whole message (escaped), the loop backs off and counts the failures.
 TEST_F(DraApi, APersistentRejectionBacksOffCountsAndKeepsThePoolGeneration) {
   std::string message = "spec.devices[0].consumesCounters[0].counterSet: Invalid value: \"gpu-0\": ";
-  while (message.size() < 600) message += "must reference a counterSet defined in the ResourceSlice sharedCounters, ";
+  while (message.size() < 600)
+    message += "must reference a counterSet defined in the ResourceSlice sharedCounters, ";
   message += "\x1b[31mend";
   server.reject_slice = "node-a-gpuslice-io";
   server.reject_message = message;
@@ -711,7 +718,8 @@ TEST_F(DraApi, APersistentRejectionBacksOffCountsAndKeepsThePoolGeneration) {
   ASSERT_GE(st.consecutive_failures, 5u);
   EXPECT_GE(st.failures, 5u);
   EXPECT_EQ(st.cause, "write-rejected");
-  EXPECT_GE(st.next_wait, std::chrono::milliseconds(40)) << "doubled from 10 ms, at most 80 ms, jitter 50-100%";
+  EXPECT_GE(st.next_wait, std::chrono::milliseconds(40))
+      << "doubled from 10 ms, at most 80 ms, jitter 50-100%";
   EXPECT_LE(st.next_wait, std::chrono::milliseconds(80));
   const std::string metrics = render_publisher_metrics(st, "node-a");
   EXPECT_NE(metrics.find("gpuslice_dra_publish_failing{node=\"node-a\",cause=\"write-rejected\"} 1\n"),
@@ -730,7 +738,8 @@ TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
   SlicePublisher a(options, api);
   a.set_gpus(test::two_gpu_node().gpus);
   a.start();
-  for (int i = 0; i < 2000 && !a.status().published; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 2000 && !a.status().published; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(a.status().published);
   const auto before = std::chrono::steady_clock::now();
   a.stop();
@@ -760,7 +769,8 @@ TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {
   EXPECT_LE(shown.size(), kMaxApiMessageChars + 16);
   EXPECT_GT(shown.size(), 3500u);
   const std::string kept = shown.substr(0, shown.size() - 3);
-  EXPECT_EQ(text.substr(kept.size() - 3, 1), " ") << "cut at a space, not mid-word: " << kept.substr(kept.size() - 20);
+  EXPECT_EQ(text.substr(kept.size() - 3, 1), " ")
+      << "cut at a space, not mid-word: " << kept.substr(kept.size() - 20);
 }
 
 TEST(DraMicroTime, RoundTrips) {

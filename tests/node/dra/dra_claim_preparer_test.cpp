@@ -444,7 +444,8 @@ TEST_F(DraPrepare, RecoveryKeepsGoingPastABadEntryAndNeverTrustsItsPaths) {
     ASSERT_TRUE(p.recover());
     ASSERT_EQ(p.claims().size(), 1u);
     base = p.checkpoint_path();
-    doc["claims"]["uid-1"] = nlohmann::json::parse(checkpoint_entry_text("uid-1", p.claims()[0].entry))["entry"];
+    doc["claims"]["uid-1"] =
+        nlohmann::json::parse(checkpoint_entry_text("uid-1", p.claims()[0].entry))["entry"];
   }
   doc["claims"]["uid-bad"] = {{"state", "prepared"}, {"namespace", 7}};
   nlohmann::json planted = doc["claims"]["uid-1"];
