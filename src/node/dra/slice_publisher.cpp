@@ -100,7 +100,7 @@ Error SlicePublisher::fail(const char* cause, std::string message) {
   return make_error(std::move(message));
 }
 
-SlicePublisher::~SlicePublisher() { stop(); }
+SlicePublisher::~SlicePublisher() { halt(); }
 
 std::string SlicePublisher::lease_name() const { return "gpuslice-dra-" + options_.slice.node_name; }
 
@@ -368,7 +368,8 @@ Result<std::string> SlicePublisher::reconcile_slices() {
       content_differs = true;
   }
   const std::string digest = pool_digest(desired);
-  std::uint64_t generation = content_differs ? stored_generation + 1 : std::max<std::uint64_t>(stored_generation, 1);
+  std::uint64_t generation =
+      content_differs ? stored_generation + 1 : std::max<std::uint64_t>(stored_generation, 1);
   if (digest == attempt_digest_ && attempt_generation_ >= stored_generation && attempt_generation_ > 0)
     generation = attempt_generation_;
   attempt_digest_ = digest;
@@ -479,7 +480,8 @@ void SlicePublisher::loop() {
         // Exponential backoff with jitter (50-100%), from `retry` up to `max_backoff`.
         const unsigned shift =
             static_cast<unsigned>(std::min<std::uint64_t>(status_.consecutive_failures - 1, 16));
-        const auto full = std::min(options_.max_backoff, options_.retry * (std::chrono::milliseconds::rep{1} << shift));
+        const auto full =
+            std::min(options_.max_backoff, options_.retry * (std::chrono::milliseconds::rep{1} << shift));
         wait = std::chrono::milliseconds(
             std::uniform_int_distribution<long long>(full.count() / 2, full.count())(rng));
         status_.next_wait = wait;
@@ -507,17 +509,21 @@ void SlicePublisher::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-void SlicePublisher::stop() {
+bool SlicePublisher::halt() {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
   cv_.notify_all();
-  if (!thread_.joinable()) return;
+  if (!thread_.joinable()) return false;
   api_.set_cancelled(true);  // a watch or a slow request in flight ends now
   thread_.join();
   api_.set_cancelled(false);
+  return true;
+}
+
+void SlicePublisher::stop() {
+  if (!halt()) return;
   // Giving the Lease up is worth half a second, no more: past it the request is cut off.
   std::mutex m;
   std::condition_variable cv;

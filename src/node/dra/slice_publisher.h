@@ -72,6 +72,8 @@ class SlicePublisher {
   std::string lease_name() const;
 
  private:
+  // Ends the loop (cutting off a request in flight); false when it was not running.
+  bool halt();
   Result<bool> hold_lease();
   Result<bool> create_lease(const std::string& path, nlohmann::json spec);
   Result<ApiResponse> replace_slice(const std::string& name, nlohmann::json slice);
