@@ -109,6 +109,14 @@ ApiServerOptions in_cluster_options(const std::function<const char*(const char*)
 
 ApiClient::ApiClient(ApiServerOptions options) : options_(std::move(options)) {}
 
+void ApiClient::set_cancelled(bool cancelled) {
+  {
+    std::lock_guard lock(cancel_mutex_);
+    cancelled_ = cancelled;
+  }
+  cancel_cv_.notify_all();
+}
+
 Result<std::string> ApiClient::token() const {
   if (options_.token_file.empty()) return std::string();
   auto text = fs::read_small_file(options_.token_file, kMaxTokenBytes);
@@ -200,19 +208,22 @@ Result<ApiResponse> ApiClient::request(const std::string& method, const std::str
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::chrono::milliseconds wait = options_.backoff;
   std::string last;
+  unsigned attempts = 0;
   for (unsigned attempt = 0;; ++attempt) {
+    ++attempts;
     auto r = once(method, path, text, content_type, options_.timeout);
     if (r && !transient(r->status)) return r;
-    last = r ? "HTTP " + std::to_string(r->status) : r.error();
+    last = r ? method + " " + path + ": HTTP " + std::to_string(r->status) : r.error();
     if (attempt >= options_.retries || cancelled_) break;
     // Full jitter: many nodes retrying at once must not arrive at once.
     const auto sleep =
         std::chrono::milliseconds(std::uniform_int_distribution<long>(wait.count() / 2, wait.count())(rng));
-    std::this_thread::sleep_for(sleep);
+    std::unique_lock lock(cancel_mutex_);
+    if (cancel_cv_.wait_for(lock, sleep, [this] { return cancelled_.load(); })) break;
     wait = std::min(wait * 2, std::chrono::milliseconds(10000));
   }
-  return make_error(method + " " + path + ": " + last + " after " + std::to_string(options_.retries + 1) +
-                    " attempts");
+  if (attempts == 1) return make_error(last);
+  return make_error(last + " after " + std::to_string(attempts) + " attempts");
 }
 
 Result<WatchEnd> ApiClient::watch(const std::string& path, const std::string& query,

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -79,7 +81,7 @@ class ApiClient final : public ClaimSource {
 
   // While set, requests fail at once and one in flight is cut off within about 20 ms (a stopping
   // daemon does not wait out a watch); cleared again for the last requests of a shutdown.
-  void set_cancelled(bool cancelled) { cancelled_ = cancelled; }
+  void set_cancelled(bool cancelled);
 
  private:
   Result<ApiResponse> once(const std::string& method, const std::string& path, const std::string& body,
@@ -89,6 +91,8 @@ class ApiClient final : public ClaimSource {
 
   ApiServerOptions options_;
   std::atomic<bool> cancelled_{false};
+  std::mutex cancel_mutex_;  // with cancel_cv_: a wait between retries ends when cancelled
+  std::condition_variable cancel_cv_;
 };
 
 // The API server's text as it may reach a log line, a status or an error: control bytes escaped,
