@@ -214,6 +214,38 @@ if ! grep -q '^gpuslice_container_refused_allocations_total' "$work/metrics.txt"
 fi
 echo "  $(grep -vc '^#' "$work/metrics.txt") samples of $(grep -c '^# TYPE' "$work/metrics.txt") metric families"
 
+# The DRA mode's own families (gpuslice_dra_*), from a driver whose API server does not answer.
+step "gpuslice-node dra on loopback (fake GPUs, no API server)"
+dra_port=$($python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+dead_port=$($python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$work/dra/root" "$work/dra/plugins" "$work/dra/registry" "$work/dra/cdi"
+echo ci-token >"$work/dra/token"
+"$build/bin/gpuslice-node" dra --root="$work/dra/root" --listen="127.0.0.1:$dra_port" --node-name=ci-node \
+  --fake-gpus=2x16Gi --plugins-dir="$work/dra/plugins" --registry-dir="$work/dra/registry" \
+  --cdi-dir="$work/dra/cdi" --api-server="http://127.0.0.1:$dead_port" --api-token-file="$work/dra/token" \
+  --api-timeout=1s --scan-interval=100ms >"$work/dra.log" 2>&1 &
+daemon_pid=$!
+$python - "http://127.0.0.1:$dra_port/metrics" "$work/dra-metrics.txt" <<'PY' || true
+import sys, time, urllib.request
+url, out = sys.argv[1], sys.argv[2]
+deadline = time.time() + 10
+while time.time() < deadline:
+    time.sleep(0.2)
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        continue
+    if "gpuslice_dra_publish_failing{" in text:
+        open(out, "w").write(text)
+        break
+PY
+kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null || true
+daemon_pid=""
+grep -q '^gpuslice_dra_publish_failing{' "$work/dra-metrics.txt" 2>/dev/null ||
+  fail "no gpuslice_dra_* metrics from gpuslice-node dra: $(cat "$work/dra.log")"
+promtool check metrics <"$work/dra-metrics.txt" >"$work/dra-promtool.txt" 2>&1 ||
+  fail "promtool check metrics (dra): $(cat "$work/dra-promtool.txt")"
+
 step "promtool check metrics"
 if promtool check metrics <"$work/metrics.txt" >"$work/promtool.txt" 2>&1; then
   echo "  no findings"
@@ -239,7 +271,7 @@ assert shipped == json.load(open(sys.argv[2])), "the ConfigMap's dashboard diffe
 print(f"  ConfigMap {maps[0]['metadata']['namespace']}/{maps[0]['metadata']['name']} carries the dashboard "
       f"'{shipped['title']}' ({len(shipped['panels'])} panels)")
 PY
-$python scripts/chart/check_promql.py --exposition "$work/metrics.txt" \
+$python scripts/chart/check_promql.py --exposition "$work/metrics.txt" --exposition "$work/dra-metrics.txt" \
   --dashboard deploy/grafana/gpuslice-dashboard.json --rules "$work/alerts.yaml" \
   --syntax-rules "$work/dashboard-rules.yaml" || fail "dashboard or alert queries"
 promtool check rules "$work/dashboard-rules.yaml" | sed 's/^/  /' || fail "promtool check rules (dashboard expressions)"

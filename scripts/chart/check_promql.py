@@ -244,12 +244,18 @@ def check_rules(path, report):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--exposition", required=True, help="a /metrics response of gpuslice-node")
+    parser.add_argument("--exposition", required=True, action="append",
+                        help="a /metrics response of gpuslice-node (repeated: one per run mode)")
     parser.add_argument("--dashboard", action="append", default=[])
     parser.add_argument("--rules", action="append", default=[], help="a Prometheus rule file (groups:)")
     parser.add_argument("--syntax-rules", help="write the dashboards' expressions here as recording rules")
     args = parser.parse_args()
-    families, labels = parse_exposition(open(args.exposition, encoding="utf-8").read())
+    families, labels = set(), {}
+    for path in args.exposition:
+        f, l = parse_exposition(open(path, encoding="utf-8").read())
+        families |= f
+        for name, names in l.items():
+            labels.setdefault(name, set()).update(names)
     exposed = len(families)
     report = Report(families, labels)
     syntax = []

@@ -405,6 +405,7 @@ std::shared_ptr<const NodeView> Collector::refresh() {
     view->plugins = registration_source_();
   }
   if (mps_source_) view->mps = mps_source_();
+  if (extra_metrics_source_) view->extra_metrics = extra_metrics_source_();
 
   // Forget what belonged to containers that are gone.
   std::set<std::string> seen;

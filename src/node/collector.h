@@ -89,6 +89,7 @@ struct NodeView {
   std::uint64_t gc_failures = 0;  // removals that failed since start (e.g. a tree too deep)
   bool device_plugin = false;     // `plugins` is meaningful
   std::vector<PluginRegistration> plugins;
+  std::string extra_metrics;  // Prometheus text of a run mode's own families (the DRA publisher's)
   std::vector<GpuInfo> gpus;
   std::string gpu_error;  // NVML failure of the whole probe
   std::vector<ContainerView> containers;
@@ -131,6 +132,11 @@ class Collector {
   // Where the MPS control daemon's state comes from (--mps; called once per refresh).
   void set_mps_source(std::function<mps::MpsReport()> source) { mps_source_ = std::move(source); }
 
+  // Text appended to /metrics, rendered once per refresh (a run mode's own families).
+  void set_extra_metrics_source(std::function<std::string()> source) {
+    extra_metrics_source_ = std::move(source);
+  }
+
   // Scans everything, reaps dead processes of every ledger, publishes and returns the new view.
   std::shared_ptr<const NodeView> refresh();
   // The latest published view (an empty one before the first refresh).
@@ -167,6 +173,7 @@ class Collector {
   std::uint64_t gc_grace_ns_ = 0;
   std::function<std::vector<PluginRegistration>()> registration_source_;
   std::function<mps::MpsReport()> mps_source_;
+  std::function<std::string()> extra_metrics_source_;
   std::function<void(const std::vector<ListedDevices>&)> listing_observer_;
   std::mutex refresh_mutex_;                          // one refresh at a time; guards the members below
   std::map<std::string, BusySample> busy_;            // key: container id + '\n' + device uuid

@@ -324,6 +324,7 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
       }
     }
   }
+  out += view.extra_metrics;
   return out;
 }
 

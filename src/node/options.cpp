@@ -7,6 +7,7 @@
 #include "common/duration_scan.h"
 #include "config/default_paths.h"
 #include "config/settings.h"
+#include "node/dra/claim_reader.h"
 
 namespace gpuslice::node {
 namespace {
@@ -445,6 +446,15 @@ std::vector<Flag> dra_flags(DraModeOptions& out) {
         "publish only the shared gpu-N devices: no whole-GPU gpu-N-whole devices, no counters (where the "
         "scheduler lacks DRAPartitionableDevices; an API server that drops the fields is noticed anyway)",
         set_switch(out.partitionable, false)},
+       {"dropped-capacity", "POLICY", "GPUSLICE_DRA_DROPPED_CAPACITY", "refuse",
+        "a claim given a GPU without consumed capacity (the API server dropped its capacity request: "
+        "DRAConsumableCapacity off) is refused, prepared with the whole GPU (whole), or with this memory "
+        "limit (a size, e.g. 4Gi); a claim's own memory.limit applies in every case",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          if (auto p = dra::parse_dropped_capacity(v); !p) return p.error();
+          out.dropped_capacity = v;
+          return std::nullopt;
+        }},
        {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "",
         "namespaces whose claims may ask for priority high (empty: none; elsewhere such a claim is "
         "refused at prepare)",

@@ -67,7 +67,8 @@ struct DraModeOptions {
   std::string api_ca_file;
   std::chrono::milliseconds api_timeout{0};
   bool publish = true;
-  bool partitionable = true;  // whole-GPU devices and counters beside the shared devices
+  bool partitionable = true;                // whole-GPU devices and counters beside the shared devices
+  std::string dropped_capacity = "refuse";  // refuse | whole | <size> (dra::parse_dropped_capacity)
   MpsOptions mps;
   std::vector<std::string> priority_high_namespaces;  // whose claims may ask for priority high
   std::string lease_namespace;

@@ -24,12 +24,20 @@ constexpr std::size_t kMaxTokenBytes = std::size_t{64} * 1024;
 // server that trickles its answer would otherwise hold a request forever.
 class Deadline {
  public:
-  Deadline(httplib::Client& client, std::chrono::milliseconds timeout)
-      : thread_([this, &client, timeout] {
+  Deadline(httplib::Client& client, std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled)
+      : thread_([this, &client, timeout, &cancelled] {
+          const auto end = std::chrono::steady_clock::now() + timeout;
           std::unique_lock lock(mutex_);
-          if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
-            expired_ = true;
-            client.stop();
+          while (!done_) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= end || cancelled) {
+              expired_ = now >= end;
+              client.stop();
+              return;
+            }
+            cv_.wait_for(
+                lock, std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)),
+                [this] { return done_; });
           }
         }) {}
   ~Deadline() {
@@ -65,12 +73,24 @@ std::string rfc3339_now() {
 
 }  // namespace
 
-bool valid_object_name(const std::string& name) {
-  if (name.empty() || name.size() > 253) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+std::string api_message(std::string_view text, std::size_t max_chars) {
+  if (text.size() <= max_chars) return config::detail::printable(text, max_chars);
+  std::size_t cut = max_chars;
+  // Back to the last space or comma, unless that drops more than an eighth of the text.
+  for (std::size_t i = max_chars; i > max_chars - max_chars / 8; --i) {
+    if (text[i] == ' ' || text[i] == ',') {
+      cut = i;
+      break;
+    }
   }
-  return true;
+  return config::detail::printable(text.substr(0, cut), cut) + "...";
+}
+
+std::string api_status_error(const std::string& what, const ApiResponse& r) {
+  std::string message;
+  if (r.body.is_object() && r.body.contains("message") && r.body["message"].is_string())
+    message = ": " + api_message(r.body["message"].get<std::string>());
+  return what + ": HTTP " + std::to_string(r.status) + message;
 }
 
 ApiServerOptions in_cluster_options(const std::function<const char*(const char*)>& env) {
@@ -88,6 +108,14 @@ ApiServerOptions in_cluster_options(const std::function<const char*(const char*)
 }
 
 ApiClient::ApiClient(ApiServerOptions options) : options_(std::move(options)) {}
+
+void ApiClient::set_cancelled(bool cancelled) {
+  {
+    std::lock_guard lock(cancel_mutex_);
+    cancelled_ = cancelled;
+  }
+  cancel_cv_.notify_all();
+}
 
 Result<std::string> ApiClient::token() const {
   if (options_.token_file.empty()) return std::string();
@@ -137,7 +165,8 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
     return true;
   };
 
-  Deadline deadline(client, timeout);
+  if (cancelled_) return make_error(method + " " + path + ": cancelled (the daemon is stopping)");
+  Deadline deadline(client, timeout, cancelled_);
   httplib::Result result{nullptr, httplib::Error::Unknown};
   if (method == "GET") {
     result = client.Get(path.c_str(), headers, on_response, receive);
@@ -159,6 +188,7 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
   if (deadline.expired())
     return make_error(method + " " + path + ": no complete answer within " + std::to_string(timeout.count()) +
                       " ms");
+  if (cancelled_) return make_error(method + " " + path + ": cancelled (the daemon is stopping)");
   if (too_big)
     return make_error(method + " " + path + ": answer larger than " + std::to_string(limit) + " bytes");
   if (!result && !(stream && status != 0))
@@ -178,19 +208,22 @@ Result<ApiResponse> ApiClient::request(const std::string& method, const std::str
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::chrono::milliseconds wait = options_.backoff;
   std::string last;
+  unsigned attempts = 0;
   for (unsigned attempt = 0;; ++attempt) {
+    ++attempts;
     auto r = once(method, path, text, content_type, options_.timeout);
     if (r && !transient(r->status)) return r;
-    last = r ? "HTTP " + std::to_string(r->status) : r.error();
-    if (attempt >= options_.retries) break;
+    last = r ? method + " " + path + ": HTTP " + std::to_string(r->status) : r.error();
+    if (attempt >= options_.retries || cancelled_) break;
     // Full jitter: many nodes retrying at once must not arrive at once.
     const auto sleep =
         std::chrono::milliseconds(std::uniform_int_distribution<long>(wait.count() / 2, wait.count())(rng));
-    std::this_thread::sleep_for(sleep);
+    std::unique_lock lock(cancel_mutex_);
+    if (cancel_cv_.wait_for(lock, sleep, [this] { return cancelled_.load(); })) break;
     wait = std::min(wait * 2, std::chrono::milliseconds(10000));
   }
-  return make_error(method + " " + path + ": " + last + " after " + std::to_string(options_.retries + 1) +
-                    " attempts");
+  if (attempts == 1) return make_error(last);
+  return make_error(last + " after " + std::to_string(attempts) + " attempts");
 }
 
 Result<WatchEnd> ApiClient::watch(const std::string& path, const std::string& query,
@@ -264,12 +297,7 @@ Result<json> ApiClient::get_claim(const std::string& ns, const std::string& name
                       " is not a valid object name");
   auto r = request("GET", "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name);
   if (!r) return make_error(r.error());
-  if (r->status != 200) {
-    std::string message;
-    if (r->body.is_object() && r->body.contains("message") && r->body["message"].is_string())
-      message = ": " + config::detail::printable(r->body["message"].get<std::string>(), 200);
-    return make_error("HTTP " + std::to_string(r->status) + message);
-  }
+  if (r->status != 200) return make_error(api_status_error("reading the claim", *r));
   if (!r->body.is_object()) return make_error("the API server's answer is not a JSON object");
   return r->body;
 }

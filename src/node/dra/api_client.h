@@ -5,12 +5,16 @@
 // (connection errors, 429, 5xx), and watches that report 410 Gone so the caller re-lists.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 #include "node/dra/claim_preparer.h"
@@ -75,6 +79,10 @@ class ApiClient final : public ClaimSource {
 
   const ApiServerOptions& options() const { return options_; }
 
+  // While set, requests fail at once and one in flight is cut off within about 20 ms (a stopping
+  // daemon does not wait out a watch); cleared again for the last requests of a shutdown.
+  void set_cancelled(bool cancelled);
+
  private:
   Result<ApiResponse> once(const std::string& method, const std::string& path, const std::string& body,
                            const std::string& content_type, std::chrono::milliseconds timeout,
@@ -82,9 +90,17 @@ class ApiClient final : public ClaimSource {
   Result<std::string> token() const;
 
   ApiServerOptions options_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex cancel_mutex_;  // with cancel_cv_: a wait between retries ends when cancelled
+  std::condition_variable cancel_cv_;
 };
 
-// A path segment as the API expects it (names are DNS labels; anything else is refused).
-bool valid_object_name(const std::string& name);
+// The API server's text as it may reach a log line, a status or an error: control bytes escaped,
+// at most about `max_chars` (4 KiB: a 422 lists every field it refused), cut at a word boundary
+// with "...".
+inline constexpr std::size_t kMaxApiMessageChars = 4096;
+std::string api_message(std::string_view text, std::size_t max_chars = kMaxApiMessageChars);
+// "<what>: HTTP <status>: <the Status object's message>".
+std::string api_status_error(const std::string& what, const ApiResponse& response);
 
 }  // namespace gpuslice::node::dra

@@ -1,7 +1,13 @@
-// What the DRA plugin has prepared on this node, kept in <root>/dra/checkpoint.json (root-only,
-// replaced atomically). An entry is written as `preparing` before the first file of a claim is
-// created and becomes `prepared` once all are, so a daemon killed in between finds on restart
-// exactly which claim's files to remove (the kubelet then asks again), and never leaks any.
+// What the DRA plugin has prepared on this node, kept in <root>/dra/ (root-only). An entry is
+// written as `preparing` before the first file of a claim is created and becomes `prepared` once
+// all are, so a daemon killed in between finds on restart exactly which claim's files to remove (the
+// kubelet then asks again), and never leaks any.
+//
+// Two files: checkpoint.json, the whole state (replaced atomically), and checkpoint.journal, one
+// JSON line per change since (a claim's entry, or its removal), appended and synced. A prepare
+// costs one line, not the whole file; the journal is folded into checkpoint.json once it outgrows
+// the state. The state is bounded when it is written (a claim that would pass kMaxCheckpointBytes
+// is refused), so what was written can always be read back.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +47,46 @@ struct Checkpoint {
   std::map<std::string, CheckpointEntry> claims;  // by claim uid
 };
 
-Result<Checkpoint> read_checkpoint(const std::string& path);  // a missing file is empty
-Result<bool> write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// The entry as one JSON text (what the bound counts).
+std::string checkpoint_entry_text(const std::string& uid, const CheckpointEntry& entry);
+
+class CheckpointStore {
+ public:
+  // `dir` holds checkpoint.json and checkpoint.journal.
+  explicit CheckpointStore(std::string dir, std::size_t max_bytes = kMaxCheckpointBytes);
+
+  // Reads both files (missing ones are empty). An entry that cannot be read is skipped and named in
+  // `skipped` (uid, or the line number, with why): the others are still recovered. An error only when
+  // a file cannot be read at all.
+  struct Loaded {
+    Checkpoint checkpoint;
+    std::vector<std::string> skipped;
+  };
+  Result<Loaded> load();
+
+  // Whether `entry` for `uid` keeps the state within the bound.
+  bool fits(const std::string& uid, const CheckpointEntry& entry) const;
+  Result<bool> put(const std::string& uid, const CheckpointEntry& entry);
+  Result<bool> remove(const std::string& uid);
+  // Writes the whole state to checkpoint.json and empties the journal.
+  Result<bool> compact();
+
+  const Checkpoint& state() const { return state_; }
+  std::uint64_t bytes_written() const { return bytes_written_; }
+  std::string base_path() const { return dir_ + "/checkpoint.json"; }
+  std::string journal_path() const { return dir_ + "/checkpoint.journal"; }
+
+ private:
+  Result<bool> append(const std::string& line);
+  void account(const std::string& uid, const CheckpointEntry* entry);
+
+  std::string dir_;
+  std::size_t max_bytes_;
+  Checkpoint state_;
+  std::map<std::string, std::size_t> sizes_;  // entry text bytes per uid
+  std::size_t total_ = 0;                     // sum of sizes_
+  std::size_t journal_bytes_ = 0;
+  std::uint64_t bytes_written_ = 0;
+};
 
 }  // namespace gpuslice::node::dra

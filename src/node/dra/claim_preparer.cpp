@@ -63,9 +63,49 @@ bool valid_claim_uid(const std::string& uid) {
 }
 
 ClaimPreparer::ClaimPreparer(PreparerOptions options, ClaimSource& source)
-    : options_(std::move(options)), source_(source), layout_(options_.root) {}
+    : options_(std::move(options)),
+      source_(source),
+      layout_(options_.root),
+      store_(layout_.root() + "/dra", options_.max_checkpoint_bytes) {}
 
-std::string ClaimPreparer::checkpoint_path() const { return layout_.root() + "/dra/checkpoint.json"; }
+std::string ClaimPreparer::checkpoint_path() const { return store_.base_path(); }
+
+std::uint64_t ClaimPreparer::checkpoint_bytes_written() const {
+  std::lock_guard lock(mutex_);
+  return store_.bytes_written();
+}
+
+// Every path of a claim follows from its uid; the checkpoint only says which claims exist.
+CheckpointEntry ClaimPreparer::entry_paths(const std::string& uid) const {
+  CheckpointEntry e;
+  e.container_id = kIdPrefix + uid;
+  e.cdi_file = options_.cdi_dir + "/" + cdi_spec_file_name(uid);
+  return e;
+}
+
+std::optional<Result<std::vector<PreparedDevice>>> ClaimPreparer::prepared_before(const ClaimRef& ref) const {
+  auto it = store_.state().claims.find(ref.uid);
+  if (it == store_.state().claims.end() || it->second.state != CheckpointEntry::State::Prepared)
+    return std::nullopt;
+  if (it->second.ns != ref.ns || it->second.name != ref.name)
+    return Result<std::vector<PreparedDevice>>(make_error("claim uid " + ref.uid + " is prepared for claim " +
+                                                          it->second.ns + "/" + it->second.name + ", not " +
+                                                          ref.ns + "/" + ref.name));
+  return Result<std::vector<PreparedDevice>>(it->second.devices);  // the kubelet retries, or restarted
+}
+
+std::string ClaimPreparer::entry_mismatch(const std::string& uid, const CheckpointEntry& entry) const {
+  if (!valid_claim_uid(uid)) return "its uid is not a Kubernetes uid";
+  const CheckpointEntry want = entry_paths(uid);
+  if (entry.container_id != want.container_id) return "its container directory is not the claim's";
+  if (entry.cdi_file != want.cdi_file) return "its CDI spec is not the claim's";
+  if (!entry.channel_writer.empty() && entry.channel_writer != want.container_id)
+    return "its channel writer is not the claim's";
+  if (!valid_object_name(entry.ns) || !valid_object_name(entry.name))
+    return "its namespace or name is not an object name";
+  if (!entry.pod.empty() && !valid_object_name(entry.pod)) return "its pod is not an object name";
+  return "";
+}
 
 void ClaimPreparer::step(const char* name) const {
   if (options_.after_step) options_.after_step(name);
@@ -89,26 +129,36 @@ Result<bool> ClaimPreparer::remove_files(const std::string& uid, const Checkpoin
 Result<bool> ClaimPreparer::recover() {
   std::lock_guard lock(mutex_);
   if (auto r = make_dir(layout_.root() + "/dra", 0700); !r) return r;
-  auto read = read_checkpoint(checkpoint_path());
-  if (!read) return make_error(read.error());
-  checkpoint_ = std::move(read).value();
-  bool changed = false;
-  for (auto it = checkpoint_.claims.begin(); it != checkpoint_.claims.end();) {
-    if (it->second.state == CheckpointEntry::State::Preparing) {
+  auto loaded = store_.load();
+  if (!loaded) return make_error(loaded.error());
+  // One unreadable entry costs that claim (its files go with the sweep below), not the others.
+  bool changed = !loaded->skipped.empty();
+  for (const auto& why : loaded->skipped)
+    GS_LOG(Error, "DRA checkpoint: entry skipped (%s)", config::detail::printable(why, 300).c_str());
+  for (const auto& [uid, entry] : loaded->checkpoint.claims) {
+    if (const std::string why = entry_mismatch(uid, entry); !why.empty()) {
+      // Paths come from the uid, never from the file: a planted "../../victim" removes nothing.
+      GS_LOG(Error, "DRA checkpoint: claim %s skipped: %s", config::detail::printable(uid, 80).c_str(),
+             why.c_str());
+      if (auto r = store_.remove(uid); !r) return r;
+      if (valid_claim_uid(uid) && entry.state == CheckpointEntry::State::Preparing)
+        (void)remove_files(uid, entry_paths(uid));
+      continue;
+    }
+    if (entry.state == CheckpointEntry::State::Preparing) {
       GS_LOG(Warn, "claim %s/%s (%s) was being prepared when the daemon stopped: removing its files",
-             it->second.ns.c_str(), it->second.name.c_str(), it->first.c_str());
-      if (auto r = remove_files(it->first, it->second); !r) return r;
-      it = checkpoint_.claims.erase(it);
-      changed = true;
-    } else {
-      ++it;
+             entry.ns.c_str(), entry.name.c_str(), uid.c_str());
+      CheckpointEntry paths = entry_paths(uid);
+      paths.channel_writer = entry.channel_writer;
+      if (auto r = remove_files(uid, paths); !r) return r;
+      if (auto r = store_.remove(uid); !r) return r;
     }
   }
   // Files of claims the checkpoint does not name (it was lost or replaced): nothing refers to them.
   std::set<std::string> known;
-  for (const auto& [uid, e] : checkpoint_.claims) known.insert(e.container_id);
+  for (const auto& [uid, e] : store_.state().claims) known.insert(e.container_id);
   for (const auto& id : layout_.list_containers()) {
-    if (id.rfind(kIdPrefix, 0) != 0 || known.count(id)) continue;
+    if (id.rfind(kIdPrefix, 0) != 0 || known.count(id) || !valid_claim_uid(id.substr(4))) continue;
     GS_LOG(Warn, "removing %s: no prepared claim owns it", layout_.container_dir(id).c_str());
     (void)remove_tree(layout_.container_dir(id));
     (void)remove_assignment(layout_, id);
@@ -116,20 +166,19 @@ Result<bool> ClaimPreparer::recover() {
     (void)::unlink((options_.cdi_dir + "/" + cdi_spec_file_name(id.substr(4))).c_str());
   }
   if (changed) {
-    if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) return w;
+    if (auto w = store_.compact(); !w) return w;
   }
   return true;
 }
 
 Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) {
   if (!valid_claim_uid(ref.uid)) return make_error("claim uid is not a Kubernetes uid");
-  if (ref.ns.empty() || ref.name.empty() || ref.ns.size() > 253 || ref.name.size() > 253)
-    return make_error("claim namespace and name are required");
+  if (!valid_object_name(ref.ns) || !valid_object_name(ref.name))
+    return make_error("claim namespace and name must be object names, not " +
+                      config::detail::printable(ref.ns + "/" + ref.name, 80));
   {
     std::lock_guard lock(mutex_);
-    auto it = checkpoint_.claims.find(ref.uid);
-    if (it != checkpoint_.claims.end() && it->second.state == CheckpointEntry::State::Prepared)
-      return it->second.devices;  // prepared before (the kubelet retries, or restarted)
+    if (auto done = prepared_before(ref)) return *done;
   }
   // Outside the lock: a slow API server must not hold every other claim up.
   auto claim = source_.get_claim(ref.ns, ref.name);
@@ -149,9 +198,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   }
 
   std::lock_guard lock(mutex_);
-  if (auto it = checkpoint_.claims.find(ref.uid);
-      it != checkpoint_.claims.end() && it->second.state == CheckpointEntry::State::Prepared)
-    return it->second.devices;
+  if (auto done = prepared_before(ref)) return *done;
 
   const std::string id = kIdPrefix + ref.uid;
   CheckpointEntry entry;
@@ -165,6 +212,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   std::vector<std::pair<std::string, unsigned>> compute;
   std::string visible;
   for (const auto& d : allocation->devices) {
+    if (!d.note.empty())
+      GS_LOG(Warn, "claim %s/%s (%s): %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(), d.note.c_str());
     PreparedDevice p;
     p.requests = {d.request};
     p.pool = d.pool;
@@ -189,17 +238,26 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     if (auto text = render_assignment(assigned); !text) return make_error(text.error());
   }
 
-  // 1. Say what is about to be created before creating any of it.
-  checkpoint_.claims[ref.uid] = entry;
-  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) {
-    checkpoint_.claims.erase(ref.uid);
+  // 1. Say what is about to be created before creating any of it. The entry as it will be once
+  // prepared must fit: a claim the checkpoint could not hold is refused before anything exists.
+  CheckpointEntry done = entry;
+  done.state = CheckpointEntry::State::Prepared;
+  if (!store_.fits(ref.uid, done)) {
+    const std::string why = "this node has prepared as many claims as its DRA checkpoint holds (" +
+                            std::to_string(options_.max_checkpoint_bytes) +
+                            " bytes): the claim is refused until others are released";
+    GS_LOG(Warn, "claim %s/%s (%s) refused: %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(),
+           why.c_str());
+    return make_error(why);
+  }
+  if (auto w = store_.put(ref.uid, entry); !w) {
+    (void)store_.remove(ref.uid);
     return make_error(w.error());
   }
   step("checkpointed");
   auto fail = [&](const std::string& why) -> Result<std::vector<PreparedDevice>> {
     (void)remove_files(ref.uid, entry);
-    checkpoint_.claims.erase(ref.uid);
-    (void)write_checkpoint(checkpoint_path(), checkpoint_);
+    (void)store_.remove(ref.uid);
     return make_error(why);
   };
 
@@ -276,8 +334,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
 
   // 5. Done: the entry now says prepared.
   entry.state = CheckpointEntry::State::Prepared;
-  checkpoint_.claims[ref.uid] = entry;
-  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) return fail(w.error());
+  if (auto w = store_.put(ref.uid, entry); !w) return fail(w.error());
   if (auto reported = source_.report_prepared(ref, entry.devices); !reported)
     GS_LOG(Warn, "claim %s/%s: device status not written: %s", ref.ns.c_str(), ref.name.c_str(),
            reported.error().c_str());
@@ -290,15 +347,12 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
 Result<bool> ClaimPreparer::unprepare(const std::string& uid) {
   if (!valid_claim_uid(uid)) return make_error("claim uid is not a Kubernetes uid");
   std::lock_guard lock(mutex_);
-  auto it = checkpoint_.claims.find(uid);
-  if (it == checkpoint_.claims.end()) return true;  // never prepared here, or unprepared before
-  if (auto r = remove_files(uid, it->second); !r) return r;
+  auto it = store_.state().claims.find(uid);
+  if (it == store_.state().claims.end()) return true;  // never prepared here, or unprepared before
   const CheckpointEntry removed = it->second;
-  checkpoint_.claims.erase(it);
-  if (auto w = write_checkpoint(checkpoint_path(), checkpoint_); !w) {
-    checkpoint_.claims[uid] = removed;  // asked again, the removal is repeated
-    return w;
-  }
+  if (auto r = remove_files(uid, removed); !r) return r;
+  // Failing, the entry stays: asked again, the removal is repeated.
+  if (auto w = store_.remove(uid); !w) return w;
   GS_LOG(Info, "unprepared claim %s/%s (%s)", removed.ns.c_str(), removed.name.c_str(), uid.c_str());
   return true;
 }
@@ -306,7 +360,7 @@ Result<bool> ClaimPreparer::unprepare(const std::string& uid) {
 std::vector<ClaimSummary> ClaimPreparer::claims() const {
   std::lock_guard lock(mutex_);
   std::vector<ClaimSummary> out;
-  for (const auto& [uid, e] : checkpoint_.claims) out.push_back({uid, e});
+  for (const auto& [uid, e] : store_.state().claims) out.push_back({uid, e});
   return out;
 }
 

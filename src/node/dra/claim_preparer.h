@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,8 @@ struct PreparerOptions {
   // Called after each step of a prepare ("checkpointed", "directories", "limits", "cdi"); tests
   // end the process there to check recovery.
   std::function<void(const char* step)> after_step;
+  // The checkpoint's bound: a claim that would pass it is refused (checkpoint.h).
+  std::size_t max_checkpoint_bytes = kMaxCheckpointBytes;
 };
 
 struct ClaimSummary {
@@ -72,16 +75,24 @@ class ClaimPreparer {
 
   std::vector<ClaimSummary> claims() const;
   std::string checkpoint_path() const;
+  // Bytes written to the checkpoint since the preparer was made (its cost per prepare).
+  std::uint64_t checkpoint_bytes_written() const;
 
  private:
   Result<bool> remove_files(const std::string& uid, const CheckpointEntry& entry);
+  // Why an entry read back from the checkpoint is not one this preparer wrote for `uid` ("" if it is).
+  std::string entry_mismatch(const std::string& uid, const CheckpointEntry& entry) const;
+  CheckpointEntry entry_paths(const std::string& uid) const;
+  // The devices of `ref.uid` if it is prepared; an error if it was prepared under another name (one
+  // prepare per uid: a second name never gets the first claim's devices). Called with mutex_ held.
+  std::optional<Result<std::vector<PreparedDevice>>> prepared_before(const ClaimRef& ref) const;
   void step(const char* name) const;
 
   PreparerOptions options_;
   ClaimSource& source_;
   HostLayout layout_;
   mutable std::mutex mutex_;
-  Checkpoint checkpoint_;
+  CheckpointStore store_;
 };
 
 // A claim uid as the API server writes it: 1-64 characters of [0-9a-zA-Z-].

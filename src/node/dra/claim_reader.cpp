@@ -63,6 +63,30 @@ Result<std::uint64_t> quantity_value(const json& value) {
   return parse_quantity(value.get<std::string>());
 }
 
+bool valid_object_name(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return true;
+}
+
+Result<DroppedCapacityPolicy> parse_dropped_capacity(const std::string& text) {
+  DroppedCapacityPolicy p;
+  if (text == "refuse") return p;
+  if (text == "whole") {
+    p.kind = DroppedCapacityPolicy::Kind::Whole;
+    return p;
+  }
+  auto size = parse_quantity(text);
+  if (!size || *size < kMemoryStep)
+    return make_error("expected refuse, whole or a memory size of at least 1Mi (e.g. 4Gi), not '" +
+                      config::detail::printable(text, 40) + "'");
+  p.kind = DroppedCapacityPolicy::Kind::Cap;
+  p.cap_bytes = *size;
+  return p;
+}
+
 Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef& ref,
                                               const DriverNode& node) {
   const json* metadata = at(claim, "metadata");
@@ -156,6 +180,32 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
                           shown(d.device));
       d.memory_bytes = *d.config.memory_limit;
     }
+    // A shared device allocated as if exclusive: the server dropped what the claim asked.
+    if (!d.whole && d.share_id.empty() && !at(result, "consumedCapacity") && !d.config.memory_limit) {
+      const std::string why = "device " + shown(d.device) +
+                              " was allocated without consumed capacity: the API server keeps no capacity "
+                              "requests (DRAConsumableCapacity off), so the scheduler gave the whole GPU "
+                              "whatever the claim asked";
+      switch (node.dropped_capacity.kind) {
+        case DroppedCapacityPolicy::Kind::Refuse:
+          return make_error(why +
+                            "; refused (gpuslice-node dra --dropped-capacity=refuse): set memory.limit in "
+                            "the claim's gpuslice.io config, or ask the operator for whole GPUs or a cap");
+        case DroppedCapacityPolicy::Kind::Whole:
+          d.note = why + "; prepared with the whole GPU (--dropped-capacity=whole)";
+          break;
+        case DroppedCapacityPolicy::Kind::Cap:
+          d.memory_bytes =
+              std::min(d.memory_bytes, node.dropped_capacity.cap_bytes / kMemoryStep * kMemoryStep);
+          d.note = why + "; prepared with the operator's cap of " + std::to_string(d.memory_bytes) +
+                   " bytes (--dropped-capacity)";
+          break;
+      }
+    } else if (!d.whole && d.share_id.empty() && !at(result, "consumedCapacity")) {
+      d.note = "device " + shown(d.device) +
+               " was allocated without consumed capacity (DRAConsumableCapacity off): prepared with the "
+               "claim's own memory.limit";
+    }
     if (d.scheduled_compute < 100) d.compute = d.scheduled_compute;
     if (d.config.compute_limit) {
       if (*d.config.compute_limit > d.scheduled_compute)
@@ -175,7 +225,9 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
   if (out.devices.empty()) return make_error("claim has no device of driver " + shown(node.driver));
   if (const json* reserved = at(*status, "reservedFor"); reserved && reserved->is_array()) {
     for (const auto& consumer : *reserved) {
-      if (text_at(consumer, "resource") == "pods" && out.pods.size() < 32)
+      // Only object names: the pod name reaches logs, /metrics labels and the checkpoint.
+      if (text_at(consumer, "resource") == "pods" && out.pods.size() < 32 &&
+          valid_object_name(text_at(consumer, "name")))
         out.pods.push_back(text_at(consumer, "name"));
     }
   }

@@ -17,7 +17,12 @@
 
 namespace gpuslice::node::dra {
 
-inline constexpr std::size_t kMaxAllocatedDevices = 64;
+// resource.k8s.io/v1 AllocationResultsMaxSize: the API server never allocates more to one claim.
+inline constexpr std::size_t kMaxAllocatedDevices = 32;
+
+// A path segment as the API expects it (names are DNS labels; anything else is refused): what a
+// namespace, claim or pod name must be before it reaches a path, a log, a label or the checkpoint.
+bool valid_object_name(const std::string& name);
 
 struct ClaimRef {
   std::string ns, name, uid;
@@ -36,6 +41,7 @@ struct AllocatedDevice {
   std::uint64_t scheduled_memory = 0;  // what the scheduler counted
   unsigned scheduled_compute = 100;
   ClaimConfig config;
+  std::string note;  // said in the log when the claim is prepared (e.g. a dropped capacity request)
 };
 
 struct ClaimAllocation {
@@ -45,10 +51,24 @@ struct ClaimAllocation {
   std::vector<std::string> pods;  // status.reservedFor: the pods the claim is reserved for
 };
 
+// What a claim is prepared with when the scheduler gave it a shared gpu-N without consumed capacity:
+// an API server without DRAConsumableCapacity (the 1.34 default; every release before) drops the
+// claim's capacity request and the device's allowMultipleAllocations, so the claim got the whole GPU
+// whatever it asked. --dropped-capacity: refuse (the default: the claim fails to start, saying why),
+// whole (the whole GPU, logged), or a size (that memory limit, logged). A claim whose own config
+// sets memory.limit is prepared with it in every case.
+struct DroppedCapacityPolicy {
+  enum class Kind { Refuse, Whole, Cap };
+  Kind kind = Kind::Refuse;
+  std::uint64_t cap_bytes = 0;
+};
+Result<DroppedCapacityPolicy> parse_dropped_capacity(const std::string& text);
+
 struct DriverNode {
   std::string driver;
   std::string pool;           // this node's pool (its node name)
   std::vector<GpuInfo> gpus;  // as published in the slice
+  DroppedCapacityPolicy dropped_capacity;
 };
 
 // `claim` is the ResourceClaim object; `ref` what the kubelet asked for (a claim whose uid,

@@ -4,11 +4,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
+#include "config/text_util.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "dra/v1beta1/api.grpc.pb.h"
 
@@ -26,11 +31,28 @@ class DraService final : public Api::DRAPlugin::Service {
                                     typename Api::NodePrepareResourcesResponse* out) override {
     if (request->claims_size() > kMaxClaimsPerCall)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many claims in one call");
+    // One prepare per uid: a uid named twice under different names gets neither's devices.
+    std::map<std::string, std::string> names;
+    std::set<std::string> conflicting;
+    for (const auto& claim : request->claims()) {
+      const std::string name = claim.namespace_() + "/" + claim.name();
+      if (!names.emplace(claim.uid(), name).second && names[claim.uid()] != name)
+        conflicting.insert(claim.uid());
+    }
     for (const auto& claim : request->claims()) {
       auto& answer = (*out->mutable_claims())[claim.uid()];
+      if (conflicting.count(claim.uid())) {
+        answer.clear_devices();
+        answer.set_error("claim uid " + config::detail::printable(claim.uid(), 80) +
+                         " is named under two claim names in one call");
+        continue;
+      }
+      if (answer.devices_size() > 0) continue;  // named twice under one name: prepared once
       auto prepared = preparer_.prepare({claim.namespace_(), claim.name(), claim.uid()});
       if (!prepared) {
-        GS_LOG(Error, "NodePrepareResources %s/%s: %s", claim.namespace_().c_str(), claim.name().c_str(),
+        // Kubelet text is escaped before it reaches the log (the error is already).
+        GS_LOG(Error, "NodePrepareResources %s: %s",
+               config::detail::printable(claim.namespace_() + "/" + claim.name(), 160).c_str(),
                prepared.error().c_str());
         answer.set_error(prepared.error());
         continue;
@@ -111,27 +133,43 @@ struct KubeletPlugin::Impl {
   Impl(KubeletPluginOptions o, ClaimPreparer& preparer)
       : options(std::move(o)), v1(preparer), v1beta1(preparer) {}
 
+  // Binds under a hidden name beside the socket's (the kubelet's plugin watcher ignores dot files),
+  // then renames it into place: gRPC removes the path it bound when the server shuts down, and that
+  // path must never be the public one, which a newer instance may have taken over by then.
   Result<bool> serve(Socket& socket, const std::vector<grpc::Service*>& services) {
+    const std::filesystem::path path(socket.path);
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(socket.path).parent_path(), ec);
+    std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) return make_error(socket.path + ": " + ec.message());
-    ::unlink(socket.path.c_str());  // a stale socket of an earlier run blocks bind(2)
+    const std::string bound =
+        (path.parent_path() / ("." + path.filename().string() + "." + std::to_string(::getpid()))).string();
+    ::unlink(bound.c_str());  // left by an earlier run of this pid
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix://" + socket.path, grpc::InsecureServerCredentials());
+    builder.AddListeningPort("unix://" + bound, grpc::InsecureServerCredentials());
     builder.SetMaxReceiveMessageSize(4 * 1024 * 1024);
     for (auto* s : services) builder.RegisterService(s);
     socket.server = builder.BuildAndStart();
-    if (!socket.server) return make_error("cannot serve on " + socket.path);
-    socket.inode = inode_of(socket.path);
+    if (!socket.server) return make_error("cannot serve on " + bound);
+    socket.inode = inode_of(bound);
+    // Replaces a stale socket of an earlier run in one step.
+    if (::rename(bound.c_str(), socket.path.c_str()) != 0) {
+      const std::string why = socket.path + ": " + std::strerror(errno);
+      shut(socket);
+      return make_error(why);
+    }
     return true;
   }
 
+  // Stops serving, then removes the socket file only if it is still the one this instance bound
+  // (a newer instance may have put its own there).
   void shut(Socket& socket) {
     if (!socket.server) return;
-    socket.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Calls in flight get a moment; a stopping daemon exits within a second.
+    socket.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
     socket.server->Wait();
     socket.server.reset();
-    ::unlink(socket.path.c_str());
+    if (socket.inode != 0 && inode_of(socket.path) == socket.inode) ::unlink(socket.path.c_str());
+    socket.inode = 0;
   }
 
   // The DRA socket first: the kubelet calls it as soon as it has read GetInfo.
@@ -143,14 +181,25 @@ struct KubeletPlugin::Impl {
     return true;
   }
 
+  // Serves the sockets again when they were removed (a kubelet restart cleans its plugin
+  // directories); a socket replaced by another file belongs to a newer instance, which is left alone.
   void watch() {
     std::unique_lock lock(mutex);
+    bool yielded = false;
     while (!cv.wait_for(lock, options.watch_interval, [this] { return stopping; })) {
-      if (inode_of(dra.path) == dra.inode && inode_of(reg.path) == reg.inode) continue;
+      if (yielded) continue;
+      const std::uint64_t d = inode_of(dra.path), r = inode_of(reg.path);
+      if (d == dra.inode && r == reg.inode) continue;
+      if ((d != 0 && d != dra.inode) || (r != 0 && r != reg.inode)) {
+        // Not ours any more: never served over, and (by inode) never removed by shut().
+        GS_LOG(Warn, "DRA plugin sockets were replaced by another instance: leaving them to it");
+        yielded = true;
+        continue;
+      }
       GS_LOG(Warn, "DRA plugin sockets were removed (kubelet restart?): serving them again");
       shut(reg);
       shut(dra);
-      if (auto r = serve_all(); !r) GS_LOG(Error, "%s", r.error().c_str());
+      if (auto r2 = serve_all(); !r2) GS_LOG(Error, "%s", r2.error().c_str());
     }
   }
 };

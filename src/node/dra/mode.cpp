@@ -1,12 +1,15 @@
 #include "node/dra/mode.h"
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -23,6 +26,15 @@
 
 namespace gpuslice::node::dra {
 namespace {
+
+int g_stop_pipe[2] = {-1, -1};
+
+void note_stop(int) {
+  const char byte = 1;
+  const int saved = errno;
+  (void)!::write(g_stop_pipe[1], &byte, 1);
+  errno = saved;
+}
 
 Result<std::vector<GpuInfo>> fixed_gpus(const std::string& spec) {
   const std::size_t x = spec.find('x');
@@ -59,11 +71,19 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   }
   log::set_level(log::Level::Info);
   if (auto level = config::parse_log_level(options.log_level)) log::set_level(*level);
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  // SIGTERM and SIGINT through a handler and a pipe, not a blocked mask: threads started before
+  // this point (gRPC's, at static initialisation) do not block them, and one of them would take the
+  // signal's default action and kill the daemon before it lets go of its sockets and Lease.
+  if (::pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    GS_LOG(Error, "pipe2: %s", std::strerror(errno));
+    return 1;
+  }
+  struct sigaction on_stop {};
+  on_stop.sa_handler = note_stop;
+  sigemptyset(&on_stop.sa_mask);
+  on_stop.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &on_stop, nullptr);
+  ::sigaction(SIGINT, &on_stop, nullptr);
 
   std::unique_ptr<GpuSource> source;
   if (options.fake_gpus.empty()) {
@@ -99,7 +119,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   prep.root = options.root;
   prep.cdi_dir = options.cdi_dir;
   prep.dev_root = options.dev_root;
-  prep.node = {options.driver, options.node_name, *first};
+  prep.node = {options.driver, options.node_name, *first, *parse_dropped_capacity(options.dropped_capacity)};
   prep.priority_high_namespaces = options.priority_high_namespaces;
   std::unique_ptr<mps::ManagerThread> mps_manager;
   if (options.mps.enabled) {
@@ -156,6 +176,10 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
     return std::vector<PluginRegistration>{plugin.status().snapshot(options.driver)};
   });
   if (mps_manager) collector.set_mps_source([&mps_manager] { return mps_manager->report(); });
+  if (publisher) {
+    collector.set_extra_metrics_source(
+        [&publisher, &options] { return render_publisher_metrics(publisher->status(), options.node_name); });
+  }
   collector.refresh();
   options.api.version = GPUSLICE_VERSION;
   ApiServer http(options.api, layout, collector);
@@ -164,21 +188,23 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
     return 1;
   }
 
-  timespec interval{static_cast<time_t>(options.scan_interval.count() / 1000),
-                    static_cast<long>((options.scan_interval.count() % 1000) * 1000000)};
   while (true) {
-    const int sig = sigtimedwait(&stop, nullptr, &interval);
-    if (sig == SIGINT || sig == SIGTERM) break;
+    pollfd stop{g_stop_pipe[0], POLLIN, 0};
+    const int ready = ::poll(&stop, 1, static_cast<int>(options.scan_interval.count()));
+    if (ready > 0 && (stop.revents & POLLIN)) break;
     auto view = collector.refresh();
     if (publisher) publisher->set_gpus(view->gpus);
   }
+  // The kubelet's sockets first (no new prepare starts), then the Lease is given up so that the next
+  // instance publishes at once; each step is bounded, the whole within about a second.
   GS_LOG(Info, "stopping");
-  http.stop();
-  collector.set_registration_source({});
-  if (publisher) publisher->stop();
   plugin.stop();
+  if (publisher) publisher->stop();
+  collector.set_registration_source({});
+  collector.set_extra_metrics_source({});
   collector.set_mps_source({});
   if (mps_manager) mps_manager->stop();
+  http.stop();
   return 0;
 }
 

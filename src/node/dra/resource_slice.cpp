@@ -20,8 +20,33 @@ std::string counter_slice_name(const SliceOptions& options, std::size_t k) {
   return slice_name(options) + "-counters-" + std::to_string(k);
 }
 
+const char* layout_name(SliceLayout layout) {
+  switch (layout) {
+    case SliceLayout::SeparateCounters:
+      return "separate-counters";
+    case SliceLayout::CountersBeside:
+      return "counters-beside-devices";
+    case SliceLayout::SharedOnly:
+      return "shared-only";
+    case SliceLayout::Exclusive:
+      return "whole-gpus-only";
+  }
+  return "?";
+}
+
+bool own_slice_name(const SliceOptions& options, const std::string& name) {
+  const std::string base = slice_name(options);
+  if (name == base) return true;
+  if (name.rfind(base + "-", 0) != 0) return false;
+  std::string rest = name.substr(base.size() + 1);
+  if (rest.rfind("counters-", 0) == 0) rest = rest.substr(9);
+  return !rest.empty() && rest.size() < 4 && rest.find_first_not_of("0123456789") == std::string::npos;
+}
+
 bool publishes_partitions(const std::vector<GpuInfo>& gpus, const SliceOptions& options) {
-  return options.partitionable && !gpus.empty() && gpus.size() <= kMaxPartitionableGpus;
+  const bool layout =
+      options.layout == SliceLayout::SeparateCounters || options.layout == SliceLayout::CountersBeside;
+  return options.partitionable && layout && !gpus.empty() && gpus.size() <= kMaxPartitionableGpus;
 }
 
 std::uint64_t published_memory(const GpuInfo& gpu) {
@@ -98,10 +123,13 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus, const 
            {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}},
     };
     attributes[kWholeAttribute] = {{"bool", false}};
-    json shared = {{"name", device_name(gpu)},
-                   {"attributes", attributes},
-                   {"capacity", capacity},
-                   {"allowMultipleAllocations", true}};
+    json shared = {{"name", device_name(gpu)}, {"attributes", attributes}, {"capacity", capacity}};
+    if (options.layout == SliceLayout::Exclusive) {
+      // What a server without DRAConsumableCapacity keeps: the capacities, no request policy.
+      for (auto& [name, c] : shared["capacity"].items()) c.erase("requestPolicy");
+    } else {
+      shared["allowMultipleAllocations"] = true;
+    }
     json whole;
     if (partitions) {
       const json consumes =
@@ -125,10 +153,27 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus, const 
     devices.push_back(std::move(shared));
     if (partitions) devices.push_back(std::move(whole));
   }
+  std::vector<json> slices;
+  if (partitions && options.layout == SliceLayout::CountersBeside) {
+    // Each slice: the devices of up to kMaxCounterSetsPerSlice GPUs and their counter sets.
+    const std::size_t count = (counter_sets.size() + kMaxCounterSetsPerSlice - 1) / kMaxCounterSetsPerSlice;
+    for (std::size_t k = 0; k < count; ++k) {
+      json part = json::array(), sets = json::array();
+      for (std::size_t i = k * kMaxCounterSetsPerSlice;
+           i < counter_sets.size() && i < (k + 1) * kMaxCounterSetsPerSlice; ++i) {
+        sets.push_back(counter_sets[i]);
+        part.push_back(devices[2 * i]);
+        part.push_back(devices[2 * i + 1]);
+      }
+      slices.push_back(
+          slice_object(k == 0 ? slice_name(options) : slice_name(options) + "-" + std::to_string(k), options,
+                       count, {{"devices", part}, {"sharedCounters", sets}}));
+    }
+    return slices;
+  }
   const std::size_t counter_slices =
       (counter_sets.size() + kMaxCounterSetsPerSlice - 1) / kMaxCounterSetsPerSlice;
   const std::size_t count = 1 + counter_slices;
-  std::vector<json> slices;
   slices.push_back(slice_object(slice_name(options), options, count, {{"devices", devices}}));
   for (std::size_t k = 0; k < counter_slices; ++k) {
     json sets = json::array();

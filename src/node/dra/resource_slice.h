@@ -6,10 +6,11 @@
 //                        compute  percent of the GPU's SM time (default 100, 1-100 in steps of 1)
 //                      A claim that asks for no capacity gets the defaults, i.e. the whole GPU.
 //   gpu-<index>-whole  the same GPU as one device for one claim (partitionable devices only).
-// With partitionable devices (KEP-4815; resource.k8s.io/v1 of Kubernetes 1.36) both consume all of
-// the counter set gpu-<index> (memory bytes, compute percent), published in a slice of its own (the
-// API allows devices and counter sets in one slice only apart). A device allowing multiple
-// allocations consumes its counters once, while any claim holds a share of it, so a claim of the
+// With partitionable devices (KEP-4815) both consume all of the counter set gpu-<index> (memory
+// bytes, compute percent). Where the counter sets go depends on the API server (SliceLayout): in a
+// slice of their own (Kubernetes 1.35+), or beside the devices that consume them (1.34 with
+// DRAPartitionableDevices, which refuses a reference to a counter set of another slice). A device allowing
+// multiple allocations consumes its counters once, while any claim holds a share of it, so a claim of the
 // whole device and a share of the shared one can never be allocated together.
 #pragma once
 
@@ -35,6 +36,16 @@ inline constexpr const char* kWholeAttribute = "wholeGpu";  // bool: true on gpu
 inline constexpr std::size_t kMaxPartitionableGpus = 32;
 inline constexpr std::size_t kMaxCounterSetsPerSlice = 8;
 
+// The forms of the pool, richest first; the publisher uses the first the API server keeps whole.
+enum class SliceLayout {
+  SeparateCounters,  // whole and shared devices; counter sets in their own slices (1.35+)
+  CountersBeside,    // the same, each slice holding the counter sets of its own devices (1.34 + gate)
+  SharedOnly,        // shared devices with consumable capacity; no whole devices, no counters
+  Exclusive,         // devices as the server keeps them without DRAConsumableCapacity: one claim
+                     // per GPU, no fraction schedulable (the last resort)
+};
+const char* layout_name(SliceLayout layout);
+
 struct SliceOptions {
   std::string driver = kDriverName;
   std::string node_name;
@@ -44,6 +55,7 @@ struct SliceOptions {
   // where the API server drops the fields (DRAPartitionableDevices off), or with more than
   // kMaxPartitionableGpus GPUs: one slice of shared devices only, as before.
   bool partitionable = true;
+  SliceLayout layout = SliceLayout::SeparateCounters;  // partitionable false: SharedOnly at most
 };
 
 // "gpu-<index>": stable for a GPU while the node's GPUs stay in their slots.
@@ -56,6 +68,8 @@ std::string counter_set_name(const GpuInfo& gpu);
 // "-counters-<k>".
 std::string slice_name(const SliceOptions& options);
 std::string counter_slice_name(const SliceOptions& options, std::size_t k);
+// Whether a slice name is one this pool's slices may have (any layout).
+bool own_slice_name(const SliceOptions& options, const std::string& name);
 // Whether these GPUs are published with whole-GPU devices and counters.
 bool publishes_partitions(const std::vector<GpuInfo>& gpus, const SliceOptions& options);
 // The memory a device publishes: the GPU's total rounded down to whole MiB (the request step).
@@ -64,7 +78,8 @@ std::uint64_t published_memory(const GpuInfo& gpu);
 std::optional<std::string> semantic_version(std::string_view dotted);
 
 // Every ResourceSlice object of the pool (apiVersion, kind, metadata.name, spec): the devices slice
-// first, then the counter slices (none when !publishes_partitions).
+// first, then the counter slices (none when !publishes_partitions). With CountersBeside, one slice
+// per kMaxCounterSetsPerSlice GPUs, each with its devices and their counter sets.
 std::vector<nlohmann::json> build_resource_slices(const std::vector<GpuInfo>& gpus,
                                                   const SliceOptions& options);
 

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <ctime>
 #include <map>
+#include <optional>
+#include <random>
 
 #include "common/log.h"
+#include "node/metrics.h"
 
 namespace gpuslice::node::dra {
 
@@ -33,12 +36,7 @@ std::string resource_version(const json& object) {
              : std::string();
 }
 
-std::string status_error(const char* what, const ApiResponse& r) {
-  std::string message;
-  if (r.body.is_object() && r.body.contains("message") && r.body["message"].is_string())
-    message = ": " + r.body["message"].get<std::string>().substr(0, 200);
-  return std::string(what) + ": HTTP " + std::to_string(r.status) + message;
-}
+std::string status_error(const char* what, const ApiResponse& r) { return api_status_error(what, r); }
 
 constexpr const char* kSpecDigestAnnotation = "gpuslice.io/spec-digest";
 
@@ -94,9 +92,15 @@ std::optional<std::chrono::system_clock::time_point> parse_micro_time(const std:
 SlicePublisher::SlicePublisher(PublisherOptions options, ApiClient& api)
     : options_(std::move(options)), api_(api) {
   status_.partitionable = options_.slice.partitionable;
+  status_.layout = options_.slice.partitionable ? SliceLayout::SeparateCounters : SliceLayout::SharedOnly;
 }
 
-SlicePublisher::~SlicePublisher() { stop(); }
+Error SlicePublisher::fail(const char* cause, std::string message) {
+  cause_ = cause;
+  return make_error(std::move(message));
+}
+
+SlicePublisher::~SlicePublisher() { halt(); }
 
 std::string SlicePublisher::lease_name() const { return "gpuslice-dra-" + options_.slice.node_name; }
 
@@ -184,27 +188,43 @@ Result<bool> SlicePublisher::hold_lease() {
 
 namespace {
 
-// Whether the API server kept what partitionable devices need in `stored` (its answer to our write
-// of `sent`): with DRAPartitionableDevices off it drops sharedCounters and consumesCounters.
-bool kept_partitions(const json& sent, const json& stored) {
+// Whether the API server kept in `stored` (its answer to our write of `sent`) every field of the
+// layout: with DRAPartitionableDevices off it drops sharedCounters and consumesCounters, with
+// DRAConsumableCapacity off allowMultipleAllocations and the capacities' requestPolicy.
+bool kept_fields(const json& sent, const json& stored) {
   const json spec = sent.value("spec", json::object());
   const json stored_spec = stored.is_object() ? stored.value("spec", json::object()) : json::object();
   if (spec.contains("sharedCounters")) {
     const json counters = stored_spec.value("sharedCounters", json());
-    return counters.is_array() && counters.size() == spec["sharedCounters"].size();
+    if (!counters.is_array() || counters.size() != spec["sharedCounters"].size()) return false;
   }
   const json devices = stored_spec.value("devices", json());
-  if (!devices.is_array()) return false;
   for (const auto& d : spec.value("devices", json::array())) {
-    if (!d.contains("consumesCounters")) continue;
-    bool found = false;
-    for (const auto& s : devices) {
-      if (s.is_object() && s.value("name", "") == d.value("name", "") && s.contains("consumesCounters"))
-        found = true;
+    if (!devices.is_array()) return false;
+    const json* kept = nullptr;
+    for (const auto& s : devices)
+      if (s.is_object() && s.value("name", "") == d.value("name", "")) kept = &s;
+    if (!kept) return false;
+    if (d.contains("consumesCounters") && !kept->contains("consumesCounters")) return false;
+    if (d.value("allowMultipleAllocations", false) && !kept->value("allowMultipleAllocations", false))
+      return false;
+    if (!d.contains("capacity") || !d["capacity"].is_object()) continue;
+    const json kept_capacity = kept->value("capacity", json::object());
+    for (const auto& [name, c] : d["capacity"].items()) {
+      if (!c.is_object() || !c.contains("requestPolicy")) continue;
+      if (!kept_capacity.is_object() || !kept_capacity.contains(name) || !kept_capacity[name].is_object() ||
+          !kept_capacity[name].contains("requestPolicy"))
+        return false;
     }
-    if (!found) return false;
   }
   return true;
+}
+
+std::string pool_digest(const std::vector<json>& slices) {
+  std::string all;
+  for (const auto& d : slices)
+    all += d["metadata"]["name"].get<std::string>() + "=" + spec_digest(d["spec"]) + ";";
+  return spec_digest(json(all));
 }
 
 }  // namespace
@@ -218,23 +238,80 @@ Result<ApiResponse> SlicePublisher::replace_slice(const std::string& name, json 
   return api_.request("PUT", slice_path(name), slice);
 }
 
+Result<SliceLayout> SlicePublisher::detect_layout(const std::vector<GpuInfo>& gpus) {
+  SliceOptions probe = options_.slice;
+  std::vector<SliceLayout> candidates = {SliceLayout::SeparateCounters, SliceLayout::CountersBeside,
+                                         SliceLayout::SharedOnly, SliceLayout::Exclusive};
+  if (!options_.slice.partitionable || gpus.empty() || gpus.size() > kMaxPartitionableGpus)
+    candidates.erase(candidates.begin(), candidates.begin() + 2);
+  std::string refused;
+  for (SliceLayout layout : candidates) {
+    probe.layout = layout;
+    bool whole = true;
+    for (json slice : build_resource_slices(gpus, probe)) {
+      // A name no slice has: a dry run of a create of an existing one would answer 409.
+      slice["metadata"]["name"] = slice["metadata"]["name"].get<std::string>() + "-probe";
+      auto answer = api_.request("POST", kSlices + "?dryRun=All", slice);
+      if (!answer) return fail("unreachable", answer.error());
+      if (answer->status == 422 || answer->status == 400) {
+        refused += std::string(refused.empty() ? "" : "; ") + layout_name(layout) + ": " +
+                   status_error("refused", *answer);
+        whole = false;
+        break;
+      }
+      if (answer->status / 100 != 2)
+        return fail(answer->status == 401 || answer->status == 403 ? "forbidden" : "write-rejected",
+                    status_error("dry-run create of a ResourceSlice", *answer));
+      if (!kept_fields(slice, answer->body)) {
+        whole = false;
+        break;
+      }
+    }
+    if (whole) return layout;
+  }
+  return fail("layout-refused", "the API server accepts no form of this node's ResourceSlice: " + refused);
+}
+
 Result<std::string> SlicePublisher::reconcile_slices() {
   std::vector<GpuInfo> gpus;
   SliceOptions slice_options = options_.slice;
+  bool known = false;
   {
     std::lock_guard lock(mutex_);
     gpus = gpus_;
     changed_ = false;
-    slice_options.partitionable = status_.partitionable;
+    known = status_.layout_known;
+    slice_options.layout = status_.layout;
+  }
+  if (!known) {
+    auto layout = detect_layout(gpus);
+    if (!layout) return make_error(layout.error());
+    const bool fractions = *layout != SliceLayout::Exclusive;
+    if (!fractions) {
+      GS_LOG(Error,
+             "the API server keeps neither counters nor consumable capacity (DRAConsumableCapacity off): "
+             "publishing each GPU as one device for one claim; fractions of a GPU cannot be scheduled, and "
+             "claims allocated without consumed capacity are prepared as --dropped-capacity says");
+    } else if (*layout != SliceLayout::SeparateCounters && options_.slice.partitionable) {
+      GS_LOG(Warn, "ResourceSlice layout %s: the API server refuses or drops the richer forms",
+             layout_name(*layout));
+    }
+    std::lock_guard lock(mutex_);
+    status_.layout = *layout;
+    status_.layout_known = true;
+    status_.fractions_schedulable = fractions;
+    slice_options.layout = *layout;
+    status_.partitionable = publishes_partitions(gpus, slice_options);
   }
   auto listed = api_.request("GET", kSlices + "?" + field_selector(options_.slice));
-  if (!listed) return make_error(listed.error());
+  if (!listed) return fail("unreachable", listed.error());
   if (listed->status != 200 || !listed->body.is_object() || !listed->body.contains("items") ||
       !listed->body["items"].is_array())
-    return make_error(status_error("listing ResourceSlices", *listed));
+    return fail("list", status_error("listing ResourceSlices", *listed));
   const std::string list_version = resource_version(listed->body);
   std::vector<json> desired = build_resource_slices(gpus, slice_options);
   std::map<std::string, json> existing;
+  std::uint64_t stored_generation = 0;
   for (const auto& item : listed->body["items"]) {
     const std::string name = item.value("metadata", json::object()).value("name", "");
     const json spec = item.value("spec", json::object());
@@ -242,6 +319,9 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     if (spec.value("nodeName", "") != options_.slice.node_name ||
         spec.value("driver", "") != options_.slice.driver)
       continue;
+    const json pool = spec.value("pool", json::object());
+    if (pool.contains("generation") && pool["generation"].is_number_unsigned())
+      stored_generation = std::max(stored_generation, pool["generation"].get<std::uint64_t>());
     bool wanted = false;
     for (const auto& d : desired) wanted = wanted || d["metadata"]["name"] == name;
     if (wanted) {
@@ -249,30 +329,56 @@ Result<std::string> SlicePublisher::reconcile_slices() {
       continue;
     }
     if (!valid_object_name(name)) continue;
-    GS_LOG(Info, "deleting ResourceSlice %s: not this daemon's", name.c_str());
+    if (own_slice_name(options_.slice, name)) {
+      GS_LOG(Info, "deleting ResourceSlice %s: not part of the pool in layout %s", name.c_str(),
+             layout_name(slice_options.layout));
+    } else {
+      GS_LOG(Info, "deleting ResourceSlice %s of this node and driver: not a slice this daemon publishes",
+             name.c_str());
+    }
     auto deleted = api_.request("DELETE", slice_path(name));
-    if (!deleted) return make_error(deleted.error());
+    if (!deleted) return fail("unreachable", deleted.error());
   }
   // The pool changes as a whole: every slice gets the new generation once any of them differs (the
   // scheduler reads only the slices of a pool's newest generation).
   bool current = true;
+  std::optional<std::uint64_t> one_generation;
   for (const auto& d : desired) {
     auto it = existing.find(d["metadata"]["name"]);
-    if (it == existing.end() || annotation(it->second, kSpecDigestAnnotation) != spec_digest(d["spec"]))
+    if (it == existing.end() || annotation(it->second, kSpecDigestAnnotation) != spec_digest(d["spec"])) {
       current = false;
+      continue;
+    }
+    const json pool = it->second["spec"].value("pool", json::object());
+    const std::uint64_t g = pool.value("generation", std::uint64_t{0});
+    if (one_generation && *one_generation != g) current = false;
+    one_generation = g;
   }
-  for (const auto& [name, e] : existing) {
-    const json pool = e.value("spec", json::object()).value("pool", json::object());
-    if (pool.contains("generation") && pool["generation"].is_number_unsigned())
-      generation_ = std::max(generation_, pool["generation"].get<std::uint64_t>());
+  if (current) {
+    std::lock_guard lock(mutex_);
+    status_.generation = stored_generation;
+    return list_version;
   }
-  if (current) return list_version;
-  if (!existing.empty()) ++generation_;
-  slice_options.pool_generation = generation_;
+  // A new generation only when a stored slice's content changes (slices merely missing are added
+  // at the stored one), and one per change however many rounds it takes to write it.
+  bool content_differs = false;
+  for (const auto& d : desired) {
+    auto it = existing.find(d["metadata"]["name"]);
+    if (it != existing.end() && annotation(it->second, kSpecDigestAnnotation) != spec_digest(d["spec"]))
+      content_differs = true;
+  }
+  const std::string digest = pool_digest(desired);
+  std::uint64_t generation =
+      content_differs ? stored_generation + 1 : std::max<std::uint64_t>(stored_generation, 1);
+  if (digest == attempt_digest_ && attempt_generation_ >= stored_generation && attempt_generation_ > 0)
+    generation = attempt_generation_;
+  attempt_digest_ = digest;
+  attempt_generation_ = generation;
+  slice_options.pool_generation = generation;
   desired = build_resource_slices(gpus, slice_options);
-  // Counter slices first: the devices that consume them are never published without them, and the
-  // server's answer shows whether it keeps counters at all before any whole-GPU device is out.
-  std::rotate(desired.begin(), desired.begin() + 1, desired.end());
+  // Counter slices first: the devices that consume them are never published without them.
+  if (desired.size() > 1 && slice_options.layout == SliceLayout::SeparateCounters)
+    std::rotate(desired.begin(), desired.begin() + 1, desired.end());
   for (auto& d : desired) {
     const std::string name = d["metadata"]["name"];
     d["metadata"]["annotations"] = {{kSpecDigestAnnotation, spec_digest(d["spec"])}};
@@ -280,40 +386,47 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     Result<ApiResponse> written = make_error("");
     if (it == existing.end()) {
       written = api_.request("POST", kSlices, d);
-      if (!written) return make_error(written.error());
+      if (!written) return fail("unreachable", written.error());
       if (written->status == 409) written = replace_slice(name, d);  // a retried POST that had landed
-      if (!written) return make_error(written.error());
-      if (written->status / 100 != 2)
-        return make_error(status_error(("creating ResourceSlice " + name).c_str(), *written));
+      if (!written) return fail("unreachable", written.error());
+      if (written->status / 100 != 2) {
+        std::lock_guard lock(mutex_);
+        status_.layout_known = written->status != 422;  // the server may have changed: probe again
+        return fail("write-rejected", status_error(("creating ResourceSlice " + name).c_str(), *written));
+      }
     } else {
       d["metadata"]["resourceVersion"] = resource_version(it->second);
       written = api_.request("PUT", slice_path(name), d);
-      if (!written) return make_error(written.error());
-      if (written->status != 200)
-        return make_error(status_error(("updating ResourceSlice " + name).c_str(), *written));
-    }
-    if (slice_options.partitionable && !kept_partitions(d, written->body)) {
-      GS_LOG(Warn,
-             "the API server dropped the partitionable-device fields of ResourceSlice %s "
-             "(DRAPartitionableDevices off?): publishing shared devices only, without whole-GPU devices",
-             name.c_str());
-      {
+      if (!written) return fail("unreachable", written.error());
+      if (written->status != 200) {
         std::lock_guard lock(mutex_);
-        status_.partitionable = false;
+        status_.layout_known = written->status != 422;
+        return fail(written->status == 409 ? "conflict" : "write-rejected",
+                    status_error(("updating ResourceSlice " + name).c_str(), *written));
       }
-      return reconcile_slices();
+    }
+    if (!kept_fields(d, written->body)) {
+      GS_LOG(Warn, "the API server dropped fields of ResourceSlice %s (layout %s): probing its layout again",
+             name.c_str(), layout_name(slice_options.layout));
+      std::lock_guard lock(mutex_);
+      status_.layout_known = false;
+      return fail("fields-dropped", "the API server dropped fields of ResourceSlice " + name);
     }
   }
-  GS_LOG(Info, "published ResourceSlices of pool %s: %zu GPU(s), %zu slice(s), generation %llu%s",
+  {
+    std::lock_guard lock(mutex_);
+    status_.generation = generation;
+  }
+  GS_LOG(Info, "published ResourceSlices of pool %s: %zu GPU(s), %zu slice(s), generation %llu, layout %s",
          options_.slice.node_name.c_str(), gpus.size(), desired.size(),
-         static_cast<unsigned long long>(generation_),
-         publishes_partitions(gpus, slice_options) ? ", whole-GPU devices with counters" : "");
+         static_cast<unsigned long long>(generation), layout_name(slice_options.layout));
   return list_version;
 }
 
 Result<bool> SlicePublisher::round() {
+  cause_.clear();
   auto leading = hold_lease();
-  if (!leading) return make_error(leading.error());
+  if (!leading) return fail("lease", leading.error());
   {
     std::lock_guard lock(mutex_);
     status_.leader = *leading;
@@ -321,6 +434,9 @@ Result<bool> SlicePublisher::round() {
   }
   if (!*leading) return false;
   auto version = reconcile_slices();
+  // A layout found wanting in a write is probed again at once (each probe steps down).
+  for (int again = 0; again < 3 && !version && cause_ == "fields-dropped"; ++again)
+    version = reconcile_slices();
   if (!version) return make_error(version.error());
   {
     std::lock_guard lock(mutex_);
@@ -332,7 +448,7 @@ Result<bool> SlicePublisher::round() {
                         std::max(watch_for, std::chrono::seconds(1)), [](const WatchEvent& e) {
                           return e.type == "BOOKMARK";  // any change to our slices: reconcile now
                         });
-  if (!end) return make_error(end.error());
+  if (!end) return fail("unreachable", end.error());
   if (end->gone) {
     std::lock_guard lock(mutex_);
     ++status_.relists;
@@ -341,26 +457,46 @@ Result<bool> SlicePublisher::round() {
 }
 
 void SlicePublisher::loop() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
   while (true) {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
     }
     auto r = round();
-    bool wait = true;
+    std::chrono::milliseconds wait{0};
     {
       std::lock_guard lock(mutex_);
+      if (stopping_) return;
       if (!r) {
-        if (status_.error != r.error()) GS_LOG(Warn, "ResourceSlice publisher: %s", r.error().c_str());
+        const std::string cause = cause_.empty() ? "error" : cause_;
+        // One line per change of cause; the same failure again only counts.
+        if (status_.cause != cause)
+          GS_LOG(Warn, "ResourceSlice publisher (%s): %s", cause.c_str(), r.error().c_str());
         status_.error = r.error();
+        status_.cause = cause;
+        ++status_.failures;
+        ++status_.consecutive_failures;
+        // Exponential backoff with jitter (50-100%), from `retry` up to `max_backoff`.
+        const unsigned shift =
+            static_cast<unsigned>(std::min<std::uint64_t>(status_.consecutive_failures - 1, 16));
+        const auto full =
+            std::min(options_.max_backoff, options_.retry * (std::chrono::milliseconds::rep{1} << shift));
+        wait = std::chrono::milliseconds(
+            std::uniform_int_distribution<long long>(full.count() / 2, full.count())(rng));
+        status_.next_wait = wait;
       } else {
+        if (!status_.cause.empty()) GS_LOG(Info, "ResourceSlice publisher: working again");
         status_.error.clear();
-        wait = !*r;  // not the leader: try again later
+        status_.cause.clear();
+        status_.consecutive_failures = 0;
+        status_.next_wait = std::chrono::milliseconds(0);
+        if (!*r) wait = options_.retry;  // not the leader: try again later
       }
     }
-    if (wait) {
+    if (wait.count() > 0) {
       std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, options_.retry, [this] { return stopping_ || changed_; });
+      cv_.wait_for(lock, wait, [this] { return stopping_ || changed_; });
     }
   }
 }
@@ -373,13 +509,92 @@ void SlicePublisher::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-void SlicePublisher::stop() {
+bool SlicePublisher::halt() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return false;
+  api_.set_cancelled(true);  // a watch or a slow request in flight ends now
+  thread_.join();
+  api_.set_cancelled(false);
+  return true;
+}
+
+void SlicePublisher::stop() {
+  if (!halt()) return;
+  // Giving the Lease up is worth half a second, no more: past it the request is cut off.
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock lock(m);
+    if (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return done; })) api_.set_cancelled(true);
+  });
+  auto released = release_lease();
+  {
+    std::lock_guard lock(m);
+    done = true;
+  }
+  cv.notify_all();
+  guard.join();
+  api_.set_cancelled(false);
+  if (!released)
+    GS_LOG(Warn, "the Lease was not given up (it expires by itself): %s", released.error().c_str());
+}
+
+Result<bool> SlicePublisher::release_lease() {
+  const std::string path =
+      "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases/" + lease_name();
+  auto got = api_.request("GET", path);
+  if (!got) return make_error(got.error());
+  if (got->status != 200 || !got->body.is_object()) return false;
+  json lease = got->body;
+  const json spec = lease.value("spec", json::object());
+  if (spec.value("holderIdentity", "") != options_.identity) return false;  // not ours (any more)
+  // As client-go releases a lease: no holder, a one-second duration.
+  lease["spec"]["holderIdentity"] = "";
+  lease["spec"]["leaseDurationSeconds"] = 1;
+  lease["spec"]["renewTime"] = micro_time(std::chrono::system_clock::now());
+  auto put = api_.request("PUT", path, lease);
+  if (!put) return make_error(put.error());
+  if (put->status != 200) return make_error(status_error("releasing the lease", *put));
+  {
+    std::lock_guard lock(mutex_);
+    status_.leader = false;
+  }
+  GS_LOG(Info, "gave up lease %s/%s", options_.lease_namespace.c_str(), lease_name().c_str());
+  return true;
+}
+
+std::string render_publisher_metrics(const PublisherStatus& st, const std::string& node) {
+  const std::string n = "node=\"" + escape_label_value(node) + "\"";
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  family("gpuslice_dra_publish_failures_total", "counter",
+         "Rounds of the ResourceSlice publisher that failed since the daemon started.");
+  out += "gpuslice_dra_publish_failures_total{" + n + "} " + std::to_string(st.failures) + "\n";
+  family("gpuslice_dra_publish_failing", "gauge",
+         "1 while the ResourceSlice publisher fails, labelled with the cause (lease, unreachable, forbidden, "
+         "write-rejected, layout-refused, fields-dropped, conflict, list).");
+  out += "gpuslice_dra_publish_failing{" + n + ",cause=\"" + escape_label_value(st.cause) + "\"} " +
+         (st.consecutive_failures > 0 ? "1" : "0") + "\n";
+  family("gpuslice_dra_slice_layout", "gauge",
+         "The ResourceSlice layout the API server keeps (1 for the one in use).");
+  out += "gpuslice_dra_slice_layout{" + n + ",layout=\"" + std::string(layout_name(st.layout)) + "\"} " +
+         (st.layout_known ? "1" : "0") + "\n";
+  family("gpuslice_dra_fractions_schedulable", "gauge",
+         "1 if the scheduler can give claims fractions of a GPU as published; 0 when the API server keeps no "
+         "consumable capacity (each GPU goes to one claim).");
+  out += "gpuslice_dra_fractions_schedulable{" + n + "} " + (st.fractions_schedulable ? "1" : "0") + "\n";
+  family("gpuslice_dra_pool_generation", "gauge", "The generation of this node's ResourceSlice pool.");
+  out += "gpuslice_dra_pool_generation{" + n + "} " + std::to_string(st.generation) + "\n";
+  family("gpuslice_dra_leader", "gauge", "1 while this daemon holds the node's publishing Lease.");
+  out += "gpuslice_dra_leader{" + n + "} " + (st.leader ? "1" : "0") + "\n";
+  return out;
 }
 
 }  // namespace gpuslice::node::dra

@@ -26,7 +26,8 @@ struct PublisherOptions {
   std::string lease_namespace = "gpuslice-system";
   std::string identity;  // holderIdentity: the pod name (or host name and pid)
   std::chrono::seconds lease_duration{15};
-  std::chrono::milliseconds retry{2000};  // between rounds when not leading or after an error
+  std::chrono::milliseconds retry{2000};  // between rounds when not leading; first wait after an error
+  std::chrono::milliseconds max_backoff{300000};  // waits after errors double up to this
 };
 
 struct PublisherStatus {
@@ -37,8 +38,20 @@ struct PublisherStatus {
   // Whole-GPU devices and counters are published: false once the API server dropped their fields
   // (until the daemon restarts), or when SliceOptions::partitionable was off from the start.
   bool partitionable = true;
-  std::string error;  // the last round's failure
+  SliceLayout layout = SliceLayout::SeparateCounters;  // the form the API server keeps
+  bool layout_known = false;
+  // Claims can be given fractions of a GPU as scheduled (false with SliceLayout::Exclusive).
+  bool fractions_schedulable = true;
+  std::uint64_t generation = 0;  // the pool generation last written
+  std::string error;             // the last round's failure (API text escaped and bounded)
+  std::string cause;             // its kind, a metric label: lease, list, write-rejected, unreachable, ...
+  std::uint64_t failures = 0;    // rounds that failed since the daemon started
+  std::uint64_t consecutive_failures = 0;
+  std::chrono::milliseconds next_wait{0};  // the wait before the next round after a failure
 };
+
+// The publisher's state as Prometheus text (gpuslice_dra_*), labelled with `node`.
+std::string render_publisher_metrics(const PublisherStatus& status, const std::string& node);
 
 class SlicePublisher {
  public:
@@ -47,7 +60,11 @@ class SlicePublisher {
 
   void set_gpus(std::vector<GpuInfo> gpus);  // wakes the loop when they changed
   void start();
+  // Ends the loop at once (an API request in flight is cut off), then gives the Lease up so that
+  // the next instance publishes without waiting for it to expire.
   void stop();
+  // Gives the Lease up if this publisher holds it (holder emptied, duration 1 s).
+  Result<bool> release_lease();
   // One round, synchronously (tests; the loop calls it too).
   Result<bool> round();
   PublisherStatus status() const;
@@ -55,10 +72,15 @@ class SlicePublisher {
   std::string lease_name() const;
 
  private:
+  // Ends the loop (cutting off a request in flight); false when it was not running.
+  bool halt();
   Result<bool> hold_lease();
   Result<bool> create_lease(const std::string& path, nlohmann::json spec);
   Result<ApiResponse> replace_slice(const std::string& name, nlohmann::json slice);
+  // The richest layout the server keeps whole, by dry-run creates that store nothing.
+  Result<SliceLayout> detect_layout(const std::vector<GpuInfo>& gpus);
   Result<std::string> reconcile_slices();  // returns the list's resourceVersion
+  Error fail(const char* cause, std::string message);
   void loop();
 
   PublisherOptions options_;
@@ -69,7 +91,11 @@ class SlicePublisher {
   bool changed_ = false;
   bool stopping_ = false;
   PublisherStatus status_;
-  std::uint64_t generation_ = 1;
+  std::string cause_;  // of the error being returned (set by fail)
+  // The last write attempt: its content and generation, reused while the same content is retried
+  // so that failing rounds do not churn the pool's generation.
+  std::string attempt_digest_;
+  std::uint64_t attempt_generation_ = 0;
   std::thread thread_;
 };
 

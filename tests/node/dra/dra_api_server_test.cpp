@@ -34,13 +34,21 @@ class FakeApiServer {
   int slow_ms = 0;          // wait before answering
   bool gone_watch = false;  // answer watches with a 410 ERROR event
   bool lie_huge = false;    // answer claims with a body larger than any claim
-  // "POST leases", "POST slices": the next such request is carried out, its answer held back
-  // lose_answer_ms, past the client's deadline.
+  // "POST leases", "POST slices": the next such request is carried out, and its answer cut off
+  // after the headers (the connection closes), as a reply lost on the way: the client sees a
+  // failed request however fast or slow the machine is.
   std::set<std::string> lose_answer;
-  int lose_answer_ms = 0;
   // DRAPartitionableDevices of the API server: off, it drops sharedCounters and consumesCounters
   // from what it stores, as the API server drops the fields of a disabled feature.
   bool partitionable_gate = true;
+  // DRAConsumableCapacity: off (the 1.34 default), it drops allowMultipleAllocations and the
+  // capacities' requestPolicy.
+  bool consumable_gate = true;
+  // Kubernetes 1.34 with DRAPartitionableDevices: a device may consume only counter sets of its own
+  // slice (422 otherwise), and devices and counter sets may share a slice. false: 1.35+ rules.
+  bool counters_beside_only = false;
+  // A 422 with this message for every write of the slice with this name (dry runs pass).
+  std::string reject_slice, reject_message;
   std::atomic<int> requests{0};
 
   FakeApiServer() {
@@ -57,16 +65,6 @@ class FakeApiServer {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    server_.set_post_routing_handler([this](const httplib::Request& req, httplib::Response&) {
-      const std::string key =
-          req.method + (req.path.find("/leases") != std::string::npos ? " leases" : " slices");
-      int wait = 0;
-      {
-        std::lock_guard lock(mutex);
-        if (lose_answer.erase(key)) wait = lose_answer_ms;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(wait));
-    });
     const std::string slices_path = "/apis/resource.k8s.io/v1/resourceslices";
     server_.Get(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
       if (req.has_param("watch")) return watch(req, res);
@@ -81,12 +79,14 @@ class FakeApiServer {
     });
     server_.Post(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
-      json object = accept_slice(req, res, "POST slices");
+      const bool dry = req.get_param_value("dryRun") == "All";
+      json object = accept_slice(req, res, dry ? "DRYRUN slices" : "POST slices");
       if (object.is_null()) return;
+      if (dry) return reply(res, 201, object);
       const std::string name = object["metadata"]["name"];
       if (slices.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
       store(slices[name], object);
-      reply(res, 201, slices[name]);
+      reply_or_lose(res, "POST slices", 201, slices[name]);
     });
     server_.Get(slices_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
@@ -121,7 +121,7 @@ class FakeApiServer {
       const std::string name = object["metadata"]["name"];
       if (leases.count(name)) return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
       store(leases[name], object);
-      reply(res, 201, leases[name]);
+      reply_or_lose(res, "POST leases", 201, leases[name]);
     });
     server_.Put(leases_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
@@ -176,6 +176,14 @@ class FakeApiServer {
     res.status = status;
     res.set_content(body.dump(), "application/json");
   }
+  // Called with `mutex` held.
+  void reply_or_lose(httplib::Response& res, const std::string& key, int status, const json& body) {
+    if (!lose_answer.erase(key)) return reply(res, status, body);
+    res.status = status;
+    const std::string text = body.dump();
+    res.set_content_provider(text.size(), "application/json",
+                             [](size_t, size_t, httplib::DataSink&) { return false; });
+  }
   // Validates a written object; null (and a 422 answer, as the API server's) when the schema refuses it.
   json accept(const httplib::Request& req, httplib::Response& res, const std::string& what) {
     ++writes[what];
@@ -197,21 +205,57 @@ class FakeApiServer {
     }
     return object;
   }
-  // A ResourceSlice: the schema, then the API server's own rules, then what a disabled gate drops.
+  // A ResourceSlice: the schema, then what a disabled gate drops, then the API server's own rules.
   json accept_slice(const httplib::Request& req, httplib::Response& res, const std::string& what) {
     json object = accept(req, res, what);
     if (object.is_null()) return object;
-    if (const std::string broken = test::slice_rule_errors(object); !broken.empty()) {
-      schema_failures.push_back(what + ": " + broken);
-      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
-      return nullptr;
-    }
     if (!partitionable_gate) {
       object["spec"].erase("sharedCounters");
       if (object["spec"].contains("devices"))
         for (auto& d : object["spec"]["devices"]) d.erase("consumesCounters");
     }
+    if (!consumable_gate && object["spec"].contains("devices")) {
+      for (auto& d : object["spec"]["devices"]) {
+        d.erase("allowMultipleAllocations");
+        if (d.contains("capacity"))
+          for (auto& [name, c] : d["capacity"].items()) c.erase("requestPolicy");
+      }
+    }
+    // Validation sees the object after the disabled fields were dropped, as the API server's.
+    const std::string broken = counters_beside_only ? rules_of_1_34(object) : test::slice_rule_errors(object);
+    if (!broken.empty()) {
+      schema_failures.push_back(what + ": " + broken);
+      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
+      return nullptr;
+    }
+    if (what != "DRYRUN slices" && !reject_slice.empty() && object["metadata"]["name"] == reject_slice) {
+      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", reject_message}});
+      return nullptr;
+    }
     return object;
+  }
+  // 1.34's check with DRAPartitionableDevices (its message, as the issue saw it).
+  static std::string rules_of_1_34(const json& slice) {
+    const json& spec = slice.at("spec");
+    std::set<std::string> sets;
+    for (const auto& set : spec.value("sharedCounters", json::array()))
+      sets.insert(set.at("name").get<std::string>());
+    if (sets.size() > 8) return "spec.sharedCounters: Too many: must have at most 8 items";
+    std::size_t i = 0;
+    for (const auto& d : spec.value("devices", json::array())) {
+      std::size_t j = 0;
+      for (const auto& c : d.value("consumesCounters", json::array())) {
+        const std::string set = c.at("counterSet");
+        if (!sets.count(set))
+          return "ResourceSlice.resource.k8s.io \"" + slice["metadata"].value("name", "") +
+                 "\" is invalid: spec.devices[" + std::to_string(i) + "].consumesCounters[" +
+                 std::to_string(j) + "].counterSet: Invalid value: \"" + set +
+                 "\": must reference a counterSet defined in the ResourceSlice sharedCounters";
+        ++j;
+      }
+      ++i;
+    }
+    return "";
   }
   void store(json& slot, json object) {
     object["metadata"]["resourceVersion"] = std::to_string(++version);
@@ -328,10 +372,7 @@ TEST_F(DraApi, AnUnchangedSliceIsNotWrittenAgainAndAChangedOneGetsANewGeneration
 // with 409; that must not read as "another daemon holds the lease" or fail the round.
 TEST_F(DraApi, ACreateWhoseAnswerWasLostIsRecognisedAsOurs) {
   server.lose_answer = {"POST leases", "POST slices"};
-  server.lose_answer_ms = 1500;
-  auto options = api_options();
-  options.timeout = std::chrono::milliseconds(500);
-  ApiClient api(options);
+  ApiClient api(api_options());
   SlicePublisher publisher(publisher_options("daemon-a"), api);
   publisher.set_gpus(test::two_gpu_node().gpus);
   auto r = publisher.round();
@@ -366,8 +407,8 @@ TEST_F(DraApi, TwoDaemonsOnOneNodeNeverBothPublish) {
 
 // An API server with DRAPartitionableDevices off drops the counter fields; published as they are,
 // whole devices would no longer exclude shares of the same GPU. The publisher notices the drop in
-// the server's answer to its first (counter) slice, before any whole device is out, and publishes
-// the shared devices alone, as without partitions.
+// the server's answers to dry-run creates, before anything is stored, and publishes the shared
+// devices alone, as without partitions.
 TEST_F(DraApi, WithThePartitionableGateOffOnlyTheSharedDevicesArePublished) {
   server.partitionable_gate = false;
   ApiClient api(api_options());
@@ -387,12 +428,12 @@ TEST_F(DraApi, WithThePartitionableGateOffOnlyTheSharedDevicesArePublished) {
       EXPECT_EQ(d["allowMultipleAllocations"], true);
       EXPECT_EQ(d["attributes"]["wholeGpu"]["bool"], false);
     }
-    EXPECT_EQ(server.writes["POST slices"], 2) << "the counter slice, then the devices slice";
-    EXPECT_EQ(server.writes["DELETE slices"], 1);
+    EXPECT_EQ(server.writes["POST slices"], 1) << "the devices slice only: the probes were dry runs";
+    EXPECT_EQ(server.writes["DELETE slices"], 0);
   }
   ASSERT_TRUE(publisher.round());
   std::lock_guard lock(server.mutex);
-  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 2) << "then settled";
+  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 1) << "then settled";
 }
 
 TEST_F(DraApi, WithoutPartitionsOneSliceOfSharedDevicesIsPublished) {
@@ -575,6 +616,161 @@ TEST_F(DraApi, PrepareReadsTheAllocationFromTheApiServer) {
   ASSERT_FALSE(lied);
   EXPECT_NE(lied.error().find("uid"), std::string::npos);
   EXPECT_EQ(preparer.claims().size(), 1u);
+}
+
+// Kubernetes 1.34 with DRAPartitionableDevices refuses a device that consumes a counter set of
+// another slice (422: "must reference a counterSet defined in the ResourceSlice sharedCounters"):
+// there the counter sets go beside their devices, and whole devices still exclude shares.
+TEST_F(DraApi, OnKubernetes134WithPartitionableDevicesTheCountersArePublishedBesideTheirDevices) {
+  server.counters_beside_only = true;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(*r);
+  EXPECT_EQ(publisher.status().layout, SliceLayout::CountersBeside);
+  EXPECT_TRUE(publisher.status().partitionable);
+  EXPECT_TRUE(publisher.status().fractions_schedulable);
+  std::lock_guard lock(server.mutex);
+  ASSERT_EQ(server.slices.size(), 1u);
+  const json& slice = server.slices["node-a-gpuslice-io"];
+  EXPECT_EQ(slice["spec"]["devices"].size(), 4u);
+  EXPECT_EQ(slice["spec"]["sharedCounters"].size(), 2u);
+  EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
+  EXPECT_EQ(test::overdrawn_counter({slice}, {"gpu-0", "gpu-0-whole"}), "gpu-0/compute");
+  EXPECT_EQ(test::overdrawn_counter({slice}, {"gpu-0", "gpu-0", "gpu-1-whole"}), "");
+  EXPECT_EQ(server.writes["POST slices"], 1) << "the refused layout was only ever a dry run";
+}
+
+// The 1.34 defaults (both gates off) drop allowMultipleAllocations, requestPolicy and the counters
+// without an error: each GPU can then go to one claim only. The publisher says so in its status and
+// /metrics, and publishes what the server keeps (no field it would drop).
+TEST_F(DraApi, OnKubernetes134WithDefaultGatesEachGpuIsPublishedForOneClaimAndThatIsSaid) {
+  server.counters_beside_only = true;
+  server.partitionable_gate = false;
+  server.consumable_gate = false;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  const PublisherStatus st = publisher.status();
+  EXPECT_EQ(st.layout, SliceLayout::Exclusive);
+  EXPECT_FALSE(st.fractions_schedulable);
+  EXPECT_FALSE(st.partitionable);
+  const std::string metrics = render_publisher_metrics(st, "node-a");
+  EXPECT_NE(metrics.find("gpuslice_dra_fractions_schedulable{node=\"node-a\"} 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpuslice_dra_slice_layout{node=\"node-a\",layout=\"whole-gpus-only\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.slices.size(), 1u);
+    for (const auto& d : server.slices["node-a-gpuslice-io"]["spec"]["devices"]) {
+      EXPECT_FALSE(d.contains("allowMultipleAllocations"));
+      EXPECT_FALSE(d["capacity"]["memory"].contains("requestPolicy"));
+    }
+  }
+  ASSERT_TRUE(publisher.round());
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.writes["POST slices"] + server.writes["PUT slices"], 1) << "then settled";
+}
+
+// A write the server keeps refusing: the pool's generation is not bumped by each retry, the error
+// keeps the server's whole message (escaped), the loop backs off and counts the failures.
+TEST_F(DraApi, APersistentRejectionBacksOffCountsAndKeepsThePoolGeneration) {
+  std::string message = "spec.devices[0].consumesCounters[0].counterSet: Invalid value: \"gpu-0\": ";
+  while (message.size() < 600)
+    message += "must reference a counterSet defined in the ResourceSlice sharedCounters, ";
+  message += "\x1b[31mend";
+  server.reject_slice = "node-a-gpuslice-io";
+  server.reject_message = message;
+  ApiClient api(api_options());
+  auto options = publisher_options("daemon-a");
+  SlicePublisher publisher(options, api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  for (int i = 0; i < 4; ++i) {
+    auto r = publisher.round();
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().find("sharedCounters, must reference"), std::string::npos) << "not cut at 200";
+    EXPECT_NE(r.error().find("\\x1b[31mend"), std::string::npos) << r.error();
+    EXPECT_EQ(r.error().find('\x1b'), std::string::npos);
+  }
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.slices.count("node-a-gpuslice-io-counters-0"), 1u);
+    EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 1)
+        << "no generation churn while the same content is retried";
+  }
+  options.retry = std::chrono::milliseconds(10);
+  options.max_backoff = std::chrono::milliseconds(80);
+  SlicePublisher looping(options, api);
+  looping.set_gpus(test::two_gpu_node().gpus);
+  looping.start();
+  PublisherStatus st;
+  for (int i = 0; i < 2000 && st.consecutive_failures < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    st = looping.status();
+  }
+  looping.stop();
+  ASSERT_GE(st.consecutive_failures, 5u);
+  EXPECT_GE(st.failures, 5u);
+  EXPECT_EQ(st.cause, "write-rejected");
+  EXPECT_GE(st.next_wait, std::chrono::milliseconds(40))
+      << "doubled from 10 ms, at most 80 ms, jitter 50-100%";
+  EXPECT_LE(st.next_wait, std::chrono::milliseconds(80));
+  const std::string metrics = render_publisher_metrics(st, "node-a");
+  EXPECT_NE(metrics.find("gpuslice_dra_publish_failing{node=\"node-a\",cause=\"write-rejected\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 1);
+}
+
+// A stopping daemon cuts its watch off and gives the Lease up: it stops at once, and the next
+// instance publishes without waiting for the Lease to expire.
+TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
+  ApiClient api(api_options());
+  auto options = publisher_options("daemon-a");
+  options.lease_duration = std::chrono::seconds(60);  // a watch of 20 s, a Lease held for 60 s
+  SlicePublisher a(options, api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  a.start();
+  for (int i = 0; i < 2000 && !a.status().published; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(a.status().published);
+  const auto before = std::chrono::steady_clock::now();
+  a.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(10)) << "not the watch's 20 s";
+  {
+    std::lock_guard lock(server.mutex);
+    EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "");
+  }
+  options.identity = "daemon-b";
+  SlicePublisher b(options, api);
+  b.set_gpus(test::two_gpu_node().gpus);
+  auto r = b.round();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(*r) << "the released Lease is taken at once";
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-b");
+}
+
+TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {
+  std::string text = "bad\nline ";
+  for (int i = 0; i < 1000; ++i) text += "word" + std::to_string(i) + " ";
+  const std::string shown = api_message(text);
+  EXPECT_EQ(shown.find('\n'), std::string::npos);
+  EXPECT_EQ(shown.rfind("bad\\x0aline ", 0), 0u);
+  ASSERT_GE(shown.size(), 3u);
+  EXPECT_EQ(shown.substr(shown.size() - 3), "...");
+  EXPECT_LE(shown.size(), kMaxApiMessageChars + 16);
+  EXPECT_GT(shown.size(), 3500u);
+  const std::string kept = shown.substr(0, shown.size() - 3);
+  EXPECT_EQ(text.substr(kept.size() - 3, 1), " ")
+      << "cut at a space, not mid-word: " << kept.substr(kept.size() - 20);
 }
 
 TEST(DraMicroTime, RoundTrips) {

@@ -372,3 +372,153 @@ TEST_F(DraPrepare, UnderMpsTheCdiSpecMountsThePipeDirectoryAndNamesIt) {
 
 }  // namespace
 }  // namespace gpuslice::node::dra
+
+namespace gpuslice::node::dra {
+namespace {
+
+// A claim of `n` shares of gpu-0 (as many results as resource.k8s.io/v1 allows at most: 32).
+nlohmann::json claim_of_shares(const std::string& uid, int n) {
+  std::vector<test::Result> results;
+  for (int i = 0; i < n; ++i) {
+    test::Result r;
+    r.consumed = {{"memory", "1Gi"}, {"compute", "1"}};
+    char id[64];
+    std::snprintf(id, sizeof id, "6f1a0e5c-0000-4000-8000-%012d", i);
+    r.share_id = id;
+    results.push_back(r);
+  }
+  return allocated_claim(uid, results, nullptr, "team-a", "c-" + uid);
+}
+
+TEST_F(DraPrepare, AClaimThatWouldPassTheCheckpointsBoundIsRefusedAndAllWrittenIsReadBack) {
+  auto o = preparer_options();
+  o.max_checkpoint_bytes = 64 * 1024;
+  ClaimPreparer p(o, claims);
+  ASSERT_TRUE(p.recover());
+  int prepared = 0;
+  std::string refused;
+  for (int i = 0; i < 200 && refused.empty(); ++i) {
+    const std::string uid = "uid-" + std::to_string(i);
+    claims.claims["team-a/c-" + uid] = claim_of_shares(uid, 32);
+    auto r = p.prepare({"team-a", "c-" + uid, uid});
+    if (r) {
+      ++prepared;
+    } else {
+      refused = r.error();
+      EXPECT_FALSE(exists(container(uid))) << "nothing is created for a refused claim";
+    }
+  }
+  ASSERT_FALSE(refused.empty()) << "the bound was never reached";
+  EXPECT_NE(refused.find("checkpoint"), std::string::npos) << refused;
+  EXPECT_GT(prepared, 3);
+  ClaimPreparer restarted(o, claims);
+  auto r = restarted.recover();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(restarted.claims().size(), static_cast<std::size_t>(prepared));
+}
+
+TEST_F(DraPrepare, AClaimOfMoreResultsThanTheApiAllowsIsRefused) {
+  claims.claims["team-a/c-uid-x"] = claim_of_shares("uid-x", 33);
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  EXPECT_FALSE(p.prepare({"team-a", "c-uid-x", "uid-x"}));
+}
+
+// Each prepare costs the checkpoint about one entry, not the whole file again.
+TEST_F(DraPrepare, APrepareWritesItsEntryNotTheWholeCheckpoint) {
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  std::uint64_t first = 0;
+  for (int i = 0; i < 25; ++i) {
+    const std::string uid = "uid-" + std::to_string(i);
+    claims.claims["team-a/c-" + uid] = claim_of_shares(uid, 8);
+    ASSERT_TRUE(p.prepare({"team-a", "c-" + uid, uid}));
+    if (i == 0) first = p.checkpoint_bytes_written();
+  }
+  // Rewriting the whole file each time writes 25 * 26 / 2 times the first prepare's bytes; one
+  // entry a prepare writes 25 times (and the folds of the journal, each at most the state).
+  EXPECT_LT(p.checkpoint_bytes_written(), 25 * first * 3) << first;
+  ClaimPreparer restarted(preparer_options(), claims);
+  ASSERT_TRUE(restarted.recover());
+  EXPECT_EQ(restarted.claims().size(), 25u);
+}
+
+// A corrupt entry costs that claim only; paths never come from the file, so a planted
+// "../../victim" removes nothing outside the claim's own directories.
+TEST_F(DraPrepare, RecoveryKeepsGoingPastABadEntryAndNeverTrustsItsPaths) {
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  {
+    ClaimPreparer p(preparer_options(), claims);
+    ASSERT_TRUE(p.recover());
+    ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  }
+  const std::string victim = tmp / "victim";
+  node::test::write_file(victim, "precious");
+  std::filesystem::create_directories(tmp / "victim-dir");
+  node::test::write_file(tmp / "victim-dir/file", "precious");
+  nlohmann::json doc = {{"version", 1}, {"claims", nlohmann::json::object()}};
+  std::string base;
+  {
+    ClaimPreparer p(preparer_options(), claims);
+    ASSERT_TRUE(p.recover());
+    ASSERT_EQ(p.claims().size(), 1u);
+    base = p.checkpoint_path();
+    doc["claims"]["uid-1"] =
+        nlohmann::json::parse(checkpoint_entry_text("uid-1", p.claims()[0].entry))["entry"];
+  }
+  doc["claims"]["uid-bad"] = {{"state", "prepared"}, {"namespace", 7}};
+  nlohmann::json planted = doc["claims"]["uid-1"];
+  planted["state"] = "preparing";
+  planted["container"] = "../../victim-dir";
+  planted["cdiFile"] = victim;
+  planted["channelWriter"] = "../../victim-dir";
+  doc["claims"]["uid-planted"] = planted;
+  doc["claims"]["../x"] = planted;
+  ASSERT_TRUE(write_file_atomically(base, doc.dump(), 0600));
+  ::unlink((tmp / "root/dra/checkpoint.journal").c_str());
+  node::test::write_file(tmp / "root/dra/checkpoint.journal", "{\"uid\":\"uid-1\",\"entr");  // torn line
+  ::chmod((tmp / "root/dra/checkpoint.journal").c_str(), 0600);
+
+  ClaimPreparer restarted(preparer_options(), claims);
+  auto r = restarted.recover();
+  ASSERT_TRUE(r) << r.error();
+  ASSERT_EQ(restarted.claims().size(), 1u) << "the good claim survives the bad ones";
+  EXPECT_EQ(restarted.claims()[0].uid, "uid-1");
+  EXPECT_TRUE(exists(victim)) << "a planted path removed a file outside the claim's directories";
+  EXPECT_TRUE(exists(tmp / "victim-dir/file"));
+  EXPECT_TRUE(exists(container("uid-1")));
+}
+
+// One prepare per uid: a second name for a prepared uid does not get the first claim's devices.
+TEST_F(DraPrepare, APreparedUidAskedForUnderAnotherNameGetsNothing) {
+  claims.claims["team-a/train-gpu"] = allocated_claim("uid-1", {{}});
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  auto other = p.prepare({"team-b", "not-mine", "uid-1"});
+  ASSERT_FALSE(other);
+  EXPECT_NE(other.error().find("prepared for claim team-a/train-gpu"), std::string::npos) << other.error();
+  EXPECT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"})) << "the kubelet's retry still works";
+}
+
+// Peer text with control bytes never reaches the log, the labels or the checkpoint raw.
+TEST_F(DraPrepare, ControlBytesFromTheKubeletOrTheApiServerAreRefusedOrDropped) {
+  auto claim = allocated_claim("uid-1", {{}});
+  claim["status"]["reservedFor"][0]["name"] = "pod\x1b[2J\nforged";
+  claims.claims["team-a/train-gpu"] = claim;
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  auto bad = p.prepare({"team-a\x1b[2J", "train-gpu", "uid-1"});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().find('\x1b'), std::string::npos) << "the error is escaped";
+  ASSERT_TRUE(p.prepare({"team-a", "train-gpu", "uid-1"}));
+  ASSERT_EQ(p.claims().size(), 1u);
+  EXPECT_EQ(p.claims()[0].entry.pod, "") << "a pod name that is no object name is not kept";
+  ClaimAttribution attribution(p);
+  auto listed = attribution.list();
+  ASSERT_TRUE(listed);
+  for (const auto& l : *listed) EXPECT_EQ(l.owner.pod.find('\x1b'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra

@@ -20,14 +20,41 @@ TEST(DraClaimReader, ConsumedCapacityBecomesTheLimits) {
   EXPECT_FALSE(a->priority);
 }
 
-TEST(DraClaimReader, AWholeDeviceWithoutConsumedCapacityHasNoComputeLimit) {
-  test::Result whole;
-  whole.consumed = nullptr;
-  whole.share_id.clear();
-  auto a = read_claim_allocation(allocated_claim("uid-1", {whole}), kRef, test::two_gpu_node());
-  ASSERT_TRUE(a) << a.error();
-  EXPECT_EQ(a->devices[0].memory_bytes, 80ULL << 30);
-  EXPECT_FALSE(a->devices[0].compute);
+// An API server without DRAConsumableCapacity drops the claim's capacity request: the scheduler
+// gives gpu-0 without consumed capacity, whatever the claim asked. Never prepared as a whole GPU
+// silently: refused by default, whole or capped as the operator says, or the claim's own limit.
+TEST(DraClaimReader, ASharedDeviceAllocatedWithoutConsumedCapacityIsRefusedOrAsTheOperatorSays) {
+  test::Result dropped;
+  dropped.consumed = nullptr;
+  dropped.share_id.clear();
+  auto refused = read_claim_allocation(allocated_claim("uid-1", {dropped}), kRef, test::two_gpu_node());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("DRAConsumableCapacity"), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().find("--dropped-capacity"), std::string::npos) << refused.error();
+
+  DriverNode node = test::two_gpu_node();
+  node.dropped_capacity = *parse_dropped_capacity("whole");
+  auto whole = read_claim_allocation(allocated_claim("uid-1", {dropped}), kRef, node);
+  ASSERT_TRUE(whole) << whole.error();
+  EXPECT_EQ(whole->devices[0].memory_bytes, 80ULL << 30);
+  EXPECT_FALSE(whole->devices[0].compute);
+  EXPECT_NE(whole->devices[0].note.find("whole GPU"), std::string::npos);
+
+  node.dropped_capacity = *parse_dropped_capacity("4Gi");
+  auto capped = read_claim_allocation(allocated_claim("uid-1", {dropped}), kRef, node);
+  ASSERT_TRUE(capped) << capped.error();
+  EXPECT_EQ(capped->devices[0].memory_bytes, 4ULL << 30);
+  EXPECT_FALSE(capped->devices[0].note.empty());
+
+  auto own = read_claim_allocation(
+      allocated_claim("uid-1", {dropped}, slice_config({{"memory", {{"limit", "2Gi"}}}})), kRef,
+      test::two_gpu_node());
+  ASSERT_TRUE(own) << own.error();
+  EXPECT_EQ(own->devices[0].memory_bytes, 2ULL << 30);
+
+  EXPECT_FALSE(parse_dropped_capacity("all"));
+  EXPECT_FALSE(parse_dropped_capacity("10"));
+  EXPECT_FALSE(parse_dropped_capacity(""));
 }
 
 TEST(DraClaimReader, TheWholeGpuDeviceIsTheGpuUnsharedAndItsConfigMayStillTighten) {

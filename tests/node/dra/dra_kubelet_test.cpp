@@ -4,9 +4,11 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
+#include <thread>
 
 #include "../test_util.h"
 #include "dra/v1/api.grpc.pb.h"
@@ -246,6 +248,62 @@ TEST(DraProtos, FieldNumbersMatchTheKubeletsProtos) {
     EXPECT_EQ(field->type(), f.type);
     EXPECT_EQ(field->is_repeated(), f.repeated);
   }
+}
+
+}  // namespace
+}  // namespace gpuslice::node::dra
+
+namespace gpuslice::node::dra {
+namespace {
+
+std::uint64_t inode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// A rolling update: the new instance binds its sockets over the old one's. The old instance's
+// watcher must not serve over them, and stopping it must not remove them (compared by inode).
+TEST_F(DraKubelet, ASocketTakenOverByANewerInstanceIsNeitherServedOverNorRemoved) {
+  KubeletPluginOptions k;
+  k.plugins_dir = tmp / "plugins";
+  k.registry_dir = tmp / "registry";
+  k.watch_interval = std::chrono::milliseconds(20);
+  KubeletPlugin newer(k, *preparer);
+  ASSERT_TRUE(newer.start());
+  const std::uint64_t dra = inode(newer.dra_socket()), registration = inode(newer.registration_socket());
+  ASSERT_NE(dra, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // many turns of the old watcher
+  EXPECT_EQ(inode(newer.dra_socket()), dra) << "the old instance served over the newer one's socket";
+  EXPECT_EQ(inode(newer.registration_socket()), registration);
+  plugin->stop();
+  plugin.reset();
+  EXPECT_EQ(inode(newer.dra_socket()), dra) << "the old instance removed the newer one's socket";
+  EXPECT_EQ(inode(newer.registration_socket()), registration);
+  FakeKubelet kubelet;
+  EXPECT_TRUE(kubelet.discover(newer.registration_socket()).ok()) << "the newer instance still serves";
+  newer.stop();
+  EXPECT_EQ(inode(k.plugins_dir + "/gpuslice.io/dra.sock"), 0u) << "its own sockets go with it";
+}
+
+// One NodePrepareResources call that names one uid under two claim names prepares neither.
+TEST_F(DraKubelet, OneUidUnderTwoNamesInOneCallGetsNoDevices) {
+  add_claims();
+  FakeKubelet kubelet;
+  ASSERT_TRUE(kubelet.discover(plugin->registration_socket()).ok());
+  auto stub = kubelet.dra<V1>();
+  V1::PrepareRequest request;
+  for (const char* name : {"train-gpu", "someone-elses"}) {
+    auto* c = request.add_claims();
+    c->set_namespace_("team-a");
+    c->set_name(name);
+    c->set_uid("uid-1");
+  }
+  V1::PrepareResponse response;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->NodePrepareResources(&ctx, request, &response).ok());
+  const auto& answer = response.claims().at("uid-1");
+  EXPECT_EQ(answer.devices_size(), 0);
+  EXPECT_NE(answer.error().find("two claim names"), std::string::npos) << answer.error();
 }
 
 }  // namespace
