@@ -28,17 +28,9 @@
 
 #include "common/priority.h"
 #include "common/result.h"
+#include "shared_state/assignment_text.h"
 
 namespace gpuslice::shm {
-
-// An assignment file is a few short lines; a longer one is not believed (writers check against it).
-inline constexpr std::size_t kMaxAssignmentBytes = 1024;
-
-// What the operator assigned a writer on one GPU (see above).
-struct Assignment {
-  Priority priority = Priority::Normal;  // the highest level its records are believed at
-  unsigned compute_percent = 0;          // its compute share; 0 = none (it takes no turn)
-};
 
 // `assigned` applied to what a record claims (the level and share readers believe).
 struct PeerState;
@@ -59,6 +51,10 @@ struct PeerState {                          // what one container publishes abou
   std::uint32_t busy_period_us = 0;
 };
 
+// A node directory the operator made for users to share, or one user's private default
+// (GPUSLICE_NODE_DIR unset): that one must be the user's own, and is kept writable by it alone.
+enum class NodeDirKind { Shared, Private };
+
 class NodeChannel {
  public:
   // The work of one scan is bounded by what is believed, not by what anyone can create: writer
@@ -75,13 +71,15 @@ class NodeChannel {
   static constexpr std::size_t kMaxRecordsPerWriter = 16;
 
   // node_dir: GPUSLICE_NODE_DIR (or what the device plugin mounts): ours or root's, writable by others
-  // only with the sticky bit. Creates/opens this container's own record for the GPU in
+  // only with the sticky bit; created 0755 (private) when missing. Readers of a directory nobody but
+  // its owner can write believe only the owner's (and root's) writer directories. Creates/opens this container's own record for the GPU in
   // <node_dir>/<writer> (writer: GPUSLICE_NODE_WRITER through config::Settings; "uid-<euid>" when
   // empty); never follows symlinks; refuses a writer directory another user controls.
   // Readers believe a writer directory "uid-N" only when uid N owns it, any other only when root
   // (the device plugin) or the reader itself owns it.
   static Result<std::unique_ptr<NodeChannel>> open(const std::string& node_dir, std::string_view gpu_uuid,
-                                                   std::uint64_t container_key, std::string_view writer = {});
+                                                   std::uint64_t container_key, std::string_view writer = {},
+                                                   NodeDirKind kind = NodeDirKind::Shared);
   ~NodeChannel();
   NodeChannel(const NodeChannel&) = delete;
   NodeChannel& operator=(const NodeChannel&) = delete;
@@ -112,10 +110,18 @@ class NodeChannel {
   static constexpr std::size_t kMaxKnownPeers = 64;
 
   const std::string& record_path() const { return record_path_; }
-  // What the operator assigned this container's writer on this GPU (read now; defaults when none).
-  Assignment own_assignment() const;
-  // Reads <writer>.assigned in the node directory `node_fd` for `uuid`: false (and defaults) when
-  // there is none or it is not believed (owner, mode, type, size, syntax). No allocation.
+  const std::string& node_dir() const { return node_dir_; }
+  const std::string& writer() const { return writer_; }
+  // Reads <writer>.assigned in the node directory `node_fd` into `text` (kMaxAssignmentBytes):
+  // None when there is none or the operator did not write it (owned by another user: ignored, as
+  // anyone may create a name in a shared directory); Refused when the operator's file cannot be
+  // believed (not a regular file, writable by others, unreadable, too long); else Believed with
+  // *size bytes read (the grammar is checked by assignment_for_gpu()). No allocation.
+  static Assignment::State read_assignment_text(int node_fd, const char* writer, char* text, std::size_t* size);
+  // read_assignment_text() then assignment_for_gpu(): the writer's assignment on `uuid`.
+  static Assignment read_assignment(int node_fd, const char* writer, std::string_view uuid,
+                                    AssignmentSyntaxError* error = nullptr);
+  // The same, true only when Believed.
   static bool read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out);
 
  private:
