@@ -20,8 +20,8 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 
 Result<std::unique_ptr<NodePresence>> NodePresence::open(const std::string& node_dir,
                                                          std::string_view gpu_uuid,
-                                                         std::uint64_t container_key,
-                                                         std::string_view writer, shm::NodeDirKind kind) {
+                                                         std::uint64_t container_key, std::string_view writer,
+                                                         shm::NodeDirKind kind) {
   auto opened = shm::NodeChannel::open(node_dir, gpu_uuid, container_key, writer, kind);
   if (!opened) return make_error(opened.error());
   return std::make_unique<NodePresence>(std::move(opened).value());
@@ -79,9 +79,9 @@ NodePresence* of(DeviceState& d) {
   if (rt == nullptr || rt->container_key == 0) return nullptr;
   const std::uint64_t now = gate_clock().now_ns();
   if (d.presence_failed && now < d.presence_retry_ns) return nullptr;
-  auto opened = NodePresence::open(rt->settings.node_dir, d.uuid, rt->container_key, rt->settings.node_writer,
-                                   rt->settings.node_dir_private ? shm::NodeDirKind::Private
-                                                                 : shm::NodeDirKind::Shared);
+  auto opened = NodePresence::open(
+      rt->settings.node_dir, d.uuid, rt->container_key, rt->settings.node_writer,
+      rt->settings.node_dir_private ? shm::NodeDirKind::Private : shm::NodeDirKind::Shared);
   if (!opened) {
     constexpr std::uint64_t kFirstRetryNs = 1'000'000'000, kLastRetryNs = 60'000'000'000;
     if (!d.presence_failed) {
@@ -117,8 +117,8 @@ bool g_refusal_said = false;
 void refresh_assignments() {
   Runtime* rt = runtime();
   if (rt == nullptr) return;
-  const std::string writer = rt->settings.node_writer.empty() ? "uid-" + std::to_string(::geteuid())
-                                                              : rt->settings.node_writer;
+  const std::string writer =
+      rt->settings.node_writer.empty() ? "uid-" + std::to_string(::geteuid()) : rt->settings.node_writer;
   const int node_fd = fs::open_dir_raw(rt->settings.node_dir.c_str(), fs::DirTrust::SharedSticky);
   g_state = shm::Assignment::State::None;
   g_size = 0;
@@ -128,7 +128,8 @@ void refresh_assignments() {
   }
   shm::AssignmentSyntaxError error;
   const shm::Assignment whole = assignment_for({});
-  if (g_state == shm::Assignment::State::Believed) (void)shm::assignment_for_gpu({g_text, g_size}, {}, &error);
+  if (g_state == shm::Assignment::State::Believed)
+    (void)shm::assignment_for_gpu({g_text, g_size}, {}, &error);
   const bool refused = whole.state == shm::Assignment::State::Refused;
   if (refused && !g_refusal_said) {
     if (error.what == nullptr) error.what = "not a regular file the operator alone can write, or unreadable";
@@ -139,9 +140,9 @@ void refresh_assignments() {
   }
   g_refusal_said = refused;
   if (shm::Ledger* books = rt->ledger.load(std::memory_order_acquire)) {
-    books->note_assignment(whole.state == shm::Assignment::State::None ? std::nullopt
-                                                                       : std::optional<Priority>(whole.priority),
-                           refused);
+    books->note_assignment(
+        whole.state == shm::Assignment::State::None ? std::nullopt : std::optional<Priority>(whole.priority),
+        refused);
   }
   for_each_ready_device([](DeviceState& d) {
     if (d.presence != nullptr) d.presence->set_assignment(assignment_for(d.uuid));
@@ -150,14 +151,16 @@ void refresh_assignments() {
 
 shm::Assignment assignment_for(std::string_view uuid) {
   switch (g_state) {
-    case shm::Assignment::State::None: return shm::Assignment{};
+    case shm::Assignment::State::None:
+      return shm::Assignment{};
     case shm::Assignment::State::Refused: {
       shm::Assignment refused;
       refused.state = shm::Assignment::State::Refused;
       refused.priority = Priority::Low;
       return refused;
     }
-    case shm::Assignment::State::Believed: break;
+    case shm::Assignment::State::Believed:
+      break;
   }
   return shm::assignment_for_gpu({g_text, g_size}, uuid);
 }

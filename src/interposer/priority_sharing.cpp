@@ -63,10 +63,9 @@ void open_gate(DeviceState& d) {
   if (d.priority_board == nullptr) d.priority_board = new (std::nothrow) PresenceBoard(*presence);
   if (d.priority_board == nullptr) return;
   // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
-  auto* gate = new (std::nothrow)
-      limiter::PriorityGate(gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
-                            tuning_from(settings().priority_tuning, presence->assignment()),
-                            presence->assigned_level());
+  auto* gate = new (std::nothrow) limiter::PriorityGate(
+      gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
+      tuning_from(settings().priority_tuning, presence->assignment()), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
   d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());

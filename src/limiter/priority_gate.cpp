@@ -89,7 +89,8 @@ InFlightBound::Settings PriorityGate::bound_settings(const PriorityTuning& tunin
 Priority PriorityGate::priority() const {
   const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed) : kNoPriority;
   if (ceiling_source_ == nullptr) return priority_from_value(raw).value_or(Priority::Normal);
-  return resolved_priority(raw, priority_from_value(ceiling_source_->load(kRelaxed)).value_or(Priority::Normal));
+  return resolved_priority(raw,
+                           priority_from_value(ceiling_source_->load(kRelaxed)).value_or(Priority::Normal));
 }
 
 PriorityStats PriorityGate::stats() const {

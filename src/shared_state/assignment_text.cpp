@@ -224,7 +224,9 @@ Assignment assignment_for_gpu(std::string_view text, std::string_view uuid, Assi
       [](void* context, const AssignmentLine& line) {
         auto& r = *static_cast<Reading*>(context);
         switch (line.key) {
-          case AssignmentLine::Key::Priority: r.out.priority = line.level; break;
+          case AssignmentLine::Key::Priority:
+            r.out.priority = line.level;
+            break;
           case AssignmentLine::Key::Compute:
             if (!r.gpu_share) r.out.compute_percent = line.percent;
             break;
@@ -234,11 +236,14 @@ Assignment assignment_for_gpu(std::string_view text, std::string_view uuid, Assi
               r.gpu_share = true;
             }
             break;
-          case AssignmentLine::Key::Floor: r.out.floor_percent = static_cast<int>(line.percent); break;
+          case AssignmentLine::Key::Floor:
+            r.out.floor_percent = static_cast<int>(line.percent);
+            break;
           case AssignmentLine::Key::LightShare:
             r.out.light_share_percent = static_cast<int>(line.percent);
             break;
-          case AssignmentLine::Key::Allocation: break;
+          case AssignmentLine::Key::Allocation:
+            break;
         }
       },
       &reading, error);

@@ -89,7 +89,8 @@ struct Header {
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
-                  offsetof(Header, context_footprint) == 144 && offsetof(Header, node_channel_refused) == 272 &&
+                  offsetof(Header, context_footprint) == 144 &&
+                  offsetof(Header, node_channel_refused) == 272 &&
                   offsetof(Header, assigned_priority) == 276 && offsetof(Header, assignment_refused) == 280,
               "header field offsets are part of the format");
 

@@ -493,7 +493,8 @@ class MappedLedger final : public Ledger {
   }
   void note_assignment(std::optional<Priority> assigned, bool refused) override {
     if (!writable_) return;
-    header_->assigned_priority.store(assigned ? priority_value(*assigned) : kNoPriority, std::memory_order_relaxed);
+    header_->assigned_priority.store(assigned ? priority_value(*assigned) : kNoPriority,
+                                     std::memory_order_relaxed);
     header_->assignment_refused.store(refused ? 1 : 0, std::memory_order_relaxed);
   }
 

@@ -304,7 +304,9 @@ Assignment::State NodeChannel::read_assignment_text(int node_fd, const char* wri
     return errno == ENOENT ? Assignment::State::None : Assignment::State::Refused;
   // Only the operator (root, or whoever owns the node directory) writes it; a name anyone else
   // created in a shared directory is nobody's assignment.
-  const auto operators = [&dir_st](const struct stat& st) { return st.st_uid == 0 || st.st_uid == dir_st.st_uid; };
+  const auto operators = [&dir_st](const struct stat& st) {
+    return st.st_uid == 0 || st.st_uid == dir_st.st_uid;
+  };
   if (!operators(entry)) return Assignment::State::None;
   fs::UniqueFd fd(fs::open_in_dir_raw(node_fd, name, O_RDONLY | O_NONBLOCK));
   if (fd.get() < 0) return Assignment::State::Refused;
@@ -325,7 +327,8 @@ Assignment NodeChannel::read_assignment(int node_fd, const char* writer, std::st
   char text[kMaxAssignmentBytes];
   std::size_t size = 0;
   switch (read_assignment_text(node_fd, writer, text, &size)) {
-    case Assignment::State::None: return Assignment{};
+    case Assignment::State::None:
+      return Assignment{};
     case Assignment::State::Refused: {
       if (error != nullptr) *error = {0, "the file cannot be read as the operator's (type, mode, size)"};
       Assignment refused;
@@ -333,7 +336,8 @@ Assignment NodeChannel::read_assignment(int node_fd, const char* writer, std::st
       refused.priority = Priority::Low;
       return refused;
     }
-    case Assignment::State::Believed: break;
+    case Assignment::State::Believed:
+      break;
   }
   return assignment_for_gpu(std::string_view(text, size), uuid, error);
 }
@@ -351,7 +355,8 @@ NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string u
       uuid_hash_(detail::uuid_hash(uuid_)),
       key_(key),
       fd_(fd),
-      record_path_(std::move(record_path)) {}
+      record_path_(std::move(record_path)),
+      cache_(std::make_unique<WriterCache>()) {}
 
 NodeChannel::~NodeChannel() {
   forget(known_[0]);
@@ -498,10 +503,11 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
   return count;
 }
 
-// One pass over the node directory, bounded: kMaxWriters assigned and kMaxUnassignedWriters other
-// trusted writer directories, kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of
-// each. A file others planted costs one listing entry, a directory one fstatat before anything is
-// opened. No allocation: the listings go through stack buffers.
+// One pass over the node directory, bounded: kMaxWriters trusted writer directories,
+// kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, kMaxScanNs of listing. A
+// file others planted costs one listing entry, a directory one fstatat before anything is opened,
+// and then nothing until the directory changes again (WriterCache). No allocation: the listings go
+// through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
                               std::size_t* kept) const {
@@ -514,19 +520,85 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   if (::fstat(node_fd, &node_st) != 0) return 0;
   std::size_t count = 0;
   std::size_t writers = 0;
-  std::size_t unassigned = 0;
-  std::size_t entries = 0;
+  const std::uint64_t started = monotonic_ns();
+  // The node directory is listed only when it changed since the last complete listing (its mtime
+  // and ctime move with every entry added, removed or renamed): otherwise the writers that listing
+  // found are visited by name, so entries nobody believes cost nothing once listed.
+  const bool cache_ours = !cache_busy_.exchange(true, std::memory_order_acquire);
+  const auto stamp = [](const struct stat& st) {
+    return WriterCache::Stamp{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                              static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ULL +
+                                  static_cast<std::uint64_t>(st.st_mtim.tv_nsec),
+                              static_cast<std::uint64_t>(st.st_ctim.tv_sec) * 1'000'000'000ULL +
+                                  static_cast<std::uint64_t>(st.st_ctim.tv_nsec)};
+  };
+  const WriterCache::Stamp now_stamp = stamp(node_st);
+  WriterCache& cache = *cache_;
+  // A directory changed within the last second may still change within the same time stamp (its
+  // clock is coarse): listed again until it has been quiet that long.
+  timespec wall{};
+  clock_gettime(CLOCK_REALTIME, &wall);
+  const std::uint64_t wall_ns =
+      static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
+  const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
+  const bool from_cache = cache_ours && cache.valid && cache.stamp == now_stamp;
+  std::size_t cached = 0;  // writers found by this listing (cache.fresh)
+  bool complete = true;    // the listing reached the end of the directory
+  bool by_time = false;    // it ran out of time: the last complete listing's writers are visited too
   alignas(8) char node_buffer[4096];
   DirListing node_listing(node_fd, node_buffer, sizeof node_buffer);
+  std::size_t next_cached = 0;
+  const auto visited = [&](const char* name) {
+    for (std::size_t i = 0; i < cached && i < WriterCache::kWriters; ++i) {
+      if (std::strcmp(cache.fresh[i], name) == 0) return true;
+    }
+    return false;
+  };
+  const auto next_writer = [&](DirListing::Entry* writer) {
+    if (!from_cache && !by_time) {
+      // The first listing goes to the end whatever it costs: a writer is never hidden for lack of
+      // one; after it, a listing is bounded by time.
+      const bool late = cache_ours && cache.listed_once &&
+                        entries_listed_.load(std::memory_order_relaxed) % 1024 == 1023 &&
+                        monotonic_ns() - started > kMaxScanNs;
+      if (!late) {
+        if (!node_listing.next(writer)) return false;
+        entries_listed_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      complete = false;
+      // Bounded by time: the next scan lists again; the writers seen before are not lost meanwhile.
+      if (!cache_ours || cached > WriterCache::kWriters) return false;
+      by_time = true;
+    }
+    while (next_cached < cache.count) {
+      const char* name = cache.names[next_cached++];
+      if (by_time && visited(name)) continue;
+      writer->name = name;
+      writer->type = DT_DIR;
+      return true;
+    }
+    return false;
+  };
   DirListing::Entry writer;
-  while (count < capacity && writers < kMaxWriters && entries < kMaxNodeEntries &&
-         node_listing.next(&writer)) {
-    ++entries;
+  while (true) {
+    if (count >= capacity || writers >= kMaxWriters) {
+      complete = false;
+      break;
+    }
+    if (!next_writer(&writer)) break;
     if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
     struct stat listed_st {};
     if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !trusted_writer(writer.name, listed_st, self, node_st)) {
       continue;
+    }
+    if (cache_ours && !from_cache && !by_time) {
+      const std::size_t length = std::strlen(writer.name);
+      if (cached < WriterCache::kWriters && length < sizeof cache.fresh[0]) {
+        std::memcpy(cache.fresh[cached], writer.name, length + 1);
+      }
+      ++cached;  // past kWriters: too many to keep, the next scan lists again
     }
     const int writer_fd = ::openat(node_fd, writer.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (writer_fd < 0) continue;
@@ -538,11 +610,7 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       continue;
     }
     const Assignment assigned = read_assignment(node_fd, writer.name, uuid_);
-    if (assigned.state != Assignment::State::None) {
-      ++writers;
-    } else if (++unassigned > kMaxUnassignedWriters) {
-      continue;
-    }
+    ++writers;
     alignas(8) char buffer[2048];
     DirListing records(writer_fd, buffer, sizeof buffer);
     DirListing::Entry entry;
@@ -577,6 +645,20 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
         known.key = key;
       }
     }
+  }
+  if (cache_ours) {
+    if (!from_cache && complete) {
+      // A listing cut short is not kept (the one before stays); one with more writers than fit, or
+      // of a directory that changed within the second, is not believed for the next scan.
+      const bool fits = cached <= WriterCache::kWriters;
+      for (std::size_t i = 0; fits && i < cached; ++i)
+        std::memcpy(cache.names[i], cache.fresh[i], sizeof cache.names[i]);
+      cache.valid = fits && quiet;
+      cache.listed_once = fits;
+      cache.count = fits ? cached : 0;
+      cache.stamp = now_stamp;
+    }
+    cache_busy_.store(false, std::memory_order_release);
   }
   return count;
 }

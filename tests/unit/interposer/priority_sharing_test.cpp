@@ -112,7 +112,7 @@ class PrioritySharing : public ::testing::Test {
     rt->ledger.store(std::move(opened).value().release());
     EXPECT_TRUE(rt->ledger.load()->register_process().ok());
     install_runtime(rt);
-    node_presence::refresh_assignments();  // none yet, as in a process that just started
+    node_presence::refresh_assignments();    // none yet, as in a process that just started
     assign("priority=high\ncompute=100\n");  // the operator lets this user's containers go up to high
     if (level) rt->ledger.load()->init_priority(*level);
     priority_sharing::refresh();
@@ -251,7 +251,8 @@ TEST_F(PrioritySharing, AContainerThatAsksForNoLevelRunsAtItsAssignedLevel) {
   shm::PeerState seen[4];
   ASSERT_GE(read_records(seen, 4), 1u);
   bool low_seen = false;
-  for (const auto& s : seen) low_seen = low_seen || (s.container_key == 0x1234 && s.priority == Priority::Low);
+  for (const auto& s : seen)
+    low_seen = low_seen || (s.container_key == 0x1234 && s.priority == Priority::Low);
   EXPECT_TRUE(low_seen) << "others believe it at its assigned level";
   rt.ledger.load()->set_priority(Priority::High);  // gpuslice set --priority high
   EXPECT_EQ(gate()->priority(), Priority::Low) << "still a ceiling";
