@@ -31,10 +31,10 @@ limiter::PriorityGate* current_gate() {
 }  // namespace
 
 // How much a container yields to higher ones is not its own to loosen: its environment
-// (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _FLOOR, _COST, _LIGHT_SHARE) may only make it yield more than
-// the defaults, or as much more as the operator's assignment allows (floor=, light-share=). The
-// rest (_GRACE: how long it holds others after its own work; _LONG_KERNEL=alone, _REQUEST_SHARE:
-// stricter bounds; _REFRESH) is its own.
+// (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _FLOOR, _LIGHT_SHARE) may only make it yield more than the
+// defaults, or as much more as the operator's assignment allows (floor=, light-share=). The rest
+// (_GRACE: how long it holds others after its own work; _LONG_KERNEL=alone, _REQUEST_SHARE: stricter
+// bounds; _COST: how the bound is counted; _REFRESH) is its own.
 limiter::PriorityTuning tuning_from(const config::PriorityTunables& own, const shm::Assignment& assigned) {
   const limiter::PriorityTuning defaults;
   limiter::PriorityTuning tuning;
@@ -44,7 +44,7 @@ limiter::PriorityTuning tuning_from(const config::PriorityTunables& own, const s
   const unsigned floor_cap =
       assigned.floor_percent >= 0 ? static_cast<unsigned>(assigned.floor_percent) : defaults.floor_percent;
   tuning.floor_percent = std::min(own.floor_percent.value_or(defaults.floor_percent), floor_cap);
-  if (own.per_kernel_cost && *own.per_kernel_cost) tuning.per_kernel_cost = true;
+  if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
   if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
   const unsigned light_cap =
       assigned.light_share_percent >= 0 ? static_cast<unsigned>(assigned.light_share_percent) : 0;

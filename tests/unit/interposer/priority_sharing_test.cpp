@@ -268,13 +268,11 @@ TEST_F(PrioritySharing, TheHeldContainersOwnFloorAndLightShareCannotFreeIt) {
   own.light_share_percent = 100;
   own.in_flight_ns = 100 * kMs;
   own.ramp_ns = 0;
-  own.per_kernel_cost = false;
   limiter::PriorityTuning t = priority_sharing::tuning_from(own, shm::Assignment{});
   EXPECT_EQ(t.floor_percent, defaults.floor_percent);
   EXPECT_EQ(t.light_share_permille, 0u);
   EXPECT_EQ(t.in_flight_bound_ns, defaults.in_flight_bound_ns);
   EXPECT_EQ(t.in_flight_ramp_ns, defaults.in_flight_ramp_ns);
-  EXPECT_TRUE(t.per_kernel_cost);
   shm::Assignment granted;
   granted.floor_percent = 20;
   granted.light_share_percent = 10;
