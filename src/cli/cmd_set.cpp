@@ -36,8 +36,9 @@ const CommandSpec& set_spec() {
       "for all its devices; its processes apply it within 100 ms.\n"
       "HAMi: 'shrreg-tool --set-sm-limit DEV PCT' is 'gpuslice set --device DEV --compute PCT'.\n"
       "Exit status: 0 when every limit in force is the one asked for; 3 when a cap holds a request\n"
-      "('unlimited' included): the request is recorded and applies once the cap allows it, but what\n"
-      "is enforced now is the cap; 1 if nothing could be changed, 2 for usage errors.",
+      "('unlimited' included) or the operator's assignment holds --priority below the level asked\n"
+      "(set prints the level it runs at): the request is recorded and applies once the cap allows\n"
+      "it, but what is enforced now is the cap; 1 if nothing could be changed, 2 for usage errors.",
       {
           {"--memory", "SIZE", "new VRAM quota, or 'unlimited'"},
           {"--compute", "PCT", "new compute limit in percent, or 'none'"},
@@ -112,12 +113,29 @@ int cmd_set(int argc, char** argv) {
   shm::Ledger& ledger = *opened.value();
   shm::Snapshot snap = ledger.snapshot();
 
+  bool priority_capped = false;
   if (priority) {
     if (!ledger.writable())
       return runtime_error(spec.name, "cannot change " + *path + ": it is read-only for this user");
     ledger.set_priority(*priority);
-    std::printf("priority %s -> %s\n", level_name(snap.priority), level_name(ledger.priority()));
-    if (!memory && !compute) return kExitOk;
+    std::printf("priority %s -> %s", level_name(snap.priority), level_name(ledger.priority()));
+    // The operator's assignment is the ceiling; the container's processes record it in the state
+    // file, so this is right from the host as well.
+    const shm::Snapshot now = ledger.snapshot();
+    if (now.assigned_priority &&
+        resolved_priority(priority_value(*priority), *now.assigned_priority) != *priority) {
+      std::printf(" (the operator assigned %s%s, so it runs at %s)", priority_name(*now.assigned_priority),
+                  now.assignment_refused ? ": its assignment file is refused" : "",
+                  priority_name(resolved_priority(priority_value(*priority), *now.assigned_priority)));
+      priority_capped = true;
+    }
+    std::printf("\n");
+    if (priority_capped) {
+      std::fprintf(stderr,
+                   "gpuslice set: the operator's assignment holds the priority below the level asked for; "
+                   "the request is kept and applies if the assignment allows it\n");
+    }
+    if (!memory && !compute) return priority_capped ? kExitCapped : kExitOk;
   }
 
   std::vector<const shm::DeviceRow*> targets;
@@ -191,7 +209,7 @@ int cmd_set(int argc, char** argv) {
                  capped);
     return kExitCapped;
   }
-  return kExitOk;
+  return priority_capped ? kExitCapped : kExitOk;
 }
 
 }  // namespace gpuslice::cli

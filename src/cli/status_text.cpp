@@ -40,6 +40,17 @@ void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
     std::fprintf(out, "Priority: %s, held back %.3f s\n\n", terminal_text(*c.priority, 16).c_str(),
                  static_cast<double>(c.held_back_ns) / 1e9);
   }
+  if (c.assigned_priority) {
+    std::fprintf(out,
+                 "Assigned priority: %s (the operator's: the level it runs at when it asks for none, and the "
+                 "highest)\n\n",
+                 terminal_text(*c.assigned_priority, 16).c_str());
+  }
+  if (c.assignment_refused) {
+    std::fprintf(out,
+                 "Assignment: REFUSED (the operator's .assigned file is malformed or unreadable): the "
+                 "container runs at low with no compute share; see the process's log\n\n");
+  }
   if (c.node_channel_refused) {
     std::fprintf(out,
                  "Node channel: REFUSED (a process found the node directory or its writer directory "

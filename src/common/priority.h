@@ -37,5 +37,11 @@ constexpr std::uint32_t priority_value(Priority p) { return static_cast<std::uin
 constexpr Priority lower_priority(Priority a, Priority b) {
   return priority_value(a) < priority_value(b) ? a : b;
 }
+// The level a container runs at: the lower of what it asks (a stored value, kNoPriority when it
+// asks none) and what the operator assigned, and the assigned level when it asks none.
+constexpr Priority resolved_priority(std::uint32_t asked, Priority assigned) {
+  const auto level = priority_from_value(asked);
+  return level ? lower_priority(*level, assigned) : assigned;
+}
 
 }  // namespace gpuslice

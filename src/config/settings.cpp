@@ -315,6 +315,7 @@ class Loader {
     }
     auto node_dir = path("GPUSLICE_NODE_DIR", /*absolute=*/false);
     settings_.node_dir = node_dir ? *node_dir : default_node_dir();
+    settings_.node_dir_private = !node_dir;
     if (auto writer = get("GPUSLICE_NODE_WRITER")) {
       // One file name: the device plugin sets it to the container's own directory.
       if (text::is_plain_name(*writer)) {

@@ -95,7 +95,8 @@ struct Settings {
   // GPUSLICE_LIMITS_REQUIRED=1 (set by the node daemon, which wrote the file): a missing limits file
   // is an error at start and keeps the previous caps later, instead of meaning "no cap".
   bool limits_file_required = false;
-  std::string node_dir;     // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
+  std::string node_dir;           // GPUSLICE_NODE_DIR, default default_node_dir() (per user)
+  bool node_dir_private = false;  // GPUSLICE_NODE_DIR unset: node_dir is this user's private default
   std::string node_writer;  // GPUSLICE_NODE_WRITER: our writer directory in node_dir; empty = "uid-<euid>"
   std::string visible_devices;       // CUDA_VISIBLE_DEVICES as given (NVML's view follows it)
   bool visible_devices_set = false;  // CUDA_VISIBLE_DEVICES is set (an empty value hides every GPU)

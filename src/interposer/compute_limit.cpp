@@ -90,8 +90,8 @@ void refresh_turns() {
     }
     const std::uint64_t now = monotonic_ns();
     presence->publish_compute_limit(pct, now);
-    // Others count this container's turn only with a share the operator assigned: so does it.
-    presence->refresh_assignment();
+    // Others count this container's turn only with a share the operator assigned: so does it
+    // (node_presence::refresh_assignments() read it this tick).
     const unsigned assigned = presence->assigned_compute_percent();
     const unsigned share = assigned == 0 ? 0 : std::min(pct, assigned);
     if (share == 0) {

@@ -21,6 +21,7 @@
 #include "interposer/launch_gate.h"
 #include "interposer/memory_books.h"
 #include "interposer/mps_client.h"
+#include "interposer/node_presence.h"
 #include "interposer/priority_sharing.h"
 #include "interposer/runtime.h"
 
@@ -85,6 +86,7 @@ void* watcher_main(void*) {
       refresh_limits_file();
     }
     if (rt.ledger.load(std::memory_order_acquire) == nullptr) continue;
+    node_presence::refresh_assignments();  // the one read of the assignment per tick, for both
     compute_limit::tick();
     priority_sharing::tick();
     memory_books::tick(tick);

@@ -73,9 +73,10 @@ std::vector<std::pair<int, std::uint64_t>> quotas(const config::Settings& s) {
   return out;
 }
 
-// High only where the container asks for it and the operator assigned it (node directory).
+// High only where the operator assigned it (node directory) and the container asks for high or for
+// no level (the assigned level is its default as well as its ceiling).
 bool runs_high(const config::Settings& s) {
-  if (!s.priority || *s.priority != Priority::High) return false;
+  if (s.priority && *s.priority != Priority::High) return false;
   const int node_fd = fs::open_dir_raw(s.node_dir.c_str(), fs::DirTrust::SharedSticky);
   if (node_fd < 0) return false;
   fs::UniqueFd guard(node_fd);

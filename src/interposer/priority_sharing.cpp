@@ -1,5 +1,6 @@
 #include "interposer/priority_sharing.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <new>
 
@@ -34,22 +35,35 @@ limiter::PriorityGate* current_gate() {
 // 2 ms variant; docs/priority.md#which-mode-to-pick).
 constexpr std::uint64_t kMpsInFlightBoundNs = 4'000'000;
 
-// The defaults (the bound's by execution mode), with the container's own GPUSLICE_PRIORITY_IN_FLIGHT,
-// _RAMP, _GRACE, _FLOOR, _COST, _LONG_KERNEL, _LIGHT_SHARE, _REQUEST_SHARE and _REFRESH.
-limiter::PriorityTuning tuning_from(const config::PriorityTunables& own) {
-  limiter::PriorityTuning tuning;
-  if (mps_client::active()) tuning.in_flight_bound_ns = kMpsInFlightBoundNs;
-  if (own.in_flight_ns) tuning.in_flight_bound_ns = *own.in_flight_ns;
-  if (own.ramp_ns) tuning.in_flight_ramp_ns = *own.ramp_ns;
+}  // namespace
+
+// How much a container yields to higher ones is not its own to loosen: its environment
+// (GPUSLICE_PRIORITY_IN_FLIGHT, _RAMP, _FLOOR, _LIGHT_SHARE) may only make it yield more than the
+// defaults (the bound's by execution mode), or as much more as the operator's assignment allows
+// (floor=, light-share=). The rest (_GRACE: how long it holds others after its own work;
+// _LONG_KERNEL=alone, _REQUEST_SHARE: stricter bounds; _COST: how the bound is counted; _REFRESH)
+// is its own.
+limiter::PriorityTuning tuning_from(const config::PriorityTunables& own, const shm::Assignment& assigned) {
+  limiter::PriorityTuning defaults;
+  if (mps_client::active()) defaults.in_flight_bound_ns = kMpsInFlightBoundNs;
+  limiter::PriorityTuning tuning = defaults;
+  if (own.in_flight_ns) tuning.in_flight_bound_ns = std::min(*own.in_flight_ns, defaults.in_flight_bound_ns);
+  if (own.ramp_ns) tuning.in_flight_ramp_ns = std::max(*own.ramp_ns, defaults.in_flight_ramp_ns);
   if (own.grace_ns) tuning.resume_grace_ns = *own.grace_ns;
-  if (own.floor_percent) tuning.floor_percent = *own.floor_percent;
+  const unsigned floor_cap =
+      assigned.floor_percent >= 0 ? static_cast<unsigned>(assigned.floor_percent) : defaults.floor_percent;
+  tuning.floor_percent = std::min(own.floor_percent.value_or(defaults.floor_percent), floor_cap);
   if (own.per_kernel_cost) tuning.per_kernel_cost = *own.per_kernel_cost;
   if (own.long_kernels_alone) tuning.long_kernels_alone = *own.long_kernels_alone;
-  if (own.light_share_percent) tuning.light_share_permille = *own.light_share_percent * 10;
+  const unsigned light_cap =
+      assigned.light_share_percent >= 0 ? static_cast<unsigned>(assigned.light_share_percent) : 0;
+  tuning.light_share_permille = std::min(own.light_share_percent.value_or(0), light_cap) * 10;
   if (own.request_share_percent) tuning.request_share_percent = *own.request_share_percent;
   if (own.refresh_ns) tuning.refresh_ns = *own.refresh_ns;
   return tuning;
 }
+
+namespace {
 
 // The device's gate: created once its presence on the node channel is open.
 void open_gate(DeviceState& d) {
@@ -58,9 +72,9 @@ void open_gate(DeviceState& d) {
   if (d.priority_board == nullptr) d.priority_board = new (std::nothrow) PresenceBoard(*presence);
   if (d.priority_board == nullptr) return;
   // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
-  auto* gate = new (std::nothrow)
-      limiter::PriorityGate(gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
-                            tuning_from(settings().priority_tuning), presence->assigned_level());
+  auto* gate = new (std::nothrow) limiter::PriorityGate(
+      gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
+      tuning_from(settings().priority_tuning, presence->assignment()), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
   d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());
@@ -101,11 +115,15 @@ void sync_end() {
 bool refresh() {
   if (enabled()) return true;
   shm::Ledger* l = ledger();
-  const auto level = l != nullptr ? l->priority() : std::nullopt;
+  // The level asked for; none asked: the operator's assigned level, so a container cannot opt out of
+  // being held by asking for nothing.
+  auto level = l != nullptr ? l->priority() : std::nullopt;
+  const bool asked = level.has_value();
+  if (!asked) level = node_presence::assigned_default();
   if (!level) return false;
   runtime()->has_priority.store(true, std::memory_order_release);
   launch_gate::turn_on();
-  GS_LOG(Info, "priority sharing: %s", priority_name(*level));
+  GS_LOG(Info, "priority sharing: %s%s", priority_name(*level), asked ? "" : " (assigned by the operator)");
   return true;
 }
 
@@ -113,7 +131,6 @@ void tick() {
   if (!refresh()) return;
   for_each_ready_device([](DeviceState& d) {
     if (limiter::PriorityGate* gate = d.priority_gate.load(std::memory_order_acquire)) {
-      if (d.presence != nullptr) d.presence->refresh_assignment();
       gate->heartbeat();
       // The node directory is listed here, not on a launching thread.
       d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());

@@ -1,16 +1,16 @@
 // Priority sharing in the interposer (docs/priority.md): one limiter::PriorityGate per device of
 // this process, seeing the other containers on the GPU through the node channel (node_presence.h).
-// Active once the container has a level (GPUSLICE_PRIORITY, or `gpuslice set --priority` later);
-// the gate reads the level live from the ledger, like the compute limit.
+// Active once the container has a level (GPUSLICE_PRIORITY, or `gpuslice set --priority` later), or
+// when it asks for none, once the operator assigned it one (node_presence::assigned_default()); the
+// gate reads the level live from the ledger, like the compute limit.
 #pragma once
 
 #include <cstdint>
 
 #include "abi/cuda_abi.h"
-
-namespace gpuslice::limiter {
-class PriorityGate;
-}
+#include "config/priority.h"
+#include "limiter/priority_gate.h"
+#include "shared_state/assignment_text.h"
 
 namespace gpuslice::interposer::priority_sharing {
 
@@ -24,6 +24,10 @@ void after_timed_launch(limiter::PriorityGate* timing, CUstream stream);
 // Launch gate, around an application's host synchronisation.
 void sync_begin();
 void sync_end();
+
+// The gate's tuning from the container's own GPUSLICE_PRIORITY_* and the operator's assignment: what
+// would make it yield less than the defaults is capped by the assignment (floor=, light-share=).
+limiter::PriorityTuning tuning_from(const config::PriorityTunables& own, const shm::Assignment& assigned);
 
 // Whether the container has a level (then the launch gate is on). Called at start and by tick().
 bool refresh();

@@ -55,7 +55,9 @@ struct DeviceState {
   PresenceBoard* priority_board = nullptr;  // watcher thread only
   std::uint64_t held_back_published = 0;    // watcher thread only: gate time already in the ledger
   NodePresence* presence = nullptr;         // node_presence.h; watcher thread only
-  bool presence_failed = false;             // watcher thread only
+  bool presence_failed = false;             // watcher thread only: the last try was refused
+  std::uint64_t presence_retry_ns = 0;      // watcher thread only: when to try again
+  std::uint64_t presence_backoff_ns = 0;    // watcher thread only: the wait after the next refusal
 };
 
 // Where a device of the table stands; only Ready devices are read without synchronisation.

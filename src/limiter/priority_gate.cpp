@@ -88,10 +88,9 @@ InFlightBound::Settings PriorityGate::bound_settings(const PriorityTuning& tunin
 
 Priority PriorityGate::priority() const {
   const std::uint32_t raw = priority_source_ != nullptr ? priority_source_->load(kRelaxed) : kNoPriority;
-  const Priority claimed = priority_from_value(raw).value_or(Priority::Normal);
-  if (ceiling_source_ == nullptr) return claimed;
-  return lower_priority(claimed,
-                        priority_from_value(ceiling_source_->load(kRelaxed)).value_or(Priority::Normal));
+  if (ceiling_source_ == nullptr) return priority_from_value(raw).value_or(Priority::Normal);
+  return resolved_priority(raw,
+                           priority_from_value(ceiling_source_->load(kRelaxed)).value_or(Priority::Normal));
 }
 
 PriorityStats PriorityGate::stats() const {

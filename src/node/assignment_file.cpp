@@ -6,22 +6,14 @@
 
 #include "common/errno_text.h"
 #include "node/limits_file.h"
-#include "shared_state/node_channel.h"
+#include "shared_state/assignment_text.h"
 
 namespace gpuslice::node {
 namespace {
 
 constexpr std::string_view kAllocationPrefix = "# allocation ";
 
-bool plain_name(std::string_view name) {
-  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
+bool plain_name(std::string_view name) { return shm::assignment_plain_name(name); }
 
 // A resource name as the kubelet lists it ("gpuslice.io/cores").
 bool resource_name(std::string_view name) {
@@ -42,12 +34,6 @@ bool hex_digest(std::string_view digest) {
   return true;
 }
 
-std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.remove_suffix(1);
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  return s;
-}
-
 std::string too_long(std::size_t bytes) {
   return "assignment of " + std::to_string(bytes) + " bytes is longer than the " +
          std::to_string(shm::kMaxAssignmentBytes) + " the library reads (it would believe none of it)";
@@ -66,6 +52,18 @@ Result<std::string> render_assignment(const ChannelAssignment& assignment) {
     text += std::string(kAllocationPrefix) + assignment.resource + " " + assignment.devices_sha256 + "\n";
   }
   text += std::string("priority=") + priority_name(assignment.priority) + "\n";
+  if (assignment.compute_all) {
+    if (*assignment.compute_all < 1 || *assignment.compute_all > 100)
+      return make_error("assignment: compute share " + std::to_string(*assignment.compute_all) +
+                        " is not within 1-100");
+    text += "compute=" + std::to_string(*assignment.compute_all) + "\n";
+  }
+  for (const auto& [key, value] : {std::pair{"floor", assignment.floor_percent},
+                                   std::pair{"light-share", assignment.light_share_percent}}) {
+    if (!value) continue;
+    if (*value > 100) return make_error(std::string("assignment: ") + key + " is not within 0-100");
+    text += std::string(key) + "=" + std::to_string(*value) + "\n";
+  }
   for (const auto& [uuid, percent] : assignment.compute) {
     if (!plain_name(uuid)) return make_error("assignment: GPU UUID \"" + uuid + "\" is not a plain name");
     if (percent < 1 || percent > 100)
@@ -78,50 +76,41 @@ Result<std::string> render_assignment(const ChannelAssignment& assignment) {
 }
 
 Result<ChannelAssignment> parse_assignment(std::string_view text) {
-  if (text.size() > shm::kMaxAssignmentBytes) return make_error(too_long(text.size()));
+  // The library's grammar (shared_state/assignment_text.h), so both read every file alike.
   ChannelAssignment out;
-  bool have_priority = false;
-  bool have_allocation = false;
-  while (!text.empty()) {
-    const std::size_t end = text.find('\n');
-    const std::string_view line = trimmed(text.substr(0, end));
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-    if (line.rfind(kAllocationPrefix, 0) == 0) {
-      const std::string_view rest = line.substr(kAllocationPrefix.size());
-      const std::size_t space = rest.find(' ');
-      if (have_allocation || space == std::string_view::npos || !resource_name(rest.substr(0, space)) ||
-          !hex_digest(rest.substr(space + 1)))
-        return make_error("malformed allocation line '" + std::string(line) + "'");
-      out.resource = std::string(rest.substr(0, space));
-      out.devices_sha256 = std::string(rest.substr(space + 1));
-      have_allocation = true;
-      continue;
-    }
-    if (line.empty() || line.front() == '#') continue;
-    const std::size_t eq = line.find('=');
-    if (eq == std::string_view::npos) return make_error("line without '=': '" + std::string(line) + "'");
-    const std::string_view key = line.substr(0, eq);
-    const std::string_view value = line.substr(eq + 1);
-    if (key == "priority") {
-      const auto level = priority_from_name(value);
-      if (!level || have_priority) return make_error("bad priority line '" + std::string(line) + "'");
-      out.priority = *level;
-      have_priority = true;
-    } else if (key.rfind("compute.", 0) == 0 && plain_name(key.substr(8))) {
-      unsigned percent = 0;
-      for (char c : value) {
-        if (c < '0' || c > '9' || percent > 100) return make_error("bad share '" + std::string(value) + "'");
-        percent = percent * 10 + static_cast<unsigned>(c - '0');
-      }
-      if (value.empty() || percent == 0 || percent > 100)
-        return make_error("bad share '" + std::string(value) + "'");
-      if (!out.compute.emplace(std::string(key.substr(8)), percent).second)
-        return make_error("GPU '" + std::string(key.substr(8)) + "' given twice");
-    } else {
-      return make_error("unknown key '" + std::string(key) + "'");
-    }
+  shm::AssignmentSyntaxError error;
+  const bool ok = shm::scan_assignment(
+      text,
+      [](void* context, const shm::AssignmentLine& line) {
+        auto& a = *static_cast<ChannelAssignment*>(context);
+        switch (line.key) {
+          case shm::AssignmentLine::Key::Allocation:
+            a.resource = std::string(line.resource);
+            a.devices_sha256 = std::string(line.digest);
+            break;
+          case shm::AssignmentLine::Key::Priority:
+            a.priority = line.level;
+            break;
+          case shm::AssignmentLine::Key::Compute:
+            a.compute_all = line.percent;
+            break;
+          case shm::AssignmentLine::Key::ComputeGpu:
+            a.compute.emplace(std::string(line.gpu), line.percent);
+            break;
+          case shm::AssignmentLine::Key::Floor:
+            a.floor_percent = line.percent;
+            break;
+          case shm::AssignmentLine::Key::LightShare:
+            a.light_share_percent = line.percent;
+            break;
+        }
+      },
+      &out, &error);
+  if (!ok) {
+    if (text.size() > shm::kMaxAssignmentBytes) return make_error(too_long(text.size()));
+    return make_error(error.line != 0 ? "line " + std::to_string(error.line) + ": " + error.what
+                                      : std::string(error.what));
   }
-  if (!have_priority) return make_error("no priority line");
   return out;
 }
 

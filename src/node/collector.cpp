@@ -200,6 +200,8 @@ ContainerView Collector::read_container(const Source& source, std::uint64_t now_
   view.priority = snap.priority;
   view.held_back_ns = snap.held_back_ns;
   view.node_channel_refused = snap.node_channel_refused;
+  view.assigned_priority = snap.assigned_priority;
+  view.assignment_refused = snap.assignment_refused;
 
   for (std::size_t d = 0; d < snap.devices.size(); ++d) {
     const shm::DeviceRow& row = snap.devices[d];

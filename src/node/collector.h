@@ -71,6 +71,8 @@ struct ContainerView {
   std::optional<Priority> priority;   // priority sharing: the level asked for (ledger), unset if none
   std::uint64_t held_back_ns = 0;     // time its launches were held back by higher priorities (ledger)
   bool node_channel_refused = false;  // a process's node channel was refused (ledger)
+  std::optional<Priority> assigned_priority;  // the operator's level, as its processes read it (ledger)
+  bool assignment_refused = false;            // that assignment file is refused (ledger)
   std::vector<ContainerDevice> devices;
   std::vector<ContainerProcess> processes;
 };

@@ -57,6 +57,8 @@ json container_json(const ContainerView& c, const std::string& node) {
   if (c.priority) out.priority = priority_name(*c.priority);
   out.held_back_ns = c.held_back_ns;
   out.node_channel_refused = c.node_channel_refused;
+  if (c.assigned_priority) out.assigned_priority = priority_name(*c.assigned_priority);
+  out.assignment_refused = c.assignment_refused;
   for (const auto& d : c.devices) {
     status::DeviceStatus dev;
     dev.record = d.record;

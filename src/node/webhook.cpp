@@ -85,7 +85,22 @@ struct ContainerNeeds {
   std::optional<std::uint64_t> hcs_bytes;  // ai.compute/vram
   bool device_plugin = false;              // <domain>/vram or <domain>/cores
   std::optional<std::string> priority;     // the pod's level, as the policy allowed it
+  // The level the operator's policy gives the pod when it asks for none (what the daemon assigns):
+  // written in place of a GPUSLICE_PRIORITY the container might take from envFrom, unjudged.
+  std::string policy_level = "normal";
 };
+
+// Whether an envFrom entry (a ConfigMap's or Secret's keys, under its prefix) can define `name`.
+bool env_from_may_define(const json& container, std::string_view name) {
+  const json* sources = member(container, "envFrom");
+  if (!sources || !sources->is_array()) return false;
+  for (const json& source : *sources) {
+    const json* prefix = member(source, "prefix");
+    const std::string p = prefix && prefix->is_string() ? prefix->get<std::string>() : "";
+    if (name.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
 
 // Reads one resource of a container from limits, else requests (extended resources must agree).
 std::optional<std::string> read_resource(const json& container, const std::string& name, std::string& error) {
@@ -177,7 +192,16 @@ std::optional<std::string> mutate_container(const json& container, const std::st
     wanted.push_back({{"name", "GPUSLICE_SHARED_DIR"},
                       {"value", std::string(kContainerSharedDir) + "/" + kEmptyDirSharedSubdir}});
   }
-  if (needs.priority) wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
+  if (needs.priority) {
+    wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
+  } else if (env_from_may_define(container, "GPUSLICE_PRIORITY")) {
+    // A ConfigMap or Secret may carry a GPUSLICE_PRIORITY nobody judged: an explicit one wins over it.
+    wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", needs.policy_level}});
+    warnings.push_back(
+        where + " takes environment from envFrom, whose GPUSLICE_PRIORITY cannot be checked: " + "set to " +
+        needs.policy_level + " (the operator's level for this pod); ask with the " + "annotation " +
+        std::string(kPriorityAnnotation) + " instead");
+  }
 
   if (!env || env->is_null()) {
     patch.push_back({{"op", "add"}, {"path", path + "/env"}, {"value", wanted}});
@@ -264,7 +288,7 @@ namespace {
 // (every container's, which must agree), else its PriorityClass's; high only where the policy
 // allows it. An error denies the pod.
 Result<std::optional<Priority>> pod_priority(const json& pod, const json* annotations, const json* request,
-                                             const PriorityPolicy& policy) {
+                                             const PriorityPolicy& policy, Priority* policy_level) {
   const json* spec = member(pod, "spec");
   const json* metadata = member(pod, "metadata");
   std::string ns;
@@ -278,6 +302,9 @@ Result<std::optional<Priority>> pod_priority(const json& pod, const json* annota
   const std::optional<Priority> class_level =
       mapped != policy.priority_classes.end() ? std::optional<Priority>(mapped->second) : std::nullopt;
 
+  const bool allowed_ns = std::find(policy.high_namespaces.begin(), policy.high_namespaces.end(), ns) !=
+                          policy.high_namespaces.end();
+  *policy_level = allowed_ns ? Priority::High : class_level.value_or(Priority::Normal);
   std::optional<Priority> level;
   std::string source;
   if (const json* value = annotations ? member(*annotations, kPriorityAnnotation) : nullptr) {
@@ -318,8 +345,6 @@ Result<std::optional<Priority>> pod_priority(const json& pod, const json* annota
     source = "PriorityClass " + printable(klass, 64);
   }
   if (level != Priority::High) return level;
-  const bool allowed_ns = std::find(policy.high_namespaces.begin(), policy.high_namespaces.end(), ns) !=
-                          policy.high_namespaces.end();
   if (allowed_ns || class_level == Priority::High) return level;
   return make_error(
       source + " asks for high priority, which namespace \"" + printable(ns, 64) +
@@ -370,8 +395,9 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
   // The level applies to every container gpuslice manages in the pod; a bad or forbidden one denies
   // the pod.
   std::optional<std::string> priority;
+  Priority policy_level = Priority::Normal;
   auto level = pod_priority(*pod, annotations && annotations->is_object() ? annotations : nullptr, request,
-                            options.priority);
+                            options.priority, &policy_level);
   if (!level) return deny(uid, level.error());
   if (*level) priority = priority_name(**level);
   const json* spec = member(*pod, "spec");
@@ -394,6 +420,7 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
           "container \"" + (name && name->is_string() ? name->get<std::string>() : "?") + "\"";
       ContainerNeeds needs;
       needs.priority = priority;
+      needs.policy_level = priority_name(policy_level);
       if (auto err = container_needs(container, where, options, needs)) return deny(uid, *err);
       if (!needs.hcs_bytes && !needs.device_plugin) continue;
       const std::string volume =

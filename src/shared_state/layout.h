@@ -81,10 +81,17 @@ struct Header {
   // Non-zero once a process of the container had its node channel refused (an untrustworthy node
   // directory or writer directory): it then takes no turns and no priorities with other containers.
   std::atomic<std::uint32_t> node_channel_refused;
+  // The level the operator assigned the container's writer (a Priority's value; 0: no assignment
+  // known), and non-zero while that assignment is refused as malformed or unreadable (the container
+  // then runs at low): written by the processes' watchers, shown by `gpuslice status`.
+  std::atomic<std::uint32_t> assigned_priority;
+  std::atomic<std::uint32_t> assignment_refused;
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
-                  offsetof(Header, context_footprint) == 144 && offsetof(Header, node_channel_refused) == 272,
+                  offsetof(Header, context_footprint) == 144 &&
+                  offsetof(Header, node_channel_refused) == 272 &&
+                  offsetof(Header, assigned_priority) == 276 && offsetof(Header, assignment_refused) == 280,
               "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {

@@ -491,6 +491,12 @@ class MappedLedger final : public Ledger {
   void note_node_channel_refused() override {
     if (writable_) header_->node_channel_refused.store(1, std::memory_order_relaxed);
   }
+  void note_assignment(std::optional<Priority> assigned, bool refused) override {
+    if (!writable_) return;
+    header_->assigned_priority.store(assigned ? priority_value(*assigned) : kNoPriority,
+                                     std::memory_order_relaxed);
+    header_->assignment_refused.store(refused ? 1 : 0, std::memory_order_relaxed);
+  }
 
  private:
   // Serialises registration and post-fork adoption within a process. Holds the owner's pid, so a

@@ -68,6 +68,8 @@ struct Snapshot {
   std::uint64_t held_back_ns = 0;    // time the container's launches were held back by higher priorities
   bool node_channel_refused =
       false;  // a process's node channel was refused (Ledger::note_node_channel_refused)
+  std::optional<Priority> assigned_priority;  // the operator's level for the container, when known
+  bool assignment_refused = false;            // its assignment file is malformed or unreadable
   std::vector<DeviceRow> devices;
   std::vector<ProcessRow> processes;
 };
@@ -170,6 +172,8 @@ class Ledger {
   // A process of the container could not use the node channel (it was refused as untrustworthy):
   // said in the state file, so the daemon and `gpuslice status` show it.
   virtual void note_node_channel_refused() = 0;
+  // What the operator assigned the container (nullopt: nothing), and whether its file was refused.
+  virtual void note_assignment(std::optional<Priority> assigned, bool refused) = 0;
 
   // The context footprint measured on a device: the largest any process of the container found
   // (0 until one did). A process reserves it before its first context there.

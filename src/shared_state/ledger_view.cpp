@@ -118,6 +118,8 @@ Snapshot LedgerView::snapshot(const std::string& path) const {
   snap.priority = priority_from_value(header->priority.load());
   snap.held_back_ns = header->held_back_ns.load();
   snap.node_channel_refused = header->node_channel_refused.load() != 0;
+  snap.assigned_priority = priority_from_value(header->assigned_priority.load());
+  snap.assignment_refused = header->assignment_refused.load() != 0;
   std::vector<int> records;
   for (std::uint32_t r = 0; r < kMaxDeviceRecords; ++r) {
     const DeviceRecord& d = devices[r];

@@ -148,10 +148,13 @@ bool uid_writer_name(const char* name, uid_t* uid) {
 
 // Whether a directory is a writer directory a reader believes: one that only its writer can change
 // and that is owned as its name says (uid-N by uid N; any other name, as the device plugin makes
-// them, by root, or by the reader's own uid).
-bool trusted_writer(const char* name, const struct stat& st, uid_t self) {
+// them, by root, or by the reader's own uid). In a private node directory (nobody but its owner can
+// add to it) only the owner's (and root's) writers are believed: whatever else is there was not
+// put there by a user the owner shares with.
+bool trusted_writer(const char* name, const struct stat& st, uid_t self, const struct stat& node) {
   if (!S_ISDIR(st.st_mode)) return false;
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) return false;
+  if ((node.st_mode & (S_IWGRP | S_IWOTH)) == 0 && st.st_uid != node.st_uid && st.st_uid != 0) return false;
   uid_t claimed = 0;
   if (uid_writer_name(name, &claimed)) return st.st_uid == claimed;
   if (std::strncmp(name, "uid-", 4) == 0) return false;
@@ -182,6 +185,9 @@ bool record_key(const char* name, std::string_view uuid, std::uint64_t* key) {
 
 // Opens (creating if needed) our writer directory: ours or root's, and replaceable by nobody else.
 Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std::string& writer) {
+  struct stat node_st {};
+  if (::fstat(node_fd, &node_st) != 0)
+    return make_error(node_dir + ": cannot stat: " + fs::errno_text(errno));
   // On Kubernetes it is a mount point in a read-only mount: EEXIST, or EROFS then ENOENT below.
   const bool created = ::mkdirat(node_fd, writer.c_str(), 0755) == 0;
   if (!created && errno != EEXIST && errno != EROFS) {
@@ -201,7 +207,7 @@ Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std:
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     return make_error(node_dir + "/" + writer + ": cannot stat: " + fs::errno_text(errno));
-  if (!trusted_writer(writer.c_str(), st, ::geteuid())) {
+  if (!trusted_writer(writer.c_str(), st, ::geteuid(), node_st)) {
     return make_error(node_dir + "/" + writer + ": owned by uid " + std::to_string(st.st_uid) +
                       ", but a uid-N writer directory must be owned by uid N; readers would ignore it");
   }
@@ -264,68 +270,6 @@ bool reread_record(int fd, std::uint64_t uuid_hash, PeerRecord* out) {
   return detail::peer_record_from_bytes(bytes, static_cast<std::size_t>(got), uuid_hash, out);
 }
 
-// "0".."100" exactly; false for anything else.
-bool parse_percent(std::string_view text, unsigned* out) {
-  if (text.empty() || text.size() > 3) return false;
-  unsigned value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (value > 100) return false;
-  *out = value;
-  return true;
-}
-
-bool iequal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
-// "priority=LEVEL", "compute=N" (every GPU) and "compute.<uuid>=N" (that GPU, which wins) lines;
-// blank lines and '#' comments skipped, other keys ignored (a newer writer's), any malformed value
-// refuses the whole file.
-bool parse_assignment(std::string_view text, std::string_view uuid, Assignment* out) {
-  Assignment parsed;
-  bool gpu_share = false;
-  while (!text.empty()) {
-    const std::size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-    if (line.empty() || line.front() == '#') continue;
-    const std::size_t eq = line.find('=');
-    if (eq == std::string_view::npos) return false;
-    const std::string_view key = line.substr(0, eq);
-    const std::string_view value = line.substr(eq + 1);
-    if (key == "priority") {
-      const auto level = priority_from_name(value);
-      if (!level) return false;
-      parsed.priority = *level;
-    } else if (key == "compute") {
-      unsigned pct = 0;
-      if (!parse_percent(value, &pct)) return false;
-      if (!gpu_share) parsed.compute_percent = pct;
-    } else if (key.size() > 8 && key.substr(0, 8) == "compute.") {
-      unsigned pct = 0;
-      if (!parse_percent(value, &pct)) return false;
-      if (iequal(key.substr(8), uuid)) {
-        parsed.compute_percent = pct;
-        gpu_share = true;
-      }
-    }
-  }
-  *out = parsed;
-  return true;
-}
-
 void copy_peer(const PeerRecord& record, PeerState* peer) {
   peer->container_key = record.container_key;
   peer->compute_limit_percent = record.compute_limit_percent;
@@ -347,35 +291,60 @@ void apply_assignment(const Assignment& assigned, PeerState* peer) {
                                     : std::min(peer->compute_limit_percent, assigned.compute_percent);
 }
 
-bool NodeChannel::read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out) {
-  *out = Assignment{};
+Assignment::State NodeChannel::read_assignment_text(int node_fd, const char* writer, char* text,
+                                                    std::size_t* size) {
+  *size = 0;
   char name[300];
   const int length = std::snprintf(name, sizeof name, "%s.assigned", writer);
-  if (length <= 0 || static_cast<std::size_t>(length) >= sizeof name) return false;
+  if (length <= 0 || static_cast<std::size_t>(length) >= sizeof name) return Assignment::State::None;
   struct stat dir_st {};
-  if (::fstat(node_fd, &dir_st) != 0) return false;
+  struct stat entry {};
+  if (::fstat(node_fd, &dir_st) != 0) return Assignment::State::Refused;
+  if (::fstatat(node_fd, name, &entry, AT_SYMLINK_NOFOLLOW) != 0)
+    return errno == ENOENT ? Assignment::State::None : Assignment::State::Refused;
+  // Only the operator (root, or whoever owns the node directory) writes it; a name anyone else
+  // created in a shared directory is nobody's assignment.
+  const auto operators = [&dir_st](const struct stat& st) {
+    return st.st_uid == 0 || st.st_uid == dir_st.st_uid;
+  };
+  if (!operators(entry)) return Assignment::State::None;
   fs::UniqueFd fd(fs::open_in_dir_raw(node_fd, name, O_RDONLY | O_NONBLOCK));
-  if (fd.get() < 0) return false;
+  if (fd.get() < 0) return Assignment::State::Refused;
   struct stat st {};
-  // Only the operator (root, or whoever owns the node directory) can have written it.
-  if (::fstat(fd.get(), &st) != 0 || (st.st_uid != 0 && st.st_uid != dir_st.st_uid) ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size <= 0 ||
+  if (::fstat(fd.get(), &st) != 0 || !operators(st) || !S_ISREG(st.st_mode) ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size < 0 ||
       static_cast<std::size_t>(st.st_size) > kMaxAssignmentBytes) {
-    return false;
+    return Assignment::State::Refused;
   }
-  char text[kMaxAssignmentBytes];
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (!fs::pread_exact(fd.get(), text, size, 0)) return false;
-  return parse_assignment(std::string_view(text, size), uuid, out);
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  if (!fs::pread_exact(fd.get(), text, bytes, 0)) return Assignment::State::Refused;
+  *size = bytes;
+  return Assignment::State::Believed;
 }
 
-Assignment NodeChannel::own_assignment() const {
-  Assignment assigned;
-  const int node_fd = fs::open_dir_raw(node_dir_.c_str(), fs::DirTrust::SharedSticky);
-  if (node_fd < 0) return assigned;
-  fs::UniqueFd node_guard(node_fd);
-  read_assignment(node_fd, writer_.c_str(), uuid_, &assigned);
-  return assigned;
+Assignment NodeChannel::read_assignment(int node_fd, const char* writer, std::string_view uuid,
+                                        AssignmentSyntaxError* error) {
+  char text[kMaxAssignmentBytes];
+  std::size_t size = 0;
+  switch (read_assignment_text(node_fd, writer, text, &size)) {
+    case Assignment::State::None:
+      return Assignment{};
+    case Assignment::State::Refused: {
+      if (error != nullptr) *error = {0, "the file cannot be read as the operator's (type, mode, size)"};
+      Assignment refused;
+      refused.state = Assignment::State::Refused;
+      refused.priority = Priority::Low;
+      return refused;
+    }
+    case Assignment::State::Believed:
+      break;
+  }
+  return assignment_for_gpu(std::string_view(text, size), uuid, error);
+}
+
+bool NodeChannel::read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out) {
+  *out = read_assignment(node_fd, writer, uuid);
+  return out->state == Assignment::State::Believed;
 }
 
 NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string uuid, std::uint64_t key,
@@ -386,7 +355,8 @@ NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string u
       uuid_hash_(detail::uuid_hash(uuid_)),
       key_(key),
       fd_(fd),
-      record_path_(std::move(record_path)) {}
+      record_path_(std::move(record_path)),
+      cache_(std::make_unique<WriterCache>()) {}
 
 NodeChannel::~NodeChannel() {
   forget(known_[0]);
@@ -407,20 +377,33 @@ void NodeChannel::forget(KnownSet& set) {
 }
 
 Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_dir, std::string_view gpu_uuid,
-                                                       std::uint64_t container_key, std::string_view writer) {
+                                                       std::uint64_t container_key, std::string_view writer,
+                                                       NodeDirKind kind) {
   if (container_key == 0) return make_error("the node channel needs a container key");
   if (!text::is_plain_name(gpu_uuid))
     return make_error("GPU UUID '" + std::string(gpu_uuid) + "' is not a file name");
   std::string writer_name = writer.empty() ? "uid-" + std::to_string(::geteuid()) : std::string(writer);
   if (!text::is_plain_name(writer_name))
     return make_error("node channel writer '" + writer_name + "' is not a file name");
-  // Created shared and sticky if missing: every user of the host adds its own writer directory.
-  if (::mkdir(node_dir.c_str(), 01777) == 0) (void)::chmod(node_dir.c_str(), 01777);
+  // Created private if missing (0755: only we add writer directories, peers of ours read them); a
+  // directory users share is the operator's to make (01777), never the library's.
+  if (::mkdir(node_dir.c_str(), 0755) == 0) (void)::chmod(node_dir.c_str(), 0755);
   // Whoever controls the node directory can remove or replace every writer directory in it: it must
   // be ours or root's, and writable by others only with the sticky bit.
   auto node_fd = fs::open_dir(node_dir, fs::DirTrust::SharedSticky);
   if (!node_fd) return make_error("node channel directory refused: " + node_fd.error());
   fs::UniqueFd node_guard(*node_fd);
+  if (kind == NodeDirKind::Private) {
+    // A per-user default: another user's directory there would be believed by nobody (see
+    // trusted_writer), and one of ours that an older library made 01777 is made private again.
+    struct stat st {};
+    if (::fstat(*node_fd, &st) != 0) return make_error(node_dir + ": cannot stat: " + fs::errno_text(errno));
+    if (st.st_uid != ::geteuid())
+      return make_error(node_dir + ": this user's private node directory is owned by uid " +
+                        std::to_string(st.st_uid) + "; refusing it (remove it, or set GPUSLICE_NODE_DIR)");
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && ::fchmod(*node_fd, 0755) != 0)
+      return make_error(node_dir + ": cannot make it private: " + fs::errno_text(errno));
+  }
   auto writer_fd = open_writer_dir(*node_fd, node_dir, writer_name);
   if (!writer_fd) return make_error(writer_fd.error());
   fs::UniqueFd writer_guard(*writer_fd);
@@ -520,10 +503,11 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
   return count;
 }
 
-// One pass over the node directory, bounded: kMaxWriters assigned and kMaxUnassignedWriters other
-// trusted writer directories, kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of
-// each. A file others planted costs one listing entry, a directory one fstatat before anything is
-// opened. No allocation: the listings go through stack buffers.
+// One pass over the node directory, bounded: kMaxWriters trusted writer directories,
+// kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, kMaxScanNs of listing. A
+// file others planted costs one listing entry, a directory one fstatat before anything is opened,
+// and then nothing until the directory changes again (WriterCache). No allocation: the listings go
+// through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
                               std::size_t* kept) const {
@@ -532,21 +516,89 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   if (node_fd < 0) return 0;
   fs::UniqueFd node_guard(node_fd);
   const uid_t self = ::geteuid();
+  struct stat node_st {};
+  if (::fstat(node_fd, &node_st) != 0) return 0;
   std::size_t count = 0;
   std::size_t writers = 0;
-  std::size_t unassigned = 0;
-  std::size_t entries = 0;
+  const std::uint64_t started = monotonic_ns();
+  // The node directory is listed only when it changed since the last complete listing (its mtime
+  // and ctime move with every entry added, removed or renamed): otherwise the writers that listing
+  // found are visited by name, so entries nobody believes cost nothing once listed.
+  const bool cache_ours = !cache_busy_.exchange(true, std::memory_order_acquire);
+  const auto stamp = [](const struct stat& st) {
+    return WriterCache::Stamp{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                              static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ULL +
+                                  static_cast<std::uint64_t>(st.st_mtim.tv_nsec),
+                              static_cast<std::uint64_t>(st.st_ctim.tv_sec) * 1'000'000'000ULL +
+                                  static_cast<std::uint64_t>(st.st_ctim.tv_nsec)};
+  };
+  const WriterCache::Stamp now_stamp = stamp(node_st);
+  WriterCache& cache = *cache_;
+  // A directory changed within the last second may still change within the same time stamp (its
+  // clock is coarse): listed again until it has been quiet that long.
+  timespec wall{};
+  clock_gettime(CLOCK_REALTIME, &wall);
+  const std::uint64_t wall_ns =
+      static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
+  const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
+  const bool from_cache = cache_ours && cache.valid && cache.stamp == now_stamp;
+  std::size_t cached = 0;  // writers found by this listing (cache.fresh)
+  bool complete = true;    // the listing reached the end of the directory
+  bool by_time = false;    // it ran out of time: the last complete listing's writers are visited too
   alignas(8) char node_buffer[4096];
   DirListing node_listing(node_fd, node_buffer, sizeof node_buffer);
+  std::size_t next_cached = 0;
+  const auto visited = [&](const char* name) {
+    for (std::size_t i = 0; i < cached && i < WriterCache::kWriters; ++i) {
+      if (std::strcmp(cache.fresh[i], name) == 0) return true;
+    }
+    return false;
+  };
+  const auto next_writer = [&](DirListing::Entry* writer) {
+    if (!from_cache && !by_time) {
+      // The first listing goes to the end whatever it costs: a writer is never hidden for lack of
+      // one; after it, a listing is bounded by time.
+      const bool late = cache_ours && cache.listed_once &&
+                        entries_listed_.load(std::memory_order_relaxed) % 1024 == 1023 &&
+                        monotonic_ns() - started > kMaxScanNs;
+      if (!late) {
+        if (!node_listing.next(writer)) return false;
+        entries_listed_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      complete = false;
+      // Bounded by time: the next scan lists again; the writers seen before are not lost meanwhile.
+      if (!cache_ours || cached > WriterCache::kWriters) return false;
+      by_time = true;
+    }
+    while (next_cached < cache.count) {
+      const char* name = cache.names[next_cached++];
+      if (by_time && visited(name)) continue;
+      writer->name = name;
+      writer->type = DT_DIR;
+      return true;
+    }
+    return false;
+  };
   DirListing::Entry writer;
-  while (count < capacity && writers < kMaxWriters && entries < kMaxNodeEntries &&
-         node_listing.next(&writer)) {
-    ++entries;
+  while (true) {
+    if (count >= capacity || writers >= kMaxWriters) {
+      complete = false;
+      break;
+    }
+    if (!next_writer(&writer)) break;
     if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
     struct stat listed_st {};
     if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !trusted_writer(writer.name, listed_st, self)) {
+        !trusted_writer(writer.name, listed_st, self, node_st)) {
       continue;
+    }
+    if (cache_ours && !from_cache && !by_time) {
+      const std::size_t length = std::strlen(writer.name);
+      if (cached < WriterCache::kWriters && length < sizeof cache.fresh[0]) {
+        std::memcpy(cache.fresh[cached], writer.name, length + 1);
+      }
+      ++cached;  // past kWriters: too many to keep, the next scan lists again
     }
     const int writer_fd = ::openat(node_fd, writer.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (writer_fd < 0) continue;
@@ -554,15 +606,11 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
     // The directory opened must be the one checked (it may have been swapped in between).
     struct stat opened_st {};
     if (::fstat(writer_fd, &opened_st) != 0 || opened_st.st_dev != listed_st.st_dev ||
-        opened_st.st_ino != listed_st.st_ino || !trusted_writer(writer.name, opened_st, self)) {
+        opened_st.st_ino != listed_st.st_ino || !trusted_writer(writer.name, opened_st, self, node_st)) {
       continue;
     }
-    Assignment assigned;
-    if (read_assignment(node_fd, writer.name, uuid_, &assigned)) {
-      ++writers;
-    } else if (++unassigned > kMaxUnassignedWriters) {
-      continue;
-    }
+    const Assignment assigned = read_assignment(node_fd, writer.name, uuid_);
+    ++writers;
     alignas(8) char buffer[2048];
     DirListing records(writer_fd, buffer, sizeof buffer);
     DirListing::Entry entry;
@@ -597,6 +645,20 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
         known.key = key;
       }
     }
+  }
+  if (cache_ours) {
+    if (!from_cache && complete) {
+      // A listing cut short is not kept (the one before stays); one with more writers than fit, or
+      // of a directory that changed within the second, is not believed for the next scan.
+      const bool fits = cached <= WriterCache::kWriters;
+      for (std::size_t i = 0; fits && i < cached; ++i)
+        std::memcpy(cache.names[i], cache.fresh[i], sizeof cache.names[i]);
+      cache.valid = fits && quiet;
+      cache.listed_once = fits;
+      cache.count = fits ? cached : 0;
+      cache.stamp = now_stamp;
+    }
+    cache_busy_.store(false, std::memory_order_release);
   }
   return count;
 }

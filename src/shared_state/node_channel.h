@@ -28,17 +28,9 @@
 
 #include "common/priority.h"
 #include "common/result.h"
+#include "shared_state/assignment_text.h"
 
 namespace gpuslice::shm {
-
-// An assignment file is a few short lines; a longer one is not believed (writers check against it).
-inline constexpr std::size_t kMaxAssignmentBytes = 1024;
-
-// What the operator assigned a writer on one GPU (see above).
-struct Assignment {
-  Priority priority = Priority::Normal;  // the highest level its records are believed at
-  unsigned compute_percent = 0;          // its compute share; 0 = none (it takes no turn)
-};
 
 // `assigned` applied to what a record claims (the level and share readers believe).
 struct PeerState;
@@ -59,29 +51,33 @@ struct PeerState {                          // what one container publishes abou
   std::uint32_t busy_period_us = 0;
 };
 
+// A node directory the operator made for users to share, or one user's private default
+// (GPUSLICE_NODE_DIR unset): that one must be the user's own, and is kept writable by it alone.
+enum class NodeDirKind { Shared, Private };
+
 class NodeChannel {
  public:
-  // The work of one scan is bounded by what is believed, not by what anyone can create: writer
-  // directories the operator assigned (kMaxWriters; stale ones go with their allocation), others
-  // (read at the default level, kMaxUnassignedWriters, never counted against the assigned ones),
-  // entries examined and records read in each. Entries of the node directory that are no writer
-  // directory cost one listing entry each (only a user of the host can create them; a container's
-  // mount of it is read-only), up to kMaxNodeEntries, far more than any listing order can push a
-  // writer behind.
-  static constexpr std::size_t kMaxNodeEntries = 16'000'000;
+  // The work of one scan is bounded by what is believed, not by what anyone can create: trusted
+  // writer directories (kMaxWriters; stale ones go with their allocation), entries examined and
+  // records read in each, and kMaxScanNs of listing. Entries of the node directory that are no
+  // writer directory cost one listing entry each (only a user of the host can create them; a
+  // container's mount of it is read-only) once: the node directory is listed again only when it
+  // changed (its mtime or ctime), else the writers the last complete listing found are visited.
   static constexpr std::size_t kMaxWriters = 4096;
-  static constexpr std::size_t kMaxUnassignedWriters = 256;
+  static constexpr std::uint64_t kMaxScanNs = 50'000'000;
   static constexpr std::size_t kMaxEntriesPerWriter = 256;
   static constexpr std::size_t kMaxRecordsPerWriter = 16;
 
   // node_dir: GPUSLICE_NODE_DIR (or what the device plugin mounts): ours or root's, writable by others
-  // only with the sticky bit. Creates/opens this container's own record for the GPU in
-  // <node_dir>/<writer> (writer: GPUSLICE_NODE_WRITER through config::Settings; "uid-<euid>" when
-  // empty); never follows symlinks; refuses a writer directory another user controls.
-  // Readers believe a writer directory "uid-N" only when uid N owns it, any other only when root
-  // (the device plugin) or the reader itself owns it.
+  // only with the sticky bit; created 0755 (private) when missing. Readers of a directory nobody but
+  // its owner can write believe only the owner's (and root's) writer directories. Creates/opens this
+  // container's own record for the GPU in <node_dir>/<writer> (writer: GPUSLICE_NODE_WRITER through
+  // config::Settings; "uid-<euid>" when empty); never follows symlinks; refuses a writer directory another
+  // user controls. Readers believe a writer directory "uid-N" only when uid N owns it, any other only when
+  // root (the device plugin) or the reader itself owns it.
   static Result<std::unique_ptr<NodeChannel>> open(const std::string& node_dir, std::string_view gpu_uuid,
-                                                   std::uint64_t container_key, std::string_view writer = {});
+                                                   std::uint64_t container_key, std::string_view writer = {},
+                                                   NodeDirKind kind = NodeDirKind::Shared);
   ~NodeChannel();
   NodeChannel(const NodeChannel&) = delete;
   NodeChannel& operator=(const NodeChannel&) = delete;
@@ -112,10 +108,21 @@ class NodeChannel {
   static constexpr std::size_t kMaxKnownPeers = 64;
 
   const std::string& record_path() const { return record_path_; }
-  // What the operator assigned this container's writer on this GPU (read now; defaults when none).
-  Assignment own_assignment() const;
-  // Reads <writer>.assigned in the node directory `node_fd` for `uuid`: false (and defaults) when
-  // there is none or it is not believed (owner, mode, type, size, syntax). No allocation.
+  // Entries of the node directory listed so far by this channel's scans (what a flood costs).
+  std::uint64_t entries_listed() const { return entries_listed_.load(std::memory_order_relaxed); }
+  const std::string& node_dir() const { return node_dir_; }
+  const std::string& writer() const { return writer_; }
+  // Reads <writer>.assigned in the node directory `node_fd` into `text` (kMaxAssignmentBytes):
+  // None when there is none or the operator did not write it (owned by another user: ignored, as
+  // anyone may create a name in a shared directory); Refused when the operator's file cannot be
+  // believed (not a regular file, writable by others, unreadable, too long); else Believed with
+  // *size bytes read (the grammar is checked by assignment_for_gpu()). No allocation.
+  static Assignment::State read_assignment_text(int node_fd, const char* writer, char* text,
+                                                std::size_t* size);
+  // read_assignment_text() then assignment_for_gpu(): the writer's assignment on `uuid`.
+  static Assignment read_assignment(int node_fd, const char* writer, std::string_view uuid,
+                                    AssignmentSyntaxError* error = nullptr);
+  // The same, true only when Believed.
   static bool read_assignment(int node_fd, const char* writer, std::string_view uuid, Assignment* out);
 
  private:
@@ -147,6 +154,24 @@ class NodeChannel {
     std::size_t count = 0;
   };
   void forget(KnownSet& set);
+  // The trusted writer directories the last complete listing of the node directory found, and the
+  // directory's identity and times then (scans only; a scan that finds it in use lists instead).
+  struct WriterCache {
+    static constexpr std::size_t kWriters = 64;
+    struct Stamp {
+      std::uint64_t device = 0, inode = 0, mtime_ns = 0, ctime_ns = 0;
+      bool operator==(const Stamp&) const = default;
+    };
+    Stamp stamp;
+    bool valid = false;
+    bool listed_once = false;  // a complete listing whose writers fit is in names
+    std::size_t count = 0;
+    char names[kWriters][130] = {};
+    char fresh[kWriters][130] = {};  // what the listing in progress found
+  };
+  std::unique_ptr<WriterCache> cache_;
+  mutable std::atomic<bool> cache_busy_{false};
+  mutable std::atomic<std::uint64_t> entries_listed_{0};
   KnownSet known_[2];                 // the one read_known_peers() uses, and the next
   std::atomic<int> active_known_{0};  // which one
   mutable std::atomic<int> known_readers_{0};

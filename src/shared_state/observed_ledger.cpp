@@ -196,6 +196,7 @@ class ObservedLedger final : public Ledger {
   const std::atomic<std::uint32_t>* priority_source() const override { return nullptr; }
   void add_held_back_ns(std::uint64_t) override {}
   void note_node_channel_refused() override {}
+  void note_assignment(std::optional<Priority>, bool) override {}
 
  private:
   // The file as it is now, if it still is a whole state file.

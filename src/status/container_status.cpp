@@ -13,6 +13,8 @@ ContainerStatus from_snapshot(const shm::Snapshot& snap) {
   if (snap.priority) out.priority = priority_name(*snap.priority);
   out.held_back_ns = snap.held_back_ns;
   out.node_channel_refused = snap.node_channel_refused;
+  if (snap.assigned_priority) out.assigned_priority = priority_name(*snap.assigned_priority);
+  out.assignment_refused = snap.assignment_refused;
   for (const shm::DeviceRow& row : snap.devices) {
     DeviceStatus d;
     d.record = row.record;

@@ -57,6 +57,8 @@ struct ContainerStatus {
   std::optional<std::string> priority;  // priority sharing: "high", "normal", "low"; absent = not set
   std::uint64_t held_back_ns = 0;       // time its launches were held back by higher priorities
   bool node_channel_refused = false;    // a process's node channel was refused: no turns, no priorities
+  std::optional<std::string> assigned_priority;  // the operator's level (ceiling and default), when known
+  bool assignment_refused = false;  // its assignment file is malformed or unreadable: runs at low
   std::vector<DeviceStatus> devices;
   std::vector<ProcessStatus> processes;
 };

@@ -90,6 +90,8 @@ json to_json(const ContainerStatus& s) {
       {"priority", optional_json(s.priority)},
       {"held_back_ns", s.held_back_ns},
       {"node_channel_refused", s.node_channel_refused},
+      {"assigned_priority", optional_json(s.assigned_priority)},
+      {"assignment_refused", s.assignment_refused},
       {"devices", std::move(devices)},
       {"processes", std::move(processes)}};
 }
@@ -107,6 +109,10 @@ Result<ContainerStatus> container_from_json(const json& value) {
   std::optional<bool> channel_refused;
   ok = ok && read_optional(value, "node_channel_refused", channel_refused, error);
   s.node_channel_refused = channel_refused.value_or(false);
+  ok = ok && read_optional(value, "assigned_priority", s.assigned_priority, error);
+  std::optional<bool> assignment_refused;
+  ok = ok && read_optional(value, "assignment_refused", assignment_refused, error);
+  s.assignment_refused = assignment_refused.value_or(false);
   std::optional<bool> has_state;
   ok = ok && read_optional(value, "has_state", has_state, error);
   s.has_state = has_state.value_or(true);

@@ -318,6 +318,11 @@ struct LightRun {
 };
 
 TEST_F(PriorityE2E, ATrainerThatOptsInKeepsRunningBesideAHostBoundServerWhoseShareIsMeasuredLight) {
+  // A container's own light share counts only as far as the operator allows (docs/priority.md).
+  FILE* assigned = std::fopen((dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned").c_str(), "w");
+  ASSERT_NE(assigned, nullptr);
+  std::fputs("priority=high\nlight-share=50\n", assigned);
+  std::fclose(assigned);
   auto pair = [&](bool light) {
     const long long epoch = monotonic_ns() + 1'500'000'000LL;
     const std::string seconds = std::to_string(kSeconds);
@@ -385,6 +390,7 @@ TEST_F(PriorityE2E, SetPriorityFromAnotherProcessChangesThePublishedRecordAndThe
     }
     return a;
   };
+  writer_of_["trainer"] = "ctr-trainer";  // a writer the operator assigned nothing: it asks first
   Env trainer_env = container_env("trainer", nullptr);
   trainer_env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
   Background server(args(true), container_env("server", "high"), dir_ + "/server.out");

@@ -557,6 +557,12 @@ TEST_F(NodeApiTest, ARefusedNodeChannelIsAMetricAndInTheStatus) {
   auto res = client_->Get("/api/v1/containers/c1", auth());
   ASSERT_TRUE(res);
   EXPECT_EQ(json::parse(res->body)["node_channel_refused"], true) << res->body;
+  ledger_->note_assignment(Priority::Low, true);  // what the container's watcher found
+  collector_->refresh();
+  res = client_->Get("/api/v1/containers/c1", auth());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["assignment_refused"], true) << res->body;
+  EXPECT_EQ(json::parse(res->body)["assigned_priority"], "low") << res->body;
 }
 
 // A state file hard-linked to another container's: PUT /limits on the one changed the other's

@@ -282,6 +282,63 @@ TEST(WriterAssignment, AnAssignmentTooLargeForTheLibraryIsRefusedByTheWriter) {
   ::close(fd);
 }
 
+// What was found (issue 46): the library and the daemon parsed .assigned with two grammars (the
+// library took `compute=N`, a share of 0 and unknown keys; the daemon refused them). The same files,
+// written to disk, are fed to both: each accepts exactly what the other does, with the same level
+// and share.
+TEST(WriterAssignment, TheLibraryAndTheDaemonReadEveryAssignmentFileAlike) {
+  test::TempDir dir;
+  const std::string channel = dir / "channel";
+  ASSERT_TRUE(std::filesystem::create_directory(channel));
+  const std::string files[] = {
+      "priority=high\n",
+      "priority=low   # batch jobs\ncompute=30\n",
+      "# allocation gpuslice.io/cores abc123\npriority=normal\ncompute." + std::string(kUuid0) + "=25\n",
+      "priority = low\n\tcompute = 40\n",
+      "priority=high\ncompute=30\ncompute." + std::string(kUuid0) + "=20\nfloor=10\nlight-share=8\n",
+      "priority=high\r\ncompute=30\r\n",
+      "compute=30\n",
+      "priority=high\ncompute=0\n",
+      "priority=high\nlevel=9\n",
+      "Priority=high\n",
+      "priority=\n",
+      "priority=high\npriority=low\n",
+      "priority=high\ncompute.GPU-1=5\ncompute.gpu-1=6\n",
+      "priority=high\nfloor=101\n",
+      "# allocation gpuslice.io/cores XYZ\npriority=high\n",
+      std::string("priority=high\0\n", 15),
+      "priority=high\n" + std::string(1100, '#') + "\n",
+      "",
+  };
+  const int fd = ::open(channel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int n = 0;
+  for (const std::string& text : files) {
+    const std::string writer = "w" + std::to_string(n++);
+    test::write_file(channel + "/" + writer + ".assigned", text);
+    ::chmod((channel + "/" + writer + ".assigned").c_str(), 0644);
+    const shm::Assignment library = shm::NodeChannel::read_assignment(fd, writer.c_str(), kUuid0);
+    const auto daemon = parse_assignment(text);
+    ASSERT_EQ(library.state == shm::Assignment::State::Believed, daemon.ok())
+        << "file: " << text << (daemon.ok() ? "" : "\ndaemon: " + daemon.error());
+    if (!daemon.ok()) {
+      EXPECT_EQ(library.priority, Priority::Low) << "refused: the lowest level";
+      EXPECT_EQ(library.compute_percent, 0u);
+      continue;
+    }
+    EXPECT_EQ(library.priority, daemon->priority) << text;
+    const auto gpu = daemon->compute.find(kUuid0);
+    const unsigned share = gpu != daemon->compute.end() ? gpu->second : daemon->compute_all.value_or(0);
+    EXPECT_EQ(library.compute_percent, share) << text;
+    // What the daemon renders from it, the library reads the same.
+    auto again = render_assignment(*daemon);
+    ASSERT_TRUE(again.ok()) << again.error();
+    EXPECT_EQ(shm::assignment_for_gpu(*again, kUuid0).priority, library.priority);
+    EXPECT_EQ(shm::assignment_for_gpu(*again, kUuid0).compute_percent, library.compute_percent) << *again;
+  }
+  ::close(fd);
+}
+
 TEST(WriterAssignment, RendersOnlyWhatTheLibraryReads) {
   ChannelAssignment a;
   a.compute["GPU-1/2"] = 10;

@@ -214,6 +214,45 @@ TEST(Webhook, APodsOwnGpuslicePriorityIsJudgedLikeTheAnnotation) {
   EXPECT_EQ(review(review_json.dump()).response["allowed"], false) << "a value it cannot check";
 }
 
+// What was found (7): GPUSLICE_PRIORITY through envFrom (a ConfigMap's or Secret's keys) passed the
+// webhook unjudged. A container that may take it from there gets an explicit GPUSLICE_PRIORITY,
+// which wins over envFrom: the level the operator's policy gives the pod, with a warning saying so.
+TEST(Webhook, GpuslicePriorityThroughEnvFromCannotPassUnjudged) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  json& pod = review_json["request"]["object"];
+  for (const json& source : {json{{"configMapRef", {{"name", "tenant-config"}}}},
+                             json{{"secretRef", {{"name", "tenant-secret"}}}, {"prefix", "GPUSLICE_"}}}) {
+    pod["spec"]["containers"][0]["envFrom"] = json::array({source});
+    auto r = review(review_json.dump());
+    ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
+    json patched = pod.patch(r.patch);
+    int found = 0;
+    for (const json& var : patched["spec"]["containers"][0]["env"]) {
+      if (var["name"] != "GPUSLICE_PRIORITY") continue;
+      ++found;
+      EXPECT_EQ(var["value"], "normal") << "the operator's level for a pod outside the high namespaces";
+    }
+    EXPECT_EQ(found, 1) << "envFrom's GPUSLICE_PRIORITY would be the container's, unjudged: "
+                        << source.dump();
+    EXPECT_NE(r.response.dump().find("envFrom"), std::string::npos) << "a warning says why";
+  }
+  pod["spec"]["containers"][0]["envFrom"] =
+      json::array({{{"configMapRef", {{"name", "app"}}}, {"prefix", "APP_"}}});
+  auto unrelated = review(review_json.dump());
+  ASSERT_EQ(unrelated.response["allowed"], true);
+  EXPECT_EQ(unrelated.patch.dump().find("GPUSLICE_PRIORITY"), std::string::npos)
+      << "a prefix that cannot name it";
+  WebhookOptions options;
+  options.priority.high_namespaces = {"default"};
+  pod["spec"]["containers"][0]["envFrom"] = json::array({{{"configMapRef", {{"name", "c"}}}}});
+  pod["metadata"]["namespace"] = "default";
+  review_json["request"]["namespace"] = "default";
+  auto high = review(review_json.dump(), options);
+  ASSERT_EQ(high.response["allowed"], true) << high.body.dump();
+  EXPECT_NE(high.patch.dump().find(R"({"name":"GPUSLICE_PRIORITY","value":"high"})"), std::string::npos)
+      << high.patch.dump();
+}
+
 // A PriorityClass the operator mapped gives its pods that level when they name none.
 TEST(Webhook, APriorityClassMappedToALevelGivesItsPodsThatLevel) {
   json review_json = json::parse(test::fixture("admission_hcs_vram.json"));

@@ -379,6 +379,24 @@ TEST_F(CliTest, SetAboveTheFileCapIsKeptButTheCapStillApplies) {
   EXPECT_EQ(ledger->compute_limit(0), gpuslice::shm::kNoComputeLimit);
 }
 
+// What was found (8): `gpuslice set --priority high` above the operator's assignment exited 0 and
+// status showed `high` while the container ran at `normal`. It says the level it runs at and exits
+// 3, as a capped --memory does; status shows the assignment, and a refused one.
+TEST_F(CliTest, SetPriorityAboveTheAssignmentSaysTheLevelItRunsAtAndExitsNonZero) {
+  auto ledger = make_state();
+  ledger->note_assignment(gpuslice::Priority::Normal, false);  // what the container's watcher read
+  Outcome raise = run({"set", "--priority", "high", "--file", state_});
+  ASSERT_EQ(raise.status, 3) << raise.out << raise.err;
+  EXPECT_TRUE(contains(raise.out, "(the operator assigned normal, so it runs at normal)")) << raise.out;
+  EXPECT_TRUE(contains(raise.err, "assignment holds the priority")) << raise.err;
+  EXPECT_EQ(run({"set", "--priority", "low", "--file", state_}).status, 0) << "lowering is always granted";
+  Outcome status = run({"status", "--file", state_});
+  EXPECT_TRUE(contains(status.out, "Assigned priority: normal")) << status.out;
+  ledger->note_assignment(gpuslice::Priority::Low, true);
+  status = run({"status", "--file", state_});
+  EXPECT_TRUE(contains(status.out, "Assignment: REFUSED")) << status.out;
+}
+
 // ---- profile ----
 
 TEST_F(CliTest, ProfileSummarisesAndReportsMalformedLines) {
