@@ -99,8 +99,9 @@ TEST_F(MpsClientE2E, TheLimitsFileCapsThePinnedLimitAndSetsTheThreadShareBelowHi
   EXPECT_NE(seen.find("threads=40\n"), std::string::npos) << seen;
 }
 
-// Only a container that asks for high and is assigned high by the operator keeps MPS's normal
-// client priority; asking is not enough.
+// Only a container the operator assigned high keeps MPS's normal client priority, when it asks for
+// high or for no level (the assigned level is its default); asking is not enough, nor is the
+// assignment when the container asks for less.
 TEST_F(MpsClientE2E, OnlyAHighContainerTheOperatorAssignedKeepsTheNormalClientPriority) {
   const Outcome asked = fill(env("high"));
   EXPECT_EQ(asked.exit_code, 0) << asked.err;
@@ -109,6 +110,12 @@ TEST_F(MpsClientE2E, OnlyAHighContainerTheOperatorAssignedKeepsTheNormalClientPr
   const Outcome assigned = fill(env("high"));
   EXPECT_EQ(assigned.exit_code, 0) << assigned.err;
   EXPECT_NE(slurp(report()).find("priority=0\n"), std::string::npos) << slurp(report());
+  const Outcome by_default = fill(env(nullptr));
+  EXPECT_EQ(by_default.exit_code, 0) << by_default.err;
+  EXPECT_NE(slurp(report()).find("priority=0\n"), std::string::npos) << slurp(report());
+  const Outcome asked_less = fill(env("normal"));
+  EXPECT_EQ(asked_less.exit_code, 0) << asked_less.err;
+  EXPECT_NE(slurp(report()).find("priority=1\n"), std::string::npos) << slurp(report());
 }
 
 // Under MPS a higher priority's kernels do not wait for time slices of the lower one's queued work:
