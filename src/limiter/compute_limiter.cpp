@@ -22,8 +22,9 @@ constexpr std::uint64_t kCloserPollNs = 200'000;
 constexpr std::uint64_t kMinNapNs = 20'000;
 
 constexpr std::uint64_t kPermille = 1000;
-// Launches a window of Tuning::max_queued_ns must hold for that bound to apply (open_window).
-constexpr std::uint64_t kMinQueuedLaunches = 8;
+// Launches a window of Tuning::max_queued_ns must hold for that bound to apply (open_window): 4 at
+// 25 ms, so kernels of up to 6 ms (12 ms beside another process) are re-measured within a part.
+constexpr std::uint64_t kMinQueuedLaunches = 4;
 
 bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
 
@@ -187,7 +188,7 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
     // At most max_queued_ns of work per window: a long on part is run as several windows, each
     // drained and its cost measured again, so a cost learnt under other conditions (alone, while
     // another process of the container was off) misjudges one short window, not the on part.
-    // Not for long kernels (fewer than kMinQueuedLaunches in it): their windows are few launches,
+    // Not for long kernels (fewer than kMinQueuedLaunches in one): their windows are few launches,
     // measured at every close anyway, and the whole-kernel rounding of the part's cap (see
     // wait_for_turn) needs the part's whole length.
     // Rounded to the nearest launch, so that windows of long kernels end on average on time.

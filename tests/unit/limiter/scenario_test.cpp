@@ -367,6 +367,27 @@ TEST_P(LimiterTwoProcessesEverySecond, HoldTheContainerLimitWithinTwoPoints) {
   EXPECT_LE(range.max, limit / 100.0 + 0.02) << describe(range);
 }
 
+// The second process starts 1.7 s after the first, inside an on part: the first one's window was
+// sized by what its kernels cost alone, and ran on beside the second's (0.41-0.77 at 50%).
+TEST_P(LimiterTwoProcessesEverySecond, ASecondProcessStartingMidwayIsHeldWithTheFirst) {
+  const unsigned limit = std::get<0>(GetParam());
+  Scenario s;
+  s.world.timeslice_ns = std::get<1>(GetParam());
+  Container& box = s.add_container(limit);
+  Process& a = s.add_process(box);
+  Process& b = s.add_process(box);
+  s.add_thread(a, [&] { kernel_loop(a, s.world, 1 * kMs, 5 * kUs, 5 * kSec); });
+  s.add_thread(b, [&] {
+    s.world.sleep(1700 * kMs);
+    kernel_loop(b, s.world, 3 * kMs, 5 * kUs, 5 * kSec);
+  });
+  s.run();
+  const WindowRange range = s.sliding(box, 0, 5 * kSec);
+  EXPECT_GE(range.min, limit / 100.0 - 0.02) << describe(range);
+  EXPECT_LE(range.max, limit / 100.0 + 0.02) << describe(range);
+  EXPECT_GT(b.limiter->stats().busy_ns, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(LimitsAndDeviceModels, LimiterTwoProcessesEverySecond,
                          ::testing::Combine(::testing::Values(40u, 50u, 70u, 80u),
                                             ::testing::Values(std::uint64_t{0}, 2 * kMs)));
