@@ -76,7 +76,7 @@ Workloads:
   matmul2p  matmul in two processes of one container (same state directory and limit): the
             measured one and a companion it starts; the limit holds both together, so the measured
             one's ratio is again the limit
-  graph2p   the same with the CUDA-graph replay (each replay about 1.6 ms alone on an H200)
+  graph2p   the same with the CUDA-graph replay (eight matmuls per launch)
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
