@@ -22,9 +22,9 @@ constexpr std::uint64_t kCloserPollNs = 200'000;
 constexpr std::uint64_t kMinNapNs = 20'000;
 
 constexpr std::uint64_t kPermille = 1000;
-// Launches a window of Tuning::max_queued_ns must hold for that bound to apply (open_window): 4 at
-// 25 ms, so kernels of up to 6 ms (12 ms beside another process) are re-measured within a part.
-constexpr std::uint64_t kMinQueuedLaunches = 4;
+// Launches a window of Tuning::max_queued_ns must hold for that bound to apply (open_window): 2 at
+// 25 ms, so costs up to 12.5 ms (6 ms kernels beside another process) are re-measured within a part.
+constexpr std::uint64_t kMinQueuedLaunches = 2;
 
 bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
 
