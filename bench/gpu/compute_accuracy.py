@@ -76,6 +76,7 @@ Workloads:
   matmul2p  matmul in two processes of one container (same state directory and limit): the
             measured one and a companion it starts; the limit holds both together, so the measured
             one's ratio is again the limit
+  graph2p   the same with the CUDA-graph replay (eight matmuls per launch)
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
 
@@ -112,7 +113,7 @@ SETTLE_POINTS = 5.0  # the band a 1 s window must reach after a change
 LAUNCH_BOUND_FLOOR = 0.9  # a workload busy less than its limit keeps at least this share of its speed
 AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5", "long10": "4", "long40": "4", "long100": "4",
              "decode": "4", "graph": "4", "mix": "4", "streams4": "4-7", "compile": "4", "cluster": "4",
-             "matmul2p": "4,5"}  # --cpus auto (see the docstring)
+             "matmul2p": "4,5", "graph2p": "4,5"}  # --cpus auto (see the docstring)
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 KERNEL_BIN_S = 0.01  # --kernel-timeline: the device's kernel time is kept per 10 ms of host time
 

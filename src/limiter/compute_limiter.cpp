@@ -22,6 +22,9 @@ constexpr std::uint64_t kCloserPollNs = 200'000;
 constexpr std::uint64_t kMinNapNs = 20'000;
 
 constexpr std::uint64_t kPermille = 1000;
+// Launches a window of Tuning::max_queued_ns must hold for that bound to apply (open_window): 2 at
+// 25 ms, so costs up to 12.5 ms (6 ms kernels beside another process) are re-measured within a part.
+constexpr std::uint64_t kMinQueuedLaunches = 2;
 
 bool unlimited(unsigned percent) { return percent == 0 || percent >= 100; }
 
@@ -41,6 +44,7 @@ ComputeLimiter::ComputeLimiter(Clock& clock, const DriverOps& ops, shm::ComputeS
   if (tuning_.gap_ns == 0) tuning_.gap_ns = defaults.gap_ns;
   if (tuning_.max_sleep_ns == 0) tuning_.max_sleep_ns = defaults.max_sleep_ns;
   if (tuning_.initial_launch_cap == 0) tuning_.initial_launch_cap = defaults.initial_launch_cap;
+  if (tuning_.max_queued_ns == 0) tuning_.max_queued_ns = defaults.max_queued_ns;
   if (tuning_.full_duty_permille == 0 || tuning_.full_duty_permille > kPermille) {
     tuning_.full_duty_permille = defaults.full_duty_permille;
   }
@@ -181,8 +185,16 @@ void ComputeLimiter::open_window(std::uint64_t now, unsigned limit, std::uint64_
   const std::uint64_t per_launch = launch_cost_.per_launch_ns();
   std::uint64_t cap = tuning_.initial_launch_cap;
   if (per_launch != 0) {
+    // At most max_queued_ns of work per window: a long on part is run as several windows, each
+    // drained and its cost measured again, so a cost learnt under other conditions (alone, while
+    // another process of the container was off) misjudges one short window, not the on part.
+    // Not for long kernels (fewer than kMinQueuedLaunches in one): their windows are few launches,
+    // measured at every close anyway, and the whole-kernel rounding of the part's cap (see
+    // wait_for_turn) needs the part's whole length.
     // Rounded to the nearest launch, so that windows of long kernels end on average on time.
-    cap = std::clamp<std::uint64_t>((budget + per_launch / 2) / per_launch, 1,
+    const bool short_kernels = per_launch * kMinQueuedLaunches <= tuning_.max_queued_ns;
+    const std::uint64_t queued = short_kernels ? std::min(budget, tuning_.max_queued_ns) : budget;
+    cap = std::clamp<std::uint64_t>((queued + per_launch / 2) / per_launch, 1,
                                     std::numeric_limits<std::uint32_t>::max() / 2);
   }
   window_budget_ns_.store(budget, kRelaxed);

@@ -36,6 +36,15 @@ struct Tuning {
   std::uint64_t max_sleep_ns = 10'000'000;
   // Device time that idle periods may bank, at most (scaled by 1 - limit): see burst_cap_ns().
   std::uint64_t max_bank_ns = 20'000'000;
+  // Work a window may queue, by the measured cost of a launch: its launch cap is at most this over
+  // the cost. The cost is wall time per launch, which depends on what else shares the device (two
+  // processes of one container time-slice): a cost learnt while a process ran alone admitted twice
+  // the work its window could run beside the other, which ran on past the on part (two processes at
+  // 70% on a time-sliced simulated device: 1 s windows 0.59-0.89). Windows this long are re-measured
+  // at each drain, so the last of an on part is sized by what the device gave them just before; a
+  // process that starts mid-part makes the other's window run longer than it was sized by at most
+  // this much (at 50 ms, 1 s windows 0.48-0.52 at 50%; at 25 ms within 0.3 points).
+  std::uint64_t max_queued_ns = 25'000'000;
   // Launches allowed in the first window, before the cost of a launch has been measured.
   std::uint32_t initial_launch_cap = 2;
   // A window whose probe found the device busy at least this share (per mille) of its time is

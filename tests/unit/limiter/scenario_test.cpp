@@ -344,6 +344,71 @@ TEST_P(LimiterTwoProcesses, TwoThreadsOfOneProcessHoldTheLimit) {
 
 INSTANTIATE_TEST_SUITE_P(Limits, LimiterTwoProcesses, ::testing::Values(20u, 50u, 80u));
 
+// The same two processes, each 1 s window from the first second within 2 points, on a device that
+// shares itself evenly between contexts and on one that time-slices (2 ms slices, as the H100's).
+// Each process learns the cost of its launches from its own windows; time-sliced, a process's first
+// kernels ran alone and looked cheaper than beside the other, so its window admitted more of them
+// than its time held and they ran past its close (1 s windows 0.42-0.57 at 50%, 0.73-0.91 at 80%).
+class LimiterTwoProcessesEverySecond : public ::testing::TestWithParam<std::tuple<unsigned, std::uint64_t>> {
+};
+
+TEST_P(LimiterTwoProcessesEverySecond, HoldTheContainerLimitWithinTwoPoints) {
+  const unsigned limit = std::get<0>(GetParam());
+  Scenario s;
+  s.world.timeslice_ns = std::get<1>(GetParam());
+  Container& box = s.add_container(limit);
+  Process& a = s.add_process(box);
+  Process& b = s.add_process(box);
+  s.add_thread(a, [&] { kernel_loop(a, s.world, 1 * kMs, 5 * kUs, 4 * kSec); });
+  s.add_thread(b, [&] { kernel_loop(b, s.world, 3 * kMs, 5 * kUs, 4 * kSec); });
+  s.run();
+  const WindowRange range = s.sliding(box, 0, 4 * kSec);
+  EXPECT_GE(range.min, limit / 100.0 - 0.02) << describe(range);
+  EXPECT_LE(range.max, limit / 100.0 + 0.02) << describe(range);
+}
+
+// The second process starts 1.7 s after the first, inside an on part: the first one's window was
+// sized by what its kernels cost alone, and ran on beside the second's (0.41-0.77 at 50%).
+TEST_P(LimiterTwoProcessesEverySecond, ASecondProcessStartingMidwayIsHeldWithTheFirst) {
+  const unsigned limit = std::get<0>(GetParam());
+  Scenario s;
+  s.world.timeslice_ns = std::get<1>(GetParam());
+  Container& box = s.add_container(limit);
+  Process& a = s.add_process(box);
+  Process& b = s.add_process(box);
+  s.add_thread(a, [&] { kernel_loop(a, s.world, 1 * kMs, 5 * kUs, 5 * kSec); });
+  s.add_thread(b, [&] {
+    s.world.sleep(1700 * kMs);
+    kernel_loop(b, s.world, 3 * kMs, 5 * kUs, 5 * kSec);
+  });
+  s.run();
+  const WindowRange range = s.sliding(box, 0, 5 * kSec);
+  EXPECT_GE(range.min, limit / 100.0 - 0.02) << describe(range);
+  EXPECT_LE(range.max, limit / 100.0 + 0.02) << describe(range);
+  EXPECT_GT(b.limiter->stats().busy_ns, 0u);
+}
+
+// Longer kernels, 5 and 10 ms (10 and 20 ms each beside the other): 0.79-0.825 at 80% in 2 ms slices
+// while only windows of four or more launches were bounded.
+TEST_P(LimiterTwoProcessesEverySecond, LongerKernelsAreHeldToo) {
+  const unsigned limit = std::get<0>(GetParam());
+  Scenario s;
+  s.world.timeslice_ns = std::get<1>(GetParam());
+  Container& box = s.add_container(limit);
+  Process& a = s.add_process(box);
+  Process& b = s.add_process(box);
+  s.add_thread(a, [&] { kernel_loop(a, s.world, 5 * kMs, 5 * kUs, 4 * kSec); });
+  s.add_thread(b, [&] { kernel_loop(b, s.world, 10 * kMs, 5 * kUs, 4 * kSec); });
+  s.run();
+  const WindowRange range = s.sliding(box, 0, 4 * kSec);
+  EXPECT_GE(range.min, limit / 100.0 - 0.02) << describe(range);
+  EXPECT_LE(range.max, limit / 100.0 + 0.02) << describe(range);
+}
+
+INSTANTIATE_TEST_SUITE_P(LimitsAndDeviceModels, LimiterTwoProcessesEverySecond,
+                         ::testing::Combine(::testing::Values(40u, 50u, 70u, 80u),
+                                            ::testing::Values(std::uint64_t{0}, 2 * kMs)));
+
 // (f) Two containers, 30% and 70%, on one time-sliced device, both always busy.
 struct TwoContainerResult {
   WindowRange a, b;
