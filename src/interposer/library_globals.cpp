@@ -61,15 +61,24 @@ void note_library(CUlibrary library, const void* image, int charged_device, std:
     }
   }
   if (charged_device >= 0 && charged_device < kMaxDevices) sized.charged[charged_device] = charged;
-  TableLock lock;
-  for (LibrarySlot& slot : g_libraries) {
-    if (slot.handle != 0) continue;
-    slot = sized;
-    slot.handle = reinterpret_cast<std::uintptr_t>(library);
-    return;
+  bool any = false;
+  for (int d = 0; d < kMaxDevices; ++d) any = any || sized.bytes[d] != 0 || sized.charged[d] != 0;
+  if (!any) return;  // no globals (most kernels' libraries): nothing to reserve or give back
+  {
+    TableLock lock;
+    for (LibrarySlot& slot : g_libraries) {
+      if (slot.handle != 0) continue;
+      slot = sized;
+      slot.handle = reinterpret_cast<std::uintptr_t>(library);
+      return;
+    }
   }
-  GS_LOG(Warn, "more than %zu libraries loaded: the globals of further ones are charged when taken",
-         kLibrarySlots);
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    GS_LOG(Warn,
+           "more than %zu libraries with globals loaded: further ones are booked when the driver's "
+           "figure shows them",
+           kLibrarySlots);
 }
 
 std::uint64_t library_globals(int device) {
