@@ -64,6 +64,14 @@ void note_library(CUlibrary library, const void* image, int charged_device, std:
   bool any = false;
   for (int d = 0; d < kMaxDevices; ++d) any = any || sized.bytes[d] != 0 || sized.charged[d] != 0;
   if (!any) return;  // no globals (most kernels' libraries): nothing to reserve or give back
+  if (charged_device < 0) {
+    std::uint64_t most = 0;
+    for (const std::uint64_t b : sized.bytes) most = b > most ? b : most;
+    GS_LOG(Info,
+           "a library declaring %.1f MiB of globals loaded while no context is current: every context "
+           "created while it is loaded reserves them",
+           static_cast<double>(most) / (1 << 20));
+  }
   {
     TableLock lock;
     for (LibrarySlot& slot : g_libraries) {
