@@ -45,22 +45,58 @@ int ordinal_sm(int dev) {
 
 }  // namespace
 
-void note_library(CUlibrary library, const void* image, int charged_device, std::uint64_t charged) {
-  if (library == nullptr) return;
-  LibrarySlot sized;
+void size_library(const void* image, LibrarySizes* sizes) {
   int count = 0;
   const auto device_count = driver_ops().device_count;
-  if (image != nullptr && device_count != nullptr && device_count(&count) == CUDA_SUCCESS) {
-    if (count > kMaxDevices) count = kMaxDevices;
-    int sms[kMaxDevices] = {};
-    for (int d = 0; d < count; ++d) {
-      sms[d] = ordinal_sm(d);
-      int same = 0;
-      while (same < d && sms[same] != sms[d]) ++same;
-      sized.bytes[d] = same < d ? sized.bytes[same] : device_granular(image_globals(image, sms[d]).bytes);
+  if (image == nullptr || device_count == nullptr || device_count(&count) != CUDA_SUCCESS) return;
+  if (count > kMaxDevices) count = kMaxDevices;
+  int sms[kMaxDevices] = {};
+  for (int d = 0; d < count; ++d) {
+    sms[d] = ordinal_sm(d);
+    int same = 0;
+    while (same < d && sms[same] != sms[d]) ++same;
+    sizes->bytes[d] = same < d ? sizes->bytes[same] : device_granular(image_globals(image, sms[d]).bytes);
+  }
+}
+
+bool reserve_where_contexts_exist(LibrarySizes* sizes, int skip) {
+  bool fits = true;
+  for_each_ready_device([&](DeviceState& d) {
+    if (!fits || d.index == skip || d.index < 0 || d.index >= kMaxDevices || d.ledger_dev < 0 ||
+        !d.has_context.load(std::memory_order_relaxed) || sizes->bytes[d.index] == 0)
+      return;
+    if (reserve(&d, sizes->bytes[d.index]).refused) {
+      GS_LOG(Info, "device %d: a library load refused: its %.1f MiB of globals would pass the quota", d.index,
+             static_cast<double>(sizes->bytes[d.index]) / (1 << 20));
+      fits = false;
+      return;
+    }
+    sizes->charged[d.index] = sizes->bytes[d.index];
+  });
+  if (!fits) release_reserved(*sizes);
+  return fits;
+}
+
+void release_reserved(const LibrarySizes& sizes) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (sizes.charged[d] == 0) continue;
+    if (DeviceState* state = device_state_if_attached(d); state != nullptr && state->ledger_dev >= 0)
+      ledger()->release(state->ledger_dev, sizes.charged[d]);
+  }
+}
+
+void note_library(CUlibrary library, LibrarySizes& sizes, int charged_device, std::uint64_t charged) {
+  // Reserved on devices where a context exists: taken at the load or at a first launch there.
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (sizes.charged[d] == 0) continue;
+    if (DeviceState* state = device_state_if_attached(d)) {
+      state->module_prepaid.fetch_add(sizes.charged[d], std::memory_order_relaxed);
+      state->module_charge.fetch_add(sizes.charged[d], std::memory_order_relaxed);
     }
   }
-  if (charged_device >= 0 && charged_device < kMaxDevices) sized.charged[charged_device] = charged;
+  if (library == nullptr) return;
+  LibrarySizes& sized = sizes;
+  if (charged_device >= 0 && charged_device < kMaxDevices) sized.charged[charged_device] += charged;
   bool any = false;
   for (int d = 0; d < kMaxDevices; ++d) any = any || sized.bytes[d] != 0 || sized.charged[d] != 0;
   if (!any) return;  // no globals (most kernels' libraries): nothing to reserve or give back
@@ -76,7 +112,10 @@ void note_library(CUlibrary library, const void* image, int charged_device, std:
     TableLock lock;
     for (LibrarySlot& slot : g_libraries) {
       if (slot.handle != 0) continue;
-      slot = sized;
+      for (int d = 0; d < kMaxDevices; ++d) {
+        slot.bytes[d] = sized.bytes[d];
+        slot.charged[d] = sized.charged[d];
+      }
       slot.handle = reinterpret_cast<std::uintptr_t>(library);
       return;
     }

@@ -15,10 +15,22 @@
 
 namespace gpuslice::interposer {
 
-// After a successful library load: remembers what `image` declares on each device's architecture.
-// `charged_device` (-1: none) is the device whose current context the load itself charged for
-// `charged` bytes (released with the library).
-void note_library(CUlibrary library, const void* image, int charged_device, std::uint64_t charged);
+// What a library's image declares on each device's architecture (read before the load), and what
+// its load reserved on devices where a context exists.
+struct LibrarySizes {
+  std::uint64_t bytes[kMaxDevices] = {};
+  std::uint64_t charged[kMaxDevices] = {};
+};
+void size_library(const void* image, LibrarySizes* sizes);
+// Before the load: reserves its globals on every device but `skip` (the current context's, which the
+// load itself charges) where a context exists, as the driver loads it into those contexts too; false
+// when one does not fit (nothing is kept reserved).
+bool reserve_where_contexts_exist(LibrarySizes* sizes, int skip);
+// The load failed: what reserve_where_contexts_exist reserved is given back.
+void release_reserved(const LibrarySizes& sizes);
+// After a successful load: remembers it. `charged_device` (-1: none) is the device whose current
+// context the load itself charged for `charged` bytes (released with the library).
+void note_library(CUlibrary library, LibrarySizes& sizes, int charged_device, std::uint64_t charged);
 // The globals of the libraries loaded now, on device `device` (a CUDA ordinal).
 std::uint64_t library_globals(int device);
 // A device's first context reserved `bytes` of library globals (released with the libraries).

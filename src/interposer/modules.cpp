@@ -55,12 +55,22 @@ template <class Load>
 CUresult load_library(CUlibrary* library, const void* image, Load&& load) {
   if (!gs::memory_active()) return load();
   gs::AllocationInFlight flight;
+  gs::LibrarySizes sizes;
+  gs::size_library(image, &sizes);
   const gs::ModuleLoad m = gs::begin_module_load(image);
   if (m.refused) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int loading_device = m.device != nullptr ? m.device->index : -1;
+  if (!gs::reserve_where_contexts_exist(&sizes, loading_device)) {
+    gs::end_module_load(m, CUDA_ERROR_OUT_OF_MEMORY);  // nothing loaded: its reservation given back
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const CUresult r = load();
   gs::end_module_load(m, r);
-  if (r == CUDA_SUCCESS && library != nullptr)
-    gs::note_library(*library, image, m.device != nullptr ? m.device->index : -1, m.reserved);
+  if (r != CUDA_SUCCESS) {
+    gs::release_reserved(sizes);
+  } else {
+    gs::note_library(library != nullptr ? *library : nullptr, sizes, loading_device, m.reserved);
+  }
   return r;
 }
 

@@ -915,6 +915,21 @@ TEST_P(LibraryBeforeContext, GlobalsThatFitAreChargedOnceAndGivenBackAtTheUnload
   EXPECT_GE(o.num("unloaded_free"), kGiB - kContextBytes - 2 * kMiB) << "given back at the unload";
 }
 
+// A library loaded while a context exists but is not current: the driver loads it into that context
+// too (here at its first launch), so the load is charged there and refused when it does not fit.
+TEST_F(DriverPaths, ALibraryLoadedBesideAnExistingContextIsChargedThere) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["CUDA_MODULE_LOADING"] = "LAZY";
+  Outcome o = probe({"--scenario", "library-first", "--what", "existing", "--image",
+                     std::string(GPUSLICE_FIXTURES) + "/globals_3x4g.fatbin"},
+                    env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("context_code"), 0) << o.out;
+  EXPECT_EQ(o.num("library_code"), 2) << o.out;
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "the driver took the globals past the quota";
+}
+
 INSTANTIATE_TEST_SUITE_P(Orders, LibraryBeforeContext,
                          ::testing::Combine(::testing::Values("EAGER", "LAZY"),
                                             ::testing::Values("primary")));

@@ -652,7 +652,8 @@ int contexts() {
 }
 
 // The CUDA 12+ runtime's order: cuInit, the program's fat binary (--image) loaded as a library while
-// no context exists, then a context (--what primary or created) and a launch in it. The driver loads
+// no context exists, then a context (--what primary or created) and a launch in it; or (--what
+// existing) the primary context retained first but not current at the load. The driver loads
 // the library's globals into the context at its creation (EAGER) or first launch (lazy).
 int library_first() {
   std::printf("init=%d\n", g_drv.init(0));
@@ -661,11 +662,14 @@ int library_first() {
   std::ifstream in(g_opt.image, std::ios::binary);
   std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (bytes.empty()) die("image", 0);
-  CUlibrary lib = nullptr;
-  std::printf("library_code=%d\n",
-              g_drv.library_load(&lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  // --what existing: the primary context exists (not current) when the library is loaded.
+  const bool existing = g_opt.what == "existing";
   CUcontext ctx = nullptr;
-  const CUresult made = g_opt.what == "created" ? g_drv.ctx_create(&ctx, 0, dev) : g_drv.retain(&ctx, dev);
+  CUresult made = existing ? g_drv.retain(&ctx, dev) : CUDA_ERROR_UNKNOWN;
+  CUlibrary lib = nullptr;
+  const CUresult loaded = g_drv.library_load(&lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  std::printf("library_code=%d\n", loaded);
+  if (!existing) made = g_opt.what == "created" ? g_drv.ctx_create(&ctx, 0, dev) : g_drv.retain(&ctx, dev);
   std::printf("context_code=%d\n", made);
   unsigned long long peak = own_driver_figure();
   if (made == CUDA_SUCCESS) {
@@ -683,7 +687,7 @@ int library_first() {
     usleep(300000);  // three reconciliation intervals
     print_info("later_");
   }
-  std::printf("unload_code=%d\n", g_drv.library_unload(lib));
+  if (loaded == CUDA_SUCCESS) std::printf("unload_code=%d\n", g_drv.library_unload(lib));
   if (made == CUDA_SUCCESS) {
     usleep(300000);
     print_info("unloaded_");
