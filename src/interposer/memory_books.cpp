@@ -13,6 +13,7 @@
 #include "interposer/devices.h"
 #include "interposer/driver_ops.h"
 #include "interposer/driver_reservations.h"
+#include "interposer/library_globals.h"
 #include "profiler/profiler.h"
 #include "shared_state/layout.h"
 #include "shared_state/proc_identity.h"
@@ -429,20 +430,44 @@ ContextCreation::ContextCreation(CUdevice dev, ContextKind kind) : dev_(dev), ki
   }
   std::uint64_t footprint = ledger()->context_footprint(device_->ledger_dev);
   if (footprint == 0) footprint = footprint_on_a_twin(*device_);
-  if (footprint == 0) return;
-  const Reservation r = reserve(device_, footprint);
+  const std::uint64_t libraries = library_globals(dev);
+  if (footprint + libraries == 0) return;
+  const Reservation r = reserve(device_, footprint + libraries);
   if (r.refused) {
     refused_ = true;
     return;
   }
   reserved_ = footprint;
+  libraries_ = libraries;
   device_->context_charge.fetch_add(footprint, std::memory_order_relaxed);
 }
 
-// A context beside the first on the device: its footprint is reserved like an allocation, and the
-// driver's figure is looked at around the creation (nothing else in flight) to learn what one takes.
+namespace {
+
+// The books brought up to date before a further context is sized: what the context charge grew by
+// since the last context was created is what that context's first launch took (launch resources
+// the creation did not show), learnt as the most seen.
+void learn_launch_growth(DeviceState& d) {
+  if (reconcile_context_footprint(d) == FootprintResult::NotListed) return;
+  const std::uint64_t charge = d.context_charge.load(std::memory_order_relaxed);
+  const std::uint64_t mark = d.context_mark.exchange(charge, std::memory_order_relaxed);
+  if (charge <= mark + kSlackBytes) return;
+  const std::uint64_t grew = charge - mark;
+  std::uint64_t seen = d.launch_growth.load(std::memory_order_relaxed);
+  while (grew > seen && !d.launch_growth.compare_exchange_weak(seen, grew)) {
+  }
+}
+
+}  // namespace
+
+// A context beside the first on the device: its footprint and what its first launch will take are
+// reserved like an allocation, and the driver's figure is looked at around the creation (nothing
+// else in flight) to learn what one takes.
 void ContextCreation::reserve_further() {
-  const std::uint64_t bytes = further_context_bytes(*device_);
+  learn_launch_growth(*device_);
+  const std::uint64_t launch = device_->launch_growth.load(std::memory_order_relaxed);
+  libraries_ = library_globals(dev_);
+  const std::uint64_t bytes = further_context_bytes(*device_) + launch + libraries_;
   g_allocs_in_flight.fetch_add(1, std::memory_order_acq_rel);
   in_flight_ = true;
   const Reservation r = reserve(device_, bytes);
@@ -451,15 +476,16 @@ void ContextCreation::reserve_further() {
     return;
   }
   reserved_ = bytes;
+  owed_ = launch + libraries_;
   further_ = true;
   looked_ = g_allocs_in_flight.load(std::memory_order_acquire) == 1 && own_driver_figure(*device_, &before_);
 }
 
 ContextCreation::~ContextCreation() {
-  if (!done_ && reserved_ != 0) {
+  if (!done_ && reserved_ + (further_ ? 0 : libraries_) != 0) {
     // The driver did not create it: nothing was taken.
     if (!further_) device_->context_charge.fetch_sub(reserved_, std::memory_order_relaxed);
-    ledger()->release(device_->ledger_dev, reserved_);
+    ledger()->release(device_->ledger_dev, reserved_ + (further_ ? 0 : libraries_));
   }
   if (in_flight_) {
     g_allocs_done.fetch_add(1, std::memory_order_acq_rel);
@@ -482,17 +508,29 @@ void ContextCreation::succeeded(const void* handle) {
       const std::uint64_t more = after - before_ - bytes;
       ledger()->charge_held(device_->ledger_dev, more);
       bytes += more;
+      const std::uint64_t creation = bytes - owed_;
       std::uint64_t seen = device_->context_each.load(std::memory_order_relaxed);
-      while (bytes > seen && !device_->context_each.compare_exchange_weak(seen, bytes)) {
+      while (creation > seen && !device_->context_each.compare_exchange_weak(seen, creation)) {
       }
     }
+    // Not in the driver's figure until the first launch: the reconciliation counts it owed.
+    if (owed_ != 0) device_->module_prepaid.fetch_add(owed_, std::memory_order_relaxed);
     track_allocation(kind_ == ContextKind::Green ? AllocKind::GreenContext : AllocKind::Context,
                      context_key(kind_, handle, dev_), AllocEntry{bytes, device_->ledger_dev});
     return;
   }
+  if (libraries_ != 0) {
+    // Loaded into the context now (EAGER) or at its first launch: owed until the figure shows them.
+    device_->module_prepaid.fetch_add(libraries_, std::memory_order_relaxed);
+    device_->module_charge.fetch_add(libraries_, std::memory_order_relaxed);
+    note_first_context_libraries(dev_);
+  }
   if (device_->has_context.exchange(true)) return;
   probe_.after_creation(*device_);
-  if (reconcile_context_footprint(*device_) == FootprintResult::NotListed && !memory_active()) {
+  const FootprintResult booked = reconcile_context_footprint(*device_);
+  device_->context_mark.store(device_->context_charge.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+  if (booked == FootprintResult::NotListed && !memory_active()) {
     // The driver's figure for this process is unknown (no NVML, or it cannot tell our pid): count
     // allocations one by one instead, so the books hold them rather than a false 0 (the context's
     // own footprint is then not in them).
@@ -535,12 +573,14 @@ void after_fork() {
   if (Runtime* rt = runtime()) {
     for (DeviceState& d : rt->devices) {
       d.context_charge.store(0);
+      d.context_mark.store(0);
       d.has_context.store(false);
     }
   }
   g_nvml_pid.store(0, std::memory_order_relaxed);  // the child's host pid is not its parent's
   for (auto& refs : g_primary_refs) refs.store(0, std::memory_order_relaxed);  // no context of the parent's
   for (auto& imported : g_imported_counted) imported.store(0, std::memory_order_relaxed);
+  libraries_after_fork();
 }
 
 }  // namespace memory_books

@@ -168,7 +168,13 @@ class ContextProbe {
 // CUDA_ERROR_OUT_OF_MEMORY) when the container cannot hold it. Every further context (cuCtxCreate,
 // a green context, the primary context retained while it is not held) reserves the footprint
 // measured for a context on this device before the driver creates it, is refused when it does not
-// fit, and gives it back when it is destroyed (the primary context: released to zero).
+// fit, and gives it back when it is destroyed (the primary context: released to zero). A context's
+// first launch takes launch resources of its own (about 140 MiB on an H200, driver 580), which no
+// look right after the creation sees: what the context charge grew by since the last creation (the
+// books brought up to date first) is learnt as that growth, and every further context reserves it
+// with its footprint; it stays owed (module_prepaid) until the driver's figure shows it taken.
+// Every context also reserves the globals of the libraries loaded now (library_globals.h), which
+// the driver loads into it at its creation (EAGER) or first launch: owed the same way.
 enum class ContextKind : std::uint8_t { Primary, Created, Green };
 
 class ContextCreation {
@@ -188,10 +194,13 @@ class ContextCreation {
   ContextProbe probe_;
   CUdevice dev_ = -1;
   ContextKind kind_ = ContextKind::Created;
-  std::uint64_t reserved_ = 0;  // the measured footprint, reserved before creation
-  bool further_ = false;        // a further context: tracked by handle, given back at its destruction
-  bool in_flight_ = false;      // counted as an allocation in flight (the reconciliation waits)
-  bool looked_ = false;         // the driver's figure before the creation is known
+  std::uint64_t reserved_ = 0;   // the measured footprint, reserved before creation
+  std::uint64_t owed_ = 0;       // of it, what the context's first launch takes (launch_growth)
+  std::uint64_t libraries_ = 0;  // the loaded libraries' globals (library_globals.h): in reserved_
+                                 // for a further context, beside it for the first
+  bool further_ = false;         // a further context: tracked by handle, given back at its destruction
+  bool in_flight_ = false;       // counted as an allocation in flight (the reconciliation waits)
+  bool looked_ = false;          // the driver's figure before the creation is known
   std::uint64_t before_ = 0;
   bool refused_ = false;
   bool done_ = false;

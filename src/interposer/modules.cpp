@@ -1,6 +1,7 @@
 // Module and library loading: the globals the image declares for this device (a file is read first)
 // are charged before the load and refused past the quota; what the driver's figure grew by beyond
-// them across the load is charged (driver_reservations.h). Functions' code loaded lazily
+// them across the load is charged (driver_reservations.h). A library's globals are also reserved by
+// every context created while it is loaded (library_globals.h). Functions' code loaded lazily
 // at first launch is charged by the next reconciliation. Without a memory quota: a branch and a forward.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 
 #include "interposer/driver_reservations.h"
 #include "interposer/hook_prologue.h"
+#include "interposer/library_globals.h"
 
 namespace gs = gpuslice::interposer;
 
@@ -47,6 +49,31 @@ class ImageFile {
   char* data_ = nullptr;
 };
 
+// A library is context-independent: beside what its load charges on the current context's device,
+// every context created while it is loaded reserves its globals (library_globals.h).
+template <class Load>
+CUresult load_library(CUlibrary* library, const void* image, Load&& load) {
+  if (!gs::memory_active()) return load();
+  gs::AllocationInFlight flight;
+  gs::LibrarySizes sizes;
+  gs::size_library(image, &sizes);
+  const gs::ModuleLoad m = gs::begin_module_load(image);
+  if (m.refused) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int loading_device = m.device != nullptr ? m.device->index : -1;
+  if (!gs::reserve_where_contexts_exist(&sizes, loading_device)) {
+    gs::end_module_load(m, CUDA_ERROR_OUT_OF_MEMORY);  // nothing loaded: its reservation given back
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = load();
+  gs::end_module_load(m, r);
+  if (r != CUDA_SUCCESS) {
+    gs::release_reserved(sizes);
+  } else {
+    gs::note_library(library != nullptr ? *library : nullptr, sizes, loading_device, m.reserved);
+  }
+  return r;
+}
+
 }  // namespace
 
 GS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
@@ -76,7 +103,7 @@ GS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit
                                      CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                      unsigned int numLibraryOptions) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryLoadData);
-  return gs::load_module(code, [&] {
+  return load_library(library, code, [&] {
     return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                 libraryOptionValues, numLibraryOptions);
   });
@@ -88,7 +115,7 @@ GS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileNam
                                          unsigned int numLibraryOptions) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryLoadFromFile);
   const ImageFile image(fileName);
-  return gs::load_module(image.data(), [&] {
+  return load_library(library, image.data(), [&] {
     return real(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                 libraryOptionValues, numLibraryOptions);
   });
@@ -105,6 +132,9 @@ GS_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
 GS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   GS_CUDA_HOOK_PROLOGUE(cuLibraryUnload);
   const CUresult r = real(library);
-  if (r == CUDA_SUCCESS && gs::memory_active()) gs::forget_functions();
+  if (r == CUDA_SUCCESS && gs::memory_active()) {
+    gs::forget_functions();
+    gs::forget_library(library);
+  }
   return r;
 }

@@ -36,15 +36,17 @@ struct DeviceState {
   std::atomic<std::uint64_t> context_charge{0};  // footprint charged beyond tracked allocations
   std::atomic<bool> has_context{false};          // the first context's footprint was charged
   // The driver's own reservations charged for this process (driver_reservations.h), by kind.
-  std::atomic<std::uint64_t> limit_charge[5] = {};         // per CUlimit, beyond the defaults
-  std::atomic<std::uint64_t> stack_per_thread{1024};       // the stack limit as set or grown
-  std::atomic<std::uint64_t> resident_threads{0};          // SMs x threads per SM; 0: not asked yet
-  std::atomic<std::uint64_t> graph_charge{0};              // the graph pool's reserved memory
-  std::atomic<std::uint64_t> module_charge{0};             // module and library images
-  std::atomic<std::uint64_t> module_prepaid{0};            // globals charged at load the driver takes later
-  std::atomic<int> sm{-1};                                 // major * 10 + minor; -1 not asked, 0 unknown
-  std::atomic<std::uint64_t> context_measured{0};          // the footprint first booked after creation
-  std::atomic<std::uint64_t> context_each{0};              // the most a further context was seen to take
+  std::atomic<std::uint64_t> limit_charge[5] = {};    // per CUlimit, beyond the defaults
+  std::atomic<std::uint64_t> stack_per_thread{1024};  // the stack limit as set or grown
+  std::atomic<std::uint64_t> resident_threads{0};     // SMs x threads per SM; 0: not asked yet
+  std::atomic<std::uint64_t> graph_charge{0};         // the graph pool's reserved memory
+  std::atomic<std::uint64_t> module_charge{0};        // module and library images
+  std::atomic<std::uint64_t> module_prepaid{0};       // globals charged at load the driver takes later
+  std::atomic<int> sm{-1};                            // major * 10 + minor; -1 not asked, 0 unknown
+  std::atomic<std::uint64_t> context_measured{0};     // the footprint first booked after creation
+  std::atomic<std::uint64_t> context_each{0};         // the most a further context was seen to take
+  std::atomic<std::uint64_t> launch_growth{0};  // what a context took at its first launch, beyond creation
+  std::atomic<std::uint64_t> context_mark{0};   // the context charge when a context was last created
   std::atomic<std::uint64_t> footprint_headroom{0};        // footprint growth seen in one interval, decaying
   std::atomic<bool> over_quota_said{false};                // the over-quota line was logged
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies

@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "process.h"
 
@@ -857,6 +858,81 @@ TEST_P(FurtherContexts, StopAtTheQuotaAndGiveTheirFootprintBackWhenDestroyed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FurtherContexts, ::testing::Values("created", "green"));
+
+// A context's first launch takes launch resources of its own (about 140 MiB on an H200, driver 580)
+// that no look at the driver's figure right after the creation sees: a further context reserves them
+// with its footprint, so contexts each launched once still stop at the quota.
+TEST_F(DriverPaths, FurtherContextsReserveWhatTheirFirstLaunchTakes) {
+  constexpr long long kFurther = 100 * kMiB;
+  constexpr long long kFirstLaunch = 48 * kMiB;  // below the tolerance: one unlearnt launch may pass
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES"] = std::to_string(kFurther);
+  env["GPUSLICE_MOCK_FIRST_LAUNCH_BYTES"] = std::to_string(kFirstLaunch);
+  Outcome o = probe({"--scenario", "contexts", "--what", "created", "--iterations", "64"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("refused_code"), 2) << o.out;
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "first launches took contexts past the quota";
+  EXPECT_GE(o.num("created"), (kGiB - kContextBytes) / (kFurther + kFirstLaunch) - 1) << o.out;
+  EXPECT_EQ(o.num("destroyed_driver_used"), kContextBytes);
+  EXPECT_EQ(o.num("again_code"), 0) << "destroying gives the footprints back";
+}
+
+// The CUDA 12+ runtime loads the program's fat binary as a library before any context exists; the
+// driver loads its globals into each context at its creation (EAGER) or first launch (lazy). The
+// context reserves them before the driver creates it.
+class LibraryBeforeContext : public DriverPaths,
+                             public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {
+ protected:
+  Outcome run(const char* fixture) {
+    Env env = base_env();
+    env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+    env["CUDA_MODULE_LOADING"] = std::get<0>(GetParam());
+    Outcome o = probe({"--scenario", "library-first", "--what", std::get<1>(GetParam()), "--image",
+                       std::string(GPUSLICE_FIXTURES) + "/" + fixture},
+                      env);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    EXPECT_EQ(o.num("library_code"), 0) << o.out;
+    return o;
+  }
+};
+
+TEST_P(LibraryBeforeContext, TwelveGibibytesOfGlobalsRefuseTheContext) {
+  Outcome o = run("globals_3x4g.fatbin");
+  EXPECT_EQ(o.num("context_code"), 2) << o.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "the driver took the globals past the quota";
+}
+
+TEST_P(LibraryBeforeContext, GlobalsThatFitAreChargedOnceAndGivenBackAtTheUnload) {
+  Outcome o = run("globals_3x128m.fatbin");
+  EXPECT_EQ(o.num("context_code"), 0) << o.out;
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance);
+  // Charged once (384 MiB and constants, the books following the driver's figure to within 2 MiB).
+  EXPECT_GE(o.num("later_free"), kGiB - kContextBytes - 386 * kMiB) << "charged twice";
+  EXPECT_LE(o.num("later_free"), kGiB - kContextBytes - 384 * kMiB) << "not charged";
+  EXPECT_EQ(o.num("unload_code"), 0);
+  EXPECT_GE(o.num("unloaded_free"), kGiB - kContextBytes - 2 * kMiB) << "given back at the unload";
+}
+
+// A library loaded while a context exists but is not current: the driver loads it into that context
+// too (here at its first launch), so the load is charged there and refused when it does not fit.
+TEST_F(DriverPaths, ALibraryLoadedBesideAnExistingContextIsChargedThere) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["CUDA_MODULE_LOADING"] = "LAZY";
+  Outcome o = probe({"--scenario", "library-first", "--what", "existing", "--image",
+                     std::string(GPUSLICE_FIXTURES) + "/globals_3x4g.fatbin"},
+                    env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.num("context_code"), 0) << o.out;
+  EXPECT_EQ(o.num("library_code"), 2) << o.out;
+  EXPECT_LE(o.num("peak_driver_used"), kGiB + kTolerance) << "the driver took the globals past the quota";
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, LibraryBeforeContext,
+                         ::testing::Combine(::testing::Values("EAGER", "LAZY"),
+                                            ::testing::Values("primary")));
 
 TEST_F(DriverPaths, APrimaryContextOnAFurtherDeviceIsSizedByTheFirstAndRefusedWhenItDoesNotFit) {
   Env env = base_env();

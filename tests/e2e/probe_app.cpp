@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -76,6 +77,8 @@ struct Driver {
   decltype(&cuMipmappedArrayCreate) mipmapped_create = nullptr;
   decltype(&cuMipmappedArrayDestroy) mipmapped_destroy = nullptr;
   decltype(&cuModuleLoadData) module_load = nullptr;
+  decltype(&cuLibraryLoadData) library_load = nullptr;
+  decltype(&cuLibraryUnload) library_unload = nullptr;
   decltype(&cuModuleGetFunction) get_function = nullptr;
   decltype(&cuLaunchKernel) launch = nullptr;
   decltype(&cuCtxSynchronize) synchronize = nullptr;
@@ -169,6 +172,8 @@ void load_driver() {
   R(mipmapped_create, cuMipmappedArrayCreate, cuMipmappedArrayCreate);
   R(mipmapped_destroy, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy);
   R(module_load, cuModuleLoadData, cuModuleLoadData);
+  R(library_load, cuLibraryLoadData, cuLibraryLoadData);
+  R(library_unload, cuLibraryUnload, cuLibraryUnload);
   R(get_function, cuModuleGetFunction, cuModuleGetFunction);
   R(launch, cuLaunchKernel, cuLaunchKernel);
   // From CUDA 13 on, "cuCtxSynchronize" is the _v2 that names its context (as cudaDeviceSynchronize
@@ -646,6 +651,50 @@ int contexts() {
   return 0;
 }
 
+// The CUDA 12+ runtime's order: cuInit, the program's fat binary (--image) loaded as a library while
+// no context exists, then a context (--what primary or created) and a launch in it; or (--what
+// existing) the primary context retained first but not current at the load. The driver loads
+// the library's globals into the context at its creation (EAGER) or first launch (lazy).
+int library_first() {
+  std::printf("init=%d\n", g_drv.init(0));
+  CUdevice dev = 0;
+  check(g_drv.device_get(&dev, g_opt.device), "cuDeviceGet");
+  std::ifstream in(g_opt.image, std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (bytes.empty()) die("image", 0);
+  // --what existing: the primary context exists (not current) when the library is loaded.
+  const bool existing = g_opt.what == "existing";
+  CUcontext ctx = nullptr;
+  CUresult made = existing ? g_drv.retain(&ctx, dev) : CUDA_ERROR_UNKNOWN;
+  CUlibrary lib = nullptr;
+  const CUresult loaded = g_drv.library_load(&lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  std::printf("library_code=%d\n", loaded);
+  if (!existing) made = g_opt.what == "created" ? g_drv.ctx_create(&ctx, 0, dev) : g_drv.retain(&ctx, dev);
+  std::printf("context_code=%d\n", made);
+  unsigned long long peak = own_driver_figure();
+  if (made == CUDA_SUCCESS) {
+    check(g_drv.set_current(ctx), "cuCtxSetCurrent");
+    static const char image[] = "mock-module";
+    CUmodule mod = nullptr;
+    check(g_drv.module_load(&mod, image), "cuModuleLoadData");
+    CUfunction fn = nullptr;
+    check(g_drv.get_function(&fn, mod, "kernel"), "cuModuleGetFunction");
+    std::printf("launch_code=%d\n", g_drv.launch(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+    peak = std::max(peak, own_driver_figure());
+  }
+  std::printf("peak_driver_used=%llu\n", peak);
+  if (made == CUDA_SUCCESS) {
+    usleep(300000);  // three reconciliation intervals
+    print_info("later_");
+  }
+  if (loaded == CUDA_SUCCESS) std::printf("unload_code=%d\n", g_drv.library_unload(lib));
+  if (made == CUDA_SUCCESS) {
+    usleep(300000);
+    print_info("unloaded_");
+  }
+  return 0;
+}
+
 // A step loop, the shape of batch-1 decoding: --kernels kernels of --kernel-us launched back to back,
 // then --host-us of host work (a spin, so the host time is exact), for --seconds. Prints the steps
 // done and the share of [--measure-from-ms, end) the launched kernels occupy the device (what was
@@ -883,6 +932,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (g_opt.scenario == "nvml") return nvml();
   load_driver();
+  if (g_opt.scenario == "library-first") return library_first();
   open_device(g_opt.device);
   if (g_opt.scenario == "fill") return fill();
   if (g_opt.scenario == "apis") return apis();

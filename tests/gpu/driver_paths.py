@@ -6,7 +6,8 @@ Each path by which the driver takes memory for itself runs under libgpuslice.so 
 allocation node, 12 captured cudaMallocAsync of 1 GiB, a module with a 3 GiB global), then the load
 test: N processes of one container churning 64 MiB-1 GiB buffers, two SIGKILLed and replaced every
 5 s. Also 64 contexts of one process (cuCtxCreate, one launch each), a 12 GiB printf FIFO, and the
-program's own 3 x 4 GiB __device__ arrays (quota_globals.cu, lazy loading and EAGER). The driver's
+program's own 3 x 4 GiB __device__ arrays (quota_globals.cu, lazy loading and EAGER, with a context
+created first or, "globals_first", cuInit and then the launch). The driver's
 per-process figures are sampled by this (un-hooked) process through NVML every 40 ms (nvidia-smi
 every 200 ms where NVML cannot be loaded), the device's used memory by nvidia-smi; a case passes when
 no sample of the container's figure exceeds its quota by more than 64 MiB.
@@ -31,9 +32,11 @@ MIB = 1 << 20
 GIB = 1 << 30
 TOLERANCE = 64 * MIB
 PATH_CASES = ["heap", "stack", "growth", "graph", "capture", "module", "contexts", "printf", "globals",
-              "globals_eager"]
-# Cases run by the globals program (its own image holds the arrays), and their environment.
-GLOBALS_CASES = {"globals": "LAZY", "globals_eager": "EAGER"}
+              "globals_eager", "globals_first", "globals_first_eager"]
+# Cases run by the globals program (its own image holds the arrays): their loading mode and argument
+# ("first": cuInit, then the launch with no context created before it, as mps_backstop.cu does).
+GLOBALS_CASES = {"globals": ("LAZY", []), "globals_eager": ("EAGER", []),
+                 "globals_first": ("LAZY", ["first"]), "globals_first_eager": ("EAGER", ["first"])}
 
 
 class Nvml:
@@ -148,8 +151,9 @@ def run_path(args, case, out):
     env = hooked_env(args, quota, shared)
     argv = [args.prog, case]
     if case in GLOBALS_CASES:
-        argv = [args.globals_prog]
-        env["CUDA_MODULE_LOADING"] = GLOBALS_CASES[case]
+        mode, extra = GLOBALS_CASES[case]
+        argv = [args.globals_prog] + extra
+        env["CUDA_MODULE_LOADING"] = mode
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     sampler = Sampler(args.device, [proc.pid], clean_env())
     sampler.start()

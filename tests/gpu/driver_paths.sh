@@ -16,7 +16,7 @@ mkdir -p build/gpu
 nvcc -O2 -arch=sm_90 -o build/gpu/driver_paths tests/gpu/driver_paths.cu -lcuda >> "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }
 # 12 GiB of host shadows of the device arrays: the medium code model and the shared runtime link it.
-nvcc -O2 -arch=sm_90 -cudart shared -Xcompiler -mcmodel=medium -o build/gpu/quota_globals tests/gpu/quota_globals.cu >> "$out/build.log" 2>&1 ||
+nvcc -O2 -arch=sm_90 -cudart shared -Xcompiler -mcmodel=medium -o build/gpu/quota_globals tests/gpu/quota_globals.cu -lcuda >> "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/env.txt"
 python3 tests/gpu/driver_paths.py --lib build/lib/libgpuslice.so --prog build/gpu/driver_paths \

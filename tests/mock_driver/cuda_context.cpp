@@ -34,11 +34,25 @@ CUresult create_context_locked(Driver& state, unsigned device, bool primary, CUc
     further = state.config.further_context_bytes;
     if (further != 0 && !state.shared.charge(device, further, true)) return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  ++state.context_count[device];
   CUctx_st* context = state.contexts.acquire();
+  context->device = device;
+  if (eager_loading() && !take_library_globals_locked(state, context)) {
+    // (the context's own footprint is given back as if it had been created and destroyed)
+    state.contexts.release(context);
+    if (state.context_count[device] == 0) {
+      state.shared.uncharge(device, state.context_charge[device], true);
+      state.context_charge[device] = 0;
+      state.shared.set_has_context(device, false);
+    } else if (further != 0) {
+      state.shared.uncharge(device, further, true);
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  ++state.context_count[device];
   context->device = device;
   context->primary = primary;
   context->charged = further;
+  context->launched.store(false, std::memory_order_relaxed);
   static std::uint64_t next_id = 0;  // under Driver::mutex, like the pool
   context->id = ++next_id;
   context->last_end_ns.store(0, std::memory_order_relaxed);
@@ -52,6 +66,7 @@ CUresult create_context_locked(Driver& state, unsigned device, bool primary, CUc
 
 void destroy_context_locked(Driver& state, CUctx_st* context) {
   release_context_memory_locked(state, context);
+  give_back_library_globals_locked(state, context);
   state.streams.for_each_live([&](CUstream_st* stream) {
     if (stream->context == context) state.streams.release(stream);
   });

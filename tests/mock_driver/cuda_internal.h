@@ -41,6 +41,7 @@ struct CUctx_st : gpuslice::mock::HandleBase {
   unsigned device = 0;
   bool primary = false;
   std::uint64_t charged = 0;                  // a further context's own footprint
+  std::atomic<bool> launched{false};          // its first launch took its launch resources
   std::uint64_t id = 0;                       // cuCtxGetId: unique per creation, never reused
   std::atomic<std::uint64_t> last_end_ns{0};  // over all its streams
   CUstream_st null_stream;                    // the legacy and per-thread default streams
@@ -230,9 +231,23 @@ struct Driver {
   std::map<std::uintptr_t, GraphExecRecord> graph_execs;
   std::uintptr_t next_graph_handle = 0x67726170680000ULL;
   LaunchQueue launch_queue[kMaxDevices];
+  // Libraries loaded while no context was current (the CUDA 12+ runtime's registered fat binaries):
+  // context-independent, their globals taken by every context, at its creation
+  // (CUDA_MODULE_LOADING=EAGER) or at its first launch (lazy), and given back with it or the library.
+  struct IndependentLibrary {
+    std::uint64_t globals = 0;
+    std::vector<CUctx_st*> taken_by;
+  };
+  std::vector<IndependentLibrary*> independent_libraries;
 };
 
 Driver& driver();
+// Under Driver::mutex: the independent libraries' globals `context` has not taken yet, taken now;
+// false when the device cannot hold them.
+bool take_library_globals_locked(Driver& state, CUctx_st* context);
+// Under Driver::mutex: what `context` took of them given back (the context is being destroyed).
+void give_back_library_globals_locked(Driver& state, CUctx_st* context);
+bool eager_loading();
 
 inline thread_local CUctx_st* t_current_context = nullptr;
 

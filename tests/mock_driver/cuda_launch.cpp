@@ -3,6 +3,7 @@
 // A launch returns at once and places the kernel's duration on its device's timeline (one per
 // device, shared by all streams and processes: the simplest faithful model of a fully busy
 // GPU). Synchronisation sleeps until the timeline reaches the awaited work; queries compare.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -99,6 +100,25 @@ CUresult prepare_function(CUctx_st* context, CUfunction f) {
   return CUDA_SUCCESS;
 }
 
+// A context's first launch takes its launch resources (GPUSLICE_MOCK_FIRST_LAUNCH_BYTES), counted
+// as the context's and given back with it.
+// Lazy loading (the default) also loads the independent libraries into the context now.
+CUresult first_launch_resources(CUctx_st* context) {
+  if (context->launched.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (context->launched.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  const std::uint64_t bytes = state.config.first_launch_bytes;
+  if (bytes != 0 && !state.shared.charge(context->device, bytes, true)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!take_library_globals_locked(state, context)) {
+    if (bytes != 0) state.shared.uncharge(context->device, bytes, true);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  context->charged += bytes;
+  context->launched.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
                 unsigned block_y, unsigned block_z, CUstream stream) {
   CUctx_st* context = nullptr;
@@ -109,6 +129,8 @@ CUresult launch(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
     return CUDA_ERROR_INVALID_VALUE;
   }
   status = prepare_function(context, f);
+  if (status != CUDA_SUCCESS) return status;
+  status = first_launch_resources(context);
   if (status != CUDA_SUCCESS) return status;
   return enqueue_work(stream, f->duration_ns);
 }
@@ -129,6 +151,33 @@ void reset_launch_queues_locked(Driver& state) {
     queue.ends.reset(queue.depth == 0 ? nullptr : new std::atomic<std::uint64_t>[queue.depth]);
     for (std::size_t i = 0; i < queue.depth; ++i) queue.ends[i].store(0, std::memory_order_relaxed);
     queue.next.store(0, std::memory_order_relaxed);
+  }
+}
+
+bool eager_loading() {
+  const char* mode = std::getenv("CUDA_MODULE_LOADING");
+  return mode != nullptr && std::strcmp(mode, "EAGER") == 0;
+}
+
+bool take_library_globals_locked(Driver& state, CUctx_st* context) {
+  std::uint64_t due = 0;
+  std::vector<Driver::IndependentLibrary*> taking;
+  for (Driver::IndependentLibrary* lib : state.independent_libraries) {
+    if (std::find(lib->taken_by.begin(), lib->taken_by.end(), context) != lib->taken_by.end()) continue;
+    due += lib->globals;
+    taking.push_back(lib);
+  }
+  if (due != 0 && !state.shared.charge(context->device, due, false)) return false;
+  for (Driver::IndependentLibrary* lib : taking) lib->taken_by.push_back(context);
+  return true;
+}
+
+void give_back_library_globals_locked(Driver& state, CUctx_st* context) {
+  for (Driver::IndependentLibrary* lib : state.independent_libraries) {
+    auto at = std::find(lib->taken_by.begin(), lib->taken_by.end(), context);
+    if (at == lib->taken_by.end()) continue;
+    state.shared.uncharge(context->device, lib->globals, false);
+    lib->taken_by.erase(at);
   }
 }
 
@@ -208,9 +257,24 @@ CUresult load_module_file(CUmodule* module, const void* path) {
 }
 }  // namespace
 
+// With a current context a library is a module of it; with none (the runtime's registration before
+// any context), an independent library: nothing is taken until a context loads it.
 CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                            CUlibraryOption*, void**, unsigned int) {
-  return as_library(library, cuModuleLoadData, code);
+  if (t_current_context != nullptr) return as_library(library, cuModuleLoadData, code);
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t globals = tagged_number(static_cast<const char*>(code), "globals=");
+  const gpuslice::interposer::ImageGlobals real = gpuslice::interposer::image_globals(code, kMockSm);
+  if (real.understood && globals == 0) globals = real.bytes;
+  Driver& state = driver();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto* created = new Driver::IndependentLibrary;
+  created->globals = globals;
+  state.independent_libraries.push_back(created);
+  *library = reinterpret_cast<CUlibrary>(created);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**, unsigned int,
@@ -218,7 +282,21 @@ CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_o
   return as_library(library, load_module_file, fileName);
 }
 
-CUresult cuLibraryUnload(CUlibrary library) { return cuModuleUnload(reinterpret_cast<CUmodule>(library)); }
+CUresult cuLibraryUnload(CUlibrary library) {
+  {
+    Driver& state = driver();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    auto& libs = state.independent_libraries;
+    auto at = std::find(libs.begin(), libs.end(), reinterpret_cast<Driver::IndependentLibrary*>(library));
+    if (at != libs.end()) {
+      for (CUctx_st* context : (*at)->taken_by) state.shared.uncharge(context->device, (*at)->globals, false);
+      delete *at;
+      libs.erase(at);
+      return CUDA_SUCCESS;
+    }
+  }
+  return cuModuleUnload(reinterpret_cast<CUmodule>(library));
+}
 
 CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   CUresult ready = check_ready();

@@ -220,6 +220,7 @@ bool load_config(MockConfig* config) {
   if (!read_u64("GPUSLICE_MOCK_CONTEXT_BYTES", &config->context_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_FURTHER_CONTEXT_BYTES", &config->further_context_bytes)) return false;
   if (config->further_context_bytes == ~0ULL) config->further_context_bytes = config->context_bytes;
+  if (!read_u64("GPUSLICE_MOCK_FIRST_LAUNCH_BYTES", &config->first_launch_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_KERNEL_NS", &config->kernel_ns)) return false;
   if (!read_u64("GPUSLICE_MOCK_SM_COUNT", &config->sm_count)) return false;
   if (!read_u64("GPUSLICE_MOCK_THREADS_PER_SM", &config->threads_per_sm)) return false;

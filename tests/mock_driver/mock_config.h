@@ -25,6 +25,9 @@ struct MockConfig {
   // What every further context of a process on a device takes (a real one did: 64 contexts took
   // 37.8 GiB on an H200, about 590 MiB each); unset: context_bytes.
   std::uint64_t further_context_bytes = ~0ULL;
+  // What a context takes beyond that at its first launch (launch resources of its own: about
+  // 140 MiB per context on an H200 with driver 580); given back when the context is destroyed.
+  std::uint64_t first_launch_bytes = 0;
   std::uint64_t kernel_ns = kDefaultKernelNs;
   // The resident-thread capacity the stack limit is reserved for (an H100 SXM: 132 x 2048).
   std::uint64_t sm_count = 132;
