@@ -103,11 +103,9 @@ struct PriorityTuning {
   // own pauses (a garbage collection, a data loader) do not leave the device idle as they do when
   // it may queue only 2 ms; the cost is that the request ending such an idle second finds up to
   // that much in front of it, once. A server at 30-60% load idles tens of milliseconds between
-  // requests and never reaches it. 0 = never released. 50 ms, about a GPT-2 training step's GPU
-  // work on an H200: with 10 ms a trainer beside a long-idle high one still waited on events
-  // about 100 times a second and ran 0.88-0.92x alone under MPS (2026-11-28, bench/results/).
+  // requests and never reaches it. 0 = never released.
   std::uint64_t idle_release_ns = 1'000'000'000;
-  std::uint64_t released_bound_ns = 50'000'000;
+  std::uint64_t released_bound_ns = 10'000'000;
   // While a higher-priority container is alive, a launching thread re-reads the peers' records at
   // most this often; held threads sleep at most this long between looks.
   std::uint64_t refresh_ns = 250'000;
