@@ -26,8 +26,8 @@ std::optional<MpsState> parse_mps_state(std::string_view text);
 // One line users see beside the state: what sharing a GPU through one MPS server costs in isolation.
 // docs/mps.md carries the measured detail.
 inline constexpr const char* kMpsFaultCaveat =
-    "fault containment: a fatal GPU fault in one MPS client may end the other clients of the same GPU "
-    "(docs/mps.md)";
+    "fault containment: a fatal GPU fault in one MPS client ends the other clients of the same GPU "
+    "(measured on H200: an illegal address ended both; docs/mps.md)";
 
 struct MpsReport {
   MpsState state = MpsState::Off;
