@@ -36,7 +36,7 @@ struct StatusView {
   // The node's MPS control daemon: the API's "mps" (absent when the daemon does not manage it), or
   // for a node root the manager's state file ($GPUSLICE_MPS_DIR/state.json), when there is one.
   std::optional<node::mps::MpsReport> mps;
-  std::string error;             // the source as a whole could not be read (no containers then)
+  std::string error;  // the source as a whole could not be read (no containers then)
 };
 
 // One look. Reaps dead processes of each ledger first (as the daemon does), so freed memory shows.
