@@ -25,10 +25,25 @@ std::string text_at(const json& object, const char* key) {
   return v && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-// The configuration that applies to `request`: the last opaque entry of our driver naming it (or
-// naming no request). The API lists class configuration before the claim's, so the claim's wins.
+// Each field an entry sets replaces that field only: a claim that names no level (or no memory
+// limit) keeps what its class set.
+void merge_into(ClaimConfig& into, const ClaimConfig& entry) {
+  if (entry.memory_request) into.memory_request = entry.memory_request;
+  if (entry.memory_limit) into.memory_limit = entry.memory_limit;
+  if (entry.compute_request) into.compute_request = entry.compute_request;
+  if (entry.compute_limit) into.compute_limit = entry.compute_limit;
+  if (entry.priority) into.priority = entry.priority;
+  into.on_pressure = entry.on_pressure;
+}
+
+// The configuration that applies to `request`: the opaque entries of our driver naming it (or
+// naming no request), merged field by field in order. The API lists class configuration before the
+// claim's, so the claim's wins a field both set, except the level: a DeviceClass is the cluster
+// operator's and a claim the tenant's, so a level the class names is the claim's default and its
+// ceiling (the lower of the two applies).
 Result<ClaimConfig> config_for(const json* configs, const std::string& request, const std::string& driver) {
   ClaimConfig chosen;
+  std::optional<config::Priority> class_level;
   if (!configs) return chosen;
   if (!configs->is_array()) return make_error("status.allocation.devices.config: not a list");
   for (const auto& entry : *configs) {
@@ -50,8 +65,12 @@ Result<ClaimConfig> config_for(const json* configs, const std::string& request, 
     if (!parameters) return make_error("opaque configuration of " + driver + " without parameters");
     auto parsed = parse_claim_config(json_text(*parameters));
     if (!parsed) return make_error("configuration of request " + shown(request) + ": " + parsed.error());
-    chosen = *parsed;
+    if (text_at(entry, "source") == "FromClass" && parsed->priority) {
+      class_level = class_level ? lower_priority(*class_level, *parsed->priority) : *parsed->priority;
+    }
+    merge_into(chosen, *parsed);
   }
+  if (class_level) chosen.priority = chosen.priority ? lower_priority(*chosen.priority, *class_level) : *class_level;
   return chosen;
 }
 
