@@ -166,33 +166,27 @@ TEST(DraClaimReader, ATestClaimIsValidAgainstTheResourceV1Schema) {
   EXPECT_EQ(test::schema_errors(allocated_claim("uid-1", {{}}, slice_config({{"priority", "high"}}))), "");
 }
 
-}  // namespace
-}  // namespace gpuslice::node::dra
-
-namespace {
-
 // The claim's allocation with a DeviceClass configuration first and the claim's own after it, as
 // the API server lists them.
 nlohmann::json claim_with_class_and_own(const nlohmann::json& from_class, const nlohmann::json& from_claim) {
   auto claim = allocated_claim("uid-1", {{}});
   auto configs = nlohmann::json::array(
-      {{{"source", "FromClass"}, {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config(from_class)}}}}});
+      {{{"source", "FromClass"},
+        {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config(from_class)}}}}});
   if (!from_claim.is_null()) {
-    configs.push_back(
-        {{"source", "FromClaim"}, {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config(from_claim)}}}});
+    configs.push_back({{"source", "FromClaim"},
+                       {"opaque", {{"driver", "gpuslice.io"}, {"parameters", slice_config(from_claim)}}}});
   }
   claim["status"]["allocation"]["devices"]["config"] = configs;
   return claim;
 }
 
-}  // namespace
-
 // Issue 45: a claim config without `priority` replaced a DeviceClass config that named one. Fields
 // now merge one by one, and the class's level is the claim's default and its ceiling.
 TEST(DraClaimReader, AClaimsConfigCannotDropOrRaiseTheLevelItsClassSets) {
   const nlohmann::json low_class = {{"priority", "low"}, {"memory", {{"limit", "2Gi"}}}};
-  auto silent = read_claim_allocation(claim_with_class_and_own(low_class, {{"compute", {{"limit", 20}}}}), kRef,
-                                      test::two_gpu_node());
+  auto silent = read_claim_allocation(claim_with_class_and_own(low_class, {{"compute", {{"limit", 20}}}}),
+                                      kRef, test::two_gpu_node());
   ASSERT_TRUE(silent) << silent.error();
   ASSERT_TRUE(silent->priority);
   EXPECT_EQ(*silent->priority, config::Priority::Low) << "the class's level is the default";
@@ -205,9 +199,12 @@ TEST(DraClaimReader, AClaimsConfigCannotDropOrRaiseTheLevelItsClassSets) {
   ASSERT_TRUE(raised->priority);
   EXPECT_EQ(*raised->priority, config::Priority::Low) << "the class's level is a ceiling";
 
-  auto lowered = read_claim_allocation(claim_with_class_and_own({{"priority", "normal"}}, {{"priority", "low"}}),
-                                       kRef, test::two_gpu_node());
+  auto lowered = read_claim_allocation(
+      claim_with_class_and_own({{"priority", "normal"}}, {{"priority", "low"}}), kRef, test::two_gpu_node());
   ASSERT_TRUE(lowered) << lowered.error();
   ASSERT_TRUE(lowered->priority);
   EXPECT_EQ(*lowered->priority, config::Priority::Low) << "a claim may ask for less";
 }
+
+}  // namespace
+}  // namespace gpuslice::node::dra
