@@ -110,7 +110,10 @@ TEST_F(MpsClientE2E, OnlyAHighContainerTheOperatorAssignedKeepsTheNormalClientPr
   const Outcome assigned = fill(env("high"));
   EXPECT_EQ(assigned.exit_code, 0) << assigned.err;
   EXPECT_NE(slurp(report()).find("priority=0\n"), std::string::npos) << slurp(report());
-  const Outcome by_default = fill(env(nullptr));
+  Env unasked = env(nullptr);
+  unasked["GPUSLICE_MEMORY_LIMIT"] =
+      "1Gi";  // a managed container (one with no limit and no level passes through)
+  const Outcome by_default = fill(unasked);
   EXPECT_EQ(by_default.exit_code, 0) << by_default.err;
   EXPECT_NE(slurp(report()).find("priority=0\n"), std::string::npos) << slurp(report());
   const Outcome asked_less = fill(env("normal"));
