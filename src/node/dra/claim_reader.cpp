@@ -70,7 +70,8 @@ Result<ClaimConfig> config_for(const json* configs, const std::string& request, 
     }
     merge_into(chosen, *parsed);
   }
-  if (class_level) chosen.priority = chosen.priority ? lower_priority(*chosen.priority, *class_level) : *class_level;
+  if (class_level)
+    chosen.priority = chosen.priority ? lower_priority(*chosen.priority, *class_level) : *class_level;
   return chosen;
 }
 
