@@ -15,24 +15,9 @@ constexpr std::string_view kAllocationPrefix = "# allocation ";
 
 bool plain_name(std::string_view name) { return shm::assignment_plain_name(name); }
 
-// A resource name as the kubelet lists it ("gpuslice.io/cores").
-bool resource_name(std::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.' || c == '/';
-    if (!ok) return false;
-  }
-  return true;
-}
+bool resource_name(std::string_view name) { return shm::assignment_resource_name(name); }
 
-bool hex_digest(std::string_view digest) {
-  if (digest.empty() || digest.size() > 128) return false;
-  for (char c : digest) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
+bool hex_digest(std::string_view digest) { return shm::assignment_hex_digest(digest); }
 
 std::string too_long(std::size_t bytes) {
   return "assignment of " + std::to_string(bytes) + " bytes is longer than the " +

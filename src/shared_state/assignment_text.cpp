@@ -23,24 +23,6 @@ std::string_view without_comment(std::string_view line) {
   return line;
 }
 
-bool resource_name(std::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.' || c == '/';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-bool hex_digest(std::string_view digest) {
-  if (digest.empty() || digest.size() > 128) return false;
-  for (char c : digest) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 // "0".."100" exactly (no sign, no blanks inside, at most three digits).
 bool percent_text(std::string_view text, unsigned* out) {
   if (text.empty() || text.size() > 3) return false;
@@ -73,8 +55,8 @@ LineKind read_line(std::string_view raw, AssignmentLine* out, const char** what)
   if (whole.substr(0, kAllocationPrefix.size()) == kAllocationPrefix) {
     const std::string_view rest = trim_blanks(whole.substr(kAllocationPrefix.size()));
     const std::size_t space = rest.find(' ');
-    if (space == std::string_view::npos || !resource_name(rest.substr(0, space)) ||
-        !hex_digest(trim_blanks(rest.substr(space + 1)))) {
+    if (space == std::string_view::npos || !assignment_resource_name(rest.substr(0, space)) ||
+        !assignment_hex_digest(trim_blanks(rest.substr(space + 1)))) {
       *what = "malformed allocation line (expected: # allocation <resource> <hex digest>)";
       return LineKind::Malformed;
     }
@@ -157,6 +139,24 @@ bool repeated(std::string_view text, unsigned upto, const AssignmentLine& line) 
 }
 
 }  // namespace
+
+bool assignment_resource_name(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.' || c == '/';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool assignment_hex_digest(std::string_view digest) {
+  if (digest.empty() || digest.size() > 128) return false;
+  for (char c : digest) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
 
 bool assignment_plain_name(std::string_view name) {
   if (name.empty() || name.size() > 128 || name[0] == '.') return false;

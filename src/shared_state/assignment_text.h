@@ -54,6 +54,10 @@ bool scan_assignment(std::string_view text, void (*on_line)(void* context, const
 // A name that may follow "compute." and be a writer: letters, digits, '-', '_', '.', not starting
 // with '.', at most 128 characters.
 bool assignment_plain_name(std::string_view name);
+// The resource of an allocation comment as the kubelet lists it ("gpuslice.io/cores"), and its
+// devices' digest (lowercase hex, at most 128 characters).
+bool assignment_resource_name(std::string_view name);
+bool assignment_hex_digest(std::string_view digest);
 
 // What the operator assigned one writer on one GPU, as the library believes it.
 struct Assignment {
