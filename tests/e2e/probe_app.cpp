@@ -104,6 +104,7 @@ struct Driver {
   decltype(&cuModuleLoadFatBinary) load_fatbinary = nullptr;
   decltype(&cuModuleLoad) load_file = nullptr;
   decltype(&cuCtxCreate_v2) ctx_create = nullptr;
+  decltype(&cuCtxCreate_v4) ctx_create_v4 = nullptr;  // what "cuCtxCreate" is from CUDA 12.5 on
   decltype(&cuCtxDestroy_v2) ctx_destroy = nullptr;
   decltype(&cuGreenCtxCreate) green_create = nullptr;
   decltype(&cuGreenCtxDestroy) green_destroy =
@@ -122,6 +123,12 @@ CUcontext g_ctx = nullptr;
 
 void check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) die(what, r);
+}
+
+// cuCtxCreate through whichever version the path resolved.
+CUresult create_context(CUcontext* ctx, CUdevice dev) {
+  return g_drv.ctx_create_v4 != nullptr ? g_drv.ctx_create_v4(ctx, nullptr, 0, dev)
+                                        : g_drv.ctx_create(ctx, 0, dev);
 }
 
 template <class Fn>
@@ -203,7 +210,13 @@ void load_driver() {
   R(func_load, cuFuncLoad, cuFuncLoad);
   R(load_fatbinary, cuModuleLoadFatBinary, cuModuleLoadFatBinary);
   R(load_file, cuModuleLoad, cuModuleLoad);
-  R(ctx_create, cuCtxCreate, cuCtxCreate_v2);
+  // From CUDA 12.5 on, "cuCtxCreate" through cuGetProcAddress is the _v4 that takes parameters
+  // first: calling it as the _v2 would pass the device in the flags' place.
+  if (g_opt.path == "procaddress" && g_opt.cuda_version >= 12050) {
+    R(ctx_create_v4, cuCtxCreate, cuCtxCreate_v4);
+  } else {
+    R(ctx_create, cuCtxCreate, cuCtxCreate_v2);
+  }
   R(ctx_destroy, cuCtxDestroy, cuCtxDestroy_v2);
   R(green_create, cuGreenCtxCreate, cuGreenCtxCreate);
   R(green_destroy, cuGreenCtxDestroy, cuGreenCtxDestroy);
@@ -619,7 +632,7 @@ int contexts() {
     if (green) {
       refused = g_drv.green_create(reinterpret_cast<CUgreenCtx*>(&handle), nullptr, dev, 0);
     } else {
-      refused = g_drv.ctx_create(reinterpret_cast<CUcontext*>(&handle), 0, dev);
+      refused = create_context(reinterpret_cast<CUcontext*>(&handle), dev);
     }
     if (refused != CUDA_SUCCESS) break;
     made.push_back(handle);
@@ -645,7 +658,7 @@ int contexts() {
   std::printf("destroyed_driver_used=%llu\n", own_driver_figure());
   print_info("destroyed_");
   CUcontext again = nullptr;
-  const CUresult again_code = g_drv.ctx_create(&again, 0, dev);
+  const CUresult again_code = create_context(&again, dev);
   std::printf("again_code=%d\n", again_code);
   if (again_code == CUDA_SUCCESS) check(g_drv.ctx_destroy(again), "cuCtxDestroy");
   return 0;
@@ -669,7 +682,7 @@ int library_first() {
   CUlibrary lib = nullptr;
   const CUresult loaded = g_drv.library_load(&lib, bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   std::printf("library_code=%d\n", loaded);
-  if (!existing) made = g_opt.what == "created" ? g_drv.ctx_create(&ctx, 0, dev) : g_drv.retain(&ctx, dev);
+  if (!existing) made = g_opt.what == "created" ? create_context(&ctx, dev) : g_drv.retain(&ctx, dev);
   std::printf("context_code=%d\n", made);
   unsigned long long peak = own_driver_figure();
   if (made == CUDA_SUCCESS) {

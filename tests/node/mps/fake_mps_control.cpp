@@ -9,7 +9,8 @@
 // get_client_list PID, set_default_active_thread_percentage P, get_default_active_thread_percentage,
 // quit (ends the servers and the daemon, removes the socket and the pid file).
 // Knobs (environment of `-d`): FAKE_MPS_REFUSE=<message> (exit 1 with it), FAKE_MPS_START_DELAY_MS=N
-// (slow start), FAKE_MPS_CRASH_AFTER_MS=N (the daemon dies by SIGABRT N ms after it started; with
+// (slow start), FAKE_MPS_CRASH_AFTER_MS=N (the daemon dies by SIGABRT N ms after it answered its
+// first command, the manager's start-up check, so a loaded machine cannot make it die before; with
 // FAKE_MPS_CRASH_ONCE=<file> only while that file exists, which the crash removes),
 // FAKE_MPS_MUTE=1 (the daemon accepts commands and never answers).
 #include <fcntl.h>
@@ -128,7 +129,7 @@ struct Daemon {
 };
 
 [[noreturn]] void serve(int listener, int ready_fd) {
-  const long long started = now_ms();
+  long long answered_first = -1;  // when the first command was answered
   const long long crash_after = std::atoll(env_or("FAKE_MPS_CRASH_AFTER_MS", "-1").c_str());
   const std::string crash_once = env_or("FAKE_MPS_CRASH_ONCE", "");
   const bool mute = env_or("FAKE_MPS_MUTE", "0") == "1";
@@ -151,7 +152,7 @@ struct Daemon {
   while (!d.quit) {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
-    if (crash_after >= 0 && now_ms() - started >= crash_after &&
+    if (crash_after >= 0 && answered_first >= 0 && now_ms() - answered_first >= crash_after &&
         (crash_once.empty() || ::unlink(crash_once.c_str()) == 0)) {
       log_line("crashing (FAKE_MPS_CRASH_AFTER_MS)");
       ::abort();
@@ -169,6 +170,7 @@ struct Daemon {
     std::string reply = d.answer(line);
     (void)!::write(client, reply.data(), reply.size());
     ::close(client);
+    if (answered_first < 0) answered_first = now_ms();
   }
   d.end_servers();
   ::unlink(socket_path().c_str());
