@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "limiter/priority_gate.h"
+#include "limiter/peer_board.h"
 
 namespace gpuslice::limiter {
 namespace {

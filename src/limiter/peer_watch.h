@@ -1,4 +1,4 @@
-// One policy of the priority gate (priority_gate.h): its view of the containers above it. The
+// One policy of the priority gate: its view of the containers above it. The
 // records are read by one thread at a time when due (or when a held thread asks); the others use
 // the last summary. A full look is due every absent_refresh_ns; in between only the higher records
 // it found are re-read, every refresh_ns (the reaction time), and nothing at all when it found none.
@@ -8,10 +8,9 @@
 #include <cstdint>
 
 #include "common/priority.h"
+#include "limiter/peer_board.h"
 
 namespace gpuslice::limiter {
-
-class PeerBoard;
 
 class PeerWatch {
  public:

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/log.h"
+#include "limiter/hold_trace.h"
 
 namespace gpuslice::limiter {
 namespace {
@@ -24,66 +24,42 @@ PriorityGate::PriorityGate(Clock& clock, const DriverOps& ops, PeerBoard* board,
       board_(board),
       priority_source_(priority_source),
       ceiling_source_(ceiling_source),
-      tuning_(tuning),
-      watch_(board, watch_timing(tuning)),
-      floor_(make_floor(tuning)),
-      share_(share_timing(tuning)),
-      bound_(clock, ops, bound_settings(tuning)) {
+      tuning_(effective(tuning)),
+      busy_({.busy_horizon_ns = tuning_.busy_horizon_ns,
+             .sync_lease_ns = tuning_.sync_lease_ns,
+             .resume_grace_ns = tuning_.resume_grace_ns}),
+      watch_(board, {.refresh_ns = tuning_.refresh_ns,
+                     .absent_refresh_ns = tuning_.absent_refresh_ns,
+                     .stale_ns = tuning_.stale_ns,
+                     .max_claim_ns = tuning_.sync_lease_ns + tuning_.busy_horizon_ns,
+                     .light_share_permille = tuning_.light_share_permille}),
+      floor_(tuning_.floor_percent, tuning_.floor_window_ns, tuning_.floor_slice_ns),
+      share_({.every_ns = tuning_.share_every_ns, .ttl_ns = tuning_.share_ttl_ns}),
+      bound_(clock, ops,
+             {.whole_ns = tuning_.in_flight_bound_ns,
+              .initial_launch_cap = tuning_.initial_launch_cap,
+              .per_kernel_cost = tuning_.per_kernel_cost,
+              .long_kernels_alone = tuning_.long_kernels_alone}) {
   share_supported_ = DeviceShare::supported(ops_);
-  // Zeroes would make sleeps spin or the bound admit nothing; fall back to the defaults instead.
-  const PriorityTuning defaults;
-  if (tuning_.in_flight_bound_ns == 0) tuning_.in_flight_bound_ns = defaults.in_flight_bound_ns;
-  if (tuning_.refresh_ns == 0) tuning_.refresh_ns = defaults.refresh_ns;
-  if (tuning_.absent_refresh_ns < tuning_.refresh_ns) tuning_.absent_refresh_ns = tuning_.refresh_ns;
-  if (tuning_.held_poll_ns == 0 || tuning_.held_poll_ns > tuning_.refresh_ns)
-    tuning_.held_poll_ns = tuning_.refresh_ns;
-  if (tuning_.busy_horizon_ns == 0) tuning_.busy_horizon_ns = defaults.busy_horizon_ns;
-  if (tuning_.sync_lease_ns == 0) tuning_.sync_lease_ns = defaults.sync_lease_ns;
-  if (tuning_.stale_ns == 0) tuning_.stale_ns = defaults.stale_ns;
-  if (tuning_.floor_window_ns == 0) tuning_.floor_window_ns = defaults.floor_window_ns;
-  if (tuning_.floor_slice_ns == 0) tuning_.floor_slice_ns = defaults.floor_slice_ns;
-  tuning_.floor_percent = std::min(tuning_.floor_percent, 100U);
 }
 
-// The watch's timing from the tuning, with the same fallbacks as the gate's own.
-PeerWatch::Timing PriorityGate::watch_timing(const PriorityTuning& tuning) {
+PriorityTuning PriorityGate::effective(const PriorityTuning& tuning) {
   const PriorityTuning defaults;
-  PeerWatch::Timing t;
-  t.refresh_ns = tuning.refresh_ns != 0 ? tuning.refresh_ns : defaults.refresh_ns;
-  t.absent_refresh_ns = std::max(tuning.absent_refresh_ns, t.refresh_ns);
-  t.stale_ns = tuning.stale_ns != 0 ? tuning.stale_ns : defaults.stale_ns;
-  t.light_share_permille = tuning.light_share_permille;
-  t.max_claim_ns = (tuning.sync_lease_ns != 0 ? tuning.sync_lease_ns : defaults.sync_lease_ns) +
-                   (tuning.busy_horizon_ns != 0 ? tuning.busy_horizon_ns : defaults.busy_horizon_ns);
+  PriorityTuning t = tuning;
+  if (t.in_flight_bound_ns == 0) t.in_flight_bound_ns = defaults.in_flight_bound_ns;
+  if (t.refresh_ns == 0) t.refresh_ns = defaults.refresh_ns;
+  t.absent_refresh_ns = std::max(t.absent_refresh_ns, t.refresh_ns);
+  if (t.held_poll_ns == 0 || t.held_poll_ns > t.refresh_ns) t.held_poll_ns = t.refresh_ns;
+  if (t.busy_horizon_ns == 0) t.busy_horizon_ns = defaults.busy_horizon_ns;
+  if (t.sync_lease_ns == 0) t.sync_lease_ns = defaults.sync_lease_ns;
+  if (t.stale_ns == 0) t.stale_ns = defaults.stale_ns;
+  t.floor_percent = std::min(t.floor_percent, 100U);
+  if (t.floor_window_ns == 0) t.floor_window_ns = defaults.floor_window_ns;
+  if (t.floor_slice_ns == 0) t.floor_slice_ns = defaults.floor_slice_ns;
+  if (t.initial_launch_cap == 0) t.initial_launch_cap = defaults.initial_launch_cap;
+  if (t.share_every_ns == 0) t.share_every_ns = defaults.share_every_ns;
+  if (t.share_ttl_ns == 0) t.share_ttl_ns = defaults.share_ttl_ns;
   return t;
-}
-
-// The floor's settings come from the tuning once its zeroes were replaced by the defaults.
-PriorityFloor PriorityGate::make_floor(const PriorityTuning& tuning) {
-  const PriorityTuning defaults;
-  return PriorityFloor(tuning.floor_percent,
-                       tuning.floor_window_ns != 0 ? tuning.floor_window_ns : defaults.floor_window_ns,
-                       tuning.floor_slice_ns != 0 ? tuning.floor_slice_ns : defaults.floor_slice_ns);
-}
-
-// The device share's timing from the tuning (0: the defaults).
-DeviceShare::Timing PriorityGate::share_timing(const PriorityTuning& tuning) {
-  DeviceShare::Timing t;
-  if (tuning.share_every_ns != 0) t.every_ns = tuning.share_every_ns;
-  if (tuning.share_ttl_ns != 0) t.ttl_ns = tuning.share_ttl_ns;
-  return t;
-}
-
-// The bound's settings from the tuning, with the same fallbacks as the gate's own.
-InFlightBound::Settings PriorityGate::bound_settings(const PriorityTuning& tuning) {
-  const PriorityTuning defaults;
-  InFlightBound::Settings s;
-  s.whole_ns = tuning.in_flight_bound_ns != 0 ? tuning.in_flight_bound_ns : defaults.in_flight_bound_ns;
-  s.initial_launch_cap =
-      tuning.initial_launch_cap != 0 ? tuning.initial_launch_cap : defaults.initial_launch_cap;
-  s.per_kernel_cost = tuning.per_kernel_cost;
-  s.long_kernels_alone = tuning.long_kernels_alone;
-  return s;
 }
 
 Priority PriorityGate::priority() const {
@@ -118,29 +94,25 @@ void PriorityGate::after_launch(CUstream stream) { share_.after_launch(ops_, clo
 std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   std::uint64_t now = clock_.now_ns();
   const std::uint64_t entered = now;
-  if (sync_return_ns_.load(kRelaxed) != 0) {
-    const std::uint64_t returned = sync_return_ns_.exchange(0, kRelaxed);
-    if (returned != 0) grace_pays_.store(now - std::min(now, returned) < tuning_.resume_grace_ns, kRelaxed);
-  }
+  busy_.note_launch_begins(now);
   announce_busy(now);
   if (priority() == Priority::High) {
     // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
     // that returns after another thread launched must not say idle.
-    last_launch_ns_.store(now, kRelaxed);
+    busy_.note_launched(now);
     return 0;
   }
   PeerWatch::Summary summary = watch_.look(now, false, priority());
   if (!summary.higher_present) {
     // Nobody above us: no bound and no bookkeeping.
     bound_.forget_window();
-    last_launch_ns_.store(now, kRelaxed);
+    busy_.note_launched(now);
     return 0;
   }
   const auto bound_at = [this](std::uint64_t t) { return bound_now(t); };
   const std::uint64_t hold_start = now;
   bool held = false;
-  bool probing = false;  // debug diagnostics: how long the queue before the hold took
-  std::uint64_t queue_done_ns = 0;
+  HoldTrace trace(bound_);
   std::uint64_t held_ns = 0;
   bool waited = false;  // stepped: waited for queued work
   for (;;) {
@@ -152,23 +124,13 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
         held = true;
         holds_.fetch_add(1, kRelaxed);
         bound_.note_hold();
-        // With the release below, lets a benchmark tell whether a higher priority's slow request
-        // had this container held, and how much it had queued then (the window, its predicted
-        // device time, the launch cap of a count and the average launch).
-        GS_LOG(Debug,
-               "priority gate: held at %llu us, %u launches in the window (%llu us predicted), "
-               "cap %llu, %llu ns a launch",
-               static_cast<unsigned long long>(now / 1000), bound_.window_launches(),
-               static_cast<unsigned long long>(bound_.window_predicted_ns() / 1000),
-               static_cast<unsigned long long>(bound_.launch_cap(now, bound_at)),
-               static_cast<unsigned long long>(bound_.per_launch_ns()));
-        probing = log::enabled(log::Level::Debug) && bound_.start_queue_probe(stream);
+        trace.begin(stream, now, bound_at);
       }
       held_now = true;
       clock_.sleep_ns(
           std::max(kMinNapNs, std::min(tuning_.held_poll_ns, summary.higher_busy_until_ns - now)));
       now = clock_.now_ns();
-      if (probing && queue_done_ns == 0 && bound_.queue_probe_done()) queue_done_ns = now;
+      trace.poll(now);
       summary = watch_.look(now, true, priority());
     }
     if (held_now) held_ns += elapsed(round_start, now);
@@ -185,19 +147,7 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     if (summary.higher_busy_until_ns <= now) break;
   }
   if (held) {
-    if (probing) {
-      if (queue_done_ns != 0) {
-        GS_LOG(Debug, "priority gate: released at %llu us, queued work done %llu us into the hold",
-               static_cast<unsigned long long>(now / 1000),
-               static_cast<unsigned long long>((queue_done_ns - hold_start) / 1000));
-      } else {
-        GS_LOG(Debug, "priority gate: released at %llu us, queued work still running",
-               static_cast<unsigned long long>(now / 1000));
-      }
-      bound_.end_queue_probe();
-    } else {
-      GS_LOG(Debug, "priority gate: released at %llu us", static_cast<unsigned long long>(now / 1000));
-    }
+    trace.end(now, hold_start);
     held_back_ns_.fetch_add(held_ns, kRelaxed);
     // Time spent held is time the container was busy: keep its own record busy across it.
     announce_busy(now);
@@ -205,33 +155,18 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
     floor_.admits(now, now, false);
   }
   bound_.count_launch(stream, now, kernel);
-  last_launch_ns_.store(now, kRelaxed);
+  busy_.note_launched(now);
   return held || waited ? elapsed(entered, now) : 0;
 }
 
-// A container is busy from its first launch after idling. Only a change is published: the record
-// then says busy for busy_horizon_ns, renewed by launches when half of it is left. Low has nobody
-// below it to tell.
+// Low has nobody below it to tell it is busy.
 void PriorityGate::announce_busy(std::uint64_t now) {
-  if (priority() == Priority::Low) return;
-  if (period_start_ns_.load(kRelaxed) == 0) period_start_ns_.store(now, kRelaxed);
-  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
-  if (until >= now + tuning_.busy_horizon_ns / 2) return;
-  busy_until_ns_.store(now + tuning_.busy_horizon_ns, kRelaxed);
-  publish_own(now);
+  if (priority() != Priority::Low && busy_.note_busy(now)) publish_own(now);
 }
 
 void PriorityGate::note_sync_begin() {
   const std::uint64_t now = clock_.now_ns();
-  sync_begin_ns_.store(now, kRelaxed);
-  if (priority() == Priority::Low) return;
-  // Only work this container launched keeps it busy while it waits; an idle sync says nothing (nor
-  // does one in the grace after a wait, when nothing was launched since).
-  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
-  if (until <= now || until >= now + tuning_.sync_lease_ns / 2) return;
-  if (until == grace_until_ns_.load(kRelaxed)) return;
-  busy_until_ns_.store(now + tuning_.sync_lease_ns, kRelaxed);
-  publish_own(now);
+  if (busy_.note_sync_begin(now, priority() != Priority::Low)) publish_own(now);
 }
 
 void PriorityGate::note_host_sync() {
@@ -240,35 +175,12 @@ void PriorityGate::note_host_sync() {
   bound_.note_host_sync();
   // Idle at once (or after the grace) when nothing was launched since the wait began, so lower
   // priorities resume without waiting for the horizon to pass.
-  if (last_launch_ns_.load(kRelaxed) > sync_begin_ns_.load(kRelaxed)) return;
+  if (!busy_.idle_since_sync_began()) return;
+  const bool announces = priority() != Priority::Low;
   // Every event recorded before the wait has completed: the share's span, if one ran, is read.
-  const bool share_moved = share_supported_ && priority() != Priority::Low && share_.note_idle(ops_, now);
-  const bool period_moved = note_period_end(now);
-  const std::uint64_t until = busy_until_ns_.load(kRelaxed);
-  // Published as is: once past, it tells lower priorities since when this container is idle.
-  sync_return_ns_.store(now, kRelaxed);
-  const std::uint64_t idle_at = now + (grace_pays_.load(kRelaxed) ? tuning_.resume_grace_ns : 0);
-  if (until <= idle_at) {  // already idle, or idle within the grace
-    if (share_moved || period_moved) publish_own(now);
-    return;
-  }
-  grace_until_ns_.store(idle_at, kRelaxed);
-  busy_until_ns_.store(idle_at, kRelaxed);
-  publish_own(now);
-}
-
-// A wait found this container's work done: the busy period its first launch after the previous one
-// began has ended. Its moving mean (weight 1/4) is what lower ones size their bound by; true when it
-// moved by more than 1/8, so the record is worth re-publishing now rather than at the heartbeat.
-bool PriorityGate::note_period_end(std::uint64_t now) {
-  const std::uint64_t start = period_start_ns_.exchange(0, kRelaxed);
-  if (start == 0 || start >= now || priority() == Priority::Low) return false;
-  const std::uint64_t period = now - start;
-  const std::uint64_t mean = busy_period_ns_.load(kRelaxed);
-  const std::uint64_t next = mean == 0 ? period : mean - mean / 4 + period / 4;
-  busy_period_ns_.store(next, kRelaxed);
-  const std::uint64_t moved = next > mean ? next - mean : mean - next;
-  return mean == 0 || moved > mean / 8;
+  const bool share_moved = share_supported_ && announces && share_.note_idle(ops_, now);
+  const bool record_moved = busy_.note_sync_return(now, announces);
+  if (share_moved || record_moved) publish_own(now);
 }
 
 void PriorityGate::heartbeat() {
@@ -279,7 +191,7 @@ void PriorityGate::heartbeat() {
 }
 
 void PriorityGate::settle() {
-  busy_until_ns_.store(0, kRelaxed);
+  busy_.settle();
   publish_own(clock_.now_ns());
 }
 
@@ -288,10 +200,10 @@ void PriorityGate::publish_own(std::uint64_t now) {
   PeerView own;
   own.priority = priority();
   own.heartbeat_ns = now;
-  own.busy_until_ns = busy_until_ns_.load(kRelaxed);  // past: idle since then
+  own.busy_until_ns = busy_.until_ns();  // past: idle since then
   own.held_back_ns = held_back_ns_.load(kRelaxed);
   own.device_share_permille = share_.permille();
-  own.busy_period_ns = busy_period_ns_.load(kRelaxed);
+  own.busy_period_ns = busy_.period_ns();
   board_->publish(own);
   publishes_.fetch_add(1, kRelaxed);
 }

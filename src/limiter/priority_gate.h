@@ -4,75 +4,35 @@
 // container's launches are held back, and while any higher-priority container is alive on the GPU
 // the lower one keeps at most `in_flight_bound_ns` of device work queued (launched work cannot be
 // recalled, and the driver's time slices make the higher one share the GPU with all of it, so this
-// bounds what the higher one's work waits for), less
-// while the higher one has just gone idle (the ramp: its next request may be moments away). When
-// the higher ones are idle, lower ones run unthrottled apart from that bound; with no
-// higher-priority container at all they run with no bookkeeping. A floor gives a lower priority a
-// minimum share of admission time when a higher one never idles.
+// bounds what the higher one's work waits for), less while the higher one has just gone idle (the
+// ramp: its next request may be moments away). When the higher ones are idle, lower ones run
+// unthrottled apart from that bound; with no higher-priority container at all they run with no
+// bookkeeping. A floor gives a lower priority a minimum share of admission time when a higher one
+// never idles.
 //
-// One PriorityGate per (process, device). Containers see each other through a PeerBoard (the node
-// channel in the library, a fake in the simulator). The launch hooks call gate() only when some
-// container on the node set a priority.
+// One PriorityGate per (process, device). Containers see each other through a PeerBoard
+// (peer_board.h: the node channel in the library, a fake in the simulator). The launch hooks call
+// gate() only when some container on the node set a priority. The gate composes its policies, each
+// in its own file: its own busy signal (busy_signal.h), its view of the higher ones (peer_watch.h),
+// the floor (priority_floor.h), its device share (device_share.h), the in-flight bound
+// (in_flight_bound.h) and a hold's debug lines (hold_trace.h).
 #pragma once
 
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "common/priority.h"
+#include "limiter/busy_signal.h"
 #include "limiter/device_share.h"
 #include "limiter/driver_ops.h"
 #include "limiter/in_flight_bound.h"
+#include "limiter/peer_board.h"
 #include "limiter/peer_watch.h"
 #include "limiter/priority_floor.h"
 
 namespace gpuslice::limiter {
-
-// What one container publishes about itself on one GPU.
-struct PeerView {
-  Priority priority = Priority::Normal;
-  std::uint64_t heartbeat_ns = 0;  // CLOCK_MONOTONIC of the publish
-  // Work queued or running at least until then; a time already past: idle since then (a lower
-  // priority's bound ramps up with that idle time); 0: never busy.
-  std::uint64_t busy_until_ns = 0;
-  std::uint64_t held_back_ns = 0;  // total time the container's launches were held back
-  // The share of its busy time the device ran its work, per mille, from its own timing events
-  // (0: not measured). Below PriorityTuning::light_share_permille it does not hold lower ones.
-  std::uint32_t device_share_permille = 0;
-  // The mean length of its busy periods (from its first launch after idling to the wait that
-  // found its work done: a server's request), 0 = unknown. Lower ones size their bound by it.
-  std::uint64_t busy_period_ns = 0;
-};
-
-// The other containers on the same GPU, and this container's own record.
-class PeerBoard {
- public:
-  virtual ~PeerBoard() = default;
-  // Records of the OTHER containers whose heartbeat is newer than now - stale_ns, at most
-  // `capacity`: a full look (on the node channel, a scan of its directory). Must not allocate or
-  // block for long: called from launching threads, one at a time.
-  virtual std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
-                                 std::uint64_t stale_ns) = 0;
-  // read_peers() that may leave out records at or below `above` (the reader's own level), which
-  // the gate does not look at, so that they cannot take the place of a higher one.
-  virtual std::size_t read_peers_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
-                                       std::uint64_t stale_ns, Priority above) {
-    static_cast<void>(above);
-    return read_peers(out, capacity, now_ns, stale_ns);
-  }
-  // The same for the containers the last read_peers() found with a priority above `above` only,
-  // as cheaply as the board can (on the node channel, one read per record kept open). A container
-  // that appeared or rose above since is seen by the next read_peers().
-  virtual std::size_t read_known_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns,
-                                       std::uint64_t stale_ns, Priority above) {
-    static_cast<void>(above);
-    return read_peers(out, capacity, now_ns, stale_ns);
-  }
-  // Replaces this container's record.
-  virtual void publish(const PeerView& own) = 0;
-};
 
 struct PriorityTuning {
   // Device work a lower-priority process may have queued while a higher-priority container is
@@ -83,19 +43,16 @@ struct PriorityTuning {
   // While the higher containers' requests (their busy periods, PeerView::busy_period_ns) are known,
   // the bound is at most this percent of the shortest one's mean, but not below
   // kMinRequestBoundNs: a request then finds at most that share of its own length in front of it,
-  // whatever it lasts. 0 (the default) = the bound alone: on H200s (2026-11-28) 5% and 10% left a
-  // graphed server's 2 ms requests where the whole bound did (p99 1.30x / 1.11x / 1.08x alone
-  // against 1.33x, each request's service 1.09-1.12x alone with any bound) and cost the trainer
-  // 0.02-0.09 of its speed (bench/results/gpu-2026-11-28/README.md).
+  // whatever it lasts. 0 (the default) = the bound alone: measured, a share did not shorten a
+  // server's requests and cost the trainer beside it (docs/priority.md).
   // GPUSLICE_PRIORITY_REQUEST_SHARE.
   unsigned request_share_percent = 0;
   // A higher priority that just went idle is likely to submit again soon (a server between two
   // requests of a burst): the bound grows in proportion to its idle time, reaching
   // in_flight_bound_ns after this much, so a request queued behind the previous one finds about one
-  // lower-priority kernel in front of it and one after a long pause the whole bound. 30 ms rather
-  // than 8 ms (until 2026-11-26): a server serving a request every few tens of milliseconds then
-  // finds a fraction of the bound in front of each (a graphed server's p99 at 30% load on H100s:
-  // 1.09x alone against 1.11x; bench/results/priority-rounds.md). 0 = no ramp.
+  // lower-priority kernel in front of it and one after a long pause the whole bound. 30 ms, so that
+  // a server serving a request every few tens of milliseconds finds a fraction of the bound in front
+  // of each (docs/priority.md, rule 3). 0 = no ramp.
   std::uint64_t in_flight_ramp_ns = 30'000'000;
   // Once the most recent higher record has said idle this long (it was busy before), a request
   // is not expected any moment: the bound becomes released_bound_ns of predicted device time
@@ -147,18 +104,16 @@ struct PriorityTuning {
   // once the work queued before it has run, so it is the only thing in flight then, rather than
   // queued behind a window that may hold another such kernel (two of them: twice the bound). A
   // higher priority's request time-slices with all the lower one's queued work and so waits for
-  // all of it (docs/priority.md); the price is the device idling for the host's wake-up before each
-  // such kernel. Off by default until measured better on a GPU (docs/priority.md).
-  // GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
+  // all of it; the price is the device idling for the host's wake-up before each such kernel. Off
+  // by default: no measured gain (docs/priority.md, rule 2). GPUSLICE_PRIORITY_LONG_KERNEL=alone|queued.
   bool long_kernels_alone = false;
   // A higher container whose kernels keep the device busy less than this share (per mille) of its
   // busy time (DeviceShare: measured by its own timing events while lower ones hold) does not hold
   // lower ones: a host-bound server's request leaves the GPU idle most of its time, and holding a
-  // trainer through it costs the trainer most of that time. Lower ones
-  // keep their queued work within the bound beside it. 0 (the default) = every higher container
-  // holds: on an H200 an eager GPT-2 server at 60% load kept p99 1.42x alone holding, against 9.56x
-  // (un-managed: 2.19x) light at 50%, where the trainer ran 0.73x alone instead of 0.35x
-  // (bench/results/gpu-2026-11-27-b/README.md). GPUSLICE_PRIORITY_LIGHT_SHARE.
+  // trainer through it costs the trainer most of that time. Lower ones keep their queued work
+  // within the bound beside it. 0 (the default) = every higher container holds: measured, the
+  // server's tail paid for what the trainer gained (docs/priority.md, rule 1).
+  // GPUSLICE_PRIORITY_LIGHT_SHARE.
   std::uint32_t light_share_permille = 0;
   // DeviceShare::Timing: spans every share_every_ns while measuring; a measured share is trusted
   // for share_ttl_ns, then measured again while lower ones hold (0: the defaults).
@@ -226,42 +181,29 @@ class PriorityGate {
   // The share of its busy time the device ran this container's work, per mille (0: not measured).
   std::uint32_t device_share() const { return share_.measured_permille(); }
   // The mean length of this container's busy periods (0: none ended yet), as published.
-  std::uint64_t busy_period_ns() const { return busy_period_ns_.load(std::memory_order_relaxed); }
+  std::uint64_t busy_period_ns() const { return busy_.period_ns(); }
   // The in-flight bound a launch would meet now (bound_now), for the exit line and tests.
   std::uint64_t in_flight_bound_now() const { return bound_now(clock_.now_ns()); }
   // Records older than this are ignored (PriorityTuning::stale_ns).
   std::uint64_t stale_ns() const { return tuning_.stale_ns; }
 
  private:
+  // The tuning with its zeroes (which would make sleeps spin or the bound admit nothing) replaced
+  // by the defaults; every policy is built from it.
+  static PriorityTuning effective(const PriorityTuning& tuning);
   void announce_busy(std::uint64_t now);
   void publish_own(std::uint64_t now);
-  static PeerWatch::Timing watch_timing(const PriorityTuning& tuning);
-  static PriorityFloor make_floor(const PriorityTuning& tuning);
-  static InFlightBound::Settings bound_settings(const PriorityTuning& tuning);
-  static DeviceShare::Timing share_timing(const PriorityTuning& tuning);
   std::uint64_t bound_now(std::uint64_t now) const;
-  bool note_period_end(std::uint64_t now);
 
   Clock& clock_;
   DriverOps ops_;
   PeerBoard* board_;
   const std::atomic<std::uint32_t>* priority_source_;
   const std::atomic<std::uint32_t>* ceiling_source_;
-  PriorityTuning tuning_;
+  const PriorityTuning tuning_;  // effective(): before the policies, which are built from it
 
-  // Own published state.
-  std::atomic<std::uint64_t> busy_until_ns_{0};
-  std::atomic<std::uint64_t> last_launch_ns_{0};
-  std::atomic<std::uint64_t> sync_begin_ns_{0};
-  std::atomic<std::uint64_t> grace_until_ns_{0};  // busy_until set by the last wait's return (its grace)
-  // Work conservation: the grace is kept only while it pays, that is while the container's next
-  // launch came within it after its last wait returned (a burst of requests). A host-bound one,
-  // whose device idles between its short waits, is idle at once, so lower ones use the gaps.
-  std::atomic<std::uint64_t> sync_return_ns_{0};  // when the last idle-making wait returned; 0: seen
-  std::atomic<bool> grace_pays_{true};
-  // Busy periods: the first launch after the last idle-making wait, and their moving mean.
-  std::atomic<std::uint64_t> period_start_ns_{0};
-  std::atomic<std::uint64_t> busy_period_ns_{0};
+  // What this container's record says: busy until when, and how long its busy periods last.
+  BusySignal busy_;
 
   // The higher containers' records, refreshed by one thread at a time (every refresh_ns while a
   // higher priority is alive, every absent_refresh_ns otherwise).
