@@ -1,5 +1,5 @@
 // A hand-driven clock and a model device for the priority gate's in-flight bound, shared by its
-// tests (priority_gate_test.cpp through the gate, in_flight_bound_test.cpp alone).
+// tests (priority_gate_test.cpp and the policies' tests through the gate, in_flight_bound_test.cpp alone).
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// PriorityGate mechanics with a hand-driven clock: what it publishes and when, how often it reads
-// the peers, which records it ignores, and that it touches the driver only when bounded.
+// PriorityGate mechanics with a hand-driven clock: what it publishes and when, how a held thread
+// resumes, the bound it sizes, and that it touches the driver only when bounded. How it reads and
+// ignores the peers' records is peer_watch_test.cpp's; the floor, priority_floor_test.cpp's.
 #include "limiter/priority_gate.h"
 
 #include <gtest/gtest.h>
@@ -10,87 +11,12 @@
 #include <string>
 #include <thread>
 #include <utility>
-#include <vector>
 
-#include "common/log.h"
 #include "fake_device.h"
+#include "gate_fixture.h"
 
 namespace gpuslice::limiter {
 namespace {
-
-constexpr std::uint64_t kUs = 1'000;
-constexpr std::uint64_t kMs = 1'000'000;
-
-class FakeBoard final : public PeerBoard {
- public:
-  // A full look: every record, and which ones are known for re-reads.
-  std::size_t read_peers(PeerView* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t) override {
-    ++reads;
-    known.clear();
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < peers.size() && n < capacity; ++i) {
-      known.push_back(i);
-      out[n++] = view(i, now_ns);
-    }
-    return n;
-  }
-  // Only the records the last full look found above `above`, as the node channel does.
-  std::size_t read_known_above(PeerView* out, std::size_t capacity, std::uint64_t now_ns, std::uint64_t,
-                               Priority above) override {
-    ++rereads;
-    std::size_t n = 0;
-    for (std::size_t i : known) {
-      if (n == capacity || i >= peers.size()) break;
-      if (static_cast<std::uint32_t>(peers[i].priority) <= static_cast<std::uint32_t>(above)) continue;
-      out[n++] = view(i, now_ns);
-    }
-    return n;
-  }
-  PeerView view(std::size_t i, std::uint64_t now_ns) const {
-    PeerView v = peers[i];
-    if (now_ns >= idle_from) v.busy_until_ns = idle_from;  // its sync returned: it published idle since
-    return v;
-  }
-  void publish(const PeerView& own) override { published.push_back(own); }
-  std::vector<PeerView> peers;
-  std::vector<PeerView> published;
-  std::vector<std::size_t> known;
-  std::uint64_t idle_from = UINT64_MAX;
-  int reads = 0;
-  int rereads = 0;
-};
-
-int g_syncs = 0;
-CUresult counting_sync() {
-  ++g_syncs;
-  return CUDA_SUCCESS;
-}
-
-DriverOps counting_ops() {
-  g_syncs = 0;
-  DriverOps ops;
-  ops.ctx_synchronize = &counting_sync;
-  return ops;
-}
-
-std::atomic<std::uint32_t> source(Priority p) {
-  return std::atomic<std::uint32_t>(static_cast<std::uint32_t>(p));
-}
-
-// The arithmetic of the bound's tests is written for a 2 ms bound, whatever the default.
-PriorityTuning two_ms_bound() {
-  PriorityTuning t;
-  t.in_flight_bound_ns = 2 * kMs;
-  return t;
-}
-
-PeerView peer(Priority p, std::uint64_t heartbeat, std::uint64_t busy_until = 0) {
-  PeerView v;
-  v.priority = p;
-  v.heartbeat_ns = heartbeat;
-  v.busy_until_ns = busy_until;
-  return v;
-}
 
 TEST(PriorityGateMechanics, BusyIsPublishedOnTheIdleToBusyTransitionAndRenewedOnlyByHalfHorizons) {
   ManualClock clock;
@@ -234,83 +160,6 @@ TEST(PriorityGateMechanics, TheBoundIsAShareOfTheShortestHigherRequestWithinItsL
   EXPECT_EQ(whole.in_flight_bound_now(), 2 * kMs) << "the default: no request share";
 }
 
-TEST(PriorityGateMechanics, PeersAreReadAtMostOncePerRefresh) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  for (int i = 0; i < 1000; ++i) {
-    clock.now += 10 * kUs;
-    board.peers[0].heartbeat_ns = clock.now;
-    gate.gate(nullptr);
-  }
-  // 10 ms of launches: one read per refresh.
-  const auto per_refresh = static_cast<int>(10 * kMs / PriorityTuning{}.refresh_ns);
-  EXPECT_GE(board.reads + board.rereads, per_refresh - 1);
-  EXPECT_LE(board.reads + board.rereads, per_refresh + 1);
-  EXPECT_EQ(board.reads, 1) << "one full look; the known higher record is re-read after it";
-  EXPECT_TRUE(board.published.empty()) << "Low has nobody below it to tell it is busy";
-}
-
-// The cost that took a quarter of a launch-bound trainer's rate: a full look at the node channel
-// every refresh. Now it happens every absent_refresh_ns whatever the peers; in between only the
-// higher record is re-read.
-TEST(PriorityGateMechanics, BesideAHigherPeerTheRecordsAreScannedOnlyEveryAbsentRefresh) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  board.peers.push_back(peer(Priority::Low, clock.now));
-  auto prio = source(Priority::Normal);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  for (int i = 0; i < 100000; ++i) {  // 1 s of launches every 10 us
-    clock.now += 10 * kUs;
-    for (PeerView& p : board.peers) p.heartbeat_ns = clock.now;
-    gate.gate(nullptr);
-  }
-  EXPECT_GE(board.reads, 9);
-  EXPECT_LE(board.reads, 11);
-  const auto refreshes = static_cast<int>(1000 * kMs / PriorityTuning{}.refresh_ns);
-  EXPECT_GE(board.rereads, refreshes - 20);
-  EXPECT_LE(board.rereads, refreshes);
-  EXPECT_EQ(gate.stats().scans, static_cast<std::uint64_t>(board.reads));
-  EXPECT_EQ(gate.stats().rereads, static_cast<std::uint64_t>(board.rereads));
-}
-
-TEST(PriorityGateMechanics, ALowContainerWithNoHigherPeerPerformsNoChannelReadsPerLaunch) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::Low, clock.now, clock.now + 1'000 * kMs));  // busy, not above
-  auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  for (int i = 0; i < 100000; ++i) {  // 100k launches in 1 s
-    clock.now += 10 * kUs;
-    board.peers[0].heartbeat_ns = clock.now;
-    gate.gate(nullptr);
-  }
-  EXPECT_LE(board.reads, 11) << "one full look per absent_refresh_ns";
-  EXPECT_EQ(board.rereads, 0) << "nothing known above: nothing to re-read";
-  EXPECT_EQ(g_syncs, 0);
-  EXPECT_EQ(gate.stats().holds, 0U);
-}
-
-TEST(PriorityGateMechanics, AHigherContainerThatAppearsIsSeenAtTheNextFullLook) {
-  ManualClock clock;
-  FakeBoard board;
-  auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  gate.gate(nullptr);  // the first look: nobody
-  const std::uint64_t appeared = clock.now;
-  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 10'000 * kMs));
-  while (gate.stats().holds == 0 && clock.now - appeared < 1'000 * kMs) {
-    clock.now += 10 * kUs;
-    board.peers[0].heartbeat_ns = clock.now;
-    gate.gate(nullptr);
-  }
-  EXPECT_EQ(gate.stats().holds, 1U);
-  EXPECT_LE(clock.now - appeared - gate.stats().held_back_ns, PriorityTuning{}.absent_refresh_ns + 20 * kUs);
-}
-
 // A held thread re-reads the higher record every held_poll_ns (cheap: one read per record), so
 // the best-effort container resumes within that of the higher one saying idle, not a full refresh.
 TEST(PriorityGateMechanics, AHeldLowReacquiresWithinTheHeldPollAfterHighGoesIdle) {
@@ -328,29 +177,6 @@ TEST(PriorityGateMechanics, AHeldLowReacquiresWithinTheHeldPollAfterHighGoesIdle
   EXPECT_EQ(board.reads, 1) << "the hold re-reads the known record, it does not scan";
 }
 
-// Reading the records scans the node channel: High never needs them, and without a live
-// higher-priority container they are read only every absent_refresh_ns.
-TEST(PriorityGateMechanics, RecordsAreReadRarelyWithNobodyAboveAndNeverByHigh) {
-  for (const Priority own : {Priority::High, Priority::Normal}) {
-    ManualClock clock;
-    FakeBoard board;
-    board.peers.push_back(peer(Priority::Low, clock.now));
-    auto prio = source(own);
-    PriorityGate gate(clock, counting_ops(), &board, &prio);
-    for (int i = 0; i < 100000; ++i) {  // 1 s of launches every 10 us
-      clock.now += 10 * kUs;
-      board.peers[0].heartbeat_ns = clock.now;
-      gate.gate(nullptr);
-    }
-    if (own == Priority::High) {
-      EXPECT_EQ(board.reads, 0);
-    } else {
-      EXPECT_GE(board.reads, 9);
-      EXPECT_LE(board.reads, 11);
-    }
-  }
-}
-
 TEST(PriorityGateMechanics, ABusyHigherPeerHoldsUntilItsRecordSaysIdle) {
   ManualClock clock;
   FakeBoard board;
@@ -362,41 +188,6 @@ TEST(PriorityGateMechanics, ABusyHigherPeerHoldsUntilItsRecordSaysIdle) {
   EXPECT_EQ(clock.now - start, 5 * kMs);
   EXPECT_EQ(gate.stats().held_back_ns, 5 * kMs);
   EXPECT_EQ(gate.stats().holds, 1U);
-}
-
-TEST(PriorityGateMechanics, StaleAndEqualOrLowerPeersDoNotHold) {
-  ManualClock clock;
-  FakeBoard board;
-  const std::uint64_t stale = clock.now - PriorityTuning{}.stale_ns - 1;
-  board.peers.push_back(peer(Priority::High, stale, clock.now + 500 * kMs));  // killed mid-burst
-  board.peers.push_back(peer(Priority::Normal, clock.now, clock.now + 500 * kMs));
-  board.peers.push_back(peer(Priority::Low, clock.now, clock.now + 500 * kMs));
-  auto prio = source(Priority::Normal);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  const std::uint64_t start = clock.now;
-  for (int i = 0; i < 100; ++i) gate.gate(nullptr);
-  EXPECT_EQ(clock.now, start);
-  EXPECT_EQ(gate.stats().holds, 0U);
-  EXPECT_EQ(g_syncs, 0) << "no live higher peer: no in-flight bound";
-}
-
-// A peer that published a claim of being busy for hours and then went silent holds others no
-// longer than an honest peer's one publish could (a sync lease plus a horizon), even where records
-// stay fresh for longer than that. A peer that keeps publishing is indistinguishable from an honest
-// busy one: there the floor applies.
-TEST(PriorityGateMechanics, APeerClaimingBusyForHoursHoldsNoLongerThanOneLease) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 3'600'000 * kMs));
-  auto prio = source(Priority::Low);
-  PriorityTuning tuning;
-  tuning.floor_percent = 0;
-  tuning.stale_ns = 3'600'000 * kMs;
-  PriorityGate gate(clock, counting_ops(), &board, &prio, tuning);
-  const std::uint64_t start = clock.now;
-  gate.gate(nullptr);
-  EXPECT_GE(clock.now - start, tuning.sync_lease_ns);
-  EXPECT_LE(clock.now - start, tuning.sync_lease_ns + tuning.busy_horizon_ns + tuning.refresh_ns);
 }
 
 TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) {
@@ -414,64 +205,6 @@ TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) 
   }
   EXPECT_GE(g_syncs, 95);
   EXPECT_LE(g_syncs, 110);
-}
-
-// The floor is for a container held nearly all the time. One held half of the time (a server at
-// 50% load) is admitted far longer than floor_percent, including while it launches nothing (its own
-// host work, its own waits): that time spends the credit, so it never gets a slice in the middle of
-// the higher one's work.
-TEST(PriorityGateMechanics, ALowContainerHeldHalfTheTimeNeverGetsAFloorSlice) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  for (int cycle = 0; cycle < 500; ++cycle) {  // 5 s
-    board.peers[0].heartbeat_ns = clock.now;
-    board.peers[0].busy_until_ns = clock.now + 5 * kMs;  // the higher one serves for 5 ms
-    gate.gate(nullptr);                                  // one launch, held until then
-    clock.now += 5 * kMs;                                // then host work, no launch
-  }
-  EXPECT_GE(gate.stats().holds, 450U);
-  EXPECT_EQ(gate.stats().floor_slices, 0U);
-}
-
-// Each floor slice is logged at debug level with the gate's clock, so that a benchmark can place it
-// against a tail of the higher one's latencies (bench/gpu/priority_bench.py reads these lines).
-// Runs `body` with the log at debug level; returns what it wrote to stderr.
-template <typename Body>
-std::string stderr_at_debug(Body body) {
-  const int level = log::g_level.load();
-  log::set_level(log::Level::Debug);
-  testing::internal::CaptureStderr();
-  body();
-  std::string err = testing::internal::GetCapturedStderr();
-  log::set_level(static_cast<log::Level>(level));
-  return err;
-}
-
-TEST(PriorityGateMechanics, EachFloorSliceIsLoggedAtDebugLevelWithItsTime) {
-  ManualClock clock;
-  FakeBoard board;
-  board.peers.push_back(peer(Priority::High, clock.now));
-  auto prio = source(Priority::Low);
-  PriorityGate gate(clock, counting_ops(), &board, &prio);
-  std::vector<std::uint64_t> granted_at;
-  const std::string err = stderr_at_debug([&] {
-    for (int i = 0; i < 5000 && granted_at.size() < 2; ++i) {  // the higher one never idles
-      board.peers[0].heartbeat_ns = clock.now;
-      board.peers[0].busy_until_ns = clock.now + 20 * kMs;
-      const std::uint64_t before = gate.stats().floor_slices;
-      gate.gate(nullptr);
-      if (gate.stats().floor_slices != before) granted_at.push_back(clock.now);
-      clock.now += 10 * kUs;
-    }
-  });
-  ASSERT_EQ(granted_at.size(), 2U);
-  for (const std::uint64_t t : granted_at) {
-    EXPECT_NE(err.find("priority gate: floor slice at " + std::to_string(t / kUs) + " us"), std::string::npos)
-        << err;
-  }
 }
 
 TEST(PriorityGateMechanics, EachHoldIsLoggedAtDebugLevelWithItsStartWhatWasQueuedAndItsEnd) {
@@ -870,34 +603,6 @@ TEST(PriorityGateMechanics, SettlePublishesIdleAndHeartbeatCarriesALivePriorityC
   gate.gate(nullptr);
   gate.settle();
   EXPECT_EQ(board.published.back().busy_until_ns, 0U);
-}
-
-}  // namespace
-}  // namespace gpuslice::limiter
-
-namespace gpuslice::limiter {
-namespace {
-
-// The floor on its own (priority_floor.h): a held thread gets a slice only after a window of
-// holding, then one every slice / percent; a floor of 0 never admits.
-TEST(PriorityFloorPolicy, ASliceComesOnlyAfterAWindowOfHoldingThenEverySliceOverPercent) {
-  PriorityFloor floor(5, 1000 * kMs, 5 * kMs);
-  const std::uint64_t start = 1'000 * kMs;
-  int admitted = 0;  // launches admitted while held
-  std::uint64_t first = 0;
-  for (std::uint64_t t = start; t < start + 3000 * kMs; t += kMs) {
-    if (floor.admits(t, start, true)) {
-      ++admitted;
-      if (first == 0) first = t;
-    }
-  }
-  EXPECT_GE(first, start + 1000 * kMs);
-  EXPECT_GT(floor.slices(), 0u);
-  // About 5% of the two seconds after the first window: 100 ms of 5 ms slices, some 20 of them.
-  EXPECT_GE(floor.slices(), 15u);
-  EXPECT_LE(floor.slices(), 25u);
-  PriorityFloor strict(0, 1000 * kMs, 5 * kMs);
-  for (std::uint64_t t = start; t < start + 3000 * kMs; t += kMs) EXPECT_FALSE(strict.admits(t, start, true));
 }
 
 }  // namespace
