@@ -1,14 +1,14 @@
 // Direct tests of ComputeLimiter mechanics with a hand-driven clock and counting driver stubs:
 // the unlimited fast path, stream capture, settle(), the union charge of overlapping processes,
 // the token bucket's burst cap, and statistics.
+#include "limiter/compute_limiter.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
 
-#include "limiter/compute_limiter.h"
-#include "limiter/launch_cost.h"
 #include "shared_state/compute_shared.h"
 
 namespace gpuslice::limiter {
@@ -124,25 +124,6 @@ class LimiterMechanics : public ::testing::Test {
   shm::ComputeShared shared{};
   std::atomic<unsigned> limit{0};
 };
-
-// One long kernel per window (each waited for): every sample is one launch. Halving a sum of one
-// launch in whole launches kept it at 1 while the time doubled: the cost converged to twice the kernel.
-TEST(LaunchCost, SingleLaunchSamplesGiveTheKernelLength) {
-  LaunchCost cost;
-  for (int i = 0; i < 20; ++i) cost.add(100'000'000, 1);
-  EXPECT_NEAR(static_cast<double>(cost.per_launch_ns()), 100e6, 1e3);
-}
-
-// A run of short windows of another thread's cheap launches (a few launches each) must not drag an
-// estimate made of thousands of launches down; a workload that really changed takes over quickly.
-TEST(LaunchCost, FewLaunchSamplesBarelyMoveAnEstimateOfThousands) {
-  LaunchCost cost;
-  for (int i = 0; i < 4; ++i) cost.add(800 * 500'000ULL, 800);  // 500 us per launch
-  for (int i = 0; i < 10; ++i) cost.add(5 * 20'000ULL, 5);      // 20 us per launch, 5 at a time
-  EXPECT_GT(cost.per_launch_ns(), 450'000u);
-  for (int i = 0; i < 6; ++i) cost.add(800 * 20'000ULL, 800);
-  EXPECT_LT(cost.per_launch_ns(), 40'000u);
-}
 
 TEST_F(LimiterMechanics, UnlimitedGateReadsNoClockAndCallsNoDriver) {
   ComputeLimiter limiter(clock, stub_ops(), &shared, &limit);
