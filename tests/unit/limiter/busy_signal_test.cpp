@@ -6,11 +6,10 @@
 
 #include <cstdint>
 
+#include "fake_device.h"
+
 namespace gpuslice::limiter {
 namespace {
-
-constexpr std::uint64_t kUs = 1'000;
-constexpr std::uint64_t kMs = 1'000'000;
 
 class BusySignalAlone : public ::testing::Test {
  protected:

@@ -9,9 +9,6 @@
 namespace gpuslice::limiter {
 namespace {
 
-constexpr std::uint64_t kUs = 1'000;
-constexpr std::uint64_t kMs = 1'000'000;
-
 class DeviceShareTest : public ::testing::Test {
  protected:
   ManualClock clock;

@@ -13,6 +13,9 @@
 
 namespace gpuslice::limiter {
 
+inline constexpr std::uint64_t kUs = 1'000;
+inline constexpr std::uint64_t kMs = 1'000'000;
+
 class ManualClock final : public Clock {
  public:
   std::uint64_t now_ns() override { return now; }

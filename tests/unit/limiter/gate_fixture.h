@@ -1,7 +1,7 @@
 // What the priority gate's tests share (priority_gate_test.cpp, peer_watch_test.cpp,
 // priority_floor_test.cpp): a board fed by hand, a peer's record, a priority source, a driver that
-// counts drains, and the log captured at debug level. The clock and the model device are
-// fake_device.h's.
+// counts drains, and the log captured at debug level. The clock, the model device and the units of
+// time are fake_device.h's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,9 +18,6 @@
 #include "limiter/priority_gate.h"
 
 namespace gpuslice::limiter {
-
-inline constexpr std::uint64_t kUs = 1'000;
-inline constexpr std::uint64_t kMs = 1'000'000;
 
 class FakeBoard final : public PeerBoard {
  public:

@@ -12,8 +12,6 @@
 namespace gpuslice::limiter {
 namespace {
 
-constexpr std::uint64_t kUs = 1'000;
-constexpr std::uint64_t kMs = 1'000'000;
 constexpr std::uint64_t kKernel = 42;  // one kernel and grid (kernel_key)
 
 CUstream stream_handle(std::uintptr_t value) { return reinterpret_cast<CUstream>(value); }
