@@ -196,8 +196,10 @@ Reservation reserve(DeviceState* d, std::uint64_t bytes) {
     granted = false;
   }
   // What can be given back to the device (the graph pool's unused memory) is, before a refusal.
-  const memory_books::Reclaim reclaim = g_reclaim.load(std::memory_order_acquire);
-  if (!granted && reclaim != nullptr && reclaim(*d)) granted = l->try_reserve(d->ledger_dev, bytes);
+  if (!granted) {
+    const memory_books::Reclaim reclaim = g_reclaim.load(std::memory_order_acquire);
+    if (reclaim != nullptr && reclaim(*d)) granted = l->try_reserve(d->ledger_dev, bytes);
+  }
   if (!granted) {
     l->count_refusal(d->ledger_dev);
     report_refusal(*d, bytes);
