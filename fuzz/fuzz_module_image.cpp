@@ -9,6 +9,7 @@
 #include "fuzz_check.h"
 #include "interposer/fatbin_image.h"
 #include "interposer/module_image.h"
+#include "interposer/ptx_globals.h"
 
 namespace fb = gpuslice::interposer::fatbin;
 

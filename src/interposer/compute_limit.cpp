@@ -6,10 +6,10 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
-#include "interposer/launch_gate.h"
+#include "interposer/launch_flag.h"
 #include "interposer/node_presence.h"
 #include "interposer/runtime.h"
 #include "limiter/compute_limiter.h"
@@ -28,7 +28,7 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
     return lim;
   const std::atomic<std::uint32_t>* source = ledger()->compute_limit_source(d.ledger_dev);
   if (source == nullptr) return nullptr;
-  const limiter::DriverOps& ops = driver_ops().gates;
+  const limiter::DriverOps& ops = core_driver().gates;
   // The limit is read live from the shared state, so `gpuslice set --compute` applies at once.
   limiter::Tuning tuning;
   tuning.time_launches = settings().compute_busy_events;
@@ -121,7 +121,7 @@ void after_host_sync() {
 }
 
 void tick() {
-  if (any_limit()) launch_gate::turn_on();
+  if (any_limit()) launch_flag::turn_on();
   if (!launch_gated()) return;
   publish_compute_usage();
   refresh_turns();

@@ -3,6 +3,7 @@
 // creating a context charges its footprint to the container before the driver creates it (the first
 // on a device as another process measured it, or as the driver reports it; every further one as
 // measured for a context here), and destroying one gives it back.
+#include "interposer/context_books.h"
 #include "interposer/devices.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/lifecycle.h"

@@ -8,7 +8,7 @@
 
 #include "common/log.h"
 #include "config/limits_file.h"
-#include "interposer/driver_ops.h"
+#include "interposer/core_driver.h"
 
 namespace gpuslice::interposer {
 namespace {
@@ -60,7 +60,7 @@ DevicePhase attach(Runtime& rt, CUdevice dev) {
   DeviceState& d = rt.devices[dev];
   CUuuid uuid{};
   std::size_t total = 0;
-  const DriverOps& ops = driver_ops();
+  const CoreDriver& ops = core_driver();
   if (ops.device_uuid(&uuid, dev) != CUDA_SUCCESS || ops.device_total_mem(&total, dev) != CUDA_SUCCESS)
     return DevicePhase::Unusable;
   d.index = dev;
@@ -118,7 +118,7 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
 bool named_devices_exist() {
   Runtime* rt = runtime();
   int count = 0;
-  const DriverOps& ops = driver_ops();
+  const CoreDriver& ops = core_driver();
   if (rt == nullptr || ops.device_count == nullptr || ops.device_count(&count) != CUDA_SUCCESS) return true;
   const config::Settings& s = rt->settings;
   // With CUDA_VISIBLE_DEVICES a process chose to see part of the container's devices (a launcher's
@@ -168,7 +168,7 @@ DeviceState* device_state_if_attached(CUdevice dev) {
 
 DeviceState* current_device_state(CUdevice* out_dev) {
   CUdevice dev = 0;
-  if (driver_ops().current_device(&dev) != CUDA_SUCCESS) return nullptr;
+  if (core_driver().current_device(&dev) != CUDA_SUCCESS) return nullptr;
   if (out_dev != nullptr) *out_dev = dev;
   return device_state(dev);
 }

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include "interposer/ab_switch.h"
+#include "interposer/hooks.h"
 #include "interposer/real_symbols.h"
 
 namespace gpuslice::interposer {

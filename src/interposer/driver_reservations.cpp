@@ -1,8 +1,8 @@
 #include "interposer/driver_reservations.h"
 
 #include "common/log.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/module_image.h"
 
 namespace gpuslice::interposer {
@@ -66,7 +66,7 @@ bool move_limit_charge(DeviceState& d, CUlimit limit, std::uint64_t wanted) {
 
 std::uint64_t local_bytes_of(CUfunction f) {
   int bytes = 0;
-  const auto query = driver_ops().function_local_bytes;
+  const auto query = core_driver().function_local_bytes;
   if (query == nullptr || query(f, &bytes) != CUDA_SUCCESS || bytes < 0) return 0;
   const auto local = static_cast<std::uint64_t>(bytes);
   const auto key = reinterpret_cast<std::uintptr_t>(f);
@@ -112,7 +112,7 @@ GraphSlot* graph_slot(const void* handle, bool create) {
 
 std::uint64_t graph_figure(const DeviceState& d, CUgraphMem_attribute attr, std::uint64_t fallback) {
   std::uint64_t value = 0;
-  const auto read = driver_ops().graph_mem_attribute;
+  const auto read = core_driver().graph_mem_attribute;
   if (read == nullptr || read(d.index, attr, &value) != CUDA_SUCCESS) return fallback;
   return value;
 }
@@ -142,7 +142,7 @@ std::uint64_t resident_threads(DeviceState& d) {
   std::uint64_t known = d.resident_threads.load(std::memory_order_relaxed);
   if (known != 0) return known;
   int sms = 0, per_sm = 0;
-  const auto attr = driver_ops().device_attribute;
+  const auto attr = core_driver().device_attribute;
   if (attr != nullptr && attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d.index) == CUDA_SUCCESS &&
       attr(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, d.index) == CUDA_SUCCESS && sms > 0 &&
       per_sm > 0) {
@@ -179,7 +179,7 @@ CUresult set_limit_charged(CUlimit limit, std::uint64_t value, CUresult (*set)(C
 bool launch_stack_slow(CUfunction f, std::uint64_t local) {
   if (local == kLocalUnknown) {
     // First launch: the code (and with it the module's globals) loads now rather than unseen.
-    const auto load = driver_ops().function_load;
+    const auto load = core_driver().function_load;
     if (load != nullptr) {
       AllocationInFlight flight;
       const ModuleLoad m = begin_module_load(nullptr, /*lazy=*/true);
@@ -257,7 +257,7 @@ void sync_graph_charge(DeviceState& d) {
 
 bool trim_graph_pool(DeviceState& d) {
   if (d.ledger_dev < 0 || d.graph_charge.load(std::memory_order_relaxed) == 0) return false;
-  const auto trim = driver_ops().graph_mem_trim;
+  const auto trim = core_driver().graph_mem_trim;
   if (trim == nullptr) return false;
   SlowPath one_at_a_time;
   const std::uint64_t before = d.graph_charge.load(std::memory_order_relaxed);
@@ -312,7 +312,7 @@ int device_sm(DeviceState& d) {
   int sm = d.sm.load(std::memory_order_relaxed);
   if (sm >= 0) return sm;
   int major = 0, minor = 0;
-  const auto attr = driver_ops().device_attribute;
+  const auto attr = core_driver().device_attribute;
   sm = attr != nullptr &&
                attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.index) == CUDA_SUCCESS &&
                attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.index) == CUDA_SUCCESS &&
@@ -392,4 +392,14 @@ void end_module_load(const ModuleLoad& m, CUresult result) {
   d.module_charge.fetch_add(m.reserved + extra, std::memory_order_relaxed);
 }
 
+namespace driver_reservations {
+
+void tick() {
+  if (!memory_active()) return;
+  for_each_ready_device([](DeviceState& d) {
+    if (d.ledger_dev >= 0 && d.has_context.load(std::memory_order_relaxed)) sync_graph_charge(d);
+  });
+}
+
+}  // namespace driver_reservations
 }  // namespace gpuslice::interposer

@@ -97,15 +97,21 @@ void forget_graph(const void* handle);
 // the charge follows the pool's reserved figure.
 bool graph_pool_fits(CUgraphExec exec);
 void graph_pool_settle(CUgraphExec exec);
-// The pool's charge follows its reserved figure (after a trim, and every reconciliation).
+// The pool's charge follows its reserved figure (after a trim, and every watcher tick).
 void sync_graph_charge(DeviceState& d);
 // What the launch hooks ask: with no memory quota, one predictable branch. A refused launch
 // answers what the driver answers when memory runs out.
 inline constexpr CUresult kRefused = CUDA_ERROR_OUT_OF_MEMORY;
 inline bool graph_refused(CUgraphExec exec) { return memory_active() && !graph_pool_fits(exec); }
 // Gives back what the graph pool holds beyond what graphs use (cuDeviceGraphMemTrim); true when its
-// charge went down.
+// charge went down. The memory books' reclaim (memory_books::set_reclaim).
 bool trim_graph_pool(DeviceState& d);
+
+namespace driver_reservations {
+// Watcher thread, every 100 ms, before the memory books' tick: under a memory quota, the graph
+// pool's charge of each device with a context follows its reserved figure.
+void tick();
+}  // namespace driver_reservations
 
 // ---- modules ----
 // Refuses a load while the container is at its quota; charges what the driver's figure for this

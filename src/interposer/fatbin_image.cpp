@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "interposer/module_image.h"
+#include "interposer/ptx_globals.h"
 
 #if GPUSLICE_HAVE_ZSTD
 #include <zstd.h>

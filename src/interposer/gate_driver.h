@@ -1,5 +1,5 @@
 // What the launch gates (the compute limiter, the priority gate) take from the process and the real
-// driver besides their driver ops (driver_ops().gates): one clock (a test may simulate it), and the
+// driver besides their driver ops (core_driver().gates): one clock (a test may simulate it), and the
 // stream-capture query that keeps them from draining a stream being captured into a graph.
 #pragma once
 

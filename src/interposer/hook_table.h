@@ -119,7 +119,7 @@
   X(nvmlDeviceGetSamples, nvmlDeviceGetSamples, 0, Plain, "nvmlDeviceGetUtilization") \
   X(nvmlDeviceGetAccountingPids, nvmlDeviceGetAccountingPids, 0, Plain, "nvmlDeviceGetRunningProcesses") \
   X(nvmlSystemGetProcessName, nvmlSystemGetProcessName, 0, Plain, "nvmlDeviceGetRunningProcesses") \
-  /* nvidia-smi's route to the same lists (nvml_export_table.cpp) */                \
+  /* nvidia-smi's route to the same lists (nvml_internal_table.cpp) */              \
   X(nvmlInternalGetExportTable, nvmlInternalGetExportTable, 0, Plain, "nvmlDeviceGetRunningProcesses")
 // clang-format on
 // NOLINTEND(cppcoreguidelines-macro-usage)

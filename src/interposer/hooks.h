@@ -1,6 +1,6 @@
 // What every hook file needs: hook ids and descriptors generated from hook_table.h, access to the
-// real driver function, and the profiling scope. The hook functions themselves are the exported
-// C symbols, defined one API family per file.
+// real driver function (hooks.cpp, through real_symbols.h), and the profiling scope. The hook functions
+// themselves are the exported C symbols, defined one API family per file.
 #pragma once
 
 #include <atomic>
@@ -10,13 +10,13 @@
 #include "abi/nvml_abi.h"
 #include "common/clock.h"
 #include "interposer/hook_table.h"
+#include "interposer/real_symbols.h"
 #include "profiler/profiler.h"
 
 #define GS_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace gpuslice::interposer {
 
-enum class Library : std::uint8_t { Cuda, Nvml };
 // Which per-thread-default-stream flavour of a driver symbol this is (cuGetProcAddress flags).
 enum class StreamVariant : std::uint8_t { Plain, Ptsz, Ptds };
 
@@ -46,6 +46,9 @@ int find_hook(const char* symbol);
 // The real library's function for a hook, resolved lazily from our own handle of libcuda.so.1 /
 // libnvidia-ml.so.1 (never from the global scope, where our own export would be found).
 void* real_address(HookId id);
+
+// True if `p` is the real library's address of hook `id` (pointer identity, resolved lazily).
+bool is_real_address(HookId id, void* p);
 
 template <HookId id, class Fn>
 Fn real_function() {
@@ -87,11 +90,3 @@ class ProfileScope {
 // The real function behind a hook, typed by the declared prototype: REAL(cuMemAlloc_v2)(...).
 #define REAL(sym) \
   (::gpuslice::interposer::real_function<::gpuslice::interposer::HookId::sym, decltype(&::sym)>())
-
-// Real driver functions we call but do not hook (cuCtxGetDevice, cuDeviceGetUuid, ...).
-namespace gpuslice::interposer {
-void* real_unhooked(Library lib, const char* symbol);
-}
-#define REAL_UNHOOKED(lib, sym)        \
-  (reinterpret_cast<decltype(&::sym)>( \
-      ::gpuslice::interposer::real_unhooked(::gpuslice::interposer::Library::lib, #sym)))

@@ -5,8 +5,6 @@
 
 namespace gpuslice::interposer {
 
-std::atomic<bool> g_launch_gated{false};
-
 LaunchTicket gate_launch(CUstream stream, std::uint64_t kernel) {
   // Priorities first: a held launch then meets the compute limit's ceiling with a fresh view.
   std::uint64_t waited_ns = 0;

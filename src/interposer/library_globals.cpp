@@ -3,8 +3,8 @@
 #include <atomic>
 
 #include "common/log.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/memory_books.h"
 #include "interposer/module_image.h"
 
@@ -35,7 +35,7 @@ class TableLock {
 
 int ordinal_sm(int dev) {
   int major = 0, minor = 0;
-  const auto attr = driver_ops().device_attribute;
+  const auto attr = core_driver().device_attribute;
   if (attr == nullptr || attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
       attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS || major <= 0 ||
       major >= 100 || minor < 0 || minor >= 10)
@@ -47,7 +47,7 @@ int ordinal_sm(int dev) {
 
 void size_library(const void* image, LibrarySizes* sizes) {
   int count = 0;
-  const auto device_count = driver_ops().device_count;
+  const auto device_count = core_driver().device_count;
   if (image == nullptr || device_count == nullptr || device_count(&count) != CUDA_SUCCESS) return;
   if (count > kMaxDevices) count = kMaxDevices;
   int sms[kMaxDevices] = {};

@@ -15,10 +15,13 @@
 #include "common/safe_file.h"
 #include "config/limits_file.h"
 #include "interposer/compute_limit.h"
+#include "interposer/context_books.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
+#include "interposer/driver_reservations.h"
 #include "interposer/hooks.h"
-#include "interposer/launch_gate.h"
+#include "interposer/launch_flag.h"
+#include "interposer/library_globals.h"
 #include "interposer/memory_books.h"
 #include "interposer/mps_client.h"
 #include "interposer/node_presence.h"
@@ -89,6 +92,7 @@ void* watcher_main(void*) {
     node_presence::refresh_assignments();  // the one read of the assignment per tick, for both
     compute_limit::tick();
     priority_sharing::tick();
+    driver_reservations::tick();
     memory_books::tick(tick);
   }
   return nullptr;
@@ -154,7 +158,8 @@ void start_profiler(const std::string& dir) {
 Phase initialise() {
   auto* rt = new (std::nothrow) Runtime();
   if (rt == nullptr) return Phase::Broken;
-  set_driver_ops(real_driver_ops());
+  set_core_driver(real_core_driver());
+  memory_books::set_reclaim(trim_graph_pool);
   rt->settings = config::load_settings_from_environment();
   config::apply_limits_file(rt->settings, rt->settings.limits_file);
   if (rt->settings.limits_file_required) {
@@ -200,7 +205,7 @@ Phase initialise() {
   priority_sharing::refresh();
   const config::Settings& s = rt->settings;
   g_memory_active.store(!s.memory.empty() || !s.memory_cap.empty(), std::memory_order_release);
-  if (!s.compute.empty() || !s.compute_cap.empty()) launch_gate::turn_on();
+  if (!s.compute.empty() || !s.compute_cap.empty()) launch_flag::turn_on();
   start_watcher();
   GS_LOG(Info, "limits active (state %s)", rt->settings.shared_file.c_str());
   return Phase::Ready;
@@ -218,6 +223,8 @@ void rebuild_after_fork() {
     return;
   }
   memory_books::after_fork();
+  context_books::after_fork();
+  libraries_after_fork();
   compute_limit::after_fork();
   priority_sharing::after_fork();
   if (auto reg = books->register_process(); !reg) {

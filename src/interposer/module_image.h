@@ -1,6 +1,6 @@
 // What a module image says its globals take on the device, read before the driver loads it, so the
-// load is charged (and refused past the quota) before the driver takes anything: PTX text (`.global`
-// arrays), ELF cubins, fat binaries and the runtime's fat-binary wrapper (fatbin_image.h).
+// load is charged (and refused past the quota) before the driver takes anything: PTX text
+// (ptx_globals.h), ELF cubins, fat binaries and the runtime's fat-binary wrapper (fatbin_image.h).
 #pragma once
 
 #include <cstddef>
@@ -19,8 +19,5 @@ ImageGlobals image_globals(const void* image, int sm, std::size_t limit = 1ULL <
 
 // Bytes of device globals the image declares; 0 when unknown (the device's architecture unknown).
 inline std::uint64_t image_global_bytes(const void* image) { return image_globals(image, 0).bytes; }
-
-// `.global` declarations of PTX text, NUL-terminated within `limit` bytes (0 otherwise).
-std::uint64_t ptx_global_bytes(const char* text, std::size_t limit);
 
 }  // namespace gpuslice::interposer

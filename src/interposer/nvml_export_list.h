@@ -1,4 +1,4 @@
-// The filter behind the process-list slots of nvidia-smi's export table (nvml_export_table.cpp),
+// The filter behind the process-list slots of nvidia-smi's export table (nvml_internal_table.cpp),
 // kept apart so it can be tested without a driver: entries of the observed layout
 // (abi/nvml_export_table.h) in the caller's buffer, compacted in place to the container's own.
 // No allocation, no lock: what `keep` costs is the caller's business.

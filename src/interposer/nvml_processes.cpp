@@ -63,7 +63,7 @@ GS_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned
 }
 
 // A pid's name: inside a slice another tenant's pid has none, as it has no place in the lists
-// above. (nvidia-smi 580 takes its names from its own process table: nvml_export_table.cpp.)
+// above. (nvidia-smi 580 takes its names from its own process table: nvml_internal_table.cpp.)
 GS_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length) {
   GS_NVML_HOOK_PROLOGUE(nvmlSystemGetProcessName);
   if (!gs::nvml_slice_active()) return real(pid, name, length);

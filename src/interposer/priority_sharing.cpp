@@ -6,10 +6,10 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
-#include "interposer/launch_gate.h"
+#include "interposer/launch_flag.h"
 #include "interposer/mps_client.h"
 #include "interposer/node_presence.h"
 #include "interposer/priority_board.h"
@@ -73,7 +73,7 @@ void open_gate(DeviceState& d) {
   if (d.priority_board == nullptr) return;
   // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
   auto* gate = new (std::nothrow) limiter::PriorityGate(
-      gate_clock(), driver_ops().gates, d.priority_board, ledger()->priority_source(),
+      gate_clock(), core_driver().gates, d.priority_board, ledger()->priority_source(),
       tuning_from(settings().priority_tuning, presence->assignment()), presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
@@ -122,7 +122,7 @@ bool refresh() {
   if (!asked) level = node_presence::assigned_default();
   if (!level) return false;
   runtime()->has_priority.store(true, std::memory_order_release);
-  launch_gate::turn_on();
+  launch_flag::turn_on();
   GS_LOG(Info, "priority sharing: %s%s", priority_name(*level), asked ? "" : " (assigned by the operator)");
   return true;
 }

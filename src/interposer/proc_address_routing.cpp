@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "interposer/ab_switch.h"
+#include "interposer/hooks.h"
 #include "interposer/real_symbols.h"
 
 namespace gpuslice::interposer {

@@ -1,9 +1,12 @@
-// Access to the real libcuda / libnvidia-ml and to the real dlsym, shared by the routing code.
+// The loader's side of reaching the real libcuda / libnvidia-ml, under the hook table (hooks.h):
+// glibc's own dlsym, our handle of each library, and the driver functions we call but do not hook.
 #pragma once
 
-#include "interposer/hooks.h"
+#include <cstdint>
 
 namespace gpuslice::interposer {
+
+enum class Library : std::uint8_t { Cuda, Nvml };
 
 // glibc's own dlsym, found with dlvsym so our exported override is never called by mistake.
 using DlsymFn = void* (*)(void*, const char*);
@@ -13,7 +16,11 @@ DlsymFn real_dlsym();
 // leave us with dangling function pointers). Null if the library cannot be loaded.
 void* library_handle(Library lib);
 
-// True if `p` is the real library's address of hook `id` (pointer identity, resolved lazily).
-bool is_real_address(HookId id, void* p);
+// Real driver functions we call but do not hook (cuCtxGetDevice, cuDeviceGetUuid, ...).
+void* real_unhooked(Library lib, const char* symbol);
 
 }  // namespace gpuslice::interposer
+
+#define REAL_UNHOOKED(lib, sym)        \
+  (reinterpret_cast<decltype(&::sym)>( \
+      ::gpuslice::interposer::real_unhooked(::gpuslice::interposer::Library::lib, #sym)))

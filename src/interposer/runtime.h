@@ -104,7 +104,7 @@ struct Runtime {
 };
 
 // Any device has a memory quota: the memory hooks' single predictable branch (the launch hooks'
-// is launch_gate.h's).
+// is launch_flag.h's).
 extern std::atomic<bool> g_memory_active;
 
 // The runtime once initialised (lifecycle.h), else null.

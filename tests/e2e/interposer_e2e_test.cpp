@@ -714,12 +714,14 @@ constexpr long long kResidentThreads = 132 * 2048;  // the simulated device's SM
 
 class DriverPaths : public E2E {
  protected:
-  Outcome reservation(const std::string& what, long long bytes, long long held = 0, long long lazy = 0) {
+  Outcome reservation(const std::string& what, long long bytes, long long held = 0, long long lazy = 0,
+                      long long more = kMiB) {
     Env env = base_env();
     env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
-    Outcome o = probe({"--scenario", "reservation", "--what", what, "--bytes", std::to_string(bytes),
-                       "--held", std::to_string(held), "--chunk", std::to_string(lazy)},
-                      env);
+    Outcome o =
+        probe({"--scenario", "reservation", "--what", what, "--bytes", std::to_string(bytes), "--held",
+               std::to_string(held), "--chunk", std::to_string(lazy), "--more", std::to_string(more)},
+              env);
     EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
     return o;
   }
@@ -769,6 +771,14 @@ TEST_F(DriverPaths, AGraphPoolWithinTheQuotaIsCountedAfterItsLaunch) {
   Outcome o = reservation("graph", 256 * kMiB);
   EXPECT_EQ(o.num("launch_code"), 0) << o.out;
   EXPECT_EQ(o.num("later_free"), kGiB - kContextBytes - 256 * kMiB) << "the pool keeps its memory";
+}
+
+TEST_F(DriverPaths, AnAllocationThatFitsOnlyOnceTheGraphPoolIsTrimmedIsGranted) {
+  // The pool keeps the 512 MiB its graph used: 64 + 512 + 600 MiB would pass the quota, 64 + 600 do not.
+  Outcome o = reservation("graph", 512 * kMiB, /*held=*/0, /*lazy=*/0, /*more=*/600 * kMiB);
+  EXPECT_EQ(o.num("launch_code"), 0) << o.out;
+  EXPECT_EQ(o.num("later_free"), kGiB - kContextBytes - 512 * kMiB) << "the pool keeps its memory";
+  EXPECT_EQ(o.num("more_code"), 0) << "the pool's unused memory went back to the device first";
 }
 
 TEST_F(DriverPaths, ModuleGlobalsAndLazilyLoadedCodeAreChargedAndRefuseWhatWouldFollow) {

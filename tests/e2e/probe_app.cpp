@@ -49,6 +49,7 @@ struct Options {
   std::string image;            // reservation --what image/wrapper/file: a fat binary's path
   std::string what;             // reservation: heap, stack, growth, graph, module
   std::size_t held = 0;         // reservation: allocated first, with cuMemAlloc
+  std::size_t more = 1 << 20;   // reservation: allocated last, with cuMemAlloc
   int share_pid = 0;            // vmm-import: the exporter's pid and file descriptor
   int share_fd = -1;
 };
@@ -522,7 +523,8 @@ unsigned long long own_driver_figure() {
 
 // Each way the driver takes memory for itself (--what: heap, stack, growth, module, unseen, graph), after
 // holding --held bytes of cuMemAlloc: prints each call's code, the driver's own figure for this process and
-// the books' free memory, then (after the reconciliation had time) whether a further 1 MiB is still granted.
+// the books' free memory, then (after the reconciliation had time) whether a further --more bytes (1 MiB)
+// are still granted.
 int reservation() {
   CUdeviceptr held = 0;
   if (g_opt.held != 0) check(g_drv.alloc(&held, g_opt.held), "cuMemAlloc");
@@ -605,7 +607,7 @@ int reservation() {
   std::printf("later_driver_used=%llu\n", own_driver_figure());
   print_info("later_");
   CUdeviceptr more = 0;
-  std::printf("more_code=%d\n", g_drv.alloc(&more, 1 << 20));
+  std::printf("more_code=%d\n", g_drv.alloc(&more, g_opt.more));
   return 0;
 }
 
@@ -897,6 +899,8 @@ int main(int argc, char** argv) {
       g_opt.what = next();
     else if (a == "--held")
       g_opt.held = parse_bytes(next());
+    else if (a == "--more")
+      g_opt.more = parse_bytes(next());
     else if (a == "--scenario")
       g_opt.scenario = next();
     else if (a == "--cuda-version")

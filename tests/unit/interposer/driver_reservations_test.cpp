@@ -1,4 +1,4 @@
-// The driver's own reservations on a simulated driver (DriverOps) over a real container ledger:
+// The driver's own reservations on a simulated driver (CoreDriver) over a real container ledger:
 // cuCtxSetLimit's heap and stack, the stack's growth at launch, the graph pool and its trim.
 #include "interposer/driver_reservations.h"
 
@@ -9,8 +9,9 @@
 #include <filesystem>
 #include <string>
 
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
+#include "simulated_driver.h"
 
 namespace gpuslice::interposer {
 namespace {
@@ -20,31 +21,14 @@ constexpr std::uint64_t kMiB = 1ULL << 20;
 constexpr std::uint64_t kGiB = 1ULL << 30;
 constexpr std::uint64_t kResident = 132 * 2048;  // an H100's resident threads
 
-// One 80 GiB device with an H100's SMs, functions whose local size is their handle's low bits
-// (in KiB), and a graph pool.
-struct Simulation {
+// Beside the simulated driver's one 80 GiB device: an H100's SMs, functions whose local size is their
+// handle's low bits (in KiB), and a graph pool.
+struct ReservationDriver {
   static inline std::atomic<int> local_queries{0};
   static inline std::atomic<int> set_limit_calls{0};
   static inline std::uint64_t pool_reserved = 0;
   static inline std::uint64_t pool_used = 0;
 
-  static CUresult uuid(CUuuid* out, CUdevice dev) {
-    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-    for (int i = 0; i < 16; ++i) out->bytes[i] = static_cast<char>(i + 1);
-    return CUDA_SUCCESS;
-  }
-  static CUresult total(std::size_t* bytes, CUdevice) {
-    *bytes = 80 * kGiB;
-    return CUDA_SUCCESS;
-  }
-  static CUresult current_device(CUdevice* dev) {
-    *dev = 0;
-    return CUDA_SUCCESS;
-  }
-  static CUresult count(int* devices) {
-    *devices = 1;
-    return CUDA_SUCCESS;
-  }
   static CUresult attribute(int* value, CUdevice_attribute attr, CUdevice) {
     *value = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 132 : 2048;
     return CUDA_SUCCESS;
@@ -72,80 +56,68 @@ CUfunction function_with_local_kib(std::uintptr_t serial, std::uintptr_t kib) {
   return reinterpret_cast<CUfunction>((serial << 12) | kib);
 }
 
-class DriverReservations : public ::testing::Test {
+class DriverReservations : public SimulatedProcess {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-reservations-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    set_driver_ops({.device_uuid = Simulation::uuid,
-                    .device_total_mem = Simulation::total,
-                    .device_count = Simulation::count,
-                    .current_device = Simulation::current_device,
-                    .device_attribute = Simulation::attribute,
-                    .function_local_bytes = Simulation::local_bytes,
-                    .graph_mem_attribute = Simulation::graph_attribute,
-                    .graph_mem_trim = Simulation::trim});
-    Simulation::local_queries = 0;
-    Simulation::set_limit_calls = 0;
-    Simulation::pool_reserved = 0;
-    Simulation::pool_used = 0;
+    SimulatedProcess::SetUp();
+    SimulatedDriver::devices = 1;
+    SimulatedDriver::device_bytes = 80 * kGiB;
+    set_core_driver({.device_uuid = SimulatedDriver::uuid,
+                     .device_total_mem = SimulatedDriver::total,
+                     .device_count = SimulatedDriver::count,
+                     .current_device = SimulatedDriver::current_device,
+                     .device_attribute = ReservationDriver::attribute,
+                     .function_local_bytes = ReservationDriver::local_bytes,
+                     .graph_mem_attribute = ReservationDriver::graph_attribute,
+                     .graph_mem_trim = ReservationDriver::trim});
+    memory_books::set_reclaim(trim_graph_pool);  // as lifecycle does
+    ReservationDriver::local_queries = 0;
+    ReservationDriver::set_limit_calls = 0;
+    ReservationDriver::pool_reserved = 0;
+    ReservationDriver::pool_used = 0;
     forget_functions();
     g_smallest_stack.store(kDefaultLimits[CU_LIMIT_STACK_SIZE]);
-  }
-  void TearDown() override {
-    Runtime* rt = runtime();
-    install_runtime(nullptr);
-    if (rt != nullptr) delete rt->ledger.load();
-    delete rt;
-    g_memory_active.store(false);
-    std::filesystem::remove_all(dir_);
   }
 
   // A process of a container with an 8 GiB quota on the device.
   DeviceState& start() {
-    auto* rt = new Runtime();
+    Runtime* rt = new_runtime();
     rt->settings.memory =
         *config::parse_device_values("8Gi", config::ValueKind::Size, config::SizeDialect::Native);
-    rt->settings.shared_file = dir_ + "/state";
-    rt->settings.limits_file = dir_ + "/limits";
-    auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
-    EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger.store(std::move(opened).value().release());
-    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
-    install_runtime(rt);
+    install(rt);
     g_memory_active.store(true);
     return *device_state(0);
   }
   std::uint64_t used(const DeviceState& d) { return ledger()->used(d.ledger_dev); }
-
-  std::string dir_;
 };
 
 TEST_F(DriverReservations, AStackLimitReservesThePerThreadSizeForEveryResidentThread) {
   DeviceState& d = start();
   // 47 KiB per thread x 270,336 threads is about 12 GiB: refused before the driver reserves it.
-  EXPECT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 47 * kKiB, Simulation::set_limit),
+  EXPECT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 47 * kKiB, ReservationDriver::set_limit),
             CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(Simulation::set_limit_calls.load(), 0);
+  EXPECT_EQ(ReservationDriver::set_limit_calls.load(), 0);
   EXPECT_EQ(used(d), 0u);
-  ASSERT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 16 * kKiB, Simulation::set_limit), CUDA_SUCCESS);
+  ASSERT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 16 * kKiB, ReservationDriver::set_limit), CUDA_SUCCESS);
   EXPECT_EQ(used(d), (16 * kKiB - 1024) * kResident);
-  ASSERT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 1024, Simulation::set_limit), CUDA_SUCCESS);
+  ASSERT_EQ(set_limit_charged(CU_LIMIT_STACK_SIZE, 1024, ReservationDriver::set_limit), CUDA_SUCCESS);
   EXPECT_EQ(used(d), 0u) << "back to the default: the reservation is part of the context again";
 }
 
 TEST_F(DriverReservations, AMallocHeapPastTheQuotaIsRefusedAndASmallerOneCharged) {
   DeviceState& d = start();
-  EXPECT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 12 * kGiB + kGiB / 4, Simulation::set_limit),
+  EXPECT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 12 * kGiB + kGiB / 4, ReservationDriver::set_limit),
             CUDA_ERROR_OUT_OF_MEMORY);
-  ASSERT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 2 * kGiB, Simulation::set_limit), CUDA_SUCCESS);
+  ASSERT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 2 * kGiB, ReservationDriver::set_limit),
+            CUDA_SUCCESS);
   EXPECT_EQ(used(d), 2 * kGiB - 8 * kMiB);
-  ASSERT_EQ(set_limit_charged(CU_LIMIT_PRINTF_FIFO_SIZE,
-                              kDefaultLimits[CU_LIMIT_PRINTF_FIFO_SIZE] + 64 * kMiB, Simulation::set_limit),
-            CUDA_SUCCESS);
-  ASSERT_EQ(set_limit_charged(CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048 + 1024, Simulation::set_limit),
-            CUDA_SUCCESS);
+  ASSERT_EQ(
+      set_limit_charged(CU_LIMIT_PRINTF_FIFO_SIZE, kDefaultLimits[CU_LIMIT_PRINTF_FIFO_SIZE] + 64 * kMiB,
+                        ReservationDriver::set_limit),
+      CUDA_SUCCESS);
+  ASSERT_EQ(
+      set_limit_charged(CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048 + 1024, ReservationDriver::set_limit),
+      CUDA_SUCCESS);
   EXPECT_EQ(used(d), 2 * kGiB - 8 * kMiB + 64 * kMiB + 1024 * kPendingLaunchBytes);
 }
 
@@ -164,10 +136,10 @@ TEST_F(DriverReservations, EachFunctionsLocalSizeIsAskedOnce) {
   start();
   const CUfunction small = function_with_local_kib(3, 0);
   for (int i = 0; i < 100; ++i) EXPECT_TRUE(launch_fits(small));
-  EXPECT_EQ(Simulation::local_queries.load(), 1);
+  EXPECT_EQ(ReservationDriver::local_queries.load(), 1);
   forget_functions();  // a module was unloaded: its handles may come back for other functions
   EXPECT_TRUE(launch_fits(small));
-  EXPECT_EQ(Simulation::local_queries.load(), 2);
+  EXPECT_EQ(ReservationDriver::local_queries.load(), 2);
 }
 
 TEST_F(DriverReservations, AGraphAllocationNodeThatCouldNeverFitIsRefusedWhenAdded) {
@@ -186,7 +158,7 @@ TEST_F(DriverReservations, TheGraphPoolIsChargedBeforeALaunchBacksTheAllocations
   note_graph_instantiated(exec, graph);
   ASSERT_TRUE(graph_pool_fits(exec));
   EXPECT_EQ(used(d), 6 * kGiB);
-  Simulation::pool_reserved = 6 * kGiB;  // the driver backed it; the graph freed its allocation
+  ReservationDriver::pool_reserved = 6 * kGiB;  // the driver backed it; the graph freed its allocation
   graph_pool_settle(exec);
   EXPECT_EQ(used(d), 6 * kGiB);
   EXPECT_TRUE(graph_pool_fits(exec)) << "the pool already holds what the graph needs";
@@ -196,7 +168,7 @@ TEST_F(DriverReservations, TheGraphPoolIsChargedBeforeALaunchBacksTheAllocations
   auto big_exec = reinterpret_cast<CUgraphExec>(0x9000);
   ASSERT_TRUE(note_graph_allocation(big, 0, 7 * kGiB));
   note_graph_instantiated(big_exec, big);
-  Simulation::pool_used = 2 * kGiB;  // while the first graph's allocation is still live
+  ReservationDriver::pool_used = 2 * kGiB;  // while the first graph's allocation is still live
   EXPECT_FALSE(graph_pool_fits(big_exec));
 }
 
@@ -207,11 +179,11 @@ TEST_F(DriverReservations, AnAllocationRefusedWhileThePoolHoldsUnusedMemoryTrims
   ASSERT_TRUE(note_graph_allocation(graph, 0, 6 * kGiB));
   note_graph_instantiated(exec, graph);
   ASSERT_TRUE(graph_pool_fits(exec));
-  Simulation::pool_reserved = 6 * kGiB;
+  ReservationDriver::pool_reserved = 6 * kGiB;
   graph_pool_settle(exec);
   const Reservation r = reserve(&d, 4 * kGiB);
   EXPECT_FALSE(r.refused) << "the pool gave its unused 6 GiB back";
-  EXPECT_EQ(Simulation::pool_reserved, 0u);
+  EXPECT_EQ(ReservationDriver::pool_reserved, 0u);
   EXPECT_EQ(used(d), 4 * kGiB);
 }
 
@@ -222,7 +194,8 @@ TEST_F(DriverReservations, WithoutAQuotaOnTheDeviceNothingIsCharged) {
   const int record = d.ledger_dev;
   d.ledger_dev.store(-1);
   EXPECT_TRUE(launch_fits(function_with_local_kib(4, 64)));
-  EXPECT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 40 * kGiB, Simulation::set_limit), CUDA_SUCCESS);
+  EXPECT_EQ(set_limit_charged(CU_LIMIT_MALLOC_HEAP_SIZE, 40 * kGiB, ReservationDriver::set_limit),
+            CUDA_SUCCESS);
   d.ledger_dev.store(record);
   EXPECT_EQ(ledger()->used(record), 0u);
 }

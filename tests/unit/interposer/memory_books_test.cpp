@@ -1,4 +1,4 @@
-// The memory books and the device table on a simulated driver (DriverOps) over a real container
+// The memory books and the device table on a simulated driver (CoreDriver) over a real container
 // ledger: reservation races, footprint reconciliation, the limits rule for late devices, fork.
 #include "interposer/memory_books.h"
 
@@ -16,8 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
+#include "simulated_driver.h"
 
 namespace gpuslice::interposer {
 namespace {
@@ -25,96 +26,30 @@ namespace {
 constexpr std::uint64_t kMiB = 1ULL << 20;
 constexpr std::uint64_t kGiB = 1ULL << 30;
 
-// The simulated driver: two 16 GiB devices, a current device per thread, NVML's process list.
-struct Simulation {
-  static inline thread_local CUdevice current = 0;
-  static inline std::mutex mutex;
-  static inline std::vector<nvmlProcessInfo_t> processes;
-
-  static CUresult uuid(CUuuid* out, CUdevice dev) {
-    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
-    for (int i = 0; i < 16; ++i) out->bytes[i] = static_cast<char>(dev * 16 + i);
-    return CUDA_SUCCESS;
-  }
-  static CUresult total(std::size_t* bytes, CUdevice dev) {
-    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = 16 * kGiB;
-    return CUDA_SUCCESS;
-  }
-  static CUresult current_device(CUdevice* dev) {
-    *dev = current;
-    return CUDA_SUCCESS;
-  }
-  static CUresult count(int* devices) {
-    *devices = 2;
-    return CUDA_SUCCESS;
-  }
-  static bool list(const char*, nvmlProcessInfo_t* out, unsigned* count) {
-    std::lock_guard<std::mutex> lock(mutex);
-    unsigned n = 0;
-    for (const auto& p : processes)
-      if (n < *count) out[n++] = p;
-    *count = n;
-    return true;
-  }
-  static void report_own_usage(std::uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    processes.clear();
-    nvmlProcessInfo_t own{};
-    own.pid = static_cast<unsigned>(getpid());
-    own.usedGpuMemory = bytes;
-    processes.push_back(own);
-  }
-};
-
-class MemoryBooks : public ::testing::Test {
+class MemoryBooks : public SimulatedProcess {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-books-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    set_driver_ops({.device_uuid = Simulation::uuid,
-                    .device_total_mem = Simulation::total,
-                    .device_count = Simulation::count,
-                    .current_device = Simulation::current_device,
-                    .device_processes = Simulation::list});
-    Simulation::processes.clear();
-    Simulation::current = 0;
+    SimulatedProcess::SetUp();
+    set_core_driver({.device_uuid = SimulatedDriver::uuid,
+                     .device_total_mem = SimulatedDriver::total,
+                     .device_count = SimulatedDriver::count,
+                     .current_device = SimulatedDriver::current_device,
+                     .device_processes = SimulatedDriver::list});
     clear_allocation_tables_after_fork();
-  }
-  void TearDown() override {
-    // The library keeps its runtime for the whole process; a test's goes with the test.
-    Runtime* rt = runtime();
-    install_runtime(nullptr);
-    if (rt != nullptr) delete rt->ledger.load();
-    delete rt;
-    g_memory_active.store(false);
-    std::filesystem::remove_all(dir_);
   }
 
   // A process of a container started with GPUSLICE_MEMORY_LIMIT=`memory` and the limits file
   // holding `file` (empty: no file).
   Runtime& start(const std::string& memory, const std::string& file = {}) {
-    auto* rt = new Runtime();  // lives as long as the process, as in the library
+    Runtime* rt = new_runtime();
     rt->settings.memory =
         *config::parse_device_values(memory, config::ValueKind::Size, config::SizeDialect::Native);
-    rt->settings.shared_file = dir_ + "/state";
-    rt->settings.limits_file = dir_ + "/limits";
     if (!file.empty()) write_limits(file);
     config::apply_limits_file(rt->settings, rt->settings.limits_file);
     EXPECT_TRUE(rt->settings.ok()) << rt->settings.errors.front();
-    auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
-    EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger.store(std::move(opened).value().release());
-    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
-    install_runtime(rt);
+    install(rt);
     g_memory_active.store(true);
     return *rt;
-  }
-
-  void write_limits(const std::string& text) {
-    std::ofstream(dir_ + "/limits.tmp") << text;
-    std::filesystem::rename(dir_ + "/limits.tmp", dir_ + "/limits");
   }
 
   // Allocates like a hook: the simulated driver always succeeds, handing out fresh addresses.
@@ -128,8 +63,6 @@ class MemoryBooks : public ::testing::Test {
     *out = dptr;
     return r;
   }
-
-  std::string dir_;
 };
 
 TEST_F(MemoryBooks, ThreadsRacingForTheQuotaNeverTogetherExceedIt) {
@@ -183,14 +116,14 @@ TEST_F(MemoryBooks, TheContextFootprintIsChargedAndGivenBackAsTheDriverReportsIt
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(100 * kMiB, &p), CUDA_SUCCESS);
   DeviceState& d = *device_state(0);
-  Simulation::report_own_usage(100 * kMiB + 300 * kMiB);  // the driver holds 300 MiB more than we track
+  SimulatedDriver::report_own_usage(100 * kMiB + 300 * kMiB);  // the driver holds 300 MiB more than we track
   reconcile_context_footprint(d);
   EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 400 * kMiB);
   EXPECT_EQ(d.context_charge.load(), 300 * kMiB);
-  Simulation::report_own_usage(100 * kMiB + 64 * kMiB);  // module images unloaded
+  SimulatedDriver::report_own_usage(100 * kMiB + 64 * kMiB);  // module images unloaded
   reconcile_context_footprint(d);
   EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 164 * kMiB);
-  Simulation::report_own_usage(100 * kMiB + 65 * kMiB);  // within the slack: not worth a change
+  SimulatedDriver::report_own_usage(100 * kMiB + 65 * kMiB);  // within the slack: not worth a change
   reconcile_context_footprint(d);
   EXPECT_EQ(d.context_charge.load(), 64 * kMiB);
 }
@@ -200,18 +133,18 @@ TEST_F(MemoryBooks, WhileAllocationsMoveTheFootprintOnlyGrows) {
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(100 * kMiB, &p), CUDA_SUCCESS);
   DeviceState& d = *device_state(0);
-  Simulation::report_own_usage(400 * kMiB);
+  SimulatedDriver::report_own_usage(400 * kMiB);
   reconcile_context_footprint(d);
   ASSERT_EQ(d.context_charge.load(), 300 * kMiB);
   {
     // A free in flight: the driver may have freed already, the books not yet. Never lowered then.
     AllocationInFlight flight;
-    Simulation::report_own_usage(300 * kMiB);
+    SimulatedDriver::report_own_usage(300 * kMiB);
     reconcile_context_footprint(d);
     EXPECT_EQ(d.context_charge.load(), 300 * kMiB);
     // But what the driver holds beyond the books (which never hold less than it for what the hooks
     // saw) is charged at once, however busy the process: a churning process cannot hide growth.
-    Simulation::report_own_usage(600 * kMiB);
+    SimulatedDriver::report_own_usage(600 * kMiB);
     reconcile_context_footprint(d);
     EXPECT_EQ(d.context_charge.load(), 500 * kMiB);
   }
@@ -223,13 +156,13 @@ TEST_F(MemoryBooks, AFootprintPastTheQuotaIsChargedAndRefusesAllocationsUntilItI
   CUdeviceptr p = 0;
   ASSERT_EQ(allocate_bytes(900 * kMiB, &p), CUDA_SUCCESS);
   DeviceState& d = *device_state(0);
-  Simulation::report_own_usage(900 * kMiB + 200 * kMiB);
+  SimulatedDriver::report_own_usage(900 * kMiB + 200 * kMiB);
   reconcile_context_footprint(d);
   EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 1100 * kMiB) << "the books hold the driver's figure";
   EXPECT_EQ(d.context_charge.load(), 200 * kMiB);
   CUdeviceptr q = 0;
   EXPECT_EQ(allocate_bytes(kMiB, &q), CUDA_ERROR_OUT_OF_MEMORY);
-  Simulation::report_own_usage(900 * kMiB + 50 * kMiB);  // the driver gave memory back
+  SimulatedDriver::report_own_usage(900 * kMiB + 50 * kMiB);  // the driver gave memory back
   reconcile_context_footprint(d);
   EXPECT_EQ(rt.ledger.load()->used(d.ledger_dev), 950 * kMiB);
   EXPECT_EQ(allocate_bytes(kMiB, &q), CUDA_SUCCESS);
@@ -249,7 +182,7 @@ TEST_F(MemoryBooks, AFileCapNeverRaisesTheRequestedQuota) {
 
 TEST_F(MemoryBooks, ADeviceAttachedAfterTheFileChangedGetsTheNewCap) {
   start("2Gi");
-  Simulation::current = 0;
+  SimulatedDriver::current = 0;
   ASSERT_NE(current_device_state(), nullptr);
   write_limits("GPUSLICE_MEMORY_LIMIT=1Gi\n");
   refresh_limits_file();
@@ -270,7 +203,7 @@ TEST_F(MemoryBooks, ADeviceAttachedWithoutALimitTakesACapWrittenLater) {
   ASSERT_GE(unlimited->ledger_dev, 0) << "the cap gives the device a record";
   EXPECT_EQ(effective_quota(*unlimited), kGiB);
   EXPECT_EQ(effective_quota(*device_state(0)), kGiB);
-  Simulation::current = 1;
+  SimulatedDriver::current = 1;
   CUdeviceptr p = 0;
   EXPECT_EQ(allocate_bytes(kGiB + kMiB, &p), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(allocate_bytes(512 * kMiB, &p), CUDA_SUCCESS);
@@ -281,7 +214,7 @@ TEST_F(MemoryBooks, ASameSizeRewriteOfTheLimitsFileIsSeen) {
   DeviceState& d = *device_state(0);
   refresh_limits_file();  // the watcher's first look
   ASSERT_EQ(effective_quota(d), 768 * kMiB);
-  const std::string path = dir_ + "/limits";
+  const std::string path = dir_ / "limits";
   struct stat before {};
   ASSERT_EQ(stat(path.c_str(), &before), 0);
   write_limits("GPUSLICE_MEMORY_LIMIT=512Mi\n");  // the same number of bytes

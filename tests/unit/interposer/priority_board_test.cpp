@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "interposer/node_presence.h"
 #include "shared_state/peer_record.h"
+#include "temp_dir.h"
 
 // Counts the allocations of the calling thread while counting is on (the gate's path must make none).
 // The replacement pairs new with malloc and delete with free, which GCC cannot see across calls.
@@ -72,12 +73,7 @@ CUresult no_sync() { return CUDA_SUCCESS; }
 
 class PriorityChannel : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-prio-channel-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
 
   struct Container {
     std::unique_ptr<NodePresence> presence;
@@ -89,8 +85,9 @@ class PriorityChannel : public ::testing::Test {
   std::unique_ptr<Container> container(std::uint64_t key, const char* writer, Priority p) {
     auto c = std::make_unique<Container>();
     // What the operator assigned the writer (device plugin, or root on a plain host): the level it claims.
-    std::ofstream(dir_ + "/" + writer + ".assigned") << "priority=" << priority_name(p) << "\ncompute=100\n";
-    auto opened = NodePresence::open(dir_, kGpu, key, writer);
+    std::ofstream(dir_ / (writer + std::string(".assigned")))
+        << "priority=" << priority_name(p) << "\ncompute=100\n";
+    auto opened = NodePresence::open(dir_.path(), kGpu, key, writer);
     EXPECT_TRUE(opened.ok()) << opened.error();
     if (!opened.ok()) return nullptr;
     c->presence = std::move(opened).value();
@@ -106,7 +103,7 @@ class PriorityChannel : public ::testing::Test {
   // The watcher's tick: the listing of the node directory, off the launching threads.
   void watch(Container& c) { c.board->scan(clock_.now, kStale, c.gate->priority()); }
 
-  std::string dir_;
+  test::TempDir dir_;
   ManualClock clock_;
 };
 
@@ -203,7 +200,7 @@ TEST_F(PriorityChannel, ARecordReplacedByASymlinkOrAFifoLaterIsRefusedOnTheNextS
   shm::PeerState peers[4];
   ASSERT_EQ(low->channel->scan_peers(peers, 4, clock_.now, kStale), 1U);
   const std::string path = high->channel->record_path();
-  const std::string moved = dir_ + "/high/elsewhere";
+  const std::string moved = dir_ / "high/elsewhere";
   ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
   ASSERT_EQ(::symlink(moved.c_str(), path.c_str()), 0);
   EXPECT_EQ(low->channel->read_known_peers(peers, 4, clock_.now, kStale, Priority::Low), 1U)
@@ -242,7 +239,7 @@ TEST_F(PriorityChannel, AnImpersonatorOfTheHighContainerCannotReleaseTheLowOne) 
   forged.heartbeat_ns = clock_.now;
   forged.checksum = shm::detail::peer_checksum(forged);
   for (int i = 0; i < 24; ++i) {
-    const std::string writer = dir_ + "/evil-" + std::to_string(i);
+    const std::string writer = dir_ / "evil-" + std::to_string(i);
     ASSERT_EQ(mkdir(writer.c_str(), 0755), 0);
     std::ofstream(writer + "/" + kGpu + ".0000000000000051", std::ios::binary)
         .write(reinterpret_cast<const char*>(&forged), sizeof forged);
@@ -309,7 +306,7 @@ TEST_F(PriorityChannel, ADescriptorTheApplicationReusedIsNotClosedByTheNextScan)
   }
   closedir(fds);
   ASSERT_GE(kept, 0);
-  const std::string mine = dir_ + "/application-file";
+  const std::string mine = dir_ / "application-file";
   const int app = open(mine.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   ASSERT_GE(app, 0);
   ASSERT_EQ(dup2(app, kept), kept);  // the application's file now has the kept number

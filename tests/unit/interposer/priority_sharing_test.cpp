@@ -1,4 +1,4 @@
-// Priority sharing behind the launch gate on a simulated driver (DriverOps) and a simulated clock,
+// Priority sharing behind the launch gate on a simulated driver (CoreDriver) and a simulated clock,
 // over a real container ledger and a real node directory: what a process without a level costs,
 // levels set live, the one record per device shared with the compute limit, held-back time, fork.
 #include "interposer/priority_sharing.h"
@@ -13,14 +13,15 @@
 #include <string>
 
 #include "interposer/compute_limit.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
 #include "interposer/node_presence.h"
 #include "limiter/compute_limiter.h"
 #include "limiter/priority_gate.h"
 #include "shared_state/node_channel.h"
+#include "simulated_driver.h"
 
 namespace gpuslice::interposer {
 namespace {
@@ -38,102 +39,52 @@ class SimulatedClock final : public Clock {
   std::atomic<std::uint64_t> reads{0};
 };
 
-struct Simulation {
-  static inline std::atomic<int> drains{0};
-  static CUresult uuid(CUuuid* out, CUdevice dev) {
-    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-    for (int i = 0; i < 16; ++i) out->bytes[i] = static_cast<char>(0x40 + i);
-    return CUDA_SUCCESS;
-  }
-  static CUresult total(std::size_t* bytes, CUdevice) {
-    *bytes = std::size_t{16} << 30;
-    return CUDA_SUCCESS;
-  }
-  static CUresult current_device(CUdevice* dev) {
-    *dev = 0;
-    return CUDA_SUCCESS;
-  }
-  static bool no_processes(const char*, nvmlProcessInfo_t*, unsigned* count) {
-    *count = 0;
-    return true;
-  }
-  static CUresult ctx_synchronize() {
-    drains.fetch_add(1);
-    return CUDA_SUCCESS;
-  }
-  static CUresult stream_synchronize(CUstream) { return ctx_synchronize(); }
-};
-
-class PrioritySharing : public ::testing::Test {
+class PrioritySharing : public SimulatedProcess {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-prio-share-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    set_driver_ops({.device_uuid = Simulation::uuid,
-                    .device_total_mem = Simulation::total,
-                    .current_device = Simulation::current_device,
-                    .device_processes = Simulation::no_processes,
-                    .gates = {.ctx_synchronize = Simulation::ctx_synchronize,
-                              .stream_synchronize = Simulation::stream_synchronize}});
+    SimulatedProcess::SetUp();
+    SimulatedDriver::devices = 1;
+    set_core_driver({.device_uuid = SimulatedDriver::uuid,
+                     .device_total_mem = SimulatedDriver::total,
+                     .current_device = SimulatedDriver::current_device,
+                     .device_processes = SimulatedDriver::list,
+                     .gates = {.ctx_synchronize = SimulatedDriver::ctx_synchronize,
+                               .stream_synchronize = SimulatedDriver::stream_synchronize}});
     set_gate_clock(&clock_);
-    Simulation::drains.store(0);
-  }
-  void TearDown() override {
-    Runtime* rt = runtime();
-    install_runtime(nullptr);
-    if (rt != nullptr) {
-      for (DeviceState& d : rt->devices) {
-        delete d.limiter.load();
-        delete d.priority_gate.load();
-      }
-      delete rt->ledger.load();
-    }
-    delete rt;  // the presences and boards stay: the library keeps them for the process's life
-    g_launch_gated.store(false);
-    set_gate_clock(nullptr);
-    std::filesystem::remove_all(dir_);
   }
 
   // A process of a container started with GPUSLICE_PRIORITY=`level` (unset: none) and
   // GPUSLICE_COMPUTE_LIMIT=`compute`, brought up as lifecycle does.
   Runtime& start(std::optional<Priority> level, const std::string& compute = {}) {
-    auto* rt = new Runtime();
+    Runtime* rt = new_runtime();
     if (!compute.empty())
       rt->settings.compute =
           *config::parse_device_values(compute, config::ValueKind::Percent, config::SizeDialect::Native);
     rt->settings.priority = level;
-    rt->settings.shared_file = dir_ + "/state";
-    rt->settings.limits_file = dir_ + "/limits";
-    rt->settings.node_dir = dir_ + "/node";
     rt->container_key = 0x1234;
-    auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
-    EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger.store(std::move(opened).value().release());
-    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
-    install_runtime(rt);
+    install(rt);
     node_presence::refresh_assignments();    // none yet, as in a process that just started
     assign("priority=high\ncompute=100\n");  // the operator lets this user's containers go up to high
     if (level) rt->ledger.load()->init_priority(*level);
     priority_sharing::refresh();
-    if (!rt->settings.compute.empty()) launch_gate::turn_on();
+    if (!rt->settings.compute.empty()) launch_flag::turn_on();
     EXPECT_NE(device_state(0), nullptr);  // attached by the first CUDA call
     return *rt;
   }
 
   // The node directory's owner (the operator) assigns this process's writer (uid-<euid>).
   void assign(const std::string& text) {
-    std::filesystem::create_directories(dir_ + "/node");
-    std::filesystem::permissions(dir_ + "/node", std::filesystem::perms(01777));
-    std::ofstream(dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned") << text;
+    std::filesystem::create_directories(dir_ / "node");
+    std::filesystem::permissions(dir_ / "node", std::filesystem::perms(01777));
+    std::ofstream(dir_ / "node/uid-" + std::to_string(geteuid()) + ".assigned") << text;
   }
 
-  void unassign() { std::filesystem::remove(dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned"); }
+  void unassign() { std::filesystem::remove(dir_ / "node/uid-" + std::to_string(geteuid()) + ".assigned"); }
   // A busy high container on the same GPU, seen by the next full look.
   std::unique_ptr<shm::NodeChannel> busy_high_peer() {
-    auto high = shm::NodeChannel::open(dir_ + "/node", device_state(0)->uuid, 0x77, "high");
+    auto high = shm::NodeChannel::open(dir_ / "node", device_state(0)->uuid, 0x77, "high");
     EXPECT_TRUE(high.ok()) << high.error();
-    std::ofstream(dir_ + "/node/high.assigned") << "priority=high\n";
+    std::ofstream(dir_ / "node/high.assigned") << "priority=high\n";
     shm::PeerState busy;
     busy.priority = Priority::High;
     busy.heartbeat_ns = clock_.now.load();
@@ -154,13 +105,12 @@ class PrioritySharing : public ::testing::Test {
 
   // The other containers' records as a reader on the node sees them.
   std::size_t read_records(shm::PeerState* out, std::size_t capacity) {
-    auto reader = shm::NodeChannel::open(dir_ + "/node", device_state(0)->uuid, 0x9999, "reader");
+    auto reader = shm::NodeChannel::open(dir_ / "node", device_state(0)->uuid, 0x9999, "reader");
     EXPECT_TRUE(reader.ok()) << reader.error();
     return reader.ok() ? reader.value()->read_peers(out, capacity, clock_.now.load()) : 0;
   }
 
   SimulatedClock clock_;
-  std::string dir_;
 };
 
 TEST_F(PrioritySharing, AProcessWithoutALevelOrLimitPassesLaunchesStraightThrough) {
@@ -312,10 +262,10 @@ TEST_F(PrioritySharing, AMalformedAssignmentRunsTheContainerAtLowAndSaysSo) {
 TEST_F(PrioritySharing, ASquattedNodeDirectoryIsTriedAgainRatherThanGivenUpForGood) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
   start(Priority::Normal);
-  ASSERT_EQ(chown((dir_ + "/node").c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chown((dir_ / "node").c_str(), 65534, 65534), 0);
   tick();
   EXPECT_EQ(gate(), nullptr) << "refused while squatted";
-  ASSERT_EQ(chown((dir_ + "/node").c_str(), 0, 0), 0);
+  ASSERT_EQ(chown((dir_ / "node").c_str(), 0, 0), 0);
   tick();
   EXPECT_EQ(gate(), nullptr) << "not before the backoff";
   clock_.now.fetch_add(1100 * kMs);
@@ -345,7 +295,7 @@ TEST_F(PrioritySharing, TimeHeldBackByABusyHigherContainerReachesTheLedgerAtTheN
   tick();
   ASSERT_NE(gate(), nullptr);
   // A high-priority container on the same GPU, busy for a while.
-  auto high = shm::NodeChannel::open(dir_ + "/node", device_state(0)->uuid, 0x77, "high");
+  auto high = shm::NodeChannel::open(dir_ / "node", device_state(0)->uuid, 0x77, "high");
   ASSERT_TRUE(high.ok()) << high.error();
   shm::PeerState busy;
   busy.priority = Priority::High;

@@ -11,7 +11,7 @@
 
 namespace gpuslice::interposer {
 
-struct DriverOps {
+struct CoreDriver {
   CUresult (*device_uuid)(CUuuid* uuid, CUdevice dev) = nullptr;
   CUresult (*device_total_mem)(std::size_t* bytes, CUdevice dev) = nullptr;
   // How many CUDA devices this process sees.
@@ -34,9 +34,9 @@ struct DriverOps {
 };
 
 // The ops in use: the real ones once lifecycle installed them, or a test's simulation.
-const DriverOps& driver_ops();
-void set_driver_ops(const DriverOps& ops);  // before any device is attached
+const CoreDriver& core_driver();
+void set_core_driver(const CoreDriver& ops);  // before any device is attached
 // The real library's functions (resolved on first use); only the preloaded library links them.
-DriverOps real_driver_ops();
+CoreDriver real_core_driver();
 
 }  // namespace gpuslice::interposer

@@ -1,4 +1,4 @@
-#include "interposer/driver_ops.h"
+#include "interposer/core_driver.h"
 #include "interposer/gate_driver.h"
 #include "interposer/hooks.h"
 
@@ -141,7 +141,7 @@ bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* c
 
 }  // namespace
 
-DriverOps real_driver_ops() {
+CoreDriver real_core_driver() {
   return {.device_uuid = real_device_uuid,
           .device_total_mem = real_device_total_mem,
           .device_count = real_device_count,

@@ -4,8 +4,6 @@
 // of its slots (abi/nvml_export_table.h). Inside a slice the caller gets a copy of that table in
 // which those three slots keep only the container's entries; every other slot is the real one.
 // The layout is known from the 580 branch only: on any other driver the table goes out untouched.
-#include "abi/nvml_export_table.h"
-
 #include <sched.h>
 
 #include <atomic>
@@ -13,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "abi/nvml_export_table.h"
 #include "common/log.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/nvml_export_list.h"

@@ -1,6 +1,8 @@
-// The compute limit behind the launch gate on a simulated driver (DriverOps) and a simulated clock over a
+// The compute limit behind the launch gate on a simulated driver (CoreDriver) and a simulated clock over a
 // real container ledger: what an unlimited device costs, live limits, late devices, graph capture, busy time,
 // fork.
+#include "interposer/compute_limit.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,12 +12,12 @@
 #include <fstream>
 #include <string>
 
-#include "interposer/compute_limit.h"
+#include "interposer/core_driver.h"
 #include "interposer/devices.h"
-#include "interposer/driver_ops.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
 #include "limiter/compute_limiter.h"
+#include "simulated_driver.h"
 
 namespace gpuslice::interposer {
 namespace {
@@ -37,107 +39,35 @@ class SimulatedClock final : public Clock {
   std::atomic<std::uint64_t> reads{0};
 };
 
-// The simulated driver: two devices, a current device per thread, counted drains, and one stream
-// that is being captured into a graph.
-struct Simulation {
-  static inline thread_local CUdevice current = 0;
-  static inline std::atomic<int> drains{0};
-  static inline std::atomic<int> capture_queries{0};
-  static inline CUstream capturing = nullptr;
-
-  static CUresult uuid(CUuuid* out, CUdevice dev) {
-    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
-    for (int i = 0; i < 16; ++i) out->bytes[i] = static_cast<char>(dev * 16 + i);
-    return CUDA_SUCCESS;
-  }
-  static CUresult total(std::size_t* bytes, CUdevice dev) {
-    if (dev < 0 || dev > 1) return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = std::size_t{16} << 30;
-    return CUDA_SUCCESS;
-  }
-  static CUresult current_device(CUdevice* dev) {
-    *dev = current;
-    return CUDA_SUCCESS;
-  }
-  static bool no_processes(const char*, nvmlProcessInfo_t*, unsigned* count) {
-    *count = 0;
-    return true;
-  }
-  static CUresult ctx_synchronize() {
-    drains.fetch_add(1);
-    return CUDA_SUCCESS;
-  }
-  static CUresult stream_synchronize(CUstream) {
-    drains.fetch_add(1);
-    return CUDA_SUCCESS;
-  }
-  static CUresult capture_status(CUstream stream, int* status) {
-    capture_queries.fetch_add(1);
-    *status = stream != nullptr && stream == capturing ? 1 : 0;
-    return CUDA_SUCCESS;
-  }
-};
-
 CUstream stream_handle(std::uintptr_t value) { return reinterpret_cast<CUstream>(value); }
 
-class ComputeGate : public ::testing::Test {
+class ComputeLimit : public SimulatedProcess {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-gate-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    set_driver_ops({.device_uuid = Simulation::uuid,
-                    .device_total_mem = Simulation::total,
-                    .current_device = Simulation::current_device,
-                    .device_processes = Simulation::no_processes,
-                    .gates = {.ctx_synchronize = Simulation::ctx_synchronize,
-                              .stream_synchronize = Simulation::stream_synchronize,
-                              .stream_is_capturing = Simulation::capture_status}});
+    SimulatedProcess::SetUp();
+    set_core_driver({.device_uuid = SimulatedDriver::uuid,
+                     .device_total_mem = SimulatedDriver::total,
+                     .current_device = SimulatedDriver::current_device,
+                     .device_processes = SimulatedDriver::list,
+                     .gates = {.ctx_synchronize = SimulatedDriver::ctx_synchronize,
+                               .stream_synchronize = SimulatedDriver::stream_synchronize,
+                               .stream_is_capturing = SimulatedDriver::capture_status}});
     set_gate_clock(&clock_);
-    Simulation::current = 0;
-    Simulation::drains.store(0);
-    Simulation::capture_queries.store(0);
-    Simulation::capturing = nullptr;
-  }
-  void TearDown() override {
-    // The library keeps its runtime and limiters for the whole process; a test's go with the test.
-    Runtime* rt = runtime();
-    install_runtime(nullptr);
-    if (rt != nullptr) {
-      for (DeviceState& d : rt->devices) delete d.limiter.load();
-      delete rt->ledger.load();
-    }
-    delete rt;
-    g_launch_gated.store(false);
-    set_gate_clock(nullptr);
-    std::filesystem::remove_all(dir_);
   }
 
   // A process of a container started with GPUSLICE_COMPUTE_LIMIT=`compute` and
   // GPUSLICE_MEMORY_LIMIT=`memory` (empty: not set), activated as lifecycle does.
   Runtime& start(const std::string& compute, const std::string& memory = {}) {
-    auto* rt = new Runtime();  // lives as long as the process, as in the library
+    Runtime* rt = new_runtime();
     if (!compute.empty())
       rt->settings.compute =
           *config::parse_device_values(compute, config::ValueKind::Percent, config::SizeDialect::Native);
     if (!memory.empty())
       rt->settings.memory =
           *config::parse_device_values(memory, config::ValueKind::Size, config::SizeDialect::Native);
-    rt->settings.shared_file = dir_ + "/state";
-    rt->settings.limits_file = dir_ + "/limits";
-    rt->settings.node_dir = dir_ + "/node";
-    auto opened = shm::Ledger::open(rt->settings.shared_file, shm::Ledger::Mode::Process);
-    EXPECT_TRUE(opened.ok()) << opened.error();
-    rt->ledger.store(std::move(opened).value().release());
-    EXPECT_TRUE(rt->ledger.load()->register_process().ok());
-    install_runtime(rt);
+    install(rt);
     g_launch_gated.store(!rt->settings.compute.empty());
     return *rt;
-  }
-
-  void write_limits(const std::string& text) {
-    std::ofstream(dir_ + "/limits.tmp") << text;
-    std::filesystem::rename(dir_ + "/limits.tmp", dir_ + "/limits");
   }
 
   // A launch as the launch hooks make it: through the gate only while some device is limited.
@@ -151,10 +81,9 @@ class ComputeGate : public ::testing::Test {
   }
 
   SimulatedClock clock_;
-  std::string dir_;
 };
 
-TEST_F(ComputeGate, AnUnlimitedDeviceNeverReadsTheClockNorDrains) {
+TEST_F(ComputeLimit, AnUnlimitedDeviceNeverReadsTheClockNorDrains) {
   start("1=50");  // only device 1 is limited: the gate is on for the whole process
   ASSERT_TRUE(launch_gated());
   for (int i = 0; i < 100; ++i) {
@@ -164,38 +93,38 @@ TEST_F(ComputeGate, AnUnlimitedDeviceNeverReadsTheClockNorDrains) {
     clock_.advance(5 * kMs);
   }
   EXPECT_EQ(clock_.reads.load(), 0u);
-  EXPECT_EQ(Simulation::drains.load(), 0);
-  EXPECT_EQ(Simulation::capture_queries.load(), 0);
+  EXPECT_EQ(SimulatedDriver::drains.load(), 0);
+  EXPECT_EQ(SimulatedDriver::capture_queries.load(), 0);
   ASSERT_NE(device_state(0), nullptr);
   EXPECT_LT(device_state(0)->ledger_dev, 0) << "device 0 has no record";
   EXPECT_EQ(limiter_of(0), nullptr);
 }
 
-TEST_F(ComputeGate, ALimitLoweredLiveAppliesAtTheNextLaunch) {
+TEST_F(ComputeLimit, ALimitLoweredLiveAppliesAtTheNextLaunch) {
   Runtime& rt = start("50");
   launch();
   limiter::ComputeLimiter* lim = limiter_of(0);
   ASSERT_NE(lim, nullptr);
   EXPECT_EQ(lim->limit_percent(), 50u);
-  ASSERT_EQ(Simulation::drains.load(), 1)
+  ASSERT_EQ(SimulatedDriver::drains.load(), 1)
       << "the first launch drains what was queued unlimited, opens a window";
 
   rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 10);  // `gpuslice set --compute 10`
   clock_.advance(10 * kUs);
   launch();
   EXPECT_EQ(lim->limit_percent(), 10u);
-  EXPECT_EQ(Simulation::drains.load(), 2) << "the window of the old limit ends at once";
+  EXPECT_EQ(SimulatedDriver::drains.load(), 2) << "the window of the old limit ends at once";
   EXPECT_EQ(lim->stats().windows, 1u);
 }
 
-TEST_F(ComputeGate, ADeviceFirstUsedAfterTheLimitsFileChangedGetsItsCap) {
+TEST_F(ComputeLimit, ADeviceFirstUsedAfterTheLimitsFileChangedGetsItsCap) {
   start("0=50");
   launch();
   ASSERT_NE(limiter_of(0), nullptr);
   write_limits("GPUSLICE_COMPUTE_LIMIT=1=20\n");
   refresh_limits_file();
 
-  Simulation::current = 1;
+  SimulatedDriver::current = 1;
   launch();
   limiter::ComputeLimiter* lim = limiter_of(1);
   ASSERT_NE(lim, nullptr) << "the cap alone limits a device nothing else asked to limit";
@@ -203,7 +132,7 @@ TEST_F(ComputeGate, ADeviceFirstUsedAfterTheLimitsFileChangedGetsItsCap) {
   EXPECT_EQ(limiter_of(0)->limit_percent(), 50u) << "the cap names device 1 only";
 }
 
-TEST_F(ComputeGate, ALimitSetLiveOnAnUnlimitedProcessTurnsTheGateOnAtTheNextTick) {
+TEST_F(ComputeLimit, ALimitSetLiveOnAnUnlimitedProcessTurnsTheGateOnAtTheNextTick) {
   Runtime& rt = start("", "1Gi");  // a memory quota only: the device has a record, the gate is off
   DeviceState* d = device_state(0);
   ASSERT_NE(d, nullptr);
@@ -219,28 +148,28 @@ TEST_F(ComputeGate, ALimitSetLiveOnAnUnlimitedProcessTurnsTheGateOnAtTheNextTick
   EXPECT_EQ(limiter_of(0)->limit_percent(), 30u);
 }
 
-TEST_F(ComputeGate, AStreamBeingCapturedIntoAGraphIsNeverDrained) {
+TEST_F(ComputeLimit, AStreamBeingCapturedIntoAGraphIsNeverDrained) {
   Runtime& rt = start("50");
   const CUstream captured = stream_handle(0x200);
-  Simulation::capturing = captured;
+  SimulatedDriver::capturing = captured;
   for (int i = 0; i < 200; ++i) {
     launch(captured);
     clock_.advance(2 * kMs);
   }
   rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 10);
   launch(captured);
-  EXPECT_EQ(Simulation::drains.load(), 0);
-  EXPECT_GT(Simulation::capture_queries.load(), 0);
+  EXPECT_EQ(SimulatedDriver::drains.load(), 0);
+  EXPECT_GT(SimulatedDriver::capture_queries.load(), 0);
 
   // The same launches on a stream that is not being captured do drain: the windows close.
   for (int i = 0; i < 200; ++i) {
     launch(stream_handle(0x300));
     clock_.advance(2 * kMs);
   }
-  EXPECT_GT(Simulation::drains.load(), 0);
+  EXPECT_GT(SimulatedDriver::drains.load(), 0);
 }
 
-TEST_F(ComputeGate, BusyTimeTheLimiterMeasuredReachesTheLedgerAtTheNextTick) {
+TEST_F(ComputeLimit, BusyTimeTheLimiterMeasuredReachesTheLedgerAtTheNextTick) {
   Runtime& rt = start("50");
   for (int i = 0; i < 200; ++i) {
     launch();
@@ -265,18 +194,18 @@ TEST_F(ComputeGate, BusyTimeTheLimiterMeasuredReachesTheLedgerAtTheNextTick) {
   EXPECT_EQ(own_busy(), busy) << "published once";
 }
 
-TEST_F(ComputeGate, SettlingAtExitChargesTheOpenWindow) {
+TEST_F(ComputeLimit, SettlingAtExitChargesTheOpenWindow) {
   start("50");
   launch();
   clock_.advance(500 * kUs);
   ASSERT_EQ(limiter_of(0)->stats().windows, 0u);
   compute_limit::settle_at_exit();
   EXPECT_EQ(limiter_of(0)->stats().windows, 1u);
-  EXPECT_EQ(Simulation::drains.load(), 2);  // before the first window opened, and the settle's
+  EXPECT_EQ(SimulatedDriver::drains.load(), 2);  // before the first window opened, and the settle's
   EXPECT_GT(limiter_of(0)->stats().busy_ns, 0u);
 }
 
-TEST_F(ComputeGate, AForkedChildMeasuresWithALimiterOfItsOwn) {
+TEST_F(ComputeLimit, AForkedChildMeasuresWithALimiterOfItsOwn) {
   Runtime& rt = start("50");
   launch();
   limiter::ComputeLimiter* parents = limiter_of(0);
