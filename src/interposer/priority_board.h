@@ -5,7 +5,7 @@
 #pragma once
 
 #include "interposer/node_presence.h"
-#include "limiter/priority_gate.h"
+#include "limiter/peer_board.h"
 
 namespace gpuslice::interposer {
 

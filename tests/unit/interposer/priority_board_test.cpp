@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "interposer/node_presence.h"
+#include "limiter/priority_gate.h"
 #include "shared_state/peer_record.h"
 #include "temp_dir.h"
 
