@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "node/options.h"
+#include "node/startup/flag_table.h"
 
 namespace gpuslice::node {
 namespace {

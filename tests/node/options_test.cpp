@@ -1,9 +1,8 @@
-#include "node/options.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "node/startup/flag_table.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -11,11 +11,11 @@
 #include "common/log.h"
 #include "config/limits_file.h"
 #include "config/text_util.h"
-#include "node/allocation_record.h"
-#include "node/assignment_file.h"
+#include "node/channel/assignment_file.h"
 #include "node/dra/cdi_spec.h"
-#include "node/limits_file.h"
-#include "node/untrusted_json.h"
+#include "node/host/allocation_record.h"
+#include "node/host/limits_file.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {

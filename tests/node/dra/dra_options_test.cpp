@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "node/options.h"
+#include "node/startup/flag_table.h"
 
 namespace gpuslice::node {
 namespace {
