@@ -1,9 +1,13 @@
 #include "node/host/host_layout.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 
+#include "common/errno_text.h"
 #include "common/text.h"
 #include "node/host/allocation_record.h"
 
@@ -40,5 +44,13 @@ std::vector<std::string> HostLayout::list_containers() const {
 }
 
 bool valid_container_id(std::string_view id) { return text::is_plain_name(id); }
+
+Result<bool> make_host_dir(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return make_error(path + ": " + ec.message());
+  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + fs::errno_text(errno));
+  return true;
+}
 
 }  // namespace gpuslice::node

@@ -7,10 +7,13 @@
 // inside the container (a bind-mounted file keeps pointing at the replaced inode).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/result.h"
 #include "config/default_paths.h"
 
 namespace gpuslice::node {
@@ -66,5 +69,9 @@ class HostLayout {
 
 // A container id is one path component: 1-128 characters of [A-Za-z0-9._-], not "." or "..".
 bool valid_container_id(std::string_view id);
+
+// Makes `path` and its missing parents, then gives `path` exactly `mode` (after mkdir: the process
+// umask must not narrow what containers may write).
+Result<bool> make_host_dir(const std::string& path, mode_t mode);
 
 }  // namespace gpuslice::node

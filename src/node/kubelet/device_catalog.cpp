@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "common/clock.h"
 #include "common/enum_names.h"
 #include "common/errno_text.h"
 #include "node/channel/assignment_file.h"
@@ -34,21 +35,6 @@ std::string hex_of_uuid(const std::string& uuid) {
       hex += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   return hex;
-}
-
-Result<bool> make_dir(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return make_error(path + ": " + ec.message());
-  // chmod after mkdir: the process umask must not narrow what containers may write.
-  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + fs::errno_text(errno));
-  return true;
-}
-
-std::uint64_t realtime_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -322,10 +308,10 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     const std::string memory = per_gpu_value([unit](unsigned count) { return std::uint64_t{count} * unit; });
     plan.container_id = new_container_id();
     const std::string& id = plan.container_id;
-    if (auto r = make_dir(layout.container_dir(id), 0755); !r) return make_error(r.error());
+    if (auto r = make_host_dir(layout.container_dir(id), 0755); !r) return make_error(r.error());
     // Written by any user the container runs as.
-    if (auto r = make_dir(layout.state_dir(id), 01777); !r) return make_error(r.error());
-    if (auto r = make_dir(layout.config_dir(id), 0755); !r) return make_error(r.error());
+    if (auto r = make_host_dir(layout.state_dir(id), 01777); !r) return make_error(r.error());
+    if (auto r = make_host_dir(layout.config_dir(id), 0755); !r) return make_error(r.error());
     Limits limits;
     limits.memory = memory;
     if (auto r = write_file_atomically(layout.limits_file(id), render_limits(limits)); !r) {
@@ -359,8 +345,8 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     // own writer directory (sticky: any uid of the container may add its record, none can replace
     // another's).
     const std::string writer = new_container_id();
-    if (auto r = make_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
-    if (auto r = make_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
+    if (auto r = make_host_dir(layout.channel_dir(), 0755); !r) return make_error(r.error());
+    if (auto r = make_host_dir(layout.channel_writer_dir(writer), 01777); !r) return make_error(r.error());
     // What the container's records are believed at (node_channel.h), beside its writer directory,
     // where it cannot change it: checked before anything was created.
     if (auto r = write_assignment(layout, writer, channel_assignment); !r) return make_error(r.error());
