@@ -1,106 +1,123 @@
 #include "node/dra_mode.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "config/default_paths.h"
 #include "config/settings.h"
-#include "node/api/http_api.h"
 #include "node/dra/api_client.h"
 #include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
+#include "node/dra/claim_reader.h"
 #include "node/dra/kubelet_service.h"
 #include "node/dra/slice_publisher.h"
-#include "node/mps/manager_thread.h"
+#include "node/host/host_layout.h"
 #include "node/node_view/collector.h"
-#include "node/startup/flag_table.h"
+#include "node/startup/run_mode.h"
 
-namespace gpuslice::node::dra {
+namespace gpuslice::node {
 namespace {
 
-int g_stop_pipe[2] = {-1, -1};
-
-void note_stop(int) {
-  const char byte = 1;
-  const int saved = errno;
-  (void)!::write(g_stop_pipe[1], &byte, 1);
-  errno = saved;
+std::vector<Flag> dra_flags(DraModeOptions& out) {
+  return joined({
+      {{"root", "DIR", "GPUSLICE_NODE_ROOT", kDefaultRoot, "host directory of per-claim state",
+        set_text(out.root)}},
+      api_flags(out.api, "file holding the API's bearer token"),
+      {{"nvml-library", "PATH", "GPUSLICE_NVML_LIBRARY", "libnvidia-ml.so.1", "NVML to dlopen",
+        set_text(out.nvml_library)},
+       {"fake-gpus", "NxSIZE", nullptr, nullptr, "no NVML: N identical GPUs of SIZE memory (demos, tests)",
+        set_text(out.fake_gpus)},
+       {"scan-interval", "DURATION", nullptr, "1s", "how often GPUs and state are read",
+        set_duration(out.scan_interval)},
+       {"node-name", "NAME", "NODE_NAME", nullptr,
+        "this node's name: the ResourceSlice's node and pool (required)", set_text(out.node_name)}},
+      mps_flags(out.mps),
+      {{"driver-name", "NAME", nullptr, "gpuslice.io", "DRA driver name (DeviceClass selectors name it)",
+        set_text(out.driver)},
+       {"plugins-dir", "DIR", nullptr, "/var/lib/kubelet/plugins",
+        "where the DRA socket is served (<dir>/<driver>/dra.sock)", set_text(out.plugins_dir)},
+       {"registry-dir", "DIR", nullptr, "/var/lib/kubelet/plugins_registry",
+        "the kubelet's plugin registration directory", set_text(out.registry_dir)},
+       {"cdi-dir", "DIR", nullptr, "/var/run/cdi", "where CDI specs of prepared claims are written",
+        set_text(out.cdi_dir)},
+       {"dev-root", "DIR", nullptr, "/dev", "where /dev/nvidia* are found on the host",
+        set_text(out.dev_root)},
+       {"api-server", "URL", nullptr, nullptr,
+        "Kubernetes API server (default: in-cluster, KUBERNETES_SERVICE_HOST)", set_text(out.api_server)},
+       {"api-token-file", "FILE", nullptr, "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "service-account token for the API server (read again for every request)",
+        set_text(out.api_token_file)},
+       {"api-ca-file", "FILE", nullptr, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+        "CA bundle the API server's certificate is checked against", set_text(out.api_ca_file)},
+       {"api-timeout", "DURATION", nullptr, "10s", "deadline of one API request",
+        set_duration(out.api_timeout)},
+       {"no-publish", nullptr, nullptr, nullptr, "do not publish the ResourceSlices (another process does)",
+        set_switch(out.publish, false)},
+       {"no-partitionable-devices", nullptr, nullptr, nullptr,
+        "publish only the shared gpu-N devices: no whole-GPU gpu-N-whole devices, no counters (where the "
+        "scheduler lacks DRAPartitionableDevices; an API server that drops the fields is noticed anyway)",
+        set_switch(out.partitionable, false)},
+       {"dropped-capacity", "POLICY", "GPUSLICE_DRA_DROPPED_CAPACITY", "refuse",
+        "a claim given a GPU without consumed capacity (the API server dropped its capacity request: "
+        "DRAConsumableCapacity off) is refused, prepared with the whole GPU (whole), or with this memory "
+        "limit (a size, e.g. 4Gi); a claim's own memory.limit applies in every case",
+        [&out](const std::string& v) -> std::optional<std::string> {
+          if (auto p = dra::parse_dropped_capacity(v); !p) return p.error();
+          out.dropped_capacity = v;
+          return std::nullopt;
+        }},
+       {"priority-high-namespaces", "NS[,NS...]", "GPUSLICE_DRA_PRIORITY_HIGH_NAMESPACES", "",
+        "namespaces whose claims may ask for priority high (empty: none; elsewhere such a claim is "
+        "refused at prepare)",
+        set_namespace_list(out.priority_high_namespaces)},
+       {"lease-namespace", "NAMESPACE", "POD_NAMESPACE", "gpuslice-system",
+        "namespace of the Lease that keeps two daemons of one node from both publishing",
+        set_text(out.lease_namespace)},
+       {"lease-duration", "DURATION", nullptr, "15s",
+        "how long the Lease holds without renewal (another daemon of the node waits this long)",
+        set_duration(out.lease_duration)},
+       {"identity", "NAME", "POD_NAME", nullptr, "holder identity in the Lease (default host name and pid)",
+        set_text(out.identity)},
+       log_level_flag(out.log_level)},
+  });
 }
 
-Result<std::vector<GpuInfo>> fixed_gpus(const std::string& spec) {
-  const std::size_t x = spec.find('x');
-  const int count = x == std::string::npos ? 0 : std::atoi(spec.substr(0, x).c_str());
-  auto size =
-      x == std::string::npos ? Result<std::uint64_t>(make_error("")) : config::parse_size(spec.substr(x + 1));
-  if (count <= 0 || count > 64 || !size) return make_error("--fake-gpus: expected NxSIZE, e.g. 2x16Gi");
-  std::vector<GpuInfo> gpus;
-  for (int i = 0; i < count; ++i) {
-    GpuInfo g;
-    g.index = g.minor = static_cast<unsigned>(i);
-    char uuid[64];
-    std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-%012d", i);
-    g.uuid = uuid;
-    g.name = "gpuslice fake GPU";
-    g.memory_total_bytes = *size;
-    gpus.push_back(g);
-  }
-  return gpus;
-}
+const char* const kDraHead = "usage: gpuslice-node dra [flags]\n";
 
 }  // namespace
 
-int run_dra_mode(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env) {
-  DraModeOptions options;
-  const ParseOutcome parsed = parse_dra_options(args, env, options);
-  if (parsed.help) {
-    std::fputs(parsed.message.c_str(), stdout);
-    return 0;
-  }
-  if (!parsed.message.empty()) {
-    std::fprintf(stderr, "gpuslice-node dra: %s\n", parsed.message.c_str());
-    return 2;
-  }
-  log::set_level(log::Level::Info);
-  if (auto level = config::parse_log_level(options.log_level)) log::set_level(*level);
-  // SIGTERM and SIGINT through a handler and a pipe, not a blocked mask: threads started before
-  // this point (gRPC's, at static initialisation) do not block them, and one of them would take the
-  // signal's default action and kill the daemon before it lets go of its sockets and Lease.
-  if (::pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-    GS_LOG(Error, "pipe2: %s", std::strerror(errno));
-    return 1;
-  }
-  struct sigaction on_stop {};
-  on_stop.sa_handler = note_stop;
-  sigemptyset(&on_stop.sa_mask);
-  on_stop.sa_flags = SA_RESTART;
-  ::sigaction(SIGTERM, &on_stop, nullptr);
-  ::sigaction(SIGINT, &on_stop, nullptr);
+ParseOutcome parse_dra_options(const std::vector<std::string>& args, const EnvLookup& env,
+                               DraModeOptions& out) {
+  ParseOutcome outcome = parse_mode_flags(args, env, dra_flags(out), kDraHead);
+  if (!outcome.message.empty()) return outcome;
+  if (out.node_name.empty()) return {false, "--node-name (or NODE_NAME) is required"};
+  take_api_token(env, out.api.token);
+  return outcome;
+}
 
-  std::unique_ptr<GpuSource> source;
-  if (options.fake_gpus.empty()) {
-    auto opened = open_nvml(options.nvml_library);
-    if (!opened) {
-      GS_LOG(Error, "%s", opened.error().c_str());
-      return 1;
-    }
-    source = std::move(opened).value();
-  } else {
-    auto gpus = fixed_gpus(options.fake_gpus);
-    if (!gpus) {
-      std::fprintf(stderr, "gpuslice-node dra: %s\n", gpus.error().c_str());
+std::string usage_dra() { return mode_usage(kDraHead, dra_flags); }
+
+namespace dra {
+
+int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
+  DraModeOptions options;
+  if (auto code = begin_mode(parse_dra_options(args, env, options), "gpuslice-node dra", options.log_level))
+    return *code;
+  auto opened = open_gpus(options.nvml_library, options.fake_gpus);
+  if (!opened) {
+    // A malformed --fake-gpus is a usage error; NVML that cannot be opened is not.
+    if (!options.fake_gpus.empty()) {
+      std::fprintf(stderr, "gpuslice-node dra: %s\n", opened.error().c_str());
       return 2;
     }
-    source = std::make_unique<StaticGpuSource>(*gpus);
+    GS_LOG(Error, "%s", opened.error().c_str());
+    return 1;
   }
+  std::unique_ptr<GpuSource> source = std::move(opened).value();
   auto first = source->probe();
   if (!first) {
     GS_LOG(Error, "NVML: %s", first.error().c_str());
@@ -121,13 +138,8 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   prep.dev_root = options.dev_root;
   prep.node = {options.driver, options.node_name, *first, *parse_dropped_capacity(options.dropped_capacity)};
   prep.priority_high_namespaces = options.priority_high_namespaces;
-  std::unique_ptr<mps::ManagerThread> mps_manager;
-  if (options.mps.enabled) {
-    auto mps_options = mps::node_manager_options(options.mps.root, options.mps.binary,
-                                                 options.fake_gpus.empty() ? options.nvml_library : "");
-    prep.mps_pipe_dir = mps_options.paths.pipe_dir();
-    mps_manager = std::make_unique<mps::ManagerThread>(std::move(mps_options));
-  }
+  std::unique_ptr<mps::ManagerThread> mps_manager =
+      start_mps(options.mps, options.nvml_library, options.fake_gpus, prep.mps_pipe_dir);
   ClaimPreparer preparer(prep, api);
   if (auto r = preparer.recover(); !r) {
     GS_LOG(Error, "DRA checkpoint: %s", r.error().c_str());
@@ -188,10 +200,7 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
     return 1;
   }
 
-  while (true) {
-    pollfd stop{g_stop_pipe[0], POLLIN, 0};
-    const int ready = ::poll(&stop, 1, static_cast<int>(options.scan_interval.count()));
-    if (ready > 0 && (stop.revents & POLLIN)) break;
+  while (!wait_for_stop(options.scan_interval)) {
     auto view = collector.refresh();
     if (publisher) publisher->set_gpus(view->gpus);
   }
@@ -208,4 +217,5 @@ int run_dra_mode(const std::vector<std::string>& args, const std::function<const
   return 0;
 }
 
-}  // namespace gpuslice::node::dra
+}  // namespace dra
+}  // namespace gpuslice::node

@@ -2,7 +2,9 @@
 
 #include <map>
 
+#include "node/serve_mode.h"
 #include "node/startup/flag_table.h"
+#include "node/webhook_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -49,4 +49,8 @@ class StaticGpuSource final : public GpuSource {
   std::vector<GpuInfo> gpus_;
 };
 
+// --fake-gpus NxSIZE ("2x16Gi"): N identical GPUs of SIZE memory, 1 <= N <= 64, without NVML (demos,
+// tests); fails with a message naming the flag.
+Result<std::unique_ptr<GpuSource>> fake_gpu_source(const std::string& spec);
+
 }  // namespace gpuslice::node

@@ -1,5 +1,5 @@
 // Where the kubelet keeps what gpuslice-node talks to. The one home of these paths: the defaults of
-// the daemon's flags (options.cpp), PluginOptions and PodResourcesOptions all refer to them.
+// the daemon's flags (serve_mode.cpp), PluginOptions and PodResourcesOptions all refer to them.
 #pragma once
 
 namespace gpuslice::node {

@@ -1,87 +1,27 @@
-// Command line and environment of gpuslice-node. Flags win over environment variables, which win
-// over the defaults. Each flag is declared once (options.cpp): name, value, environment variable,
-// default and help, from which parsing, validation and the usage text all come.
+// The command line and environment of every gpuslice-node mode. Flags win over environment
+// variables, which win over the defaults. Each flag is declared once, in its mode's file (name,
+// value, environment variable, default and help), from which parsing, validation and the usage text
+// all come; this is the table's machinery and the flags several modes share.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
-#include "node/admission/webhook_server.h"
-#include "node/api/http_api.h"
-#include "node/kubelet/device_plugin.h"
-#include "node/kubelet/kubelet_paths.h"
-#include "node/kubelet/podresources.h"
 
 namespace gpuslice::node {
 
-// What parse_serve_options fills in. The defaults are the flag table's (options.cpp), applied by
-// parsing; the members hold none of their own, so there is no second copy to drift from the table.
-// (`device_plugin` is on unless --no-device-plugin: a switch has no default in the table.)
-// --mps: the node's MPS control daemon, run by this daemon (node/mps/manager.h), its pipe directory
-// handed to every gpuslice container.
-struct MpsOptions {
-  bool enabled = false;
-  std::string root;    // --mps-dir: pipe/ and log/ under it
-  std::string binary;  // --mps-binary
-};
+struct ApiOptions;      // api/http_api.h
+struct PriorityPolicy;  // admission/webhook.h
+struct ServerLimits;    // http/bounded_server.h
 
-struct ServeOptions {
-  std::string root;
-  ApiOptions api;  // api.token from GPUSLICE_NODE_TOKEN, api.token_file from --token-file
-  std::string nvml_library;
-  std::string fake_gpus;  // "2x16Gi": no NVML, fixed GPUs (demos, tests)
-  bool allow_no_gpu = false;
-  std::chrono::milliseconds scan_interval{0};
-  bool device_plugin = true;
-  PluginOptions plugin;
-  std::string kubelet_pods_dir;                  // empty: webhook-injected pods are not looked for
-  bool host_jobs = false;                        // --host-jobs: make and read <root>/jobs
-  std::string node_name;                         // --node-name / NODE_NAME; empty: the host name
-  std::string podresources_socket;               // empty: no pod attribution
-  std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories
-  PriorityPolicy priority;                       // the webhook's, for node-channel assignments
-  MpsOptions mps;
-  std::string log_level;
-};
-
-// `gpuslice-node dra`: the DRA kubelet plugin and this node's ResourceSlice publisher (node/dra/).
-struct DraModeOptions {
-  std::string root;
-  ApiOptions api;  // /metrics and the API, as in serve
-  std::string nvml_library;
-  std::string fake_gpus;
-  std::chrono::milliseconds scan_interval{0};
-  std::string node_name;  // required: the pool and the slice are the node's
-  std::string driver;
-  std::string plugins_dir;
-  std::string registry_dir;
-  std::string cdi_dir;
-  std::string dev_root;
-  std::string api_server;  // empty: in-cluster (KUBERNETES_SERVICE_HOST)
-  std::string api_token_file;
-  std::string api_ca_file;
-  std::chrono::milliseconds api_timeout{0};
-  bool publish = true;
-  bool partitionable = true;                // whole-GPU devices and counters beside the shared devices
-  std::string dropped_capacity = "refuse";  // refuse | whole | <size> (dra::parse_dropped_capacity)
-  MpsOptions mps;
-  std::vector<std::string> priority_high_namespaces;  // whose claims may ask for priority high
-  std::string lease_namespace;
-  std::string identity;
-  std::chrono::milliseconds lease_duration{0};
-  std::string log_level;
-};
-
-struct WebhookModeOptions {
-  WebhookServerOptions server;
-  WebhookOptions webhook;
-  std::string log_level;
-};
+using EnvLookup = std::function<const char*(const char*)>;
 
 // Either options to run with, or a message for the user (help text when `help` is set).
 struct ParseOutcome {
@@ -93,18 +33,80 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 // "HOST:PORT" or ":PORT" (all interfaces).
 Result<bool> parse_listen(std::string_view text, std::string& host, int& port);
 
-// `args` excludes the program name and the subcommand. `env` looks up environment variables.
-ParseOutcome parse_serve_options(const std::vector<std::string>& args,
-                                 const std::function<const char*(const char*)>& env, ServeOptions& out);
-ParseOutcome parse_dra_options(const std::vector<std::string>& args,
-                               const std::function<const char*(const char*)>& env, DraModeOptions& out);
-ParseOutcome parse_webhook_options(const std::vector<std::string>& args,
-                                   const std::function<const char*(const char*)>& env,
-                                   WebhookModeOptions& out);
+// Checks a value and stores it; the message on failure names what was expected.
+using Apply = std::function<std::optional<std::string>(const std::string&)>;
 
-std::string usage_main();
-std::string usage_serve();
-std::string usage_webhook();
-std::string usage_dra();
+struct Flag {
+  const char* name;      // without the leading "--"
+  const char* value;     // placeholder in the usage text; nullptr for a switch
+  const char* env;       // environment variable, or nullptr
+  const char* fallback;  // default, applied like a given value; nullptr for none
+  const char* help;
+  Apply apply;
+};
+
+std::string usage_of(const std::string& head, const std::vector<Flag>& flags);
+// Defaults, then the environment, then `args` (without the program name and the mode).
+ParseOutcome run_flags(const std::vector<std::string>& args, const EnvLookup& env,
+                       const std::vector<Flag>& flags, const std::string& usage);
+std::vector<Flag> joined(std::initializer_list<std::vector<Flag>> parts);
+// run_flags with the usage text made from the same table under `head`.
+ParseOutcome parse_mode_flags(const std::vector<std::string>& args, const EnvLookup& env,
+                              const std::vector<Flag>& flags, const char* head);
+// A mode's usage text: its table over scratch options.
+template <class Options>
+std::string mode_usage(const char* head, std::vector<Flag> (*flags)(Options&)) {
+  Options scratch;
+  return usage_of(head, flags(scratch));
+}
+// The API's bearer token, from GPUSLICE_NODE_TOKEN when set, never from a flag: command lines are
+// readable by every local user.
+void take_api_token(const EnvLookup& env, std::string& token);
+
+Apply set_text(std::string& target);
+Apply set_switch(bool& target, bool value);
+Apply set_duration(std::chrono::milliseconds& target);
+Apply set_duration_or_zero(std::chrono::milliseconds& target);  // a duration, or 0 for "never"
+Apply set_listen(std::string& host, int& port);
+Apply set_namespace_list(std::vector<std::string>& target);
+Apply set_priority_classes(PriorityPolicy& target);
+
+// The one whole-number validator: decimal digits only, within [min, max].
+template <class T>
+Apply set_number(T& target, unsigned long min, unsigned long max) {
+  return [&target, min, max](const std::string& v) -> std::optional<std::string> {
+    const std::string range =
+        "expected a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) return range;
+    const unsigned long n = std::stoul(v);
+    if (n < min || n > max) return range;
+    target = static_cast<T>(n);
+    return std::nullopt;
+  };
+}
+
+// --log-level, the same in every mode.
+Flag log_level_flag(std::string& target);
+
+// --listen and --token-file of the daemon's /metrics and API (serve and dra).
+std::vector<Flag> api_flags(ApiOptions& api, const char* token_file_help);
+
+// The connection limits of a BoundedServer: the daemon's API and the webhook take the same flags
+// under their own names.
+struct LimitFlagNames {
+  const char* threads;
+  const char* per_client;
+  const char* request_timeout;
+};
+std::vector<Flag> limit_flags(ServerLimits& limits, const LimitFlagNames& names, const char* threads_default);
+
+// --mps: the node's MPS control daemon, run by this daemon (node/mps/manager.h), its pipe directory
+// handed to every gpuslice container; the same flags for serve and dra.
+struct MpsOptions {
+  bool enabled = false;
+  std::string root;    // --mps-dir: pipe/ and log/ under it
+  std::string binary;  // --mps-binary
+};
+std::vector<Flag> mps_flags(MpsOptions& out);
 
 }  // namespace gpuslice::node

@@ -2,7 +2,8 @@
 
 #include <map>
 
-#include "node/startup/flag_table.h"
+#include "node/dra_mode.h"
+#include "node/startup/run_mode.h"
 
 namespace gpuslice::node {
 namespace {
