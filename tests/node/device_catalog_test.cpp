@@ -12,8 +12,8 @@
 #include <map>
 #include <set>
 
-#include "node/channel/assignment_file.h"
 #include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
 #include "node/host/limits_file.h"
 #include "shared_state/node_channel.h"
 #include "test_util.h"

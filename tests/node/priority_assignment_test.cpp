@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "node/channel/assignment_file.h"
 #include "node/channel/channel_gc.h"
 #include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
 #include "node/kubelet/device_catalog.h"
 #include "shared_state/node_channel.h"
 #include "test_util.h"

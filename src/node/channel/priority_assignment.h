@@ -20,7 +20,7 @@
 #include "common/priority.h"
 #include "common/result.h"
 #include "node/admission/webhook.h"
-#include "node/channel/assignment_file.h"
+#include "node/host/assignment_file.h"
 #include "node/kubelet/podresources.h"
 
 namespace gpuslice::node {

@@ -11,9 +11,9 @@
 #include "common/log.h"
 #include "config/limits_file.h"
 #include "config/text_util.h"
-#include "node/channel/assignment_file.h"
 #include "node/dra/cdi_spec.h"
 #include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
 #include "node/host/limits_file.h"
 #include "node/http/untrusted_json.h"
 

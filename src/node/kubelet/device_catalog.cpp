@@ -14,8 +14,8 @@
 #include "common/clock.h"
 #include "common/enum_names.h"
 #include "common/errno_text.h"
-#include "node/channel/assignment_file.h"
 #include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
 #include "node/host/limits_file.h"
 
 namespace gpuslice::node {

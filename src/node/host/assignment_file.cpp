@@ -1,4 +1,4 @@
-#include "node/channel/assignment_file.h"
+#include "node/host/assignment_file.h"
 
 #include <unistd.h>
 
