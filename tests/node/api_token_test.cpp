@@ -10,7 +10,7 @@
 
 #include "node/api/http_api.h"
 #include "node/node_view/collector.h"
-#include "node/startup/flag_table.h"
+#include "node/serve_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -17,7 +17,7 @@
 #include "node/host/allocation_record.h"
 #include "node/host/limits_file.h"
 #include "node/node_view/collector.h"
-#include "node/startup/flag_table.h"
+#include "node/serve_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {
