@@ -10,8 +10,8 @@
 
 #include "config/settings.h"
 #include "fuzz_check.h"
-#include "node/api_body.h"
-#include "node/untrusted_json.h"
+#include "node/api/api_body.h"
+#include "node/http/untrusted_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace gpuslice;

@@ -11,7 +11,7 @@
 #include "fuzz_check.h"
 #include "node/dra/claim_config.h"
 #include "node/dra/claim_reader.h"
-#include "node/untrusted_json.h"
+#include "node/http/untrusted_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace gpuslice::node;

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "node/host_layout.h"
-#include "node/limits_file.h"
+#include "node/host/host_layout.h"
+#include "node/host/limits_file.h"
 #include "shared_state/ledger.h"
 
 namespace {

@@ -8,9 +8,9 @@
 
 #include <cstdio>
 
-#include "node/collector.h"
-#include "node/http_api.h"
-#include "node/options.h"
+#include "node/api/http_api.h"
+#include "node/node_view/collector.h"
+#include "node/serve_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -1,5 +1,5 @@
 // Stale node-channel writer directories go with their allocation (node/channel_gc.h).
-#include "node/channel_gc.h"
+#include "node/channel/channel_gc.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "node/collector.h"
+#include "node/node_view/collector.h"
 
 #include <gtest/gtest.h>
 #include <sys/inotify.h>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "node/allocation_record.h"
-#include "node/http_api.h"
-#include "node/metrics.h"
+#include "node/api/http_api.h"
+#include "node/api/metrics.h"
+#include "node/host/allocation_record.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 

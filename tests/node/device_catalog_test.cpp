@@ -1,4 +1,4 @@
-#include "node/device_catalog.h"
+#include "node/kubelet/device_catalog.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include <map>
 #include <set>
 
-#include "node/allocation_record.h"
-#include "node/assignment_file.h"
-#include "node/limits_file.h"
+#include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
+#include "node/host/limits_file.h"
 #include "shared_state/node_channel.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 // The device plugin against a fake kubelet that speaks the real v1beta1 protocol over unix sockets.
-#include "node/device_plugin.h"
+#include "node/kubelet/device_plugin.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -13,11 +13,11 @@
 #include <set>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "node/allocation_record.h"
-#include "node/collector.h"
-#include "node/limits_file.h"
-#include "node/metrics.h"
-#include "node/options.h"
+#include "node/api/metrics.h"
+#include "node/host/allocation_record.h"
+#include "node/host/limits_file.h"
+#include "node/node_view/collector.h"
+#include "node/serve_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "node/collector.h"
-#include "node/http_api.h"
-#include "node/webhook_server.h"
+#include "node/admission/webhook_server.h"
+#include "node/api/http_api.h"
+#include "node/node_view/collector.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

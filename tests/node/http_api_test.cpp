@@ -1,5 +1,5 @@
 // /metrics scraped and parsed over loopback HTTP, the authenticated API, and setting limits.
-#include "node/http_api.h"
+#include "node/api/http_api.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -10,8 +10,8 @@
 #include <regex>
 #include <set>
 
-#include "node/collector.h"
-#include "node/metrics.h"
+#include "node/api/metrics.h"
+#include "node/node_view/collector.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 

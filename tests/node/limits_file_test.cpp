@@ -1,4 +1,4 @@
-#include "node/limits_file.h"
+#include "node/host/limits_file.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 
 #include "config/limits_file.h"
 #include "config/settings.h"
-#include "node/limits_api.h"
+#include "node/api/limits_api.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 

@@ -12,7 +12,9 @@
 #include <set>
 #include <sstream>
 
-#include "node/options.h"
+#include "node/dra_mode.h"
+#include "node/serve_mode.h"
+#include "node/webhook_mode.h"
 
 namespace gpuslice::node {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "node/metrics.h"
+#include "node/api/metrics.h"
 #include "shared_state/ledger.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "node/gpu_source.h"
+#include "node/gpus/gpu_source.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -1,9 +1,10 @@
-#include "node/options.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "node/serve_mode.h"
+#include "node/startup/flag_table.h"
+#include "node/webhook_mode.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

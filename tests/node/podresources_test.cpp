@@ -1,6 +1,6 @@
 // Pod attribution against a fake kubelet PodResources server that speaks the real v1 proto over a unix
 // socket, end to end: device plugin allocation record -> List -> labelled metrics -> garbage collection.
-#include "node/podresources.h"
+#include "node/kubelet/podresources.h"
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/generic/async_generic_service.h>
@@ -12,9 +12,9 @@
 #include <fstream>
 #include <mutex>
 
-#include "node/collector.h"
-#include "node/device_catalog.h"
-#include "node/metrics.h"
+#include "node/api/metrics.h"
+#include "node/kubelet/device_catalog.h"
+#include "node/node_view/collector.h"
 #include "podresources/v1/api.grpc.pb.h"
 #include "test_util.h"
 

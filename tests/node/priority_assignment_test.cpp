@@ -1,4 +1,4 @@
-#include "node/priority_assignment.h"
+#include "node/channel/priority_assignment.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "node/allocation_record.h"
-#include "node/assignment_file.h"
-#include "node/channel_gc.h"
-#include "node/device_catalog.h"
+#include "node/channel/channel_gc.h"
+#include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
+#include "node/kubelet/device_catalog.h"
 #include "shared_state/node_channel.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "node/quantity.h"
+#include "node/admission/quantity.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The admission webhook against AdmissionReview fixtures: exact JSONPatch output, the patched pod,
 // pods left alone, malformed reviews refused; and one round trip over TLS.
-#include "node/webhook.h"
+#include "node/admission/webhook.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "node/webhook_server.h"
+#include "node/admission/webhook_server.h"
 #include "test_util.h"
 
 namespace gpuslice::node {

@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "config/text_util.h"
-#include "node/untrusted_json.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {

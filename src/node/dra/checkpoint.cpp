@@ -10,8 +10,8 @@
 #include "common/errno_text.h"
 #include "common/safe_file.h"
 #include "config/text_util.h"
-#include "node/limits_file.h"
-#include "node/untrusted_json.h"
+#include "node/host/limits_file.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "node/dra/claim_preparer.h"
-#include "node/podresources.h"
+#include "node/kubelet/podresources.h"
 
 namespace gpuslice::node::dra {
 

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config/text_util.h"
-#include "node/quantity.h"
-#include "node/untrusted_json.h"
+#include "node/admission/quantity.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {

@@ -11,11 +11,11 @@
 #include "common/log.h"
 #include "config/limits_file.h"
 #include "config/text_util.h"
-#include "node/allocation_record.h"
-#include "node/assignment_file.h"
 #include "node/dra/cdi_spec.h"
-#include "node/limits_file.h"
-#include "node/untrusted_json.h"
+#include "node/host/allocation_record.h"
+#include "node/host/assignment_file.h"
+#include "node/host/limits_file.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {
@@ -23,15 +23,6 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kIdPrefix = "dra-";
-
-Result<bool> make_dir(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return make_error(path + ": " + ec.message());
-  // chmod after mkdir: the process umask must not narrow what containers may write.
-  if (::chmod(path.c_str(), mode) != 0) return make_error(path + ": " + fs::errno_text(errno));
-  return true;
-}
 
 Result<bool> remove_tree(const std::string& path) {
   if (path.empty()) return true;
@@ -128,7 +119,7 @@ Result<bool> ClaimPreparer::remove_files(const std::string& uid, const Checkpoin
 
 Result<bool> ClaimPreparer::recover() {
   std::lock_guard lock(mutex_);
-  if (auto r = make_dir(layout_.root() + "/dra", 0700); !r) return r;
+  if (auto r = make_host_dir(layout_.root() + "/dra", 0700); !r) return r;
   auto loaded = store_.load();
   if (!loaded) return make_error(loaded.error());
   // One unreadable entry costs that claim (its files go with the sweep below), not the others.
@@ -262,9 +253,9 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   };
 
   // 2. The claim's directories: state writable by any uid of the container, config root's.
-  if (auto r = make_dir(layout_.container_dir(id), 0755); !r) return fail(r.error());
-  if (auto r = make_dir(layout_.state_dir(id), 01777); !r) return fail(r.error());
-  if (auto r = make_dir(layout_.config_dir(id), 0755); !r) return fail(r.error());
+  if (auto r = make_host_dir(layout_.container_dir(id), 0755); !r) return fail(r.error());
+  if (auto r = make_host_dir(layout_.state_dir(id), 01777); !r) return fail(r.error());
+  if (auto r = make_host_dir(layout_.config_dir(id), 0755); !r) return fail(r.error());
   // Which claim the directory belongs to, for the metrics' pod labels (claim_attribution.h).
   AllocationRecord record;
   record.resource = kClaimResource;
@@ -276,8 +267,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   if (auto r = write_file_atomically(layout_.allocation_file(id), render_allocation_record(record), 0644); !r)
     return fail(r.error());
   if (!entry.channel_writer.empty()) {
-    if (auto r = make_dir(layout_.channel_dir(), 0755); !r) return fail(r.error());
-    if (auto r = make_dir(layout_.channel_writer_dir(entry.channel_writer), 01777); !r)
+    if (auto r = make_host_dir(layout_.channel_dir(), 0755); !r) return fail(r.error());
+    if (auto r = make_host_dir(layout_.channel_writer_dir(entry.channel_writer), 01777); !r)
       return fail(r.error());
     // What its records are believed at: the claim's level (at most what the operator allows) and
     // its compute share per GPU.

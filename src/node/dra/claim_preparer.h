@@ -21,7 +21,7 @@
 #include "common/result.h"
 #include "node/dra/checkpoint.h"
 #include "node/dra/claim_reader.h"
-#include "node/host_layout.h"
+#include "node/host/host_layout.h"
 
 namespace gpuslice::node::dra {
 

@@ -3,9 +3,9 @@
 #include <set>
 
 #include "config/text_util.h"
+#include "node/admission/quantity.h"
 #include "node/dra/resource_slice.h"
-#include "node/quantity.h"
-#include "node/untrusted_json.h"
+#include "node/http/untrusted_json.h"
 
 namespace gpuslice::node::dra {
 namespace {

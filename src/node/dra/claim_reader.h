@@ -13,7 +13,7 @@
 
 #include "common/result.h"
 #include "node/dra/claim_config.h"
-#include "node/gpu_source.h"
+#include "node/gpus/gpu_source.h"
 
 namespace gpuslice::node::dra {
 

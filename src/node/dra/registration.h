@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "node/plugin_registration.h"
+#include "node/kubelet/plugin_registration.h"
 
 namespace grpc {
 class Service;

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "node/gpu_source.h"
+#include "node/gpus/gpu_source.h"
 
 namespace gpuslice::node::dra {
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/log.h"
-#include "node/metrics.h"
+#include "node/api/metrics.h"
 
 namespace gpuslice::node::dra {
 

@@ -11,11 +11,11 @@
 #include "common/safe_file.h"
 #include "config/limits_file.h"
 #include "dra_test_util.h"
-#include "node/collector.h"
+#include "node/api/metrics.h"
 #include "node/dra/cdi_spec.h"
 #include "node/dra/claim_attribution.h"
 #include "node/dra/claim_preparer.h"
-#include "node/metrics.h"
+#include "node/node_view/collector.h"
 #include "shared_state/node_channel.h"
 
 namespace gpuslice::node::dra {

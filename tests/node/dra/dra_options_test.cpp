@@ -2,7 +2,8 @@
 
 #include <map>
 
-#include "node/options.h"
+#include "node/dra_mode.h"
+#include "node/startup/run_mode.h"
 
 namespace gpuslice::node {
 namespace {
