@@ -541,7 +541,14 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const std::uint64_t wall_ns =
       static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
   const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
-  const bool from_cache = cache_ours && cache.valid && cache.stamp == now_stamp;
+  // Changed or not, the directory is listed at most kRelistBurst times at once and then once per
+  // kRelistIntervalNs (a rate limit, so a tenant changing it all the time cannot make every scan of
+  // every reader list it); in between, the writers of the last complete listing are visited.
+  const bool unchanged = cache.valid && cache.stamp == now_stamp;
+  const bool relist_due = started + (kRelistBurst - 1) * kRelistIntervalNs >= cache.next_listing_ns;
+  const bool from_cache = cache_ours && cache.listed_once && (unchanged || !relist_due);
+  if (cache_ours && !from_cache)
+    cache.next_listing_ns = std::max(cache.next_listing_ns, started) + kRelistIntervalNs;
   std::size_t cached = 0;  // writers found by this listing (cache.fresh)
   bool complete = true;    // the listing reached the end of the directory
   bool by_time = false;    // it ran out of time: the last complete listing's writers are visited too
