@@ -506,7 +506,8 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
 // One pass over the node directory, bounded: kMaxWriters trusted writer directories,
 // kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, kMaxScanNs of listing. A
 // file others planted costs one listing entry, a directory one fstatat before anything is opened,
-// and then nothing until the directory changes again (WriterCache). No allocation: the listings go
+// and then nothing until the directory changes again (WriterCache), nor more than one listing a
+// second while it keeps changing (kRelistIntervalNs). No allocation: the listings go
 // through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
