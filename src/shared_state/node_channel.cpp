@@ -547,7 +547,9 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   // every reader list it); in between, the writers of the last complete listing are visited.
   const bool unchanged = cache.valid && cache.stamp == now_stamp;
   const bool relist_due = started + (kRelistBurst - 1) * kRelistIntervalNs >= cache.next_listing_ns;
-  const bool from_cache = cache_ours && cache.listed_once && (unchanged || !relist_due);
+  const bool same_directory =
+      cache.stamp.device == now_stamp.device && cache.stamp.inode == now_stamp.inode;  // not replaced
+  const bool from_cache = cache_ours && cache.listed_once && same_directory && (unchanged || !relist_due);
   if (cache_ours && !from_cache)
     cache.next_listing_ns = std::max(cache.next_listing_ns, started) + kRelistIntervalNs;
   std::size_t cached = 0;  // writers found by this listing (cache.fresh)
