@@ -65,9 +65,10 @@ class NodeChannel {
   // changed (its mtime or ctime), else the writers the last complete listing found are visited.
   // A changed directory is listed again at most kRelistBurst times at once and then once per
   // kRelistIntervalNs however often tenants change it (between listings, the writers the last
-  // complete one found are visited by name): listing costs a reader at most kMaxScanNs per
-  // kRelistIntervalNs (5%). A new writer is found by the next listing: at once in a directory that
-  // was quiet, within kRelistIntervalNs (and the reader's own scan period) in one changed all the time.
+  // complete one found are visited by name): after its first listing, listing costs a reader at
+  // most kMaxScanNs per kRelistIntervalNs (5%) in the long run. A new writer is found by the next
+  // listing that reaches it: at once in a directory that was quiet, within kRelistIntervalNs (and
+  // the reader's own scan period) in one changed all the time.
   static constexpr std::size_t kMaxWriters = 4096;
   static constexpr std::uint64_t kMaxScanNs = 50'000'000;
   static constexpr std::uint64_t kRelistIntervalNs = 1'000'000'000;
