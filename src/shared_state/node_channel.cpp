@@ -506,7 +506,8 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
 // One pass over the node directory, bounded: kMaxWriters trusted writer directories,
 // kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, kMaxScanNs of listing. A
 // file others planted costs one listing entry, a directory one fstatat before anything is opened,
-// and then nothing until the directory changes again (WriterCache). No allocation: the listings go
+// and then nothing until the directory changes again (WriterCache), nor more than one listing a
+// second while it keeps changing (kRelistIntervalNs). No allocation: the listings go
 // through stack buffers.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
@@ -541,7 +542,16 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const std::uint64_t wall_ns =
       static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
   const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
-  const bool from_cache = cache_ours && cache.valid && cache.stamp == now_stamp;
+  // Changed or not, the directory is listed at most kRelistBurst times at once and then once per
+  // kRelistIntervalNs (a rate limit, so a tenant changing it all the time cannot make every scan of
+  // every reader list it); in between, the writers of the last complete listing are visited.
+  const bool unchanged = cache.valid && cache.stamp == now_stamp;
+  const bool relist_due = started + (kRelistBurst - 1) * kRelistIntervalNs >= cache.next_listing_ns;
+  const bool same_directory =
+      cache.stamp.device == now_stamp.device && cache.stamp.inode == now_stamp.inode;  // not replaced
+  const bool from_cache = cache_ours && cache.listed_once && same_directory && (unchanged || !relist_due);
+  if (cache_ours && !from_cache)
+    cache.next_listing_ns = std::max(cache.next_listing_ns, started) + kRelistIntervalNs;
   std::size_t cached = 0;  // writers found by this listing (cache.fresh)
   bool complete = true;    // the listing reached the end of the directory
   bool by_time = false;    // it ran out of time: the last complete listing's writers are visited too

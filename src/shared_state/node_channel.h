@@ -63,8 +63,16 @@ class NodeChannel {
   // writer directory cost one listing entry each (only a user of the host can create them; a
   // container's mount of it is read-only) once: the node directory is listed again only when it
   // changed (its mtime or ctime), else the writers the last complete listing found are visited.
+  // A changed directory is listed again at most kRelistBurst times at once and then once per
+  // kRelistIntervalNs however often tenants change it (between listings, the writers the last
+  // complete one found are visited by name): after its first listing, listing costs a reader at
+  // most kMaxScanNs per kRelistIntervalNs (5%) in the long run. A new writer is found by the next
+  // listing that reaches it: at once in a directory that was quiet, within kRelistIntervalNs (and
+  // the reader's own scan period) in one changed all the time.
   static constexpr std::size_t kMaxWriters = 4096;
   static constexpr std::uint64_t kMaxScanNs = 50'000'000;
+  static constexpr std::uint64_t kRelistIntervalNs = 1'000'000'000;
+  static constexpr std::uint64_t kRelistBurst = 2;
   static constexpr std::size_t kMaxEntriesPerWriter = 256;
   static constexpr std::size_t kMaxRecordsPerWriter = 16;
 
@@ -163,6 +171,9 @@ class NodeChannel {
       bool operator==(const Stamp&) const = default;
     };
     Stamp stamp;
+    // When the next listing is due at the steady rate (monotonic): a listing may start once
+    // next_listing_ns - (kRelistBurst - 1) * kRelistIntervalNs has passed, and moves it one interval on.
+    std::uint64_t next_listing_ns = 0;
     bool valid = false;
     bool listed_once = false;  // a complete listing whose writers fit is in names
     std::size_t count = 0;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -436,6 +437,67 @@ TEST_F(NodeChannelTest, AHundredThousandJunkEntriesCostAReaderAtMostATenthOfWhat
   ASSERT_TRUE(late->publish(claim));
   PeerState seen[8];
   EXPECT_EQ(low->read_peers(seen, 8, kNow), 2U) << "a new writer is seen at the next scan";
+}
+
+// What was found (issue 45): a directory changed within the last second was listed again at every
+// scan, so a tenant creating and removing one file in the shared node directory all the time made
+// every scan of every reader list its whole flood. A changed directory is listed at most
+// kRelistBurst times at once, then once per kRelistIntervalNs; a writer that appears meanwhile is
+// still found within that interval. Counted in entries listed, not timed.
+TEST_F(NodeChannelTest, ATenantTouchingTheNodeDirectoryAllTheTimeCannotMakeEveryScanListIt) {
+  constexpr int kJunk = 5'000;
+  auto low = open(11, "ctr-low");
+  for (int i = 0; i < kJunk; ++i) {
+    const int fd = ::open(dir_.file("f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  std::jthread toucher([&](const std::stop_token& stop) {  // stopped and joined however the test ends
+    const std::string touched = dir_.file("touched");
+    while (!stop.stop_requested()) {
+      const int fd = ::open(touched.c_str(), O_CREAT | O_WRONLY, 0644);
+      if (fd >= 0) ::close(fd);
+      ::unlink(touched.c_str());
+    }
+  });
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const std::uint64_t before = low->entries_listed();
+  std::unique_ptr<NodeChannel> late;
+  Clock::time_point late_at{};
+  Clock::duration found_after = Clock::duration::max();
+  int scans = 0;
+  const auto looking = [&] {  // 2.5 s, longer only while the late writer is not found (3 s at most)
+    const bool unfound = found_after == Clock::duration::max();
+    return Clock::now() - start < std::chrono::milliseconds(2500) ||
+           (unfound && Clock::now() - late_at < std::chrono::seconds(3));
+  };
+  while (looking()) {
+    if (late == nullptr && Clock::now() - start > std::chrono::milliseconds(1200)) {
+      late = open(0x77, "ctr-late");
+      ASSERT_TRUE(late != nullptr && late->publish(state(0)));
+      late_at = Clock::now();
+    }
+    PeerState seen[8];
+    const std::size_t count = low->read_peers(seen, 8, kNow);
+    if (late != nullptr && count == 1 && found_after == Clock::duration::max())
+      found_after = Clock::now() - late_at;
+    ++scans;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a reader's tick
+  }
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  toucher.request_stop();
+  toucher.join();
+  const std::uint64_t listed = low->entries_listed() - before;
+  const double interval_s = static_cast<double>(NodeChannel::kRelistIntervalNs) / 1e9;
+  const auto listings_allowed =
+      static_cast<std::uint64_t>(elapsed_s / interval_s) + NodeChannel::kRelistBurst + 1;
+  EXPECT_LE(listed, listings_allowed * (kJunk + 8))
+      << listed << " entries listed in " << scans << " scans over " << elapsed_s << " s";
+  // Found by the next listing: within the interval (and slack for a loaded machine).
+  EXPECT_LE(found_after,
+            std::chrono::nanoseconds(NodeChannel::kRelistIntervalNs) + std::chrono::milliseconds(1000))
+      << "a writer that appeared while the directory kept changing was not found in time";
 }
 
 // What was found (2): on Kubernetes every cores allocation left a writer directory; 600 stale ones
