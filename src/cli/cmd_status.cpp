@@ -16,6 +16,7 @@
 #include "cli/status_source.h"
 #include "cli/status_text.h"
 #include "cli/top_view.h"
+#include "common/clock.h"
 #include "node/mps/mps_report_json.h"
 #include "status/status_json.h"
 
@@ -76,12 +77,6 @@ const CommandSpec& top_spec() {
       "The node is read as 'status --node' reads it: from the daemon's API when it answers.",
       status_options(false)};
   return spec;
-}
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // One refresh. Returns false (after printing why) when the source is unusable.

@@ -19,6 +19,7 @@
 #include "cli/profile_data.h"
 #include "cli/status_text.h"
 #include "cli/terminal_text.h"
+#include "common/clock.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -37,12 +38,6 @@ const char* sort_name(SortKey key) {
       return "pid";
   }
   return "";
-}
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // Compact sizes for narrow columns: "1.5G", "512M", "80G".

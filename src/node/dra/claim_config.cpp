@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string shown(const json& value) {
+std::string shown_value(const json& value) {
   return config::detail::printable(
       value.is_string() ? "\"" + value.get<std::string>() + "\"" : json_text(value), 80);
 }
@@ -22,11 +22,12 @@ Result<std::uint64_t> bytes_of(const json& value, const std::string& field) {
     if (value.get<std::uint64_t>() == 0) return make_error(field + ": must be more than 0 bytes");
     return value.get<std::uint64_t>();
   }
-  if (!value.is_string()) return make_error(field + ": " + shown(value) + " is not a quantity like \"8Gi\"");
+  if (!value.is_string())
+    return make_error(field + ": " + shown_value(value) + " is not a quantity like \"8Gi\"");
   auto parsed = parse_quantity(value.get<std::string>());
   if (!parsed)
-    return make_error(field + ": " + shown(value) + " is not a quantity like \"8Gi\" (" + parsed.error() +
-                      ")");
+    return make_error(field + ": " + shown_value(value) + " is not a quantity like \"8Gi\" (" +
+                      parsed.error() + ")");
   if (*parsed == 0) return make_error(field + ": must be more than 0 bytes");
   return *parsed;
 }
@@ -39,12 +40,13 @@ Result<unsigned> percent_of(const json& value, const std::string& field) {
     std::string text = value.get<std::string>();
     if (!text.empty() && text.back() == '%') text.pop_back();
     if (text.empty() || text.size() > 3 || text.find_first_not_of("0123456789") != std::string::npos)
-      return make_error(field + ": " + shown(value) + " is not a percentage from 1 to 100");
+      return make_error(field + ": " + shown_value(value) + " is not a percentage from 1 to 100");
     n = std::stoul(text);
   } else {
-    return make_error(field + ": " + shown(value) + " is not a percentage from 1 to 100");
+    return make_error(field + ": " + shown_value(value) + " is not a percentage from 1 to 100");
   }
-  if (n < 1 || n > 100) return make_error(field + ": " + shown(value) + " is not a percentage from 1 to 100");
+  if (n < 1 || n > 100)
+    return make_error(field + ": " + shown_value(value) + " is not a percentage from 1 to 100");
   return static_cast<unsigned>(n);
 }
 
@@ -88,20 +90,20 @@ Result<ClaimConfig> parse_claim_config(std::string_view text) {
   for (const auto& [key, value] : doc.items()) {
     if (key == "apiVersion") {
       if (value != kConfigApiVersion)
-        return make_error("apiVersion: " + shown(value) + " (expected \"" + kConfigApiVersion + "\")");
+        return make_error("apiVersion: " + shown_value(value) + " (expected \"" + kConfigApiVersion + "\")");
     } else if (key == "kind") {
       if (value != kConfigKind)
-        return make_error("kind: " + shown(value) + " (expected \"" + kConfigKind + "\")");
+        return make_error("kind: " + shown_value(value) + " (expected \"" + kConfigKind + "\")");
     } else if (key == "memory" || key == "compute") {
       // Read below, in a fixed order.
     } else if (key == "priority") {
       if (!value.is_string())
-        return make_error("priority: " + shown(value) + " (expected high, normal or low)");
+        return make_error("priority: " + shown_value(value) + " (expected high, normal or low)");
       auto level = config::parse_priority(value.get<std::string>());
-      if (!level) return make_error("priority: " + shown(value) + " (expected high, normal or low)");
+      if (!level) return make_error("priority: " + shown_value(value) + " (expected high, normal or low)");
       out.priority = *level;
     } else if (key == "onPressure") {
-      if (value != "fail") return make_error("onPressure: " + shown(value) + " (expected \"fail\")");
+      if (value != "fail") return make_error("onPressure: " + shown_value(value) + " (expected \"fail\")");
       out.on_pressure = PressurePolicy::Fail;
     } else {
       return make_error(config::detail::printable(key, 64) +

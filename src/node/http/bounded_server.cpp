@@ -20,7 +20,7 @@
 namespace gpuslice::node {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Set on the accept thread while it decides on a connection beyond the cap; t_admitted is the verdict.
 thread_local bool t_over_capacity = false;
@@ -150,13 +150,13 @@ class Connection final : public httplib::Stream {
   // Waits up to `timeout` for the first byte of a request. False on timeout, close or shutdown.
   bool wait_for_request(std::chrono::milliseconds timeout) {
     if (begin_ < end_ || (ssl_ && SSL_pending(ssl_) > 0)) return true;
-    began_ = Clock::now();
+    began_ = SteadyClock::now();
     deadline_ = began_ + timeout;
     return fill() > 0;
   }
 
   void begin_request() {
-    began_ = Clock::now();
+    began_ = SteadyClock::now();
     deadline_ = began_ + limits_.request_timeout;
     header_done_ = false;
     header_.clear();
@@ -169,7 +169,7 @@ class Connection final : public httplib::Stream {
   bool too_large() const { return too_large_; }
 
   bool handshake() {
-    began_ = Clock::now();
+    began_ = SteadyClock::now();
     deadline_ = began_ + limits_.request_timeout;
     for (;;) {
       ERR_clear_error();
@@ -212,7 +212,7 @@ class Connection final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, std::size_t size) override {
-    const auto write_deadline = Clock::now() + limits_.request_timeout;
+    const auto write_deadline = SteadyClock::now() + limits_.request_timeout;
     std::size_t done = 0;
     while (done < size) {
       ssize_t n;
@@ -259,7 +259,7 @@ class Connection final : public httplib::Stream {
   // Polls in short slices so that a stopping server does not wait for a client's deadline. The wait
   // counts from the start of the current request (or idle wait): a client trickling a byte now and
   // then has waited as long as one that sends nothing.
-  bool wait(short events, Clock::time_point deadline) {
+  bool wait(short events, SteadyClock::time_point deadline) {
     const std::int64_t since = began_.time_since_epoch().count();
     waiting_since_.store(std::max<std::int64_t>(since, 1));
     const bool ready = poll_until(events, deadline);
@@ -268,10 +268,10 @@ class Connection final : public httplib::Stream {
   }
   bool wait(short events) { return wait(events, deadline_); }
 
-  bool poll_until(short events, Clock::time_point deadline) {
+  bool poll_until(short events, SteadyClock::time_point deadline) {
     for (;;) {
       if (listener_ == INVALID_SOCKET) return false;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
       if (left <= 0) return false;
       pollfd p{sock_, events, 0};
       int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
@@ -344,8 +344,8 @@ class Connection final : public httplib::Stream {
   const ServerLimits& limits_;
   const std::atomic<socket_t>& listener_;
   std::atomic<std::int64_t>& waiting_since_;
-  Clock::time_point began_{};
-  Clock::time_point deadline_{};
+  SteadyClock::time_point began_{};
+  SteadyClock::time_point deadline_{};
   char buffer_[16 * 1024];
   std::size_t begin_ = 0, end_ = 0;
   bool header_done_ = false;

@@ -7,12 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "../test_units.h"
 #include "config/settings.h"
 
 namespace gpuslice::config {
 namespace {
 
-constexpr std::uint64_t kGi = 1ULL << 30;
+using test_units::kGi;
 const char* const kUuid0 = "GPU-3430f778-7a25-704c-9090-8b0bb2478114";
 const char* const kUuid1 = "gpu-00000000-1111-2222-3333-444444444444";
 

@@ -12,12 +12,13 @@
 #include <optional>
 #include <string>
 
+#include "../test_units.h"
 #include "config/settings.h"
 
 namespace gpuslice::config {
 namespace {
 
-constexpr std::uint64_t kGi = 1ULL << 30;
+using test_units::kGi;
 
 class LimitsFile : public ::testing::Test {
  protected:

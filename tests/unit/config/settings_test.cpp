@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "../test_units.h"
 #include "config/default_paths.h"
 
 namespace gpuslice::config {
 namespace {
 
-constexpr std::uint64_t kGi = 1ULL << 30;
-constexpr std::uint64_t kMi = 1ULL << 20;
+using test_units::kGi;
+using test_units::kMi;
 const char* const kUuid = "GPU-3430f778-7a25-704c-9090-8b0bb2478114";
 
 using Env = std::map<std::string, std::string>;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../test_units.h"
 #include "config/parse_internal.h"
 #include "config/settings.h"
 
@@ -11,8 +12,8 @@ namespace gpuslice::config {
 namespace {
 
 constexpr std::uint64_t kKi = 1ULL << 10;
-constexpr std::uint64_t kMi = 1ULL << 20;
-constexpr std::uint64_t kGi = 1ULL << 30;
+using test_units::kGi;
+using test_units::kMi;
 constexpr std::uint64_t kTi = 1ULL << 40;
 constexpr std::uint64_t kPi = 1ULL << 50;
 constexpr std::uint64_t kEi = 1ULL << 60;

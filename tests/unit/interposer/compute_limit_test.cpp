@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "../test_units.h"
 #include "interposer/core_driver.h"
 #include "interposer/devices.h"
 #include "interposer/gate_driver.h"
@@ -23,7 +24,7 @@ namespace gpuslice::interposer {
 namespace {
 
 constexpr std::uint64_t kUs = 1000;
-constexpr std::uint64_t kMs = 1000 * kUs;
+using test_units::kMs;
 
 // A clock that moves only when told to, or when a limiter sleeps; counts how often it is read.
 class SimulatedClock final : public Clock {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../test_units.h"
 #include "interposer/core_driver.h"
 #include "interposer/devices.h"
 #include "simulated_driver.h"
@@ -17,8 +18,8 @@ namespace gpuslice::interposer {
 namespace {
 
 constexpr std::uint64_t kKiB = 1ULL << 10;
-constexpr std::uint64_t kMiB = 1ULL << 20;
-constexpr std::uint64_t kGiB = 1ULL << 30;
+using test_units::kGiB;
+using test_units::kMiB;
 constexpr std::uint64_t kResident = 132 * 2048;  // an H100's resident threads
 
 // Beside the simulated driver's one 80 GiB device: an H100's SMs, functions whose local size is their

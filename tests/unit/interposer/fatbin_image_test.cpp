@@ -13,13 +13,15 @@
 
 #if __has_include(<lz4.h>) && GPUSLICE_TEST_LZ4
 #include <lz4.h>
+
+#include "../test_units.h"
 #endif
 
 namespace gpuslice::interposer::fatbin {
 namespace {
 
-constexpr std::uint64_t kGiB = 1ULL << 30;
-constexpr std::uint64_t kMiB = 1ULL << 20;
+using test_units::kGiB;
+using test_units::kMiB;
 
 std::vector<unsigned char> fixture(const char* name) {
   std::ifstream in(std::string(GPUSLICE_FIXTURES) + "/" + name, std::ios::binary);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../test_units.h"
 #include "interposer/core_driver.h"
 #include "interposer/devices.h"
 #include "simulated_driver.h"
@@ -23,8 +24,8 @@
 namespace gpuslice::interposer {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
-constexpr std::uint64_t kGiB = 1ULL << 30;
+using test_units::kGiB;
+using test_units::kMiB;
 
 class MemoryBooks : public SimulatedProcess {
  protected:

@@ -17,6 +17,7 @@
 #include <new>
 #include <string>
 
+#include "../test_units.h"
 #include "common/clock.h"
 #include "interposer/node_presence.h"
 #include "limiter/priority_gate.h"
@@ -59,7 +60,7 @@ using limiter::PeerView;
 using limiter::PriorityGate;
 using limiter::PriorityTuning;
 
-constexpr std::uint64_t kMs = 1'000'000;
+using test_units::kMs;
 constexpr std::uint64_t kStale = 500 * kMs;
 constexpr char kGpu[] = "GPU-6d6f636b-0000-4000-8000-000000000000";
 

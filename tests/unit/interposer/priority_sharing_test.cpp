@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "../test_units.h"
 #include "interposer/compute_limit.h"
 #include "interposer/core_driver.h"
 #include "interposer/devices.h"
@@ -26,7 +27,7 @@
 namespace gpuslice::interposer {
 namespace {
 
-constexpr std::uint64_t kMs = 1'000'000;
+using test_units::kMs;
 
 class SimulatedClock final : public Clock {
  public:

@@ -15,13 +15,6 @@ namespace {
 
 constexpr std::uint64_t kRun = 4 * kSec;
 
-std::string describe(const WindowRange& range) {
-  char text[128];
-  std::snprintf(text, sizeof text, "1 s windows: min %.3f max %.3f mean %.3f", range.min, range.max,
-                range.mean);
-  return text;
-}
-
 // One step of a launch-bound loop (the shape of batch-1 decoding): `kernels` kernels of `kernel_ns`
 // launched back to back, optionally one longer kernel first, then `host_ns` of host work.
 struct Step {

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "limiter/compute_limiter.h"
@@ -33,6 +35,13 @@ struct WindowRange {
   double max = 0.0;
   double mean = 0.0;
 };
+
+inline std::string describe(const WindowRange& range) {
+  char text[128];
+  std::snprintf(text, sizeof text, "1 s windows: min %.3f max %.3f mean %.3f", range.min, range.max,
+                range.mean);
+  return text;
+}
 
 class Scenario {
  public:

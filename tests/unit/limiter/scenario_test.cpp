@@ -16,13 +16,6 @@ namespace {
 
 constexpr double kTolerance = 0.05;  // ±5 points
 
-std::string describe(const WindowRange& range) {
-  char text[128];
-  std::snprintf(text, sizeof text, "1 s windows: min %.3f max %.3f mean %.3f", range.min, range.max,
-                range.mean);
-  return text;
-}
-
 struct Workload {
   const char* name;
   std::uint64_t kernel_ns;

@@ -20,7 +20,7 @@ namespace {
 
 using test::TempDir;
 
-const char* const kNames[] = {"cuInit", "cuMemAlloc"};
+const char* const kIsolationNames[] = {"cuInit", "cuMemAlloc"};
 
 Options quiet() {
   Options options;
@@ -47,7 +47,7 @@ class ProfileDirAttack : public ::testing::Test {
 TEST_F(ProfileDirAttack, ProfilerDoesNotWriteThroughASymlinkedMetricsTmp) {
   std::string victim = plant_victim();
   ASSERT_EQ(symlink(victim.c_str(), path(".metrics.log.tmp").c_str()), 0);
-  ASSERT_TRUE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  ASSERT_TRUE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
   record(1, 10, 20);
   flush();
   stop();
@@ -57,7 +57,7 @@ TEST_F(ProfileDirAttack, ProfilerDoesNotWriteThroughASymlinkedMetricsTmp) {
 TEST_F(ProfileDirAttack, ProfilerDoesNotAppendThroughASymlinkedTimeline) {
   std::string victim = plant_victim();
   ASSERT_EQ(symlink(victim.c_str(), path("timeline.log").c_str()), 0);
-  EXPECT_FALSE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  EXPECT_FALSE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
   record(1, 10, 20);
   stop();
   EXPECT_EQ(test::read_file(victim), "root:x:0:0\n");
@@ -66,7 +66,7 @@ TEST_F(ProfileDirAttack, ProfilerDoesNotAppendThroughASymlinkedTimeline) {
 TEST_F(ProfileDirAttack, ProfilerDoesNotCreateFilesThroughASymlinkedMetricsLock) {
   std::string target = (victim_dir_.path() / "created-by-the-profiler").string();
   ASSERT_EQ(symlink(target.c_str(), path(".metrics.lock").c_str()), 0);
-  ASSERT_TRUE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  ASSERT_TRUE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
   record(1, 10, 20);
   flush();
   stop();
@@ -81,7 +81,7 @@ TEST_F(ProfileDirAttack, AFifoPlantedAsAMetricsFileDoesNotBlockTheMerge) {
   ASSERT_EQ(mkfifo(path("metrics.1.log").c_str(), 0666), 0);
   const std::string dir = dir_.path().string();
   pid_t child = test::run_in_child([dir] {
-    if (!start(dir.c_str(), kNames, 2, quiet())) _exit(2);
+    if (!start(dir.c_str(), kIsolationNames, 2, quiet())) _exit(2);
     record(1, 10, 20);
     flush();
     stop();
@@ -106,7 +106,7 @@ TEST_F(ProfileDirAttack, AStoppedHolderOfTheMetricsLockDelaysExitOnlyBoundedly) 
   const std::string dir = dir_.path().string();
   auto begin = std::chrono::steady_clock::now();
   pid_t profiled = test::run_in_child([dir] {
-    if (!start(dir.c_str(), kNames, 2, quiet())) _exit(2);
+    if (!start(dir.c_str(), kIsolationNames, 2, quiet())) _exit(2);
     record(1, 10, 20);
     std::exit(0);  // the exit flush must not wait for the stopped holder
   });
@@ -121,22 +121,22 @@ TEST_F(ProfileDirAttack, AStoppedHolderOfTheMetricsLockDelaysExitOnlyBoundedly) 
 
 TEST_F(ProfileDirAttack, WorldWritableProfileDirectoryWithoutStickyBitIsRefused) {
   ASSERT_EQ(chmod(dir_.path().c_str(), 0777), 0);
-  EXPECT_FALSE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  EXPECT_FALSE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
   ASSERT_EQ(chmod(dir_.path().c_str(), 01777), 0);
-  EXPECT_TRUE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  EXPECT_TRUE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
 }
 
 TEST_F(ProfileDirAttack, ProfileDirectoryOwnedByAnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
   ASSERT_EQ(chown(dir_.path().c_str(), 65534, 65534), 0);
-  EXPECT_FALSE(start(dir_.path().c_str(), kNames, 2, quiet()));
+  EXPECT_FALSE(start(dir_.path().c_str(), kIsolationNames, 2, quiet()));
   EXPECT_FALSE(std::filesystem::exists(path("timeline.log")));
 }
 
 TEST_F(ProfileDirAttack, SymlinkedProfileDirectoryIsRefused) {
   const std::string link = (victim_dir_.path() / "link").string();
   ASSERT_EQ(symlink(dir_.path().c_str(), link.c_str()), 0);
-  EXPECT_FALSE(start(link.c_str(), kNames, 2, quiet()));
+  EXPECT_FALSE(start(link.c_str(), kIsolationNames, 2, quiet()));
 }
 
 }  // namespace

@@ -20,9 +20,9 @@
 namespace gpuslice::shm {
 namespace {
 
+using testing::kTotal;
+using testing::kUuid;
 using testing::TempDir;
-constexpr char kUuid[] = "GPU-11111111-2222-3333-4444-555555555555";
-constexpr std::uint64_t kTotal = 80ULL << 30;
 
 std::unique_ptr<Ledger> open_ledger(const std::string& path, Ledger::Mode mode) {
   auto opened = Ledger::open(path, mode);

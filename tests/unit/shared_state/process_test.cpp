@@ -21,7 +21,7 @@ namespace {
 
 using testing::RawMapping;
 using testing::TempDir;
-constexpr char kUuid[] = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+constexpr char kProcessUuid[] = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
 
 // A pipe pair for talking to one child: values go child->parent, a byte parent->child.
 struct Channel {
@@ -68,7 +68,7 @@ class ProcessTest : public ::testing::Test {
     ASSERT_FALSE(opened.ok());
     auto creator = Ledger::open(path_, Ledger::Mode::Process);
     ASSERT_TRUE(creator.ok()) << creator.error();
-    auto dev = creator.value()->attach_device(kUuid, 0, 1ULL << 34, 1ULL << 20, 0);
+    auto dev = creator.value()->attach_device(kProcessUuid, 0, 1ULL << 34, 1ULL << 20, 0);
     ASSERT_TRUE(dev.ok());
     dev_ = dev.value();
     observer_ = std::move(Ledger::open(path_, Ledger::Mode::Observer)).value();

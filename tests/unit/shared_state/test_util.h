@@ -16,6 +16,10 @@
 
 namespace gpuslice::shm::testing {
 
+// The device of the ledger and isolation tests.
+inline constexpr char kUuid[] = "GPU-11111111-2222-3333-4444-555555555555";
+inline constexpr std::uint64_t kTotal = 80ULL << 30;
+
 class TempDir {
  public:
   TempDir() {
