@@ -13,6 +13,7 @@
 #include <string>
 
 #include "config/settings.h"
+#include "temp_dir.h"
 
 namespace gpuslice::config {
 namespace {
@@ -22,17 +23,9 @@ constexpr std::uint64_t kGi = 1ULL << 30;
 class LimitsFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/gpuslice-config-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
+    dir_ = temp_.path();
     path_ = dir_ + "/limits";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::unlink((dir_ + "/fifo").c_str());
-    ::rmdir((dir_ + "/sub").c_str());
-    ::rmdir(dir_.c_str());
   }
 
   void write(const std::string& text) {
@@ -52,6 +45,7 @@ class LimitsFile : public ::testing::Test {
     return s.errors.empty() ? std::string() : s.errors[0];
   }
 
+  gpuslice::test::TempDir temp_{"gpuslice-config-test"};  // removed with all it holds at the end
   std::string dir_;
   std::string path_;
 };

@@ -1,4 +1,4 @@
-// Helpers shared by the shared-state tests: unique temporary directories and raw access to a
+// Helpers shared by the shared-state tests: the shared temporary directory and raw access to a
 // state file's mapping (to corrupt it or to stage situations no API call produces).
 #pragma once
 
@@ -13,31 +13,11 @@
 #include <string>
 
 #include "shared_state/layout.h"
+#include "temp_dir.h"
 
 namespace gpuslice::shm::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpuslice-shm-XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    path_ = made != nullptr ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using gpuslice::test::TempDir;
 
 // Maps an existing state file read-write, bypassing validation.
 class RawMapping {
