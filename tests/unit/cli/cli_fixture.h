@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shared_state/ledger.h"
+#include "temp_dir.h"
 
 #ifdef GPUSLICE_TEST_HAVE_JSON
 #include <nlohmann/json.hpp>
@@ -53,14 +54,9 @@ inline std::string read_file(const std::string& path) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-cli-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
+    dir_ = temp_.path();
     state_ = dir_ + "/state";
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
   // The environment of the child: ours without any gpuslice/HAMi variable, plus `extra`.
@@ -202,6 +198,7 @@ class CliTest : public ::testing::Test {
     return path;
   }
 
+  gpuslice::test::TempDir temp_{"gpuslice-cli"};  // removed with all it holds at the end
   std::string dir_;
   std::string state_;
 };
