@@ -53,11 +53,7 @@ inline std::string read_file(const std::string& path) {
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
-    dir_ = temp_.path();
-    state_ = dir_ + "/state";
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()) << "mkdtemp failed"; }
 
   // The environment of the child: ours without any gpuslice/HAMi variable, plus `extra`.
   static std::vector<std::string> child_env(const std::vector<std::string>& extra) {
@@ -199,8 +195,8 @@ class CliTest : public ::testing::Test {
   }
 
   gpuslice::test::TempDir temp_{"gpuslice-cli"};  // removed with all it holds at the end
-  std::string dir_;
-  std::string state_;
+  const std::string dir_ = temp_.path();
+  const std::string state_ = temp_ / "state";
 };
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

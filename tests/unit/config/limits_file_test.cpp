@@ -22,11 +22,7 @@ constexpr std::uint64_t kGi = 1ULL << 30;
 
 class LimitsFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
-    dir_ = temp_.path();
-    path_ = dir_ + "/limits";
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()) << "mkdtemp failed"; }
 
   void write(const std::string& text) {
     std::ofstream out(path_, std::ios::binary | std::ios::trunc);
@@ -46,8 +42,8 @@ class LimitsFile : public ::testing::Test {
   }
 
   gpuslice::test::TempDir temp_{"gpuslice-config-test"};  // removed with all it holds at the end
-  std::string dir_;
-  std::string path_;
+  const std::string dir_ = temp_.path();
+  const std::string path_ = temp_ / "limits";
 };
 
 Settings with_memory(const std::string& text) {

@@ -91,17 +91,14 @@ TEST(MpsPinnedLimit, ParsesUnitsAndRefusesJunk) {
 
 class TempTree : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
-    root_ = temp_.path();
-  }
+  void SetUp() override { ASSERT_FALSE(root_.empty()) << "mkdtemp failed"; }
   void file(const std::string& rel, const std::string& text) {
     const std::string path = root_ + "/" + rel;
     std::system(("mkdir -p \"$(dirname '" + path + "')\"").c_str());
     std::ofstream(path) << text;
   }
   gpuslice::test::TempDir temp_{"gpuslice-mps-unit"};  // removed with all it holds at the end
-  std::string root_;
+  const std::string root_ = temp_.path();
 };
 
 using MachineGpus = TempTree;

@@ -34,8 +34,7 @@ using Env = std::initializer_list<std::pair<const char*, const char*>>;
 class MockDriverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(temp_.path().empty()) << "mkdtemp failed";
-    state_dir_ = temp_.path();
+    ASSERT_FALSE(state_dir_.empty()) << "mkdtemp failed";
     for (const char* name : kMockVariables) unsetenv(name);
     setenv("GPUSLICE_MOCK_STATE_DIR", state_dir_.c_str(), 1);
     gpuslice_mock_reset();
@@ -81,8 +80,7 @@ class MockDriverTest : public ::testing::Test {
   }
 
   gpuslice::test::TempDir temp_{"gpuslice-mocktest"};  // removed with all it holds at the end
-
-  std::string state_dir_;
+  const std::string state_dir_ = temp_.path();
 };
 
 }  // namespace gpuslice::mock::testing
