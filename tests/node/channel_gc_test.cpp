@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "temp_dir.h"
 
 namespace gpuslice::node {
 namespace {
@@ -19,12 +20,7 @@ constexpr std::uint64_t kMinute = 60'000'000'000ULL;
 
 class ChannelGc : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-channel-gc-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()) << "mkdtemp failed"; }
 
   // A writer directory as the device plugin makes it, with one record, last written `age` ago.
   void writer(const std::string& id, std::uint64_t age_ns, bool assigned = true) {
@@ -41,7 +37,8 @@ class ChannelGc : public ::testing::Test {
   }
   bool exists(const std::string& name) const { return std::filesystem::exists(dir_ + "/" + name); }
 
-  std::string dir_;
+  gpuslice::test::TempDir temp_{"gpuslice-channel-gc"};  // removed with all it holds at the end
+  const std::string dir_ = temp_.path();
 };
 
 // What was found (2): every cores allocation left a writer directory that nothing removed.

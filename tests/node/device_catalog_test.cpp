@@ -31,8 +31,8 @@ GpuInfo gpu(unsigned index, const char* uuid, std::uint64_t memory, unsigned min
   return g;
 }
 
-constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
-constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
+using test::kUuid0;
+using test::kUuid1;
 
 DeviceCatalog two_gpus(const std::string& dev_root = "/nonexistent",
                        Placement placement = Placement::Binpack) {

@@ -83,8 +83,8 @@ class FakeKubelet final : public api::Registration::Service {
   std::vector<api::RegisterRequest> requests_;
 };
 
-constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
-constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
+using test::kUuid0;
+using test::kUuid1;
 
 std::vector<GpuInfo> inventory() {
   GpuInfo a;

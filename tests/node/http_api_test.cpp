@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
+using test::kUuid0;
 constexpr const char* kToken = "s3cret-token";
 
 // A strict reader of the Prometheus text format 0.0.4: fails the test on any malformed line and

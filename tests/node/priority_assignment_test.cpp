@@ -21,8 +21,8 @@
 namespace gpuslice::node {
 namespace {
 
-constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
-constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
+using test::kUuid0;
+using test::kUuid1;
 
 DeviceCatalog two_gpus() {
   auto gpu = [](unsigned index, const char* uuid, unsigned minor) {

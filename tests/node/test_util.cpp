@@ -1,8 +1,5 @@
 #include "test_util.h"
 
-#include <stdlib.h>
-
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,18 +7,6 @@
 #include <thread>
 
 namespace gpuslice::node::test {
-
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base && std::strlen(base) < 40 ? base : "/tmp") + "/gsn-XXXXXX";
-  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

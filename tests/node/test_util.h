@@ -1,28 +1,28 @@
-// Helpers shared by the node tests: unique temporary directories, files, a fake clock.
+// Helpers shared by the node tests: temporary directories, files, a fake clock.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "common/clock.h"
+#include "temp_dir.h"
 
 namespace gpuslice::node::test {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction. Short
-// names: unix socket paths must fit in 108 bytes.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+// The two GPUs of the device plugin, catalog, assignment and API tests.
+inline constexpr const char* kUuid0 = "GPU-11111111-aaaa-4000-8000-000000000000";
+inline constexpr const char* kUuid1 = "GPU-22222222-bbbb-4000-8000-000000000001";
 
- private:
-  std::string path_;
+// The shared temp-dir helper with a short name (unix socket paths must fit in 108 bytes) that
+// throws when no directory could be made.
+class TempDir : public gpuslice::test::TempDir {
+ public:
+  TempDir() : gpuslice::test::TempDir("gsn") {
+    if (path().empty()) throw std::runtime_error("mkdtemp failed");
+  }
 };
 
 std::string read_file(const std::string& path);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shared_state/ledger.h"
+#include "temp_dir.h"
 
 #ifdef GPUSLICE_TEST_HAVE_JSON
 #include <nlohmann/json.hpp>
@@ -52,16 +53,7 @@ inline std::string read_file(const std::string& path) {
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/gpuslice-cli-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    state_ = dir_ + "/state";
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()) << "mkdtemp failed"; }
 
   // The environment of the child: ours without any gpuslice/HAMi variable, plus `extra`.
   static std::vector<std::string> child_env(const std::vector<std::string>& extra) {
@@ -202,8 +194,9 @@ class CliTest : public ::testing::Test {
     return path;
   }
 
-  std::string dir_;
-  std::string state_;
+  gpuslice::test::TempDir temp_{"gpuslice-cli"};  // removed with all it holds at the end
+  const std::string dir_ = temp_.path();
+  const std::string state_ = temp_ / "state";
 };
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

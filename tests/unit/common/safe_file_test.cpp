@@ -14,27 +14,12 @@
 #include <string>
 
 #include "common/errno_text.h"
+#include "temp_dir.h"
 
 namespace gpuslice::fs {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/gpuslice-safe-XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    path_ = made != nullptr ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using gpuslice::test::TempDir;
 
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;

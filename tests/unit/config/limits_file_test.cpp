@@ -14,6 +14,7 @@
 
 #include "../test_units.h"
 #include "config/settings.h"
+#include "temp_dir.h"
 
 namespace gpuslice::config {
 namespace {
@@ -22,19 +23,7 @@ using test_units::kGi;
 
 class LimitsFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/gpuslice-config-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/limits";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::unlink((dir_ + "/fifo").c_str());
-    ::rmdir((dir_ + "/sub").c_str());
-    ::rmdir(dir_.c_str());
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()) << "mkdtemp failed"; }
 
   void write(const std::string& text) {
     std::ofstream out(path_, std::ios::binary | std::ios::trunc);
@@ -53,8 +42,9 @@ class LimitsFile : public ::testing::Test {
     return s.errors.empty() ? std::string() : s.errors[0];
   }
 
-  std::string dir_;
-  std::string path_;
+  gpuslice::test::TempDir temp_{"gpuslice-config-test"};  // removed with all it holds at the end
+  const std::string dir_ = temp_.path();
+  const std::string path_ = temp_ / "limits";
 };
 
 Settings with_memory(const std::string& text) {

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "temp_dir.h"
+
 namespace gpuslice::config {
 namespace {
 
@@ -89,18 +91,14 @@ TEST(MpsPinnedLimit, ParsesUnitsAndRefusesJunk) {
 
 class TempTree : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-mps-unit-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
+  void SetUp() override { ASSERT_FALSE(root_.empty()) << "mkdtemp failed"; }
   void file(const std::string& rel, const std::string& text) {
     const std::string path = root_ + "/" + rel;
     std::system(("mkdir -p \"$(dirname '" + path + "')\"").c_str());
     std::ofstream(path) << text;
   }
-  std::string root_;
+  gpuslice::test::TempDir temp_{"gpuslice-mps-unit"};  // removed with all it holds at the end
+  const std::string root_ = temp_.path();
 };
 
 using MachineGpus = TempTree;

@@ -14,6 +14,7 @@
 #include "abi/cuda_abi.h"
 #include "abi/nvml_abi.h"
 #include "mock_control.h"
+#include "temp_dir.h"
 
 namespace gpuslice::mock::testing {
 
@@ -33,9 +34,7 @@ using Env = std::initializer_list<std::pair<const char*, const char*>>;
 class MockDriverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpuslice-mocktest-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    state_dir_ = pattern;
+    ASSERT_FALSE(state_dir_.empty()) << "mkdtemp failed";
     for (const char* name : kMockVariables) unsetenv(name);
     setenv("GPUSLICE_MOCK_STATE_DIR", state_dir_.c_str(), 1);
     gpuslice_mock_reset();
@@ -46,8 +45,6 @@ class MockDriverTest : public ::testing::Test {
     while (nvmlShutdown() == NVML_SUCCESS) {
     }
     for (const char* name : kMockVariables) unsetenv(name);
-    std::error_code ignored;
-    std::filesystem::remove_all(state_dir_, ignored);
   }
 
   static void set_env(Env env) {
@@ -82,7 +79,8 @@ class MockDriverTest : public ::testing::Test {
     return memory.used;
   }
 
-  std::string state_dir_;
+  gpuslice::test::TempDir temp_{"gpuslice-mocktest"};  // removed with all it holds at the end
+  const std::string state_dir_ = temp_.path();
 };
 
 }  // namespace gpuslice::mock::testing

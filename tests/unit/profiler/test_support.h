@@ -18,25 +18,17 @@
 #include <utility>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace gpuslice::profiler::test {
 
-class TempDir {
+// The shared temp-dir helper, its path as a std::filesystem::path (these tests compose paths with /).
+class TempDir : public gpuslice::test::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpuslice-profiler-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = pattern;
+  TempDir() : gpuslice::test::TempDir("gpuslice-profiler") {
+    if (gpuslice::test::TempDir::path().empty()) ADD_FAILURE() << "mkdtemp failed";
   }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  std::filesystem::path path() const { return gpuslice::test::TempDir::path(); }
 };
 
 inline std::string read_file(const std::filesystem::path& path) {

@@ -1,4 +1,4 @@
-// Helpers shared by the shared-state tests: unique temporary directories and raw access to a
+// Helpers shared by the shared-state tests: the shared temporary directory and raw access to a
 // state file's mapping (to corrupt it or to stage situations no API call produces).
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "shared_state/layout.h"
+#include "temp_dir.h"
 
 namespace gpuslice::shm::testing {
 
@@ -20,28 +21,7 @@ namespace gpuslice::shm::testing {
 inline constexpr char kUuid[] = "GPU-11111111-2222-3333-4444-555555555555";
 inline constexpr std::uint64_t kTotal = 80ULL << 30;
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/gpuslice-shm-XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    path_ = made != nullptr ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using gpuslice::test::TempDir;
 
 // Maps an existing state file read-write, bypassing validation.
 class RawMapping {
