@@ -26,20 +26,6 @@ namespace {
 constexpr std::uint64_t kUs = 1000;
 using test_units::kMs;
 
-// A clock that moves only when told to, or when a limiter sleeps; counts how often it is read.
-class SimulatedClock final : public Clock {
- public:
-  std::uint64_t now_ns() override {
-    reads.fetch_add(1);
-    return now.load();
-  }
-  void sleep_ns(std::uint64_t ns) override { now.fetch_add(ns); }
-  void advance(std::uint64_t ns) { now.fetch_add(ns); }
-
-  std::atomic<std::uint64_t> now{1'000'000'000};
-  std::atomic<std::uint64_t> reads{0};
-};
-
 CUstream stream_handle(std::uintptr_t value) { return reinterpret_cast<CUstream>(value); }
 
 class ComputeLimit : public SimulatedProcess {

@@ -29,17 +29,6 @@ namespace {
 
 using test_units::kMs;
 
-class SimulatedClock final : public Clock {
- public:
-  std::uint64_t now_ns() override {
-    reads.fetch_add(1);
-    return now.load();
-  }
-  void sleep_ns(std::uint64_t ns) override { now.fetch_add(ns); }
-  std::atomic<std::uint64_t> now{monotonic_ns()};
-  std::atomic<std::uint64_t> reads{0};
-};
-
 class PrioritySharing : public SimulatedProcess {
  protected:
   void SetUp() override {
@@ -111,7 +100,7 @@ class PrioritySharing : public SimulatedProcess {
     return reader.ok() ? reader.value()->read_peers(out, capacity, clock_.now.load()) : 0;
   }
 
-  SimulatedClock clock_;
+  SimulatedClock clock_{monotonic_ns()};
 };
 
 TEST_F(PrioritySharing, AProcessWithoutALevelOrLimitPassesLaunchesStraightThrough) {

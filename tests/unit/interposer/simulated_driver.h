@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "interposer/core_driver.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_flag.h"
@@ -23,6 +24,21 @@
 #include "temp_dir.h"
 
 namespace gpuslice::interposer {
+
+// A clock that moves only when told to, or when a limiter sleeps; counts how often it is read.
+class SimulatedClock final : public Clock {
+ public:
+  explicit SimulatedClock(std::uint64_t start_ns = 1'000'000'000) : now(start_ns) {}
+  std::uint64_t now_ns() override {
+    reads.fetch_add(1);
+    return now.load();
+  }
+  void sleep_ns(std::uint64_t ns) override { now.fetch_add(ns); }
+  void advance(std::uint64_t ns) { now.fetch_add(ns); }
+
+  std::atomic<std::uint64_t> now;
+  std::atomic<std::uint64_t> reads{0};
+};
 
 // `devices` devices of `device_bytes` each (device d's UUID bytes d * 16 + i), a current device per
 // thread, NVML's process list, counted drains, and one stream that is being captured into a graph.
