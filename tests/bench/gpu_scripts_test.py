@@ -196,7 +196,7 @@ class GateLog(unittest.TestCase):
 
     def test_the_pattern_is_the_gates_message(self):
         source = ""
-        for name in ("priority_gate.cpp", "priority_floor.cpp"):  # the gate and its floor policy
+        for name in ("hold_trace.h", "hold_trace.cpp", "priority_floor.cpp"):  # the gate's hold trace, its floor policy
             with open(os.path.join(ROOT, "src", "limiter", name)) as f:
                 source += f.read()
         for message in ('"priority gate: floor slice at %llu us"', '"priority gate: held at %llu us, ',
