@@ -15,7 +15,22 @@ hot=$(find src/interposer src/limiter src/shared_state src/profiler src/common -
 cold=$(find src/config src/portable src/status src/addpath src/node src/cli -name '*.cpp' | sort)
 # The build may carry GCC-only warning flags (cmake/warnings.cmake) that clang does not know.
 # One clang-tidy per core, a few files each: the stage is CPU-bound and files are independent.
-tidy=(clang-tidy -p "$build" --quiet --extra-arg=-Wno-unknown-warning-option)
+# A unity build (GPUSLICE_UNITY_BUILD) lists its batches, not its sources, in
+# compile_commands.json: each batch's command is given to every source it includes.
+db="$build/tidy"
+mkdir -p "$db"
+python3 - "$build/compile_commands.json" "$db/compile_commands.json" <<'PY'
+import json, re, sys
+entries = []
+for e in json.load(open(sys.argv[1])):
+    if "/Unity/unity_" not in e["file"]:
+        entries.append(e)
+        continue
+    for source in re.findall(r'^#include "([^"]+)"', open(e["file"]).read(), re.M):
+        entries.append(dict(e, file=source, command=e["command"].replace(e["file"], source)))
+json.dump(entries, open(sys.argv[2], "w"))
+PY
+tidy=(clang-tidy -p "$db" --quiet --extra-arg=-Wno-unknown-warning-option)
 printf '%s\n' $hot | xargs -P"$(nproc)" -n4 "${tidy[@]}"
 printf '%s\n' $cold | xargs -P"$(nproc)" -n4 "${tidy[@]}" --checks=-clang-analyzer-*
 echo "clang-tidy: $(echo "$hot" | wc -w) files with the analyzer, $(echo "$cold" | wc -w) without; all clean"
