@@ -101,6 +101,8 @@ function(gpuslice_make_fixture_portable)
     foreach(lib IN ITEMS ${target} ${static_deps})
       gpuslice_pin_glibc(${lib})
       target_compile_options(${lib} PRIVATE "SHELL:-include ${PROJECT_SOURCE_DIR}/src/portable/glibc_pin_dlsym.h")
+      # One source at a time, as they ship (a batch would put the start-up shim beside main).
+      set_target_properties(${lib} PROPERTIES UNITY_BUILD OFF)
     endforeach()
     get_target_property(type ${target} TYPE)
     if(type STREQUAL "EXECUTABLE")
