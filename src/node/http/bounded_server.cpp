@@ -271,7 +271,8 @@ class Connection final : public httplib::Stream {
   bool poll_until(short events, SteadyClock::time_point deadline) {
     for (;;) {
       if (listener_ == INVALID_SOCKET) return false;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
       if (left <= 0) return false;
       pollfd p{sock_, events, 0};
       int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
