@@ -473,7 +473,20 @@ class Bench:
                     env["GPUSLICE_PRIORITY"] = priority
                 if limit:
                     env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
-            env.update(own_env or {})  # a variant's tunables (GPUSLICE_PRIORITY_GRACE, ...)
+            own_env = dict(own_env or {})
+            limits = own_env.pop(LIMITS_KEY, None)
+            if limits:  # the operator's limits file of this member: the run's lines and its own
+                path = os.path.join(shared, "limits")
+                lines = []
+                if getattr(self.args, "mps_limits_file", None):
+                    with open(self.args.mps_limits_file) as f:
+                        lines = f.read().splitlines()
+                with open(path, "w") as f:
+                    f.write("\n".join(lines + limits.split("+")) + "\n")
+                env["GPUSLICE_LIMITS_FILE"] = path
+            env.update(own_env)  # a variant's tunables (GPUSLICE_PRIORITY_GRACE, ...)
+        else:
+            env.update(own_env or {})  # an un-managed variant's CUDA_MPS_* (the MPS server's own priority)
         log = open(os.path.join(self.logs, name + ".log"), "w")
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return {"proc": proc, "report": report, "log": log, "name": name, "shared": shared, "role": role}
@@ -642,12 +655,26 @@ def phase_count(seconds, phase_s):
     return max(2, 2 * round(seconds / phase_s / 2))
 
 
+UNMANAGED_KEY = "GPUSLICE_BENCH_UNMANAGED"
+# GPUSLICE_BENCH_LIMITS=K=V+K=V in a member's list: lines of its own limits file (the operator's
+# values, e.g. GPUSLICE_MPS_PRIORITY=server), beside the run's (--mps-low-threads).
+LIMITS_KEY = "GPUSLICE_BENCH_LIMITS"
+
+
+def variant_member(role, priority, env):
+    """A --variant's member: under gpuslice at `priority` with its variables, or, with
+    GPUSLICE_BENCH_UNMANAGED=1, without gpuslice with the rest of its variables."""
+    if env.get(UNMANAGED_KEY) == "1":
+        return (role, False, None, None, {k: v for k, v in env.items() if k != UNMANAGED_KEY})
+    return (role, True, priority, None, env)
+
+
 def trainer_variants(args):
     """(label, trainer variables) of the defaults and of each --variant whose trainer differs from
     those before it: the runs of the trainer beside an idle neighbour measure each trainer once."""
     seen = []
     for label, _, trainer_env in [("", {}, {})] + args.variants:
-        if trainer_env not in seen:
+        if trainer_env not in seen and trainer_env.get(UNMANAGED_KEY) != "1":
             seen.append(trainer_env)
             yield label, trainer_env
 
@@ -1049,9 +1076,13 @@ def main_parent(args):
             data["runs"][name] = results
             rows.append(row)
             print(f"{name}: {fmt(row.get('trainer_x'), '.3f')} of alone", flush=True)
+        if args.idle_rounds > 1:
+            rows += measure_idle_rounds(args, bench, data)
+        if args.idle_only:
+            loads = []  # nothing with a server
         if args.conservation:
             rows += measure_conservation(args, bench, data)
-        if args.paired:
+        if args.paired and loads:
             rows += measure_paired(args, bench, data, loads, service, alone_trainer)
             loads = []  # the five configurations are not measured
         # (name in the table, name of its runs' logs, members)
@@ -1064,7 +1095,8 @@ def main_parent(args):
             configs = [c for c in configs if c[0].startswith("priorities")]
         for label, server_env, trainer_env in args.variants:
             configs.append((f"priorities high/low {label}", f"priorities{label}",
-                            [("server", True, "high", None, server_env), ("trainer", True, "low", None, trainer_env)]))
+                            [variant_member("server", "high", server_env),
+                             variant_member("trainer", "low", trainer_env)]))
         for load in loads:
             rate = load / 100.0 / service
             tag = f"load{load}"
@@ -1195,6 +1227,43 @@ def step_ratio_interval(pairs, rounds=1000, seed=1):
     return (value, *central_interval([r for r in resampled(pairs, ratio, rounds, seed) if r is not None]))
 
 
+def measure_idle_rounds(args, bench, data):
+    """--idle-rounds N: what a best-effort trainer pays beside an idle high tenant, and where it comes
+    from, in N alternated rounds (so that the GPU's warming up, which favours whatever runs first,
+    falls on every configuration alike). A round: the trainer alone (no gpuslice); beside an idle
+    high tenant, both under gpuslice (the goal's configuration); beside the same idle process, both
+    without gpuslice (what another context costs); alone under gpuslice at low (the library without
+    anybody to yield to). Each ÷ the mean of the alone runs of its round and the next one."""
+    configs = [
+        ("alone", [("trainer", False, None, None)]),
+        ("beside an idle high, gpuslice", [("idle", True, "high", None), ("trainer", True, "low", None)]),
+        ("beside an idle process, un-managed", [("idle", False, None, None), ("trainer", False, None, None)]),
+        ("alone under gpuslice, low", [("trainer", True, "low", None)]),
+    ]
+    speeds = {name: [] for name, _ in configs}
+    for r in range(args.idle_rounds):
+        for name, members in configs:
+            tag = f"idle-round{r + 1}-{name.split(',')[0].replace(' ', '-')}"
+            results, _ = bench.measure(tag, members, None, seconds=args.alone_seconds)
+            data["runs"][tag] = results
+            speeds[name].append(results["trainer"]["steps_per_s"])
+            print(f"idle round {r + 1}, {name}: {speeds[name][-1]:.2f} steps/s", flush=True)
+    alone = speeds["alone"]
+    rows = []
+    for name, _ in configs[1:]:
+        ratios = []
+        for k, x in enumerate(speeds[name]):
+            ref = alone[k:k + 2]  # this round's alone and the next one's (the last round: its own)
+            ratios.append(x / (sum(ref) / len(ref)))
+        mean = sum(ratios) / len(ratios)
+        row = {"config": f"trainer {name} ÷ alone (alternated)", "load": None, "trainer_x": mean,
+               "spread": [min(ratios), max(ratios)], "rounds": ratios}
+        print(f"trainer {name} ÷ alone, {len(ratios)} alternated rounds: {mean:.3f} "
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]", flush=True)
+        rows.append(row)
+    return rows
+
+
 def measure_conservation(args, bench, data):
     """--conservation: what the in-flight bound costs a best-effort trainer, within one trainer
     process (two trainer processes differ by more than the cost): the trainer (low) beside an idle
@@ -1263,8 +1332,8 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
     count = phase_count(args.seconds, args.phase_seconds)
     modes = [("priorities", [("server", True, "high", None), ("trainer", True, "low", None)])]
     for label, server_env, trainer_env in args.variants:
-        modes.append((f"priorities {label}", [("server", True, "high", None, server_env),
-                                               ("trainer", True, "low", None, trainer_env)]))
+        modes.append((f"priorities {label}", [variant_member("server", "high", server_env),
+                                               variant_member("trainer", "low", trainer_env)]))
     if not args.only_priorities:
         modes.insert(0, ("un-managed", [("server", False, None, None), ("trainer", False, None, None)]))
     rows = []
@@ -1308,7 +1377,9 @@ def measure_paired(args, bench, data, loads, service, alone_trainer):
 
 
 def parse_variant(text, ap):
-    """'label;server:K=V,K=V;trainer:K=V' -> (label, server env, trainer env)."""
+    """'label;server:K=V,K=V;trainer:K=V' -> (label, server env, trainer env). GPUSLICE_BENCH_UNMANAGED=1
+    in a member's list runs that member without gpuslice (with the rest of its list as its
+    environment: CUDA_MPS_CLIENT_PRIORITY=1, say, for the MPS server's own priorities alone)."""
     label, *parts = text.split(";")
     envs = {"server": {}, "trainer": {}}
     for part in parts:
@@ -1316,9 +1387,9 @@ def parse_variant(text, ap):
         if role not in envs or not assignments:
             ap.error(f"--variant {text!r}: expected LABEL;server:K=V,...;trainer:K=V,...")
         for assignment in assignments.split(","):
-            key, eq, value = assignment.partition("=")
-            if not eq or not key.startswith("GPUSLICE_"):
-                ap.error(f"--variant {text!r}: {assignment!r} is not GPUSLICE_NAME=value")
+            key, eq, value = assignment.partition("=")  # GPUSLICE_BENCH_LIMITS's value holds '=' itself
+            if not eq or not key.startswith(("GPUSLICE_", "CUDA_MPS_")):
+                ap.error(f"--variant {text!r}: {assignment!r} is not GPUSLICE_NAME=value or CUDA_MPS_NAME=value")
             envs[role][key] = value
     if not label or " " in label:
         ap.error(f"--variant {text!r}: the label must be one word")
@@ -1371,6 +1442,12 @@ def main():
     ap.add_argument("--settle-seconds", type=float, default=0.4,
                     help="--paired, --conservation: left out at the start of each phase (the trainer ending its "
                          "step, a neighbour's new priority reaching it)")
+    ap.add_argument("--idle-rounds", type=int, default=1, metavar="N",
+                    help="also measure the trainer beside an idle high tenant in N alternated rounds with the "
+                         "trainer alone, beside the idle process un-managed, and alone under gpuslice at low "
+                         "(--alone-seconds each; where its cost comes from)")
+    ap.add_argument("--idle-only", action="store_true",
+                    help="measure the trainer alone and beside an idle high tenant (and --idle-rounds) only")
     ap.add_argument("--conservation", action="store_true",
                     help="also measure the in-flight bound's cost within one trainer process: beside an idle "
                          "container switched between high and low every --phase-seconds with `gpuslice set` "

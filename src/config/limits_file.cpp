@@ -61,6 +61,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
   std::size_t compute_line = 0;
   std::size_t priority_line = 0;
   std::size_t threads_line = 0;
+  std::size_t yield_line = 0;
   std::size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -94,6 +95,17 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
       limits.priority = *level;
       continue;
     }
+    if (key == kMpsPriorityKey) {
+      if (yield_line != 0)
+        return problem(std::string(kMpsPriorityKey) + " is set twice (first on line " +
+                       std::to_string(yield_line) + ")");
+      yield_line = line_number;
+      if (value == kNoCap) continue;
+      auto yield = parse_mps_yield(value);
+      if (!yield) return problem(detail::variable_error(key, value, "expected gate, server or none"));
+      limits.mps_yield = *yield;
+      continue;
+    }
     if (key == kMpsLowThreadsKey) {
       if (threads_line != 0)
         return problem(std::string(kMpsLowThreadsKey) + " is set twice (first on line " +
@@ -114,12 +126,13 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
     if (!memory && key != kComputeLimitKey)
       return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
-                     kComputeLimitKey + ", " + kPriorityKey + " or " + kMpsLowThreadsKey + ")");
+                     kComputeLimitKey + ", " + kPriorityKey + ", " + kMpsLowThreadsKey + " or " +
+                     kMpsPriorityKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
-  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0) {
+  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 && yield_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
@@ -135,6 +148,7 @@ std::string render_limits_file(const LimitsFile& limits, std::string_view header
   if (limits.priority) out += std::string(kPriorityKey) + "=" + priority_name(*limits.priority) + "\n";
   if (limits.mps_low_threads)
     out += std::string(kMpsLowThreadsKey) + "=" + std::to_string(*limits.mps_low_threads) + "\n";
+  if (limits.mps_yield) out += std::string(kMpsPriorityKey) + "=" + mps_yield_name(*limits.mps_yield) + "\n";
   return out;
 }
 
@@ -169,6 +183,7 @@ void apply_limits_file(Settings& settings, const std::string& path) {
   settings.memory_cap = limits->memory ? std::move(limits->memory->values) : DeviceValues{};
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
   settings.mps_low_threads = limits->mps_low_threads;
+  settings.mps_yield = limits->mps_yield.value_or(MpsYield::Gate);
   // The operator's level is a ceiling: a container asking for more runs at it, one asking for
   // nothing runs at it too (the node daemon wrote it for this container).
   if (limits->priority)

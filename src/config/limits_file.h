@@ -7,7 +7,10 @@
 // quoted, or `none`: no cap for that key; and GPUSLICE_PRIORITY (at most once, high|normal|low or
 // `none`): the highest priority level the container may run at, and its level when it asks for none
 // (docs/priority.md); and GPUSLICE_MPS_LOW_THREADS (at most once, 1-100 or `none`): under MPS, the
-// active-thread percentage of the container while it runs below `high`. Anything else is an error naming the
+// active-thread percentage of the container while it runs below `high`; and GPUSLICE_MPS_PRIORITY (at
+// most once, gate|server or `none`): under MPS, whether the host gate holds the container while a
+// higher one is busy (gate, the default) or the MPS server's client priority alone ranks its kernels
+// (server). Anything else is an error naming the
 // line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
 // before it writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
@@ -27,6 +30,8 @@ inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
 inline constexpr const char* kPriorityKey = "GPUSLICE_PRIORITY";
 // Under MPS, the active-thread percentage of containers below `high` (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
 inline constexpr const char* kMpsLowThreadsKey = "GPUSLICE_MPS_LOW_THREADS";
+// Under MPS, how a container below `high` yields: the host gate (gate) or the server alone (server).
+inline constexpr const char* kMpsPriorityKey = "GPUSLICE_MPS_PRIORITY";
 inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{1024} * 1024;
 
 struct LimitValue {
@@ -41,6 +46,7 @@ struct LimitsFile {
   std::optional<LimitValue> compute;        // percent; idem
   std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
   std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
+  std::optional<MpsYield> mps_yield;        // absent: none (the gate)
   bool missing = false;                     // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };

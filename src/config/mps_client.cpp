@@ -100,6 +100,14 @@ std::optional<std::vector<std::pair<int, std::uint64_t>>> parse_mps_pinned_limit
   return out;
 }
 
+std::optional<MpsYield> parse_mps_yield(std::string_view text) {
+  if (text == "gate") return MpsYield::Gate;
+  if (text == "server") return MpsYield::Server;
+  return std::nullopt;
+}
+
+const char* mps_yield_name(MpsYield yield) { return yield == MpsYield::Server ? "server" : "gate"; }
+
 MpsClientEnv derive_mps_client_env(const MpsClientInputs& in) {
   MpsClientEnv env;
   // Memory: the lower of the quota and the tenant's own limit, per ordinal.

@@ -33,6 +33,16 @@ enum class MpsPolicy {
   Error,     // `error`: fail closed with a message naming the user id
 };
 
+// GPUSLICE_MPS_PRIORITY (the operator's limits file): how a container below `high` yields to a
+// higher one under MPS.
+enum class MpsYield {
+  Gate,    // `gate` (default): the host gate holds its launches while a higher one is busy, as
+           // without MPS (its in-flight bound 4 ms), besides the server's client priority
+  Server,  // `server`: the server's client priority (and GPUSLICE_MPS_LOW_THREADS) alone: never held
+};
+std::optional<MpsYield> parse_mps_yield(std::string_view text);
+const char* mps_yield_name(MpsYield yield);
+
 // What the client's variables are derived from.
 struct MpsClientInputs {
   // The container's quota per device, keyed by the client's CUDA ordinals (after

@@ -111,6 +111,7 @@ struct Settings {
   MpsPolicy mps_policy = MpsPolicy::Wait;
   std::optional<std::string> mps_pipe_dir, mps_pinned, mps_priority, mps_threads;
   std::optional<unsigned> mps_low_threads;
+  MpsYield mps_yield = MpsYield::Gate;       // limits file GPUSLICE_MPS_PRIORITY
   std::vector<NamedOrdinal> named_ordinals;  // every ordinal a limit variable names
   std::vector<std::string> errors;           // one line per malformed variable: "VAR='value': why"
 

@@ -71,10 +71,19 @@ void open_gate(DeviceState& d) {
   if (presence == nullptr) return;
   if (d.priority_board == nullptr) d.priority_board = new (std::nothrow) PresenceBoard(*presence);
   if (d.priority_board == nullptr) return;
+  limiter::PriorityTuning tuning = tuning_from(settings().priority_tuning, presence->assignment());
+  // Under MPS the operator may leave the ranking to the server's client priority (limits file
+  // GPUSLICE_MPS_PRIORITY=server): a lower container's launches are then never held.
+  if (mps_client::active() && settings().mps_yield == config::MpsYield::Server) {
+    tuning.holds = false;
+    GS_LOG(Info,
+           "priority under MPS: the server's client priority ranks this process's kernels "
+           "(GPUSLICE_MPS_PRIORITY=server); its launches are not held");
+  }
   // The level claimed (GPUSLICE_PRIORITY, gpuslice set) under the one the operator assigned.
-  auto* gate = new (std::nothrow) limiter::PriorityGate(
-      gate_clock(), core_driver().gates, d.priority_board, ledger()->priority_source(),
-      tuning_from(settings().priority_tuning, presence->assignment()), presence->assigned_level());
+  auto* gate = new (std::nothrow)
+      limiter::PriorityGate(gate_clock(), core_driver().gates, d.priority_board, ledger()->priority_source(),
+                            tuning, presence->assigned_level());
   if (gate == nullptr) return;
   gate->heartbeat();
   d.priority_board->scan(gate_clock().now_ns(), gate->stale_ns(), gate->priority());

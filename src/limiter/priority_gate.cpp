@@ -96,9 +96,9 @@ std::uint64_t PriorityGate::gate(CUstream stream, std::uint64_t kernel) {
   const std::uint64_t entered = now;
   busy_.note_launch_begins(now);
   announce_busy(now);
-  if (priority() == Priority::High) {
-    // Nobody above: nothing to read or bound. The launch still counts for note_host_sync: a sync
-    // that returns after another thread launched must not say idle.
+  if (priority() == Priority::High || !tuning_.holds) {
+    // Nobody above (or the MPS server ranks us): nothing to read or bound. The launch still counts
+    // for note_host_sync: a sync that returns after another thread launched must not say idle.
     busy_.note_launched(now);
     return 0;
   }

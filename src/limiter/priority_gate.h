@@ -35,6 +35,10 @@
 namespace gpuslice::limiter {
 
 struct PriorityTuning {
+  // Whether a lower container's launches are held at all. false under MPS when the operator leaves
+  // the ranking to the MPS server (limits file GPUSLICE_MPS_PRIORITY=server): the gate then only
+  // publishes, as at `high`.
+  bool holds = true;
   // Device work a lower-priority process may have queued while a higher-priority container is
   // alive: what a higher one's first kernel may find in front of it (plus one kernel longer than
   // this). Kept by waiting for an event every half of it (or by a drain, cuCtxSynchronize, where an

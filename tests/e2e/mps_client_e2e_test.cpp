@@ -141,6 +141,38 @@ TEST_F(MpsClientE2E, TheInFlightBoundIsLooserUnderMps) {
   EXPECT_EQ(bound_line(false), "in-flight bound 2000 us");
 }
 
+// GPUSLICE_MPS_PRIORITY=server in the lower container's limits file: under MPS its launches are
+// never held beside a busy higher container (the server's client priority ranks them); without it
+// (the gate, the default) they are. Each process is its own container (its own shared directory).
+TEST_F(MpsClientE2E, TheOperatorCanLeaveTheRankingToTheMpsServer) {
+  write_file(dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned", "priority=high\n");
+  const auto launches_held = [&](const char* limits) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long epoch =
+        static_cast<long long>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec + 1'500'000'000LL;
+    Env high = env("high");
+    high["GPUSLICE_SHARED_DIR"] = dir_ + "/shared-high";
+    Background server({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", "1.5",
+                       "--kernel-us", "1000", "--step", "5", "--busy-from-ms", "0", "--busy-to-ms", "1500"},
+                      high, dir_ + "/server.out");
+    Env low = env("low");
+    low["GPUSLICE_SHARED_DIR"] = dir_ + "/shared-low";
+    low["GPUSLICE_LIMITS_FILE"] = dir_ + "/limits-low";
+    write_file(dir_ + "/limits-low", limits);
+    const Outcome o = run({GPUSLICE_PRIORITY_APP, "--epoch-ns", std::to_string(epoch), "--seconds", "1.5",
+                           "--kernel-us", "200", "--step", "5"},
+                          low, 60);
+    EXPECT_EQ(server.wait(), 0) << server.output();
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    const std::size_t at = o.err.find(" launches held)");
+    const std::size_t open = at == std::string::npos ? at : o.err.rfind('(', at);
+    return open == std::string::npos ? -1L : std::stol(o.err.substr(open + 1, at - open - 1));
+  };
+  EXPECT_GT(launches_held("GPUSLICE_MPS_PRIORITY=gate\n"), 0L) << "the gate holds the lower one";
+  EXPECT_EQ(launches_held("GPUSLICE_MPS_PRIORITY=server\n"), 0L) << "the server ranks it: never held";
+}
+
 // The simulated MPS server refuses a client's memory past its pinned limit, as the real one does
 // (the backstop for what the books cannot see): here without the library, the limit the client set.
 TEST_F(MpsClientE2E, TheSimulatedServerEnforcesThePinnedLimit) {

@@ -173,13 +173,38 @@ TEST_F(LimitsFile, TheMpsThreadShareIsAPercentOnceOrNone) {
             std::string::npos);
 }
 
+// Under MPS, whether the host gate holds a lower container or the server's client priority alone
+// ranks it: the operator's word, once, gate|server|none.
+TEST_F(LimitsFile, TheMpsYieldIsGateOrServerOnceOrNone) {
+  auto parsed = parse_limits_file("GPUSLICE_MPS_PRIORITY=server\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_TRUE(parsed->mps_yield);
+  EXPECT_EQ(*parsed->mps_yield, MpsYield::Server);
+  EXPECT_NE(render_limits_file(*parsed).find("GPUSLICE_MPS_PRIORITY=server\n"), std::string::npos);
+  auto again = parse_limits_file(render_limits_file(*parsed));
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->mps_yield, parsed->mps_yield);
+  parsed = parse_limits_file("GPUSLICE_MPS_PRIORITY=gate\n");
+  ASSERT_TRUE(parsed && parsed->mps_yield);
+  EXPECT_EQ(*parsed->mps_yield, MpsYield::Gate);
+  parsed = parse_limits_file("GPUSLICE_MPS_PRIORITY=none\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_FALSE(parsed->mps_yield);
+  const std::string bad = single_error("GPUSLICE_MPS_PRIORITY=servers\n");
+  EXPECT_NE(bad.find("line 1"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("GPUSLICE_MPS_PRIORITY"), std::string::npos) << bad;
+  EXPECT_NE(single_error("GPUSLICE_MPS_PRIORITY=gate\nGPUSLICE_MPS_PRIORITY=server\n").find("set twice"),
+            std::string::npos);
+}
+
 TEST_F(LimitsFile, SyntaxErrors) {
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT 8Gi\n").find("line 1: expected KEY=VALUE"),
             std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY=8Gi\n").find("line 1: unknown key 'GPUSLICE_MEMORY'"),
             std::string::npos);
   EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
-  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n").find("GPUSLICE_PRIORITY or GPUSLICE_MPS_LOW_THREADS)"),
+  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n")
+                .find("GPUSLICE_PRIORITY, GPUSLICE_MPS_LOW_THREADS or GPUSLICE_MPS_PRIORITY)"),
             std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")

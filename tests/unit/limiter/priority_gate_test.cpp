@@ -190,6 +190,29 @@ TEST(PriorityGateMechanics, ABusyHigherPeerHoldsUntilItsRecordSaysIdle) {
   EXPECT_EQ(gate.stats().holds, 1U);
 }
 
+// GPUSLICE_MPS_PRIORITY=server: under MPS the server's client priority ranks the kernels, so the
+// gate neither holds a lower container beside a busy higher one nor bounds what it queues, and
+// still publishes its own record (a `normal` one is a higher one to somebody).
+TEST(PriorityGateMechanics, AGateThatDoesNotHoldNeitherWaitsForABusyHigherOneNorDrains) {
+  ManualClock clock;
+  FakeBoard board;
+  board.peers.push_back(peer(Priority::High, clock.now, clock.now + 1'000 * kMs));
+  auto prio = source(Priority::Normal);
+  PriorityTuning tuning;
+  tuning.holds = false;
+  PriorityGate gate(clock, counting_ops(), &board, &prio, tuning);
+  const std::uint64_t start = clock.now;
+  for (int i = 0; i < 1000; ++i) {
+    clock.now += 10 * kUs;
+    gate.gate(nullptr);
+  }
+  EXPECT_EQ(clock.now - start, 1000 * 10 * kUs) << "no launch waited";
+  EXPECT_EQ(gate.stats().holds, 0U);
+  EXPECT_EQ(g_syncs, 0) << "nothing bounded";
+  ASSERT_FALSE(board.published.empty());
+  EXPECT_GT(board.published.back().busy_until_ns, clock.now) << "its own record says busy";
+}
+
 TEST(PriorityGateMechanics, InFlightBoundDrainsAfterTheLearnedNumberOfLaunches) {
   ManualClock clock;
   FakeBoard board;
