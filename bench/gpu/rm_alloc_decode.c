@@ -190,6 +190,8 @@ static void class_add(struct rmp_books* b, uint32_t cls, uint64_t bytes) {
   atomic_fetch_add_explicit(&b->classes_full, 1, RLX);
 }
 
+static int retire(struct rmp_books* b, struct rmp_object* o, uint32_t op, uint64_t t0, uint64_t t1);
+
 static void list_memory(struct rmp_books* b, struct rmp_object* o) {
   uint32_t no = 0;
   if (!atomic_compare_exchange_strong_explicit(&o->listed, &no, 1, RLX, RLX)) return;
@@ -202,6 +204,8 @@ static void record_alloc(struct rmp_books* b, uint32_t client, uint32_t parent, 
   class_add(b, cls, bytes);
   struct rmp_object* o = obj_claim(b, client, handle);
   if (o == NULL) return;
+  /* The RM refuses a live handle; should it ever answer NV_OK for one, the old object is gone. */
+  retire(b, o, 'F', t0, t1);
   o->parent = parent;
   o->cls = cls;
   o->where = where;

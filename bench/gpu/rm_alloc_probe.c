@@ -237,7 +237,13 @@ static void start_once(void) {
   if (atomic_load_explicit(&g_reset_pending, memory_order_acquire)) {
     int one = 1;
     if (atomic_compare_exchange_strong(&g_reset_pending, &one, 0)) {
+      /* The driver (and its version string, sent once per process) stays the parent's. */
+      char version[sizeof g_books.version];
+      memcpy(version, g_books.version, sizeof version);
+      const int major = atomic_load(&g_books.abi_major);
       memset((void*)&g_books, 0, sizeof g_books);
+      memcpy(g_books.version, version, sizeof version);
+      atomic_store(&g_books.abi_major, major);
       g_drained = g_lost = 0;
     }
   }
