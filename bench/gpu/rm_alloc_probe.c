@@ -299,6 +299,20 @@ __attribute__((destructor)) static void probe_fini(void) {
   summary_lines();
 }
 
+/* For the cost program (rm_alloc_cost.cu, through dlsym): 0..255 an escape's count on nvidiactl/nvidia<N>,
+ * 256 ioctls on nvidia-uvm, 257 all escapes, 258 the device-local sum in bytes. */
+EXPORT uint64_t rm_probe_count(int which) {
+  if (which >= 0 && which < RMP_ESC) return atomic_load(&g_books.esc[which].count);
+  if (which == 256) return atomic_load(&g_books.uvm_count);
+  if (which == 257) {
+    uint64_t n = 0;
+    for (int i = 0; i < RMP_ESC; ++i) n += atomic_load(&g_books.esc[i].count);
+    return n;
+  }
+  if (which == 258) return (uint64_t)atomic_load(&g_books.local_bytes);
+  return 0;
+}
+
 /* ---- the interposed calls ---- */
 
 EXPORT int ioctl(int fd, unsigned long request, ...) {

@@ -17,7 +17,7 @@ gcc "${cflags[@]}" -O2 -shared -fPIC -fvisibility=hidden -o "$b/rm_alloc_probe.s
 gcc "${cflags[@]}" -O2 -shared -fPIC -DFAKE_RM_LIB -o "$b/libfake_rm.so" rm_alloc_probe_e2e.c -ldl
 gcc "${cflags[@]}" -O2 -o "$b/rm_alloc_probe_e2e" rm_alloc_probe_e2e.c -L"$b" -lfake_rm -Wl,-rpath,"$b"
 exports=$(nm -D --defined-only "$b/rm_alloc_probe.so" | awk '{print $3}' | sort | tr '\n' ' ')
-[ "$exports" = "close close_range dup2 dup3 ioctl " ] || { echo "FAIL: exports: $exports"; exit 1; }
+[ "$exports" = "close close_range dup2 dup3 ioctl rm_probe_count " ] || { echo "FAIL: exports: $exports"; exit 1; }
 dev=$(mktemp -d)
 log=$dev/log
 RM_PROBE_LOG=$log RM_PROBE_DEV_PREFIX=$dev/ LD_PRELOAD=$b/rm_alloc_probe.so "$b/rm_alloc_probe_e2e" "$dev" > "$dev/out"
@@ -26,8 +26,9 @@ expect() {  # file description pattern
   grep -Eq "$3" "$1" || { echo "FAIL: $2 (no /$3/ in $(basename "$1"))"; fail=1; }
 }
 parent=$(grep -l 'op=A.*bytes=1073741824' "$log".* || true)
-child=$(ls "$log".* | grep -vx "$parent" || true)
-[ -n "$parent" ] && [ -n "$child" ] || { echo "FAIL: expected a log per process: $(ls "$log".*)"; exit 1; }
+child=
+for f in "$log".*; do [ "$f" != "$parent" ] && child=$f; done
+if [ -z "$parent" ] || [ -z "$child" ]; then echo "FAIL: expected a log per process:" "$log".*; exit 1; fi
 expect "$parent" "header" '^H pid=[0-9]+ t=[0-9]+ clock=CLOCK_MONOTONIC'
 expect "$parent" "samples while it ran" '^S t=[0-9]+ local=115343360 local_peak=1189085184'
 expect "$parent" "the 100 MiB + 1 allocation as the RM rounded it" '^E op=A .*cls=0x40 .*bytes=106954752 where=local'
