@@ -67,10 +67,11 @@ void alloc_loop(size_t bytes, int iters, CountFn count) {
     in_alloc += c1 - c0;
     in_free += ioctls(count) - c1;
   }
-  std::printf("alloc bytes=%zu iters=%d alloc_ns=%lld free_ns=%lld ioctls_per_alloc=%.2f ioctls_per_free=%.2f\n",
-              bytes, iters, static_cast<long long>(median(a)), static_cast<long long>(median(f)),
-              count != nullptr ? static_cast<double>(in_alloc) / iters : -1.0,
-              count != nullptr ? static_cast<double>(in_free) / iters : -1.0);
+  std::printf(
+      "alloc bytes=%zu iters=%d alloc_ns=%lld free_ns=%lld ioctls_per_alloc=%.2f ioctls_per_free=%.2f\n",
+      bytes, iters, static_cast<long long>(median(a)), static_cast<long long>(median(f)),
+      count != nullptr ? static_cast<double>(in_alloc) / iters : -1.0,
+      count != nullptr ? static_cast<double>(in_free) / iters : -1.0);
 }
 
 void launch_loop(int batches, CountFn count) {

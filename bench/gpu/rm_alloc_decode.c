@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#define RMP_IOC_NR(r) ((unsigned)((r) & 0xffu))
+#define RMP_IOC_NR(r) ((unsigned)((r)&0xffu))
 #define RMP_IOC_TYPE(r) ((unsigned)(((r) >> 8) & 0xffu))
 #define RMP_IOC_SIZE(r) ((unsigned)(((r) >> 16) & 0x3fffu))
 
@@ -49,44 +49,82 @@ int rmp_parse_major(const char* s, size_t n) {
 
 const char* rmp_escape_name(unsigned nr) {
   switch (nr) {
-    case RMP_NV_ESC_RM_ALLOC_MEMORY: return "RM_ALLOC_MEMORY";
-    case RMP_NV_ESC_RM_ALLOC_OBJECT: return "RM_ALLOC_OBJECT";
-    case RMP_NV_ESC_RM_FREE: return "RM_FREE";
-    case RMP_NV_ESC_RM_CONTROL: return "RM_CONTROL";
-    case RMP_NV_ESC_RM_ALLOC: return "RM_ALLOC";
-    case 0x32: return "RM_CONFIG_GET";
-    case 0x33: return "RM_CONFIG_SET";
-    case RMP_NV_ESC_RM_DUP_OBJECT: return "RM_DUP_OBJECT";
-    case RMP_NV_ESC_RM_SHARE: return "RM_SHARE";
-    case 0x39: return "RM_I2C_ACCESS";
-    case 0x41: return "RM_IDLE_CHANNELS";
-    case RMP_NV_ESC_RM_VID_HEAP_CONTROL: return "RM_VID_HEAP_CONTROL";
-    case 0x4D: return "RM_ACCESS_REGISTRY";
-    case RMP_NV_ESC_RM_MAP_MEMORY: return "RM_MAP_MEMORY";
-    case RMP_NV_ESC_RM_UNMAP_MEMORY: return "RM_UNMAP_MEMORY";
-    case 0x52: return "RM_GET_EVENT_DATA";
-    case 0x54: return "RM_ALLOC_CONTEXT_DMA2";
-    case 0x56: return "RM_ADD_VBLANK_CALLBACK";
-    case RMP_NV_ESC_RM_MAP_MEMORY_DMA: return "RM_MAP_MEMORY_DMA";
-    case RMP_NV_ESC_RM_UNMAP_MEMORY_DMA: return "RM_UNMAP_MEMORY_DMA";
-    case 0x59: return "RM_BIND_CONTEXT_DMA";
-    case 0x5C: return "RM_EXPORT_OBJECT_TO_FD";
-    case 0x5D: return "RM_IMPORT_OBJECT_FROM_FD";
-    case 0x5E: return "RM_UPDATE_DEVICE_MAPPING_INFO";
-    case 0x5F: return "RM_LOCKLESS_DIAGNOSTIC";
-    case RMP_NV_ESC_CARD_INFO: return "CARD_INFO";
-    case RMP_NV_ESC_REGISTER_FD: return "REGISTER_FD";
-    case RMP_NV_IOCTL_BASE + 6: return "ALLOC_OS_EVENT";
-    case RMP_NV_IOCTL_BASE + 7: return "FREE_OS_EVENT";
-    case RMP_NV_IOCTL_BASE + 9: return "STATUS_CODE";
-    case RMP_NV_ESC_CHECK_VERSION_STR: return "CHECK_VERSION_STR";
-    case RMP_NV_ESC_IOCTL_XFER_CMD: return "IOCTL_XFER_CMD";
-    case RMP_NV_ESC_ATTACH_GPUS_TO_FD: return "ATTACH_GPUS_TO_FD";
-    case RMP_NV_IOCTL_BASE + 13: return "QUERY_DEVICE_INTR";
-    case RMP_NV_IOCTL_BASE + 14: return "SYS_PARAMS";
-    case RMP_NV_IOCTL_BASE + 17: return "EXPORT_TO_DMABUF_FD";
-    case RMP_NV_IOCTL_BASE + 18: return "WAIT_OPEN_COMPLETE";
-    default: return "?";
+    case RMP_NV_ESC_RM_ALLOC_MEMORY:
+      return "RM_ALLOC_MEMORY";
+    case RMP_NV_ESC_RM_ALLOC_OBJECT:
+      return "RM_ALLOC_OBJECT";
+    case RMP_NV_ESC_RM_FREE:
+      return "RM_FREE";
+    case RMP_NV_ESC_RM_CONTROL:
+      return "RM_CONTROL";
+    case RMP_NV_ESC_RM_ALLOC:
+      return "RM_ALLOC";
+    case 0x32:
+      return "RM_CONFIG_GET";
+    case 0x33:
+      return "RM_CONFIG_SET";
+    case RMP_NV_ESC_RM_DUP_OBJECT:
+      return "RM_DUP_OBJECT";
+    case RMP_NV_ESC_RM_SHARE:
+      return "RM_SHARE";
+    case 0x39:
+      return "RM_I2C_ACCESS";
+    case 0x41:
+      return "RM_IDLE_CHANNELS";
+    case RMP_NV_ESC_RM_VID_HEAP_CONTROL:
+      return "RM_VID_HEAP_CONTROL";
+    case 0x4D:
+      return "RM_ACCESS_REGISTRY";
+    case RMP_NV_ESC_RM_MAP_MEMORY:
+      return "RM_MAP_MEMORY";
+    case RMP_NV_ESC_RM_UNMAP_MEMORY:
+      return "RM_UNMAP_MEMORY";
+    case 0x52:
+      return "RM_GET_EVENT_DATA";
+    case 0x54:
+      return "RM_ALLOC_CONTEXT_DMA2";
+    case 0x56:
+      return "RM_ADD_VBLANK_CALLBACK";
+    case RMP_NV_ESC_RM_MAP_MEMORY_DMA:
+      return "RM_MAP_MEMORY_DMA";
+    case RMP_NV_ESC_RM_UNMAP_MEMORY_DMA:
+      return "RM_UNMAP_MEMORY_DMA";
+    case 0x59:
+      return "RM_BIND_CONTEXT_DMA";
+    case 0x5C:
+      return "RM_EXPORT_OBJECT_TO_FD";
+    case 0x5D:
+      return "RM_IMPORT_OBJECT_FROM_FD";
+    case 0x5E:
+      return "RM_UPDATE_DEVICE_MAPPING_INFO";
+    case 0x5F:
+      return "RM_LOCKLESS_DIAGNOSTIC";
+    case RMP_NV_ESC_CARD_INFO:
+      return "CARD_INFO";
+    case RMP_NV_ESC_REGISTER_FD:
+      return "REGISTER_FD";
+    case RMP_NV_IOCTL_BASE + 6:
+      return "ALLOC_OS_EVENT";
+    case RMP_NV_IOCTL_BASE + 7:
+      return "FREE_OS_EVENT";
+    case RMP_NV_IOCTL_BASE + 9:
+      return "STATUS_CODE";
+    case RMP_NV_ESC_CHECK_VERSION_STR:
+      return "CHECK_VERSION_STR";
+    case RMP_NV_ESC_IOCTL_XFER_CMD:
+      return "IOCTL_XFER_CMD";
+    case RMP_NV_ESC_ATTACH_GPUS_TO_FD:
+      return "ATTACH_GPUS_TO_FD";
+    case RMP_NV_IOCTL_BASE + 13:
+      return "QUERY_DEVICE_INTR";
+    case RMP_NV_IOCTL_BASE + 14:
+      return "SYS_PARAMS";
+    case RMP_NV_IOCTL_BASE + 17:
+      return "EXPORT_TO_DMABUF_FD";
+    case RMP_NV_IOCTL_BASE + 18:
+      return "WAIT_OPEN_COMPLETE";
+    default:
+      return "?";
   }
 }
 
@@ -133,7 +171,8 @@ static struct rmp_object* obj_claim(struct rmp_books* b, uint32_t client, uint32
     uint64_t cur = atomic_load_explicit(&o->key, memory_order_acquire);
     if (cur == k) return o;
     if (cur == 0) {
-      if (atomic_compare_exchange_strong_explicit(&o->key, &cur, k, memory_order_acq_rel, memory_order_acquire))
+      if (atomic_compare_exchange_strong_explicit(&o->key, &cur, k, memory_order_acq_rel,
+                                                  memory_order_acquire))
         return o;
       if (cur == k) return o;
     }
@@ -178,8 +217,9 @@ static void class_add(struct rmp_books* b, uint32_t cls, uint64_t bytes) {
   for (uint32_t n = 0; n < RMP_CLASSES; ++n, ++i) {
     struct rmp_class_stat* c = &b->classes[i & (RMP_CLASSES - 1)];
     uint32_t cur = atomic_load_explicit(&c->key, memory_order_acquire);
-    if (cur == 0 && !atomic_compare_exchange_strong_explicit(&c->key, &cur, key, memory_order_acq_rel,
-                                                             memory_order_acquire) &&
+    if (cur == 0 &&
+        !atomic_compare_exchange_strong_explicit(&c->key, &cur, key, memory_order_acq_rel,
+                                                 memory_order_acquire) &&
         cur != key)
       continue;
     if (cur != 0 && cur != key) continue;
@@ -236,18 +276,31 @@ static int retire(struct rmp_books* b, struct rmp_object* o, uint32_t op, uint64
  * channel...) takes its descendants with it: the RM frees them without further ioctls. */
 static int is_leaf_class(uint32_t cls) {
   switch (cls) {
-    case RMP_NV01_MEMORY_SYSTEM: case RMP_NV01_MEMORY_LOCAL_PRIVILEGED: case RMP_NV01_MEMORY_LOCAL_USER:
-    case RMP_NV_MEMORY_EXTENDED_USER: case RMP_NV01_MEMORY_VIRTUAL: case RMP_NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
-    case RMP_NV01_MEMORY_LIST_SYSTEM: case RMP_NV01_MEMORY_LIST_FBMEM: case RMP_NV01_MEMORY_LIST_OBJECT:
-    case RMP_NV01_MEMORY_LOCAL_PHYSICAL: case RMP_NV01_MEMORY_FLA: case RMP_NV_MEMORY_FABRIC:
-    case RMP_NV_MEMORY_FABRIC_IMPORT_V2: case RMP_NV_MEMORY_FABRIC_IMPORTED_REF:
-    case RMP_NV_MEMORY_MULTICAST_FABRIC: case RMP_NV50_MEMORY_VIRTUAL: case RMP_NV01_MEMORY_DEVICELESS:
+    case RMP_NV01_MEMORY_SYSTEM:
+    case RMP_NV01_MEMORY_LOCAL_PRIVILEGED:
+    case RMP_NV01_MEMORY_LOCAL_USER:
+    case RMP_NV_MEMORY_EXTENDED_USER:
+    case RMP_NV01_MEMORY_VIRTUAL:
+    case RMP_NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+    case RMP_NV01_MEMORY_LIST_SYSTEM:
+    case RMP_NV01_MEMORY_LIST_FBMEM:
+    case RMP_NV01_MEMORY_LIST_OBJECT:
+    case RMP_NV01_MEMORY_LOCAL_PHYSICAL:
+    case RMP_NV01_MEMORY_FLA:
+    case RMP_NV_MEMORY_FABRIC:
+    case RMP_NV_MEMORY_FABRIC_IMPORT_V2:
+    case RMP_NV_MEMORY_FABRIC_IMPORTED_REF:
+    case RMP_NV_MEMORY_MULTICAST_FABRIC:
+    case RMP_NV50_MEMORY_VIRTUAL:
+    case RMP_NV01_MEMORY_DEVICELESS:
       return 1;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
-static int descends_from(struct rmp_books* b, uint32_t client, const struct rmp_object* o, uint32_t ancestor) {
+static int descends_from(struct rmp_books* b, uint32_t client, const struct rmp_object* o,
+                         uint32_t ancestor) {
   uint32_t p = o->parent;
   for (int depth = 0; depth < 16; ++depth) {
     if (p == ancestor) return 1;
@@ -286,10 +339,14 @@ static void record_free(struct rmp_books* b, uint32_t client, uint32_t handle, u
 static uint32_t mem_where(uint32_t cls, uint32_t attr, uint32_t flags) {
   if (flags & RMP_NVOS32_ALLOC_FLAGS_VIRTUAL) return RMP_VIRTUAL;
   switch (cls) {
-    case RMP_NV01_MEMORY_LOCAL_USER: return RMP_LOCAL; /* vidmemConstruct refuses anything but vidmem */
-    case RMP_NV01_MEMORY_SYSTEM: case RMP_NV_MEMORY_EXTENDED_USER: case RMP_NV01_MEMORY_DEVICELESS:
+    case RMP_NV01_MEMORY_LOCAL_USER:
+      return RMP_LOCAL; /* vidmemConstruct refuses anything but vidmem */
+    case RMP_NV01_MEMORY_SYSTEM:
+    case RMP_NV_MEMORY_EXTENDED_USER:
+    case RMP_NV01_MEMORY_DEVICELESS:
       return RMP_SYSTEM;
-    default: return RMP_ATTR_LOCATION(attr) == 0 ? RMP_LOCAL : RMP_SYSTEM;
+    default:
+      return RMP_ATTR_LOCATION(attr) == 0 ? RMP_LOCAL : RMP_SYSTEM;
   }
 }
 
@@ -312,7 +369,9 @@ static void decode_rm_alloc(struct rmp_books* b, const void* arg, unsigned size,
   uint64_t bytes = 0;
   if (p != NULL) {
     switch (cls) {
-      case RMP_NV01_MEMORY_SYSTEM: case RMP_NV01_MEMORY_LOCAL_USER: case RMP_NV_MEMORY_EXTENDED_USER:
+      case RMP_NV01_MEMORY_SYSTEM:
+      case RMP_NV01_MEMORY_LOCAL_USER:
+      case RMP_NV_MEMORY_EXTENDED_USER:
       case RMP_NV01_MEMORY_DEVICELESS:
         if (params_size >= RMP_MEMPARAMS_MIN) {
           bytes = get64(p, RMP_MEMPARAMS_OFF_SIZE); /* [IN/OUT]: what the RM allocated */
@@ -325,7 +384,8 @@ static void decode_rm_alloc(struct rmp_books* b, const void* arg, unsigned size,
           where = RMP_LOCAL;
         }
         break;
-      default: break;
+      default:
+        break;
     }
   }
   if (where == RMP_NONE && is_leaf_class(cls)) where = RMP_OTHER_MEM;
@@ -354,13 +414,17 @@ static void decode_vid_heap(struct rmp_books* b, const void* arg, uint64_t t0, u
       bytes = get64(arg, RMP_NVOS32_OFF_SIZE_RANGE);
       attr = get32(arg, RMP_NVOS32_OFF_ATTR);
       break;
-    case RMP_NVOS32_FUNCTION_FREE: record_free(b, client, hmem, t0, t1); return;
-    default: return;
+    case RMP_NVOS32_FUNCTION_FREE:
+      record_free(b, client, hmem, t0, t1);
+      return;
+    default:
+      return;
   }
   const uint32_t where = mem_where(0, attr, get32(arg, RMP_NVOS32_OFF_FLAGS));
   /* The heap's objects are NV01_MEMORY_LOCAL_USER (or system) Memory objects under the device. */
-  record_alloc(b, client, parent, hmem, where == RMP_LOCAL ? RMP_NV01_MEMORY_LOCAL_USER : RMP_NV01_MEMORY_SYSTEM,
-               where, bytes, t0, t1);
+  record_alloc(b, client, parent, hmem,
+               where == RMP_LOCAL ? RMP_NV01_MEMORY_LOCAL_USER : RMP_NV01_MEMORY_SYSTEM, where, bytes, t0,
+               t1);
 }
 
 static void decode(struct rmp_books* b, unsigned nr, unsigned size, void* arg, uint64_t t0, uint64_t t1,
@@ -384,8 +448,8 @@ static void decode(struct rmp_books* b, unsigned nr, unsigned size, void* arg, u
         const struct rmp_nvos02_fd* m = (const struct rmp_nvos02_fd*)arg;
         if (m->status == 0) {
           const uint32_t where = m->hClass == RMP_NV01_MEMORY_LOCAL_USER ? RMP_LOCAL
-                                 : m->hClass == RMP_NV01_MEMORY_SYSTEM    ? RMP_SYSTEM
-                                                                          : RMP_OTHER_MEM;
+                                 : m->hClass == RMP_NV01_MEMORY_SYSTEM   ? RMP_SYSTEM
+                                                                         : RMP_OTHER_MEM;
           record_alloc(b, m->hRoot, m->hObjectParent, m->hObjectNew, m->hClass, where, m->limit + 1, t0, t1);
         }
         return;
@@ -435,10 +499,14 @@ static void decode(struct rmp_books* b, unsigned nr, unsigned size, void* arg, u
         return;
       }
       break;
-    case RMP_NV_ESC_RM_MAP_MEMORY: case RMP_NV_ESC_RM_UNMAP_MEMORY: case RMP_NV_ESC_RM_MAP_MEMORY_DMA:
-    case RMP_NV_ESC_RM_UNMAP_MEMORY_DMA: case RMP_NV_ESC_RM_CONTROL:
+    case RMP_NV_ESC_RM_MAP_MEMORY:
+    case RMP_NV_ESC_RM_UNMAP_MEMORY:
+    case RMP_NV_ESC_RM_MAP_MEMORY_DMA:
+    case RMP_NV_ESC_RM_UNMAP_MEMORY_DMA:
+    case RMP_NV_ESC_RM_CONTROL:
       return; /* counted and timed only: they move no memory in or out of the books */
-    default: return;
+    default:
+      return;
   }
   atomic_fetch_add_explicit(&b->undecoded, 1, RLX);
 }
@@ -463,7 +531,8 @@ void rmp_account(struct rmp_books* b, int kind, unsigned long request, void* arg
   atomic_fetch_add_explicit(&e->count, 1, RLX);
   atomic_fetch_add_explicit(&e->ns, ns, RLX);
   uint32_t first = 0;
-  if (!atomic_compare_exchange_strong_explicit(&e->size_first, &first, size + 1, RLX, RLX) && first != size + 1)
+  if (!atomic_compare_exchange_strong_explicit(&e->size_first, &first, size + 1, RLX, RLX) &&
+      first != size + 1)
     atomic_store_explicit(&e->size_other, size + 1, RLX);
   if (rc != 0) {
     atomic_fetch_add_explicit(&e->sys_errors, 1, RLX);
@@ -475,15 +544,31 @@ void rmp_account(struct rmp_books* b, int kind, unsigned long request, void* arg
   int known = 1;
   switch (nr) {
     case RMP_NV_ESC_RM_ALLOC:
-      if (size == 32) status = get32(arg, 28);
-      else if (size == 48) status = get32(arg, 40);
-      else known = 0;
+      if (size == 32)
+        status = get32(arg, 28);
+      else if (size == 48)
+        status = get32(arg, 40);
+      else
+        known = 0;
       break;
-    case RMP_NV_ESC_RM_FREE: known = size == 16; status = known ? get32(arg, 12) : 0; break;
-    case RMP_NV_ESC_RM_ALLOC_MEMORY: known = size == 56; status = known ? get32(arg, 40) : 0; break;
-    case RMP_NV_ESC_RM_VID_HEAP_CONTROL: known = size == RMP_NVOS32_SIZE; status = known ? get32(arg, 20) : 0; break;
-    case RMP_NV_ESC_RM_CONTROL: known = size == 32; status = known ? get32(arg, 28) : 0; break;
-    default: known = 0;
+    case RMP_NV_ESC_RM_FREE:
+      known = size == 16;
+      status = known ? get32(arg, 12) : 0;
+      break;
+    case RMP_NV_ESC_RM_ALLOC_MEMORY:
+      known = size == 56;
+      status = known ? get32(arg, 40) : 0;
+      break;
+    case RMP_NV_ESC_RM_VID_HEAP_CONTROL:
+      known = size == RMP_NVOS32_SIZE;
+      status = known ? get32(arg, 20) : 0;
+      break;
+    case RMP_NV_ESC_RM_CONTROL:
+      known = size == 32;
+      status = known ? get32(arg, 28) : 0;
+      break;
+    default:
+      known = 0;
   }
   if (known && status != 0) {
     atomic_fetch_add_explicit(&e->rm_errors, 1, RLX);
@@ -496,4 +581,46 @@ void rmp_account(struct rmp_books* b, int kind, unsigned long request, void* arg
     return;
   }
   decode(b, nr, size, arg, t0, t1, 0);
+}
+
+int rmp_deny(struct rmp_books* b, int kind, unsigned long request, void* arg, int64_t limit, uint64_t t) {
+  if (kind != RMP_FD_CTL || arg == NULL || limit < 0) return 0;
+  const unsigned nr = RMP_IOC_NR(request), size = RMP_IOC_SIZE(request);
+  uint64_t want = 0;
+  uint32_t status_off = 0, client = 0, handle = 0;
+  if (nr == RMP_NV_ESC_RM_ALLOC && (size == sizeof(struct rmp_nvos21) || size == sizeof(struct rmp_nvos64))) {
+    const struct rmp_nvos21* a = (const struct rmp_nvos21*)arg;
+    const uint32_t params_size = size == 32 ? a->paramsSize : ((const struct rmp_nvos64*)arg)->paramsSize;
+    if (a->hClass != RMP_NV01_MEMORY_LOCAL_USER || a->pAllocParms == 0 || params_size < RMP_MEMPARAMS_MIN)
+      return 0;
+    want = get64((const void*)(uintptr_t)a->pAllocParms, RMP_MEMPARAMS_OFF_SIZE);
+    status_off = size == 32 ? 28 : 40;
+    client = a->hRoot, handle = a->hObjectNew;
+  } else if (nr == RMP_NV_ESC_RM_VID_HEAP_CONTROL && size == RMP_NVOS32_SIZE) {
+    const uint32_t fn = get32(arg, RMP_NVOS32_OFF_FUNCTION);
+    if (fn != RMP_NVOS32_FUNCTION_ALLOC_SIZE && fn != RMP_NVOS32_FUNCTION_ALLOC_SIZE_RANGE &&
+        fn != RMP_NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT)
+      return 0;
+    const uint32_t attr =
+        get32(arg, fn == RMP_NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT ? RMP_NVOS32_OFF_ATTR_TILED
+                                                                      : RMP_NVOS32_OFF_ATTR);
+    if (mem_where(0, attr, get32(arg, RMP_NVOS32_OFF_FLAGS)) != RMP_LOCAL) return 0;
+    want = get64(
+        arg, fn == RMP_NVOS32_FUNCTION_ALLOC_SIZE_RANGE ? RMP_NVOS32_OFF_SIZE_RANGE : RMP_NVOS32_OFF_SIZE);
+    status_off = RMP_NVOS32_OFF_STATUS;
+    client = get32(arg, 0), handle = get32(arg, RMP_NVOS32_OFF_HMEMORY);
+  } else {
+    return 0;
+  }
+  if (atomic_load_explicit(&b->local_bytes, RLX) + (int64_t)want <= limit) return 0;
+  const uint32_t st = RMP_NV_ERR_NO_MEMORY;
+  memcpy((char*)arg + status_off, &st, sizeof st);
+  atomic_fetch_add_explicit(&b->denied, 1, RLX);
+  atomic_fetch_add_explicit(&b->denied_bytes, want, RLX);
+  struct rmp_object shadow = {0};
+  shadow.cls = RMP_NV01_MEMORY_LOCAL_USER;
+  shadow.where = RMP_LOCAL;
+  shadow.bytes = want;
+  event(b, 'R', &shadow, client, handle, t, t);
+  return 1;
 }

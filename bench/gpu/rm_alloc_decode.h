@@ -45,26 +45,26 @@ extern "C" {
 #define RMP_MAX_IOCTL_SIZE 16384
 
 /* Memory classes (src/common/sdk/nvidia/inc/class/cl*.h). */
-#define RMP_NV01_MEMORY_SYSTEM 0x3eu         /* cl003e.h, NV_MEMORY_ALLOCATION_PARAMS */
+#define RMP_NV01_MEMORY_SYSTEM 0x3eu           /* cl003e.h, NV_MEMORY_ALLOCATION_PARAMS */
 #define RMP_NV01_MEMORY_LOCAL_PRIVILEGED 0x3fu /* cl003f.h */
-#define RMP_NV01_MEMORY_LOCAL_USER 0x40u     /* cl0040.h, NV_MEMORY_ALLOCATION_PARAMS: video memory */
-#define RMP_NV04_MEMORY 0x41u                /* cl0041.h */
-#define RMP_NV_MEMORY_EXTENDED_USER 0x42u    /* cl0042.h, NV_MEMORY_ALLOCATION_PARAMS (EGM: CPU memory) */
-#define RMP_NV01_MEMORY_VIRTUAL 0x70u        /* cl0070.h: a virtual range, no backing */
+#define RMP_NV01_MEMORY_LOCAL_USER 0x40u       /* cl0040.h, NV_MEMORY_ALLOCATION_PARAMS: video memory */
+#define RMP_NV04_MEMORY 0x41u                  /* cl0041.h */
+#define RMP_NV_MEMORY_EXTENDED_USER 0x42u      /* cl0042.h, NV_MEMORY_ALLOCATION_PARAMS (EGM: CPU memory) */
+#define RMP_NV01_MEMORY_VIRTUAL 0x70u          /* cl0070.h: a virtual range, no backing */
 #define RMP_NV01_MEMORY_SYSTEM_OS_DESCRIPTOR 0x71u /* cl0071.h */
-#define RMP_NV01_MEMORY_LIST_SYSTEM 0x81u    /* cl84a0.h */
+#define RMP_NV01_MEMORY_LIST_SYSTEM 0x81u          /* cl84a0.h */
 #define RMP_NV01_MEMORY_LIST_FBMEM 0x82u
 #define RMP_NV01_MEMORY_LIST_OBJECT 0x83u
 #define RMP_NV01_MEMORY_LOCAL_PHYSICAL 0xc2u /* cl00c2.h */
 #define RMP_NV_MEMORY_EXPORT 0xe0u
 #define RMP_NV01_MEMORY_FLA 0xf3u
-#define RMP_NV_MEMORY_FABRIC 0xf8u           /* cl00f8.h, NV00F8_ALLOCATION_PARAMETERS */
+#define RMP_NV_MEMORY_FABRIC 0xf8u /* cl00f8.h, NV00F8_ALLOCATION_PARAMETERS */
 #define RMP_NV_MEMORY_FABRIC_IMPORT_V2 0xf9u
 #define RMP_NV_MEMORY_FABRIC_IMPORTED_REF 0xfbu
 #define RMP_NV_MEMORY_MULTICAST_FABRIC 0xfdu
 #define RMP_NV_MEMORY_MAPPER 0xfeu
-#define RMP_NV50_MEMORY_VIRTUAL 0x50a0u      /* cl50a0.h: a virtual range, no backing */
-#define RMP_NV01_MEMORY_DEVICELESS 0x90ceu   /* cl90ce.h, NV_MEMORY_ALLOCATION_PARAMS */
+#define RMP_NV50_MEMORY_VIRTUAL 0x50a0u    /* cl50a0.h: a virtual range, no backing */
+#define RMP_NV01_MEMORY_DEVICELESS 0x90ceu /* cl90ce.h, NV_MEMORY_ALLOCATION_PARAMS */
 
 /* src/common/sdk/nvidia/inc/nvos.h: NVOS00_PARAMETERS (RM_FREE), 16 bytes in every branch. */
 struct rmp_nvos00 {
@@ -142,7 +142,14 @@ enum rmp_fd_kind {
 int rmp_classify_path(const char* path, const char* prefix);
 
 /* Where a memory object lives, as far as the probe can tell. */
-enum rmp_where { RMP_NONE = 0, RMP_LOCAL = 1, RMP_SYSTEM = 2, RMP_VIRTUAL = 3, RMP_OTHER_MEM = 4, RMP_DUP = 5 };
+enum rmp_where {
+  RMP_NONE = 0,
+  RMP_LOCAL = 1,
+  RMP_SYSTEM = 2,
+  RMP_VIRTUAL = 3,
+  RMP_OTHER_MEM = 4,
+  RMP_DUP = 5
+};
 
 #define RMP_ESC 256
 #define RMP_CLASSES 128
@@ -167,7 +174,8 @@ struct rmp_event {
   uint64_t t0, t1;      /* CLOCK_MONOTONIC ns before and after the ioctl */
   uint64_t bytes;
   int64_t local_after;
-  uint32_t cls, handle, client, op; /* op: 'A' alloc, 'F' free, 'I' freed with an ancestor, 'D' dup */
+  uint32_t cls, handle, client,
+      op; /* 'A' alloc, 'F' free, 'I' freed with an ancestor, 'D' dup, 'R' refused */
   uint32_t where, pad_;
 };
 
@@ -187,7 +195,7 @@ struct rmp_books {
   _Atomic uint64_t uvm_count, uvm_ns, nv_other_count, nv_other_ns, type_mismatch, xfer, undecoded;
   _Atomic int64_t local_bytes, local_peak, system_bytes, system_peak, dup_bytes;
   _Atomic uint64_t local_allocs, local_frees, implicit_frees, untracked_frees, objects_full, events_lost;
-  _Atomic uint64_t classes_full, abi_skipped;
+  _Atomic uint64_t classes_full, abi_skipped, denied, denied_bytes;
   _Atomic int abi_major; /* driver branch from NV_ESC_CHECK_VERSION_STR, 0 = not seen */
   char version[64];
   struct rmp_object objects[RMP_OBJECTS];
@@ -202,6 +210,14 @@ struct rmp_books {
  * struct exactly, and the class's parameters only when the RM answered NV_OK (the kernel read them then). */
 void rmp_account(struct rmp_books* b, int kind, unsigned long request, void* arg, int rc, uint64_t t0,
                  uint64_t t1);
+/* Opt-in refusal (RM_PROBE_DENY_LOCAL_ABOVE), before the real ioctl: a video-memory RM_ALLOC (NVOS21/64,
+ * class NV01_MEMORY_LOCAL_USER) or VID_HEAP_CONTROL ALLOC_SIZE whose requested size would take the local sum
+ * above `limit` gets the RM's own NV_ERR_NO_MEMORY in its status and is not passed on: 1 when refused (the
+ * caller then returns 0, as the kernel does for an RM error). Reads the caller's parameters before the kernel
+ * has validated them: a research mode, for asking how libcuda takes an RM refusal. */
+#define RMP_NV_ERR_NO_MEMORY 0x51u
+int rmp_deny(struct rmp_books* b, int kind, unsigned long request, void* arg, int64_t limit, uint64_t t);
+
 /* Escape name for the log ("?" when unknown). */
 const char* rmp_escape_name(unsigned nr);
 /* Parses the driver branch ("580.95.05" -> 580) from a version string; 0 when none. */

@@ -1,19 +1,19 @@
 /* Host test of the RM probe's decoder (rm_alloc_decode.c): synthetic ioctl requests and structs, as the
  * kernel would have answered them, against the books. No GPU. Built with ASan/UBSan by
  * bench/gpu/rm_alloc_selftest.sh, so a read past a struct the probe was given fails the test. */
+#include "rm_alloc_decode.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rm_alloc_decode.h"
-
 static int g_failures;
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++g_failures;                                                  \
-    }                                                                \
+      ++g_failures;                                                            \
+    }                                                                          \
   } while (0)
 
 #define MIB (1ull << 20)
@@ -53,15 +53,15 @@ static void acct(struct rmp_books* b, int kind, unsigned long r, void* arg, int 
   rmp_account(b, kind, r, arg, rc, t, t + 500);
 }
 
-static void alloc64(struct rmp_books* b, uint32_t client, uint32_t parent, uint32_t h, uint32_t cls, void* params,
-                    uint32_t params_size, uint32_t status) {
+static void alloc64(struct rmp_books* b, uint32_t client, uint32_t parent, uint32_t h, uint32_t cls,
+                    void* params, uint32_t params_size, uint32_t status) {
   struct rmp_nvos64 a = {client, parent, h, cls, (uintptr_t)params, 0, params_size, 0, status, 0};
   void* arg = dup_exact(&a, sizeof a);
   acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, sizeof a), arg, 0);
   free(arg);
 }
-static void alloc21(struct rmp_books* b, uint32_t client, uint32_t parent, uint32_t h, uint32_t cls, void* params,
-                    uint32_t params_size) {
+static void alloc21(struct rmp_books* b, uint32_t client, uint32_t parent, uint32_t h, uint32_t cls,
+                    void* params, uint32_t params_size) {
   struct rmp_nvos21 a = {client, parent, h, cls, (uintptr_t)params, params_size, 0};
   void* arg = dup_exact(&a, sizeof a);
   acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, sizeof a), arg, 0);
@@ -95,10 +95,12 @@ static void test_classify(void) {
   CHECK(rmp_classify_path("socket:[1234]", "/dev/") == RMP_FD_OTHER);
   CHECK(rmp_classify_path("/tmp/x/nvidiactl", "/tmp/x/") == RMP_FD_CTL);
   CHECK(rmp_parse_major("580.95.05", 10) == 580);
-  CHECK(rmp_parse_major("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.43.02  Release", 80) == 535);
+  CHECK(rmp_parse_major("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.43.02  Release", 80) ==
+        535);
   CHECK(rmp_parse_major("", 1) == 0);
   CHECK(rmp_parse_major("12.3", 5) == 0);
-  CHECK(strcmp(rmp_escape_name(0x2B), "RM_ALLOC") == 0 && strcmp(rmp_escape_name(0x4A), "RM_VID_HEAP_CONTROL") == 0);
+  CHECK(strcmp(rmp_escape_name(0x2B), "RM_ALLOC") == 0 &&
+        strcmp(rmp_escape_name(0x4A), "RM_VID_HEAP_CONTROL") == 0);
 }
 
 /* Video memory through RM_ALLOC (both structs), its free, peak, failures and what is not read. */
@@ -170,8 +172,8 @@ static void test_alloc_free(void) {
   free(b);
 }
 
-static void vid_heap(struct rmp_books* b, uint32_t fn, uint32_t h, uint64_t size, uint32_t attr, uint32_t flags,
-                     uint32_t status) {
+static void vid_heap(struct rmp_books* b, uint32_t fn, uint32_t h, uint64_t size, uint32_t attr,
+                     uint32_t flags, uint32_t status) {
   unsigned char* s = calloc(1, RMP_NVOS32_SIZE);
   const uint32_t client = 0xc1, dev = 0xd1;
   memcpy(s, &client, 4);
@@ -180,9 +182,11 @@ static void vid_heap(struct rmp_books* b, uint32_t fn, uint32_t h, uint64_t size
   memcpy(s + RMP_NVOS32_OFF_STATUS, &status, 4);
   memcpy(s + RMP_NVOS32_OFF_HMEMORY, &h, 4);
   memcpy(s + RMP_NVOS32_OFF_FLAGS, &flags, 4);
-  memcpy(s + (fn == RMP_NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT ? RMP_NVOS32_OFF_ATTR_TILED : RMP_NVOS32_OFF_ATTR),
+  memcpy(s + (fn == RMP_NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT ? RMP_NVOS32_OFF_ATTR_TILED
+                                                                 : RMP_NVOS32_OFF_ATTR),
          &attr, 4);
-  memcpy(s + (fn == RMP_NVOS32_FUNCTION_ALLOC_SIZE_RANGE ? RMP_NVOS32_OFF_SIZE_RANGE : RMP_NVOS32_OFF_SIZE), &size, 8);
+  memcpy(s + (fn == RMP_NVOS32_FUNCTION_ALLOC_SIZE_RANGE ? RMP_NVOS32_OFF_SIZE_RANGE : RMP_NVOS32_OFF_SIZE),
+         &size, 8);
   acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_VID_HEAP_CONTROL, RMP_NVOS32_SIZE), s, 0);
   free(s);
 }
@@ -286,9 +290,17 @@ static void test_xfer_version_uvm(void) {
 static void test_random(void) {
   struct rmp_books* b = fresh();
   unsigned char* params = mem_params(0, 0, 0);
-  const unsigned nrs[] = {RMP_NV_ESC_RM_ALLOC, RMP_NV_ESC_RM_FREE, RMP_NV_ESC_RM_ALLOC_MEMORY,
-                          RMP_NV_ESC_RM_VID_HEAP_CONTROL, RMP_NV_ESC_RM_DUP_OBJECT, RMP_NV_ESC_IOCTL_XFER_CMD,
-                          RMP_NV_ESC_RM_CONTROL, RMP_NV_ESC_CHECK_VERSION_STR, RMP_NV_ESC_RM_MAP_MEMORY, 0x5f, 7};
+  const unsigned nrs[] = {RMP_NV_ESC_RM_ALLOC,
+                          RMP_NV_ESC_RM_FREE,
+                          RMP_NV_ESC_RM_ALLOC_MEMORY,
+                          RMP_NV_ESC_RM_VID_HEAP_CONTROL,
+                          RMP_NV_ESC_RM_DUP_OBJECT,
+                          RMP_NV_ESC_IOCTL_XFER_CMD,
+                          RMP_NV_ESC_RM_CONTROL,
+                          RMP_NV_ESC_CHECK_VERSION_STR,
+                          RMP_NV_ESC_RM_MAP_MEMORY,
+                          0x5f,
+                          7};
   uint64_t seed = 42;
   for (int i = 0; i < 200000; ++i) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -298,7 +310,8 @@ static void test_random(void) {
     unsigned char* buf = malloc(size ? size : 1);
     for (unsigned j = 0; j < size; ++j) buf[j] = (unsigned char)(seed >> (j % 56));
     /* Small handles and statuses so that frees meet allocations; pointers to the params buffer only. */
-    for (unsigned j = 0; j + 4 <= size && j < 16; j += 4) buf[j] = (unsigned char)(seed >> (j + 3)) & 7, buf[j + 1] = buf[j + 2] = buf[j + 3] = 0;
+    for (unsigned j = 0; j + 4 <= size && j < 16; j += 4)
+      buf[j] = (unsigned char)(seed >> (j + 3)) & 7, buf[j + 1] = buf[j + 2] = buf[j + 3] = 0;
     if (size >= 24 && (nr == RMP_NV_ESC_RM_ALLOC || nr == RMP_NV_ESC_IOCTL_XFER_CMD)) {
       const uint64_t ptr = (seed & 1) ? (uintptr_t)params : 0;
       memcpy(buf + (nr == RMP_NV_ESC_RM_ALLOC ? 16 : 8), &ptr, 8);
@@ -321,14 +334,16 @@ static void test_random(void) {
         memcpy(params + 64, &sz, 8);
       }
     }
-    acct(b, (seed >> 60) & 1 ? RMP_FD_CTL : RMP_FD_DEV, req(nr, size), size ? buf : NULL, (seed >> 61) == 7 ? -1 : 0);
+    acct(b, (seed >> 60) & 1 ? RMP_FD_CTL : RMP_FD_DEV, req(nr, size), size ? buf : NULL,
+         (seed >> 61) == 7 ? -1 : 0);
     free(buf);
     CHECK(local(b) >= 0);
     if (g_failures) break;
   }
   int64_t live = 0;
   for (uint32_t i = 0; i < RMP_OBJECTS; ++i)
-    if (atomic_load(&b->objects[i].key) && atomic_load(&b->objects[i].live) && b->objects[i].where == RMP_LOCAL)
+    if (atomic_load(&b->objects[i].key) && atomic_load(&b->objects[i].live) &&
+        b->objects[i].where == RMP_LOCAL)
       live += (int64_t)b->objects[i].bytes;
   CHECK(live == local(b));
   fprintf(stderr, "random: local_allocs=%llu local_frees=%llu implicit=%llu\n",
@@ -339,6 +354,42 @@ static void test_random(void) {
   free(b);
 }
 
+/* The opt-in refusal: above the limit the RM's NV_ERR_NO_MEMORY, no kernel call, nothing in the books. */
+static void test_deny(void) {
+  struct rmp_books* b = fresh();
+  const int64_t limit = (int64_t)GIB;
+  unsigned char* p = mem_params(768 * MIB, 0, 0);
+  struct rmp_nvos64 a = {0xc1, 0xd1, 0x800, RMP_NV01_MEMORY_LOCAL_USER, (uintptr_t)p, 0, 128, 0, 0, 0};
+  CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48), &a, limit, 1) == 0);
+  acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48), &a, 0);
+  CHECK(local(b) == (int64_t)(768 * MIB));
+  unsigned char* q = mem_params(512 * MIB, 0, 0);
+  struct rmp_nvos21 a21 = {0xc1, 0xd1, 0x801, RMP_NV01_MEMORY_LOCAL_USER, (uintptr_t)q, 128, 0};
+  CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 32), &a21, limit, 2) == 1);
+  CHECK(a21.status == RMP_NV_ERR_NO_MEMORY);
+  acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 32), &a21,
+       0); /* as the probe's caller sees it: rc 0, RM error */
+  CHECK(local(b) == (int64_t)(768 * MIB) && atomic_load(&b->denied) == 1);
+  CHECK(atomic_load(&b->denied_bytes) == 512 * MIB);
+  /* System memory, other classes, other fds and unknown sizes pass. */
+  struct rmp_nvos64 sys = {0xc1, 0xd1, 0x802, RMP_NV01_MEMORY_SYSTEM, (uintptr_t)q, 0, 128, 0, 0, 0};
+  CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48), &sys, limit, 3) == 0);
+  CHECK(rmp_deny(b, RMP_FD_DEV, req(RMP_NV_ESC_RM_ALLOC, 48), &a, 0, 3) == 0);
+  CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 40), &a, 0, 3) == 0);
+  /* VID_HEAP_CONTROL ALLOC_SIZE in video memory. */
+  unsigned char* s = calloc(1, RMP_NVOS32_SIZE);
+  const uint32_t fn = RMP_NVOS32_FUNCTION_ALLOC_SIZE;
+  const uint64_t want = 512 * MIB;
+  memcpy(s + RMP_NVOS32_OFF_FUNCTION, &fn, 4);
+  memcpy(s + RMP_NVOS32_OFF_SIZE, &want, 8);
+  CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_VID_HEAP_CONTROL, RMP_NVOS32_SIZE), s, limit, 4) == 1);
+  uint32_t st;
+  memcpy(&st, s + RMP_NVOS32_OFF_STATUS, 4);
+  CHECK(st == RMP_NV_ERR_NO_MEMORY);
+  CHECK(b->events[atomic_load(&b->event_next) - 1].op == 'R');
+  free(s), free(p), free(q), free(b);
+}
+
 int main(void) {
   test_classify();
   test_alloc_free();
@@ -346,6 +397,7 @@ int main(void) {
   test_implicit_frees();
   test_xfer_version_uvm();
   test_random();
+  test_deny();
   if (g_failures) {
     fprintf(stderr, "rm_alloc_decode_test: %d failure(s)\n", g_failures);
     return 1;

@@ -9,7 +9,8 @@
  *
  * Log lines (append-only, one file per pid, CLOCK_MONOTONIC ns): "H" once, "E" per memory alloc/free
  * (drained from a lock-free ring), "S" every 50 ms (sampler thread started on the first NVIDIA ioctl), and at
- * exit "T" per escape, "C" per class, "X" the totals. A SIGKILLed process keeps its lines up to the last tick.
+ * exit "T" per escape, "C" per class, "X" the totals. A SIGKILLed process keeps its lines up to the last
+ * tick.
  *
  * Limits: it sees only ioctls made through the dynamic ioctl symbol (bench/gpu/rm_alloc_round.sh checks that
  * libcuda imports it; a raw syscall is invisible, as are allocations the kernel makes for itself: channel
@@ -17,9 +18,11 @@
  * the exact size the kernel accepts and after the kernel answered 0, nested parameters only after NV_OK.
  *
  * File descriptors are classified lazily by readlink(/proc/self/fd/N) on their first ioctl and cached, with
- * close/dup2/dup3/close_range interposed to forget a number: unlike hooking open/open64/openat/__open_2/..., it
- * sees fds however they were made (raw syscalls, inherited, passed over sockets) for one readlink per fd.
- * RM_PROBE_DEV_PREFIX (default "/dev/") lets the host test stand in for /dev/nvidia*. */
+ * close/dup2/dup3/close_range interposed to forget a number: unlike hooking open/open64/openat/__open_2/...,
+ * it sees fds however they were made (raw syscalls, inherited, passed over sockets) for one readlink per fd.
+ * RM_PROBE_DEV_PREFIX (default "/dev/") lets the host test stand in for /dev/nvidia*.
+ * RM_PROBE_DENY_LOCAL_ABOVE=<bytes> (research mode): video-memory allocations that would take the sum above
+ * it are answered with the RM's NV_ERR_NO_MEMORY without reaching the kernel, to see how libcuda takes it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -60,11 +63,11 @@ static uint64_t g_drained;
 static uint64_t g_lost;
 
 static void* next_symbol(const char* name) { return dlsym(RTLD_NEXT, name); }
-#define REAL(var, type, name)                                           \
-  type fn = atomic_load_explicit(&var, memory_order_acquire);           \
-  if (fn == NULL) {                                                     \
-    fn = (type)next_symbol(name);                                       \
-    atomic_store_explicit(&var, fn, memory_order_release);              \
+#define REAL(var, type, name)                                 \
+  type fn = atomic_load_explicit(&var, memory_order_acquire); \
+  if (fn == NULL) {                                           \
+    fn = (type)next_symbol(name);                             \
+    atomic_store_explicit(&var, fn, memory_order_release);    \
   }
 
 static uint64_t now_ns(void) {
@@ -82,6 +85,23 @@ static const char* dev_prefix(void) {
     atomic_store_explicit(&prefix, p, memory_order_release);
   }
   return p;
+}
+
+/* RM_PROBE_DENY_LOCAL_ABOVE=<bytes>: refuse video memory above that sum (research mode); -1 when unset. */
+static int64_t deny_limit(void) {
+  static _Atomic int64_t limit = -2;
+  int64_t v = atomic_load_explicit(&limit, memory_order_relaxed);
+  if (v == -2) {
+    const char* s = getenv("RM_PROBE_DENY_LOCAL_ABOVE");
+    char* end = NULL;
+    v = -1;
+    if (s != NULL && *s != '\0') {
+      const unsigned long long n = strtoull(s, &end, 0);
+      if (end != NULL && *end == '\0' && n < (1ull << 62)) v = (int64_t)n;
+    }
+    atomic_store_explicit(&limit, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 static int classify_fd(int fd) {
@@ -150,11 +170,11 @@ static void drain_events(void) {
       ++g_drained;
       continue;
     }
-    const int n = snprintf(line, sizeof line,
-                           "E op=%c t0=%llu t1=%llu cls=0x%x client=0x%x h=0x%x bytes=%llu where=%s local=%lld\n",
-                           (char)copy.op, (unsigned long long)copy.t0, (unsigned long long)copy.t1, copy.cls,
-                           copy.client, copy.handle, (unsigned long long)copy.bytes, where_name(copy.where),
-                           (long long)copy.local_after);
+    const int n = snprintf(
+        line, sizeof line,
+        "E op=%c t0=%llu t1=%llu cls=0x%x client=0x%x h=0x%x bytes=%llu where=%s local=%lld\n", (char)copy.op,
+        (unsigned long long)copy.t0, (unsigned long long)copy.t1, copy.cls, copy.client, copy.handle,
+        (unsigned long long)copy.bytes, where_name(copy.where), (long long)copy.local_after);
     put(line, n);
     ++g_drained;
   }
@@ -167,13 +187,14 @@ static void sample_line(void) {
   for (int i = 0; i < RMP_ESC; ++i) ioctls += atomic_load_explicit(&b->esc[i].count, memory_order_relaxed);
   const int n = snprintf(
       line, sizeof line,
-      "S t=%llu local=%lld local_peak=%lld system=%lld dup=%lld local_allocs=%llu local_frees=%llu implicit=%llu "
+      "S t=%llu local=%lld local_peak=%lld system=%lld dup=%lld local_allocs=%llu local_frees=%llu "
+      "implicit=%llu "
       "nv_ioctls=%llu uvm_ioctls=%llu lost=%llu\n",
-      (unsigned long long)now_ns(), (long long)atomic_load(&b->local_bytes), (long long)atomic_load(&b->local_peak),
-      (long long)atomic_load(&b->system_bytes), (long long)atomic_load(&b->dup_bytes),
-      (unsigned long long)atomic_load(&b->local_allocs), (unsigned long long)atomic_load(&b->local_frees),
-      (unsigned long long)atomic_load(&b->implicit_frees), (unsigned long long)ioctls,
-      (unsigned long long)atomic_load(&b->uvm_count), (unsigned long long)g_lost);
+      (unsigned long long)now_ns(), (long long)atomic_load(&b->local_bytes),
+      (long long)atomic_load(&b->local_peak), (long long)atomic_load(&b->system_bytes),
+      (long long)atomic_load(&b->dup_bytes), (unsigned long long)atomic_load(&b->local_allocs),
+      (unsigned long long)atomic_load(&b->local_frees), (unsigned long long)atomic_load(&b->implicit_frees),
+      (unsigned long long)ioctls, (unsigned long long)atomic_load(&b->uvm_count), (unsigned long long)g_lost);
   put(line, n);
 }
 
@@ -188,33 +209,38 @@ static void summary_lines(void) {
     const int n = snprintf(line, sizeof line,
                            "T esc=0x%x name=%s count=%llu ns=%llu size=%u other_size=%d rm_errors=%llu "
                            "last_rm_status=0x%x sys_errors=%llu\n",
-                           i, rmp_escape_name(i), (unsigned long long)count, (unsigned long long)atomic_load(&e->ns),
-                           first ? first - 1 : 0, other ? (int)other - 1 : -1,
-                           (unsigned long long)atomic_load(&e->rm_errors), atomic_load(&e->last_rm_status),
-                           (unsigned long long)atomic_load(&e->sys_errors));
+                           i, rmp_escape_name(i), (unsigned long long)count,
+                           (unsigned long long)atomic_load(&e->ns), first ? first - 1 : 0,
+                           other ? (int)other - 1 : -1, (unsigned long long)atomic_load(&e->rm_errors),
+                           atomic_load(&e->last_rm_status), (unsigned long long)atomic_load(&e->sys_errors));
     put(line, n);
   }
   for (unsigned i = 0; i < RMP_CLASSES; ++i) {
     const struct rmp_class_stat* c = &b->classes[i];
     const uint32_t key = atomic_load(&c->key);
     if (key == 0) continue;
-    const int n = snprintf(line, sizeof line, "C cls=0x%x count=%llu bytes=%llu\n", key - 1,
-                           (unsigned long long)atomic_load(&c->count), (unsigned long long)atomic_load(&c->bytes));
+    const int n =
+        snprintf(line, sizeof line, "C cls=0x%x count=%llu bytes=%llu\n", key - 1,
+                 (unsigned long long)atomic_load(&c->count), (unsigned long long)atomic_load(&c->bytes));
     put(line, n);
   }
   const int n = snprintf(
       line, sizeof line,
-      "X version=%.63s abi_major=%d uvm_count=%llu uvm_ns=%llu nv_other_count=%llu type_mismatch=%llu xfer=%llu "
-      "undecoded=%llu abi_skipped=%llu untracked_frees=%llu objects_full=%llu classes_full=%llu events_lost=%llu "
-      "readlink_failures=%llu local=%lld local_peak=%lld system_peak=%lld\n",
-      b->version[0] ? b->version : "unseen", atomic_load(&b->abi_major), (unsigned long long)atomic_load(&b->uvm_count),
-      (unsigned long long)atomic_load(&b->uvm_ns), (unsigned long long)atomic_load(&b->nv_other_count),
-      (unsigned long long)atomic_load(&b->type_mismatch), (unsigned long long)atomic_load(&b->xfer),
-      (unsigned long long)atomic_load(&b->undecoded), (unsigned long long)atomic_load(&b->abi_skipped),
-      (unsigned long long)atomic_load(&b->untracked_frees), (unsigned long long)atomic_load(&b->objects_full),
-      (unsigned long long)atomic_load(&b->classes_full), (unsigned long long)g_lost,
-      (unsigned long long)atomic_load(&g_readlink_failures), (long long)atomic_load(&b->local_bytes),
-      (long long)atomic_load(&b->local_peak), (long long)atomic_load(&b->system_peak));
+      "X version=%.63s abi_major=%d uvm_count=%llu uvm_ns=%llu nv_other_count=%llu type_mismatch=%llu "
+      "xfer=%llu "
+      "undecoded=%llu abi_skipped=%llu untracked_frees=%llu objects_full=%llu classes_full=%llu "
+      "events_lost=%llu "
+      "readlink_failures=%llu denied=%llu denied_bytes=%llu local=%lld local_peak=%lld system_peak=%lld\n",
+      b->version[0] ? b->version : "unseen", atomic_load(&b->abi_major),
+      (unsigned long long)atomic_load(&b->uvm_count), (unsigned long long)atomic_load(&b->uvm_ns),
+      (unsigned long long)atomic_load(&b->nv_other_count), (unsigned long long)atomic_load(&b->type_mismatch),
+      (unsigned long long)atomic_load(&b->xfer), (unsigned long long)atomic_load(&b->undecoded),
+      (unsigned long long)atomic_load(&b->abi_skipped), (unsigned long long)atomic_load(&b->untracked_frees),
+      (unsigned long long)atomic_load(&b->objects_full), (unsigned long long)atomic_load(&b->classes_full),
+      (unsigned long long)g_lost, (unsigned long long)atomic_load(&g_readlink_failures),
+      (unsigned long long)atomic_load(&b->denied), (unsigned long long)atomic_load(&b->denied_bytes),
+      (long long)atomic_load(&b->local_bytes), (long long)atomic_load(&b->local_peak),
+      (long long)atomic_load(&b->system_peak));
   put(line, n);
 }
 
@@ -328,6 +354,8 @@ EXPORT int ioctl(int fd, unsigned long request, ...) {
   const int kind = classify_fd(fd);
   if (kind == RMP_FD_OTHER) return fn(fd, request, arg);
   start_once();
+  const int64_t limit = deny_limit();
+  if (limit >= 0 && rmp_deny(&g_books, kind, request, arg, limit, now_ns())) return 0;
   const uint64_t t0 = now_ns();
   const int rc = fn(fd, request, arg);
   const int saved = errno;

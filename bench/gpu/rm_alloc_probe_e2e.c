@@ -46,7 +46,8 @@ __attribute__((visibility("default"))) int ioctl(int fd, unsigned long request, 
     struct rmp_nvos64* a = arg;
     if (a->hObjectNew == 0) a->hObjectNew = next_handle++;
     if (a->hClass == 0) a->hClass = 0x41; /* the kernel forces NV01_ROOT_CLIENT */
-    if (a->hClass == RMP_NV01_MEMORY_LOCAL_USER && a->pAllocParms != 0 && a->paramsSize >= RMP_MEMPARAMS_MIN) {
+    if (a->hClass == RMP_NV01_MEMORY_LOCAL_USER && a->pAllocParms != 0 &&
+        a->paramsSize >= RMP_MEMPARAMS_MIN) {
       uint64_t bytes;
       memcpy(&bytes, (char*)(uintptr_t)a->pAllocParms + RMP_MEMPARAMS_OFF_SIZE, 8);
       bytes = (bytes + 2 * MIB - 1) & ~(2 * MIB - 1);

@@ -144,8 +144,8 @@ def clean_env():
     return env
 
 
-def run_case(args, nvml, case):
-    d = os.path.join(args.out, case)
+def run_case(args, nvml, case, deny=None):
+    d = os.path.join(args.out, f"deny_{case}" if deny is not None else case)
     os.makedirs(d, exist_ok=True)
     for old in glob.glob(os.path.join(d, "probe.*")):
         os.remove(old)
@@ -154,13 +154,15 @@ def run_case(args, nvml, case):
     env.update(extra)
     env.update({"LD_PRELOAD": os.path.abspath(args.probe), "RM_PROBE_LOG": os.path.join(d, "probe"),
                 "CUDA_VISIBLE_DEVICES": str(args.device)})
+    if deny is not None:
+        env["RM_PROBE_DENY_LOCAL_ABOVE"] = str(deny)
     log = open(os.path.join(d, "stdout.txt"), "w")
     t_start = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     sampler = Sampler(nvml, proc.pid)
     sampler.start()
     try:
-        proc.wait(timeout=args.timeout)
+        proc.wait(timeout=args.deny_timeout if deny is not None else args.timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -170,6 +172,8 @@ def run_case(args, nvml, case):
     wall = time.monotonic() - t_start
     path = os.path.join(d, f"probe.{proc.pid}")
     r = {"case": case, "exit": proc.returncode, "wall_s": round(wall, 1), "nvml_samples": len(sampler.samples)}
+    with open(os.path.join(d, "stdout.txt"), errors="replace") as f:
+        r["answers"] = [ln.strip() for ln in f.read().splitlines() if "=" in ln][-6:]
     if not os.path.exists(path):
         r.update({"error": "no probe log (the probe saw no NVIDIA ioctl)"})
         return r
@@ -193,7 +197,11 @@ def run_case(args, nvml, case):
         "objects_full": int(x.get("objects_full", 0)), "version": x.get("version"),
         "classes": {c: int(v["count"]) for c, v in p["C"].items()},
         "rm_ns_total": sum(int(t["ns"]) for t in p["T"].values()),
+        "denied": int(x.get("denied", 0)),
     })
+    if deny is not None:
+        r["deny_limit_mib"] = deny // MIB
+        r["held"] = nvml_peak <= deny + 64 * MIB and proc.returncode is not None and proc.returncode >= 0
     r["complete"] = n_un == 0 and lost == 0 and nvml_peak > 0
     with open(os.path.join(d, "result.json"), "w") as f:
         json.dump({"result": r, "nvml": sampler.samples}, f)
@@ -259,13 +267,18 @@ def main():
     ap.add_argument("--cost-prog", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--deny-cases", default="contexts,globals,globals_eager,capture,heap,graph,printf",
+                    help="paths run again with RM_PROBE_DENY_LOCAL_ABOVE (the RM's own refusal, injected)")
+    ap.add_argument("--deny-limit-mib", type=int, default=8192)
     ap.add_argument("--ab", type=int, default=5)
     ap.add_argument("--iters", type=int, default=2000)
-    ap.add_argument("--timeout", type=int, default=90)
+    ap.add_argument("--timeout", type=int, default=60)
+    ap.add_argument("--deny-timeout", type=int, default=30)
     ap.add_argument("--device", type=int, default=0)
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
-    unknown = [c for c in cases if c not in CASES]
+    deny_cases = [c for c in args.deny_cases.split(",") if c]
+    unknown = [c for c in cases + deny_cases if c not in CASES]
     if unknown:
         print(f"unknown case(s): {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
@@ -276,9 +289,14 @@ def main():
         r = run_case(args, nvml, case)
         results.append(r)
         print(f"{case}: " + json.dumps({k: v for k, v in r.items() if k != "classes"}), flush=True)
+    denied = []
+    for case in deny_cases:
+        r = run_case(args, nvml, case, deny=args.deny_limit_mib * MIB)
+        denied.append(r)
+        print(f"deny_{case}: " + json.dumps({k: v for k, v in r.items() if k != "classes"}), flush=True)
     cost = run_cost(args) if args.ab > 0 else {}
     with open(os.path.join(args.out, "rm_alloc_round.json"), "w") as f:
-        json.dump({"paths": results, "cost": cost}, f, indent=1)
+        json.dump({"paths": results, "deny": denied, "cost": cost}, f, indent=1)
 
     print("\n== per path (no quota; NVML = the driver's per-process figure at 50 Hz; probe = device-local RM sum)")
     print(f"{'path':14s} {'NVML peak':>10s} {'probe peak':>10s} {'diff':>8s} {'RM allocs':>9s} {'0x40':>5s} "
@@ -291,6 +309,17 @@ def main():
               f"{r['rm_allocs']:9d} {r['local_allocs']:5d} {r['max_unexplained_mib']:10.1f} "
               f"{r['samples_unexplained']:8d} {r['max_probe_over_nvml_mib']:8.1f} {r['events_lost']:4d}  "
               f"{'YES' if r['complete'] else 'NO'}")
+    if denied:
+        print(f"\n== refusal injected at the ioctl (NV_ERR_NO_MEMORY above {args.deny_limit_mib} MiB of video memory): "
+              "how libcuda takes it")
+        print(f"{'path':14s} {'NVML peak':>10s} {'over':>7s} {'refused':>7s} {'exit':>5s} {'held':>5s}  answers")
+        for r in denied:
+            if "error" in r:
+                print(f"{r['case']:14s} {r['error']} exit={r['exit']} answers={' '.join(r.get('answers', []))}")
+                continue
+            print(f"{r['case']:14s} {r['nvml_peak_mib']:10.0f} {r['nvml_peak_mib'] - r['deny_limit_mib']:7.0f} "
+                  f"{r['denied']:7d} {str(r['exit']):>5s} {'YES' if r['held'] else 'NO':>5s}  "
+                  f"{' '.join(r['answers'])[:120]}")
     if cost and "error" not in cost:
         print(f"\n== cost (medians of {args.ab} interleaved runs each; added = with probe - without)")
         for key, row in cost.items():

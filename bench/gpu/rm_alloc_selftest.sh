@@ -41,6 +41,14 @@ expect "$child" "the child's own books, the parent's driver version" '^X version
 grep -q 'reused_fd=1' "$dev/out" || echo "note: the plain file did not reuse nvidiactl's number (check not exercised)"
 n_e=$(grep -c '^E ' "$parent")
 [ "$n_e" = 6 ] || { echo "FAIL: expected 6 E lines (3 allocs, 1 free, 2 implicit), got $n_e"; fail=1; }
+# The opt-in refusal over the same program: its 1 GiB allocation gets NV_ERR_NO_MEMORY (it exits 3).
+rm -f "$log".*
+rc=0
+RM_PROBE_LOG=$log RM_PROBE_DEV_PREFIX=$dev/ RM_PROBE_DENY_LOCAL_ABOVE=$((512 << 20)) LD_PRELOAD=$b/rm_alloc_probe.so \
+  "$b/rm_alloc_probe_e2e" "$dev" > "$dev/out" 2>&1 || rc=$?
+[ "$rc" = 3 ] || { echo "FAIL: refused allocation: exit $rc, expected 3"; fail=1; }
+expect "$(ls "$log".*)" "the refusal in the log" '^E op=R .*bytes=1073741824 where=local local=0'
+expect "$(ls "$log".*)" "counted" '^X .*denied=1 denied_bytes=1073741824 '
 rm -rf "$dev"
 [ "$fail" = 0 ] && echo "rm_alloc_selftest: all passed"
 exit "$fail"
