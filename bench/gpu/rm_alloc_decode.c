@@ -499,14 +499,8 @@ static void decode(struct rmp_books* b, unsigned nr, unsigned size, void* arg, u
         return;
       }
       break;
-    case RMP_NV_ESC_RM_MAP_MEMORY:
-    case RMP_NV_ESC_RM_UNMAP_MEMORY:
-    case RMP_NV_ESC_RM_MAP_MEMORY_DMA:
-    case RMP_NV_ESC_RM_UNMAP_MEMORY_DMA:
-    case RMP_NV_ESC_RM_CONTROL:
-      return; /* counted and timed only: they move no memory in or out of the books */
     default:
-      return;
+      return; /* MAP_MEMORY(_DMA), CONTROL...: counted and timed only, they move no memory in or out */
   }
   atomic_fetch_add_explicit(&b->undecoded, 1, RLX);
 }
@@ -514,6 +508,7 @@ static void decode(struct rmp_books* b, unsigned nr, unsigned size, void* arg, u
 void rmp_account(struct rmp_books* b, int kind, unsigned long request, void* arg, int rc, uint64_t t0,
                  uint64_t t1) {
   const uint64_t ns = t1 > t0 ? t1 - t0 : 0;
+  if (b == NULL) return;
   if (kind == RMP_FD_UVM) {
     atomic_fetch_add_explicit(&b->uvm_count, 1, RLX);
     atomic_fetch_add_explicit(&b->uvm_ns, ns, RLX);

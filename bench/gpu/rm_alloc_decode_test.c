@@ -274,7 +274,7 @@ static void test_xfer_version_uvm(void) {
   CHECK(atomic_load(&b->type_mismatch) == 1);
   /* The version string libcuda sends first selects the ABI; a pre-535 driver is counted, not decoded. */
   unsigned char v[RMP_VERSION_IOCTL_SIZE] = {0};
-  memcpy(v + 8, "525.147.05", 10);
+  memcpy(v + 8, "525.147.05", 11);
   acct(b, RMP_FD_CTL, req(RMP_NV_ESC_CHECK_VERSION_STR, sizeof v), v, 0);
   CHECK(atomic_load(&b->abi_major) == 525 && strcmp(b->version, "525.147.05") == 0);
   a.hObjectNew = 0x701;

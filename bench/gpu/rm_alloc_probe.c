@@ -23,7 +23,9 @@
  * RM_PROBE_DEV_PREFIX (default "/dev/") lets the host test stand in for /dev/nvidia*.
  * RM_PROBE_DENY_LOCAL_ABOVE=<bytes> (research mode): video-memory allocations that would take the sum above
  * it are answered with the RM's NV_ERR_NO_MEMORY without reaching the kernel, to see how libcuda takes it. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,11 +65,11 @@ static uint64_t g_drained;
 static uint64_t g_lost;
 
 static void* next_symbol(const char* name) { return dlsym(RTLD_NEXT, name); }
-#define REAL(var, type, name)                                 \
-  type fn = atomic_load_explicit(&var, memory_order_acquire); \
-  if (fn == NULL) {                                           \
-    fn = (type)next_symbol(name);                             \
-    atomic_store_explicit(&var, fn, memory_order_release);    \
+#define REAL(var, type, name)                                   \
+  type fn = atomic_load_explicit(&(var), memory_order_acquire); \
+  if (fn == NULL) {                                             \
+    fn = (type)next_symbol(name);                               \
+    atomic_store_explicit(&(var), fn, memory_order_release);    \
   }
 
 static uint64_t now_ns(void) {
@@ -247,7 +249,7 @@ static void summary_lines(void) {
 static void* sampler(void* unused) {
   (void)unused;
   while (!atomic_load(&g_stop)) {
-    const struct timespec tick = {0, 50 * 1000 * 1000};
+    const struct timespec tick = {0, 50L * 1000 * 1000};
     nanosleep(&tick, NULL);
     if (atomic_flag_test_and_set(&g_writing)) continue; /* the exit handler owns the log now */
     if (!atomic_load(&g_stop)) {
@@ -294,7 +296,7 @@ static void start_once(void) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
   pthread_create(&t, &attr, sampler, NULL);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -317,7 +319,7 @@ __attribute__((destructor)) static void probe_fini(void) {
   if (g_log_fd < 0) return;
   atomic_store(&g_stop, 1);
   for (int i = 0; i < 2000 && atomic_flag_test_and_set(&g_writing); ++i) {
-    const struct timespec wait = {0, 100 * 1000};
+    const struct timespec wait = {0, 100L * 1000};
     nanosleep(&wait, NULL);
   }
   drain_events();

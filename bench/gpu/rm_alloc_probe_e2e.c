@@ -4,7 +4,9 @@
  * is rounded up to 2 MiB as the RM's page size would); without, it is the program, linked to libfake_rm.so,
  * that runs a client's life through libc's ioctl symbol while the probe is preloaded:
  *   exe -> rm_alloc_probe.so (preloaded) -> libfake_rm.so (RTLD_NEXT) -> libc. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -57,7 +59,7 @@ __attribute__((visibility("default"))) int ioctl(int fd, unsigned long request, 
   } else if (nr == RMP_NV_ESC_RM_FREE && size == sizeof(struct rmp_nvos00)) {
     ((struct rmp_nvos00*)arg)->status = 0;
   } else if (nr == RMP_NV_ESC_CHECK_VERSION_STR && size == RMP_VERSION_IOCTL_SIZE) {
-    memcpy((char*)arg + 8, "580.95.05", 10);
+    memcpy((char*)arg + 8, "580.95.05", 10); /* with its NUL */
   }
   return 0;
 }
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
   alloc(ctl, client, device, RMP_NV01_MEMORY_LOCAL_USER, 100 * MIB + 1); /* 102 MiB after rounding */
   alloc(ctl, client, device, RMP_NV01_MEMORY_LOCAL_USER, 8 * MIB);
   rm_free(ctl, client, device, m1);
-  const struct timespec tick = {0, 150 * 1000 * 1000};
+  const struct timespec tick = {0, 150L * 1000 * 1000};
   nanosleep(&tick, NULL); /* a few sampler lines */
   const pid_t child = fork();
   if (child == 0) {
