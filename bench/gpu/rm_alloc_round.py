@@ -96,7 +96,8 @@ def parse_probe(path):
 
 def explain(samples, events):
     """Per NVML sample: what the probe's local events can explain (upper bound) and must have (lower)."""
-    local = [(int(e["t0"]), int(e["t1"]), e["op"], int(e["bytes"])) for e in events if e.get("where") == "local"]
+    local = [(int(e["t0"]), int(e["t1"]), e["op"], int(e["bytes"])) for e in events
+             if e.get("where") == "local" and e.get("op") in ("A", "F", "I")]  # not R (refused), D (dup)
 
     def cumulative(pairs):
         pairs.sort()
