@@ -3,6 +3,7 @@
 //   rm_alloc_cost cost [ITERS]        cuMemAlloc/cuMemFree of 2 MiB and 64 MiB, ITERS each (2000), then
 //                                     empty-kernel launches (ITERS x 100, timed in batches of 1000)
 //   rm_alloc_cost hold BYTES SECONDS  one cuMemAlloc of BYTES, written, held (the calibration case)
+// hold ends with "probe_nv_ioctls=N": the ioctls the probe saw on NVIDIA devices up to that line.
 // Prints "alloc bytes=.. iters=.. alloc_ns=.. free_ns=.. ioctls_per_alloc=.. ioctls_per_free=.." and
 // "launch iters=.. ns=.. ioctls_per_launch=..": ns are medians of per-call (alloc, free) or per-batch
 // (launch) host times; ioctl counts come from the probe's rm_probe_count() when it is preloaded (-1 without).
@@ -25,7 +26,8 @@ using Clock = std::chrono::steady_clock;
 using CountFn = uint64_t (*)(int);
 
 CountFn probe_count() { return reinterpret_cast<CountFn>(dlsym(RTLD_DEFAULT, "rm_probe_count")); }
-uint64_t ioctls(CountFn f) { return f != nullptr ? f(257) + f(256) : 0; }
+// Every ioctl the probe saw on an NVIDIA device: RM escapes, nvidia-uvm, the others.
+uint64_t ioctls(CountFn f) { return f != nullptr ? f(257) + f(256) + f(259) : 0; }
 int64_t ns_since(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
@@ -119,6 +121,8 @@ int main(int argc, char** argv) {
     sleep(static_cast<unsigned>(std::atoi(argv[3])));
     check(cuMemFree(p), "cuMemFree");
     usleep(500 * 1000);
+    // For the strace cross-check: what the probe saw up to this write (the driver's teardown comes after).
+    std::printf("probe_nv_ioctls=%lld\n", count != nullptr ? static_cast<long long>(ioctls(count)) : -1LL);
     return 0;
   }
   std::fprintf(stderr, "usage: rm_alloc_cost cost [ITERS] | hold BYTES SECONDS\n");

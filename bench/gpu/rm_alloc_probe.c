@@ -328,7 +328,8 @@ __attribute__((destructor)) static void probe_fini(void) {
 }
 
 /* For the cost program (rm_alloc_cost.cu, through dlsym): 0..255 an escape's count on nvidiactl/nvidia<N>,
- * 256 ioctls on nvidia-uvm, 257 all escapes, 258 the device-local sum in bytes. */
+ * 256 ioctls on nvidia-uvm, 257 all escapes, 258 the device-local sum in bytes, 259 ioctls on other NVIDIA
+ * devices. */
 EXPORT uint64_t rm_probe_count(int which) {
   if (which >= 0 && which < RMP_ESC) return atomic_load(&g_books.esc[which].count);
   if (which == 256) return atomic_load(&g_books.uvm_count);
@@ -338,6 +339,7 @@ EXPORT uint64_t rm_probe_count(int which) {
     return n;
   }
   if (which == 258) return (uint64_t)atomic_load(&g_books.local_bytes);
+  if (which == 259) return atomic_load(&g_books.nv_other_count);
   return 0;
 }
 
