@@ -5,8 +5,11 @@
 # programs (tests/gpu/driver_paths.cu, tests/gpu/quota_globals.cu, bench/gpu/rm_alloc_cost.cu), checks that
 # libcuda reaches the kernel through the ioctl symbol the probe interposes (and cross-checks with strace),
 # then runs bench/gpu/rm_alloc_round.py: each path without a quota under the probe, NVML sampled at 50 Hz
-# from outside, and the probe's cost in interleaved A/B. Logs under $OUT/rm_alloc/; the table at the end.
-#   OUT=/tmp/out bench/gpu/rm_alloc_round.sh [--cases calib,contexts,...] [--ab 5] [--iters 2000]
+# from outside; the paths that exceed 8 GiB again with the RM's NV_ERR_NO_MEMORY injected at the ioctl above
+# 8 GiB (how libcuda takes a refusal there; 30 s cap each); the probe's cost in interleaved A/B. Logs under
+# $OUT/rm_alloc/; the tables and the verdict at the end.
+#   OUT=/tmp/out bench/gpu/rm_alloc_round.sh [--cases calib,contexts,...] [--deny-cases ...|--deny-cases ''] \
+#                                           [--ab 5] [--iters 2000]        (DEVICE=0 by default)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-gpu-out}/rm_alloc
