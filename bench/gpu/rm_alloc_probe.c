@@ -60,7 +60,8 @@ static _Atomic int g_reset_pending; /* a forked child starts its own books at it
 static _Atomic int g_stop;
 static atomic_flag g_writing = ATOMIC_FLAG_INIT;
 static _Atomic uint64_t g_readlink_failures;
-static int g_log_fd = -1;
+static _Atomic int g_log_fd = -1;
+static _Atomic uint64_t g_stale_fds; /* fds cached as not NVIDIA's that turned out to be */
 static uint64_t g_drained;
 static uint64_t g_lost;
 
@@ -106,11 +107,16 @@ static int64_t deny_limit(void) {
   return v;
 }
 
-static int classify_fd(int fd) {
+/* An fd cached as not NVIDIA's is looked at again when an 'F' request comes on it: its number may have been
+ * closed inside libc (fclose, closedir use libc's own close, not this one) and reused by /dev/nvidia*. */
+static int classify_fd(int fd, unsigned long request) {
   if (fd < 0) return RMP_FD_OTHER;
+  int cached = RMP_FD_UNKNOWN;
   if (fd < FD_CACHE) {
-    const int k = atomic_load_explicit(&g_fd_kind[fd], memory_order_relaxed);
-    if (k != RMP_FD_UNKNOWN) return k;
+    cached = atomic_load_explicit(&g_fd_kind[fd], memory_order_relaxed);
+    if (cached != RMP_FD_UNKNOWN &&
+        (cached != RMP_FD_OTHER || ((request >> 8) & 0xffu) != RMP_NV_IOCTL_MAGIC))
+      return cached;
   }
   char link[32] = "/proc/self/fd/";
   char digits[12];
@@ -128,21 +134,27 @@ static int classify_fd(int fd) {
     path[got] = '\0';
     k = rmp_classify_path(path, dev_prefix());
   }
+  if (cached == RMP_FD_OTHER && k != RMP_FD_OTHER)
+    atomic_fetch_add_explicit(&g_stale_fds, 1, memory_order_relaxed);
   if (fd < FD_CACHE) atomic_store_explicit(&g_fd_kind[fd], (unsigned char)k, memory_order_relaxed);
   return k;
 }
 
+/* The application closes or replaces a number: forget its kind; if it was the log's, stop writing there. */
 static void forget_fd(int fd) {
   if (fd >= 0 && fd < FD_CACHE) atomic_store_explicit(&g_fd_kind[fd], RMP_FD_UNKNOWN, memory_order_relaxed);
+  int log = fd;
+  if (fd >= 0) atomic_compare_exchange_strong(&g_log_fd, &log, -1);
 }
 
 /* ---- the log ---- */
 
 static void put(const char* line, int n) {
-  if (g_log_fd < 0 || n <= 0) return;
+  const int fd = atomic_load(&g_log_fd);
+  if (fd < 0 || n <= 0) return;
   if (n > 1023) n = 1023;
   while (n > 0) {
-    const ssize_t w = write(g_log_fd, line, (size_t)n);
+    const ssize_t w = write(fd, line, (size_t)n);
     if (w <= 0 && errno != EINTR) return;
     if (w > 0) line += w, n -= (int)w;
   }
@@ -232,7 +244,8 @@ static void summary_lines(void) {
       "xfer=%llu "
       "undecoded=%llu abi_skipped=%llu untracked_frees=%llu objects_full=%llu classes_full=%llu "
       "events_lost=%llu "
-      "readlink_failures=%llu denied=%llu denied_bytes=%llu local=%lld local_peak=%lld system_peak=%lld\n",
+      "readlink_failures=%llu stale_fds=%llu denied=%llu denied_bytes=%llu local=%lld local_peak=%lld "
+      "system_peak=%lld\n",
       b->version[0] ? b->version : "unseen", atomic_load(&b->abi_major),
       (unsigned long long)atomic_load(&b->uvm_count), (unsigned long long)atomic_load(&b->uvm_ns),
       (unsigned long long)atomic_load(&b->nv_other_count), (unsigned long long)atomic_load(&b->type_mismatch),
@@ -240,9 +253,9 @@ static void summary_lines(void) {
       (unsigned long long)atomic_load(&b->abi_skipped), (unsigned long long)atomic_load(&b->untracked_frees),
       (unsigned long long)atomic_load(&b->objects_full), (unsigned long long)atomic_load(&b->classes_full),
       (unsigned long long)g_lost, (unsigned long long)atomic_load(&g_readlink_failures),
-      (unsigned long long)atomic_load(&b->denied), (unsigned long long)atomic_load(&b->denied_bytes),
-      (long long)atomic_load(&b->local_bytes), (long long)atomic_load(&b->local_peak),
-      (long long)atomic_load(&b->system_peak));
+      (unsigned long long)atomic_load(&g_stale_fds), (unsigned long long)atomic_load(&b->denied),
+      (unsigned long long)atomic_load(&b->denied_bytes), (long long)atomic_load(&b->local_bytes),
+      (long long)atomic_load(&b->local_peak), (long long)atomic_load(&b->system_peak));
   put(line, n);
 }
 
@@ -355,7 +368,7 @@ EXPORT int ioctl(int fd, unsigned long request, ...) {
     errno = ENOSYS;
     return -1;
   }
-  const int kind = classify_fd(fd);
+  const int kind = classify_fd(fd, request);
   if (kind == RMP_FD_OTHER) return fn(fd, request, arg);
   start_once();
   const int64_t limit = deny_limit();

@@ -121,9 +121,18 @@ int main(int argc, char** argv) {
   unsigned char junk[48] = {0};
   ioctl(plain, req(RMP_NV_ESC_RM_ALLOC, 48), junk); /* ENOTTY from the kernel */
   close(plain);
+  /* A number the probe saw as an ordinary file, closed inside libc (fclose does not call close()) and
+   * reused by nvidiactl: its RM calls still count. */
+  snprintf(path, sizeof path, "%s/stdio", argv[1]);
+  FILE* f = fopen(path, "w");
+  const int stdio_fd = f != NULL ? fileno(f) : -1;
+  ioctl(stdio_fd, 0x5401ul /* TCGETS */, junk);
+  if (f != NULL) fclose(f);
   snprintf(path, sizeof path, "%s/nvidiactl", argv[1]);
   ctl = open(path, O_RDWR);
-  rm_free(ctl, client, client, device); /* the device takes the 110 MiB still below it */
+  printf("stdio_fd_reused=%d\n", ctl == stdio_fd);
+  alloc(ctl, client, device, RMP_NV01_MEMORY_LOCAL_USER, 4 * MIB);
+  rm_free(ctl, client, client, device); /* the device takes the 114 MiB still below it */
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 #endif

@@ -34,13 +34,15 @@ expect "$parent" "samples while it ran" '^S t=[0-9]+ local=115343360 local_peak=
 expect "$parent" "the 100 MiB + 1 allocation as the RM rounded it" '^E op=A .*cls=0x40 .*bytes=106954752 where=local'
 expect "$parent" "the explicit free" '^E op=F .*bytes=1073741824 where=local local=115343360'
 expect "$parent" "the device's free takes its memory" '^E op=I .*bytes=8388608'
-expect "$parent" "totals at exit" '^X version=580.95.05 abi_major=580 .* local=0 local_peak=1189085184 '
-expect "$parent" "five RM_ALLOCs on nvidiactl, not the plain file's" '^T esc=0x2b name=RM_ALLOC count=5 .*size=48 other_size=-1 '
-expect "$parent" "class counts" '^C cls=0x40 count=3 bytes=1189085184'
+expect "$parent" "totals at exit" '^X version=580.95.05 abi_major=580 .* stale_fds=1 .* local=0 local_peak=1189085184 '
+expect "$parent" "six RM_ALLOCs on nvidiactl (one on a number fclose freed), not the plain file's" \
+  '^T esc=0x2b name=RM_ALLOC count=6 .*size=48 other_size=-1 '
+expect "$parent" "class counts" '^C cls=0x40 count=4 bytes=1193279488'
 expect "$child" "the child's own books, the parent's driver version" '^X version=580.95.05 abi_major=580 .* local=67108864 local_peak=67108864 '
-grep -q 'reused_fd=1' "$dev/out" || echo "note: the plain file did not reuse nvidiactl's number (check not exercised)"
+grep -q 'reused_fd=1' "$dev/out" || { echo "FAIL: the plain file did not reuse nvidiactl's number"; fail=1; }
+grep -q 'stdio_fd_reused=1' "$dev/out" || { echo "FAIL: nvidiactl did not reuse the stdio file's number"; fail=1; }
 n_e=$(grep -c '^E ' "$parent")
-[ "$n_e" = 6 ] || { echo "FAIL: expected 6 E lines (3 allocs, 1 free, 2 implicit), got $n_e"; fail=1; }
+[ "$n_e" = 8 ] || { echo "FAIL: expected 8 E lines (4 allocs, 1 free, 3 implicit), got $n_e"; fail=1; }
 # The opt-in refusal over the same program: its 1 GiB allocation gets NV_ERR_NO_MEMORY (it exits 3).
 rm -f "$log".*
 rc=0
