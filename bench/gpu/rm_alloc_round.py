@@ -284,7 +284,11 @@ def main():
         print(f"unknown case(s): {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    nvml = Nvml(args.device)
+    try:
+        nvml = Nvml(args.device)
+    except OSError as e:
+        print(f"NVML unavailable ({e}): the driver's per-process figure cannot be sampled", file=sys.stderr)
+        return 1
     results = []
     for case in cases:
         r = run_case(args, nvml, case)

@@ -36,18 +36,24 @@ echo "build ok"
 # The probe sees only calls through the dynamic ioctl symbol: libcuda must import it.
 libcuda=$(ldconfig -p | awk '/libcuda.so.1/{print $NF; exit}')
 echo "libcuda: ${libcuda:-not found}" | tee "$out/imports.txt"
-if [ -n "$libcuda" ] && nm -D --undefined-only "$libcuda" 2>/dev/null | grep -w ioctl | tee -a "$out/imports.txt" | grep -q .; then
+if [ -z "$libcuda" ]; then
+  echo "libcuda.so.1 is not in the loader's cache: nothing to check (and nothing will run)" | tee -a "$out/imports.txt"
+elif ! command -v nm > /dev/null; then
+  echo "nm absent (binutils): cannot read libcuda's imports; the strace count below and the probe's counts decide" |
+    tee -a "$out/imports.txt"
+elif nm -D --undefined-only "$libcuda" 2>/dev/null | grep -w ioctl | tee -a "$out/imports.txt" |
+  grep -q .; then
   echo "libcuda imports ioctl dynamically: the probe is on its path" | tee -a "$out/imports.txt"
 else
   {
     echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-    echo "!!! libcuda does NOT import ioctl (raw syscalls or nm unavailable): an LD_PRELOAD ioctl hook  !!!"
+    echo "!!! libcuda does NOT import ioctl (it makes the syscall itself): an LD_PRELOAD ioctl hook      !!!"
     echo "!!! sees NOTHING of libcuda's RM calls; only the strace count below says what the kernel got. !!!"
     echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
   } | tee -a "$out/imports.txt"
 fi
-nm -D --undefined-only "$libcuda" 2>/dev/null | grep -Ew 'syscall|open|open64|openat|openat64|mmap|mmap64' \
-  >> "$out/imports.txt"
+[ -n "$libcuda" ] && nm -D --undefined-only "$libcuda" 2>/dev/null |
+  grep -Ew 'syscall|open|open64|openat|openat64|mmap|mmap64' >> "$out/imports.txt"
 
 # Cross-check (seccomp-free): every ioctl the kernel received on an NVIDIA fd in the calibration program,
 # counted by strace, against what the probe saw in the same run.
@@ -62,9 +68,16 @@ if command -v strace > /dev/null; then
   kernel_nv=$(awk '/probe_nv_ioctls=/{exit} /ioctl\([0-9]+<\/dev\/nvidia/{n++} END{print n+0}' "$out/strace/trace.txt")
   probe_nv=$(sed -n 's/^probe_nv_ioctls=//p' "$out/strace/stdout.txt")
   strace -f -e trace=ioctl -c -o "$out/strace/summary.txt" build/gpu/rm_alloc_cost hold $((1 << 30)) 0 > /dev/null 2>&1
-  echo "strace: ioctls the kernel received on /dev/nvidia* = $kernel_nv, seen by the probe = $probe_nv" \
-    "($( [ "$kernel_nv" = "$probe_nv" ] && echo "all seen" || echo "MISSING $((kernel_nv - probe_nv))" ))" |
-    tee "$out/strace/verdict.txt"
+  if [ -z "$probe_nv" ] || [ "$kernel_nv" = 0 ]; then
+    echo "strace: the traced run failed or traced nothing (ptrace refused?): see $out/strace/" |
+      tee "$out/strace/verdict.txt"
+  elif [ "$kernel_nv" = "$probe_nv" ]; then
+    echo "strace: ioctls the kernel received on /dev/nvidia* = $kernel_nv, seen by the probe = $probe_nv (all seen)" |
+      tee "$out/strace/verdict.txt"
+  else
+    echo "strace: ioctls the kernel received on /dev/nvidia* = $kernel_nv, seen by the probe = $probe_nv" \
+      "(MISSING $((kernel_nv - probe_nv)): the probe is not on every path to the kernel)" | tee "$out/strace/verdict.txt"
+  fi
 else
   echo "strace: absent on this machine (no syscall-level cross-check)" | tee "$out/strace_absent.txt"
 fi
@@ -73,6 +86,6 @@ python3 bench/gpu/rm_alloc_round.py --probe build/gpu/rm_alloc_probe.so --prog b
   --globals-prog build/gpu/quota_globals --cost-prog build/gpu/rm_alloc_cost --out "$out" \
   --device "${DEVICE:-0}" "$@" | tee "$out/rm_alloc_round.txt"
 rc=${PIPESTATUS[0]}
-grep -E 'imports ioctl|NOT import' "$out/imports.txt"
+grep -E 'imports ioctl|NOT import|nm absent|not in the loader' "$out/imports.txt"
 cat "$out/strace/verdict.txt" "$out/strace_absent.txt" 2>/dev/null
 exit "$rc"
