@@ -361,6 +361,11 @@ static void decode_rm_alloc(struct rmp_books* b, const void* arg, unsigned size,
     const struct rmp_nvos64* a64 = (const struct rmp_nvos64*)arg;
     status = a64->status;
     params_size = a64->paramsSize;
+    if (a64->flags & RMP_NVOS64_FLAGS_FINN_SERIALIZED) {
+      /* The parameters are FINN-serialized, not the struct: their size is unknown to the probe. */
+      atomic_fetch_add_explicit(&b->finn_serialized, 1, RLX);
+      params_size = 0;
+    }
   }
   if (status != 0) return;
   const uint32_t cls = a->hClass;
@@ -585,7 +590,10 @@ int rmp_deny(struct rmp_books* b, int kind, unsigned long request, void* arg, in
   uint32_t status_off = 0, client = 0, handle = 0;
   if (nr == RMP_NV_ESC_RM_ALLOC && (size == sizeof(struct rmp_nvos21) || size == sizeof(struct rmp_nvos64))) {
     const struct rmp_nvos21* a = (const struct rmp_nvos21*)arg;
-    const uint32_t params_size = size == 32 ? a->paramsSize : ((const struct rmp_nvos64*)arg)->paramsSize;
+    const struct rmp_nvos64* a64 = (const struct rmp_nvos64*)arg;
+    const uint32_t params_size = size == 32                                        ? a->paramsSize
+                                 : (a64->flags & RMP_NVOS64_FLAGS_FINN_SERIALIZED) ? 0
+                                                                                   : a64->paramsSize;
     if (a->hClass != RMP_NV01_MEMORY_LOCAL_USER || a->pAllocParms == 0 || params_size < RMP_MEMPARAMS_MIN)
       return 0;
     want = get64((const void*)(uintptr_t)a->pAllocParms, RMP_MEMPARAMS_OFF_SIZE);

@@ -83,6 +83,8 @@ struct rmp_nvos64 {
   uint64_t pAllocParms, pRightsRequested;
   uint32_t paramsSize, flags, status, pad_;
 };
+/* nvos.h NVOS64_FLAGS_FINN_SERIALIZED (since 525): pAllocParms then holds a FINN-serialized message. */
+#define RMP_NVOS64_FLAGS_FINN_SERIALIZED 0x1u
 /* nvos.h NVOS02_PARAMETERS wrapped by nv-unix-nvos-params-wrappers.h's nv_ioctl_nvos02_parameters_with_fd
  * (RM_ALLOC_MEMORY), 56 bytes. */
 struct rmp_nvos02_fd {
@@ -195,7 +197,7 @@ struct rmp_books {
   _Atomic uint64_t uvm_count, uvm_ns, nv_other_count, nv_other_ns, type_mismatch, xfer, undecoded;
   _Atomic int64_t local_bytes, local_peak, system_bytes, system_peak, dup_bytes;
   _Atomic uint64_t local_allocs, local_frees, implicit_frees, untracked_frees, objects_full, events_lost;
-  _Atomic uint64_t classes_full, abi_skipped, denied, denied_bytes;
+  _Atomic uint64_t classes_full, abi_skipped, denied, denied_bytes, finn_serialized;
   _Atomic int abi_major; /* driver branch from NV_ESC_CHECK_VERSION_STR, 0 = not seen */
   char version[64];
   struct rmp_object objects[RMP_OBJECTS];

@@ -143,6 +143,13 @@ static void test_alloc_free(void) {
   alloc64(b, 0xc1, 0xd1, 0x104, RMP_NV01_MEMORY_LOCAL_USER, tiny, 16, 0);
   CHECK(local(b) == (int64_t)(2 * MIB));
   free(tiny);
+  /* FINN-serialized parameters (NVOS64 flags bit 0): not the struct, not read; the object is "other". */
+  {
+    struct rmp_nvos64 s = {0xc1, 0xd1, 0x109, RMP_NV01_MEMORY_LOCAL_USER, (uintptr_t)p1, 0, 128, 1, 0, 0};
+    acct(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48), &s, 0);
+    CHECK(local(b) == (int64_t)(2 * MIB) && atomic_load(&b->finn_serialized) == 1);
+    CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48), &s, 0, 1) == 0);
+  }
   /* A non-memory class (a channel) with parameters: not read as memory. */
   alloc64(b, 0xc1, 0xd1, 0x105, 0xc86f /* HOPPER_CHANNEL_GPFIFO_A */, p1, 128, 0);
   CHECK(local(b) == (int64_t)(2 * MIB));
@@ -161,7 +168,7 @@ static void test_alloc_free(void) {
   CHECK(local(b) == (int64_t)(2 * MIB));
   /* Events: allocations and frees in order with their sizes; the memory object whose size could not be read
    * (0x104) is there too, as "other". */
-  CHECK(atomic_load(&b->event_next) == 8);
+  CHECK(atomic_load(&b->event_next) == 9); /* 0x104 and the FINN-serialized 0x109 as "other" */
   CHECK(b->events[3].handle == 0x104 && b->events[3].where == RMP_OTHER_MEM);
   CHECK(b->events[0].op == 'A' && b->events[0].bytes == GIB && b->events[0].local_after == (int64_t)GIB);
   CHECK(b->events[2].op == 'F' && b->events[2].bytes == GIB && b->events[2].t1 > b->events[2].t0);

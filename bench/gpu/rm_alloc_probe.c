@@ -244,7 +244,8 @@ static void summary_lines(void) {
       "xfer=%llu "
       "undecoded=%llu abi_skipped=%llu untracked_frees=%llu objects_full=%llu classes_full=%llu "
       "events_lost=%llu "
-      "readlink_failures=%llu stale_fds=%llu denied=%llu denied_bytes=%llu local=%lld local_peak=%lld "
+      "readlink_failures=%llu stale_fds=%llu finn_serialized=%llu denied=%llu denied_bytes=%llu local=%lld "
+      "local_peak=%lld "
       "system_peak=%lld\n",
       b->version[0] ? b->version : "unseen", atomic_load(&b->abi_major),
       (unsigned long long)atomic_load(&b->uvm_count), (unsigned long long)atomic_load(&b->uvm_ns),
@@ -253,9 +254,10 @@ static void summary_lines(void) {
       (unsigned long long)atomic_load(&b->abi_skipped), (unsigned long long)atomic_load(&b->untracked_frees),
       (unsigned long long)atomic_load(&b->objects_full), (unsigned long long)atomic_load(&b->classes_full),
       (unsigned long long)g_lost, (unsigned long long)atomic_load(&g_readlink_failures),
-      (unsigned long long)atomic_load(&g_stale_fds), (unsigned long long)atomic_load(&b->denied),
-      (unsigned long long)atomic_load(&b->denied_bytes), (long long)atomic_load(&b->local_bytes),
-      (long long)atomic_load(&b->local_peak), (long long)atomic_load(&b->system_peak));
+      (unsigned long long)atomic_load(&g_stale_fds), (unsigned long long)atomic_load(&b->finn_serialized),
+      (unsigned long long)atomic_load(&b->denied), (unsigned long long)atomic_load(&b->denied_bytes),
+      (long long)atomic_load(&b->local_bytes), (long long)atomic_load(&b->local_peak),
+      (long long)atomic_load(&b->system_peak));
   put(line, n);
 }
 

@@ -196,6 +196,7 @@ def run_case(args, nvml, case, deny=None):
         "nv_ioctls": sum(int(t["count"]) for t in p["T"].values()), "uvm_ioctls": int(x.get("uvm_count", 0)),
         "undecoded": int(x.get("undecoded", 0)), "type_mismatch": int(x.get("type_mismatch", 0)),
         "objects_full": int(x.get("objects_full", 0)), "version": x.get("version"),
+        "finn_serialized": int(x.get("finn_serialized", 0)),
         "classes": {c: int(v["count"]) for c, v in p["C"].items()},
         "rm_ns_total": sum(int(t["ns"]) for t in p["T"].values()),
         "denied": int(x.get("denied", 0)),
@@ -345,7 +346,8 @@ def main():
     print(f"\n== verdict: ioctl books complete on every path: {'YES' if complete else 'NO'}"
           f" (driver as libcuda announced it: {', '.join(versions) or 'unseen'}; RM_ALLOC _IOC_SIZE seen: "
           f"{', '.join(sizes) or 'none'}; undecoded={sum(r['undecoded'] for r in ok)}, "
-          f"type_mismatch={sum(r['type_mismatch'] for r in ok)}, objects_full={sum(r['objects_full'] for r in ok)})")
+          f"type_mismatch={sum(r['type_mismatch'] for r in ok)}, objects_full={sum(r['objects_full'] for r in ok)}, "
+          f"finn_serialized={sum(r['finn_serialized'] for r in ok)})")
     return 0
 
 
