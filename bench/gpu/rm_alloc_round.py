@@ -204,7 +204,8 @@ def run_case(args, nvml, case, deny=None):
     if deny is not None:
         r["deny_limit_mib"] = deny // MIB
         r["held"] = nvml_peak <= deny + 64 * MIB and proc.returncode is not None and proc.returncode >= 0
-    r["complete"] = n_un == 0 and lost == 0 and nvml_peak > 0
+    # Complete: no NVML sample ahead of what the probe saw, nothing dropped from its timeline or its tables.
+    r["complete"] = n_un == 0 and lost == 0 and nvml_peak > 0 and r["objects_full"] == 0
     with open(os.path.join(d, "result.json"), "w") as f:
         json.dump({"result": r, "nvml": sampler.samples}, f)
     return r
