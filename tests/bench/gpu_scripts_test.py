@@ -49,6 +49,7 @@ by_idle = load(os.path.join(ROOT, "bench", "gpu", "priority_by_idle.py"), "prior
 timeslice = load(os.path.join(ROOT, "bench", "gpu", "timeslice_probe.py"), "timeslice_probe")
 driver_paths = load(os.path.join(ROOT, "tests", "gpu", "driver_paths.py"), "driver_paths")
 accuracy = load(os.path.join(ROOT, "bench", "gpu", "compute_accuracy.py"), "compute_accuracy")
+rm_round = load(os.path.join(ROOT, "bench", "gpu", "rm_alloc_round.py"), "rm_alloc_round")
 
 
 class ComputeAccuracyExpectsGpuTime(unittest.TestCase):
@@ -152,6 +153,48 @@ class ComputeAccuracyKernelTime(unittest.TestCase):
         rows = [{"kernel_time_ratio": 0.5, "kernel_time_pct": 50.0, "unlimited_kernel_time_pct": 100.0, "seconds": 2.0},
                 {"kernel_time_ratio": 0.56, "kernel_time_pct": 56.0, "unlimited_kernel_time_pct": 100.0, "seconds": 1.0}]
         self.assertEqual(accuracy.pooled_kernel_cells(rows, 0.5), "0.520 | +2.0 | PASS")
+
+
+class RmAllocRoundExplainsNvmlByTheProbesEvents(unittest.TestCase):
+    """rm_alloc_round.py: an NVML sample is explained by RM allocations begun before it ended, less frees
+    finished before it began; refused (R) and duplicated (D) handles take no part."""
+    MIB = 1 << 20
+    LOG = ("H pid=7 t=1 clock=CLOCK_MONOTONIC\n"
+           "E op=A t0=100 t1=110 cls=0x40 client=0x1 h=0x2 bytes=10485760 where=local local=10485760\n"
+           "E op=R t0=150 t1=150 cls=0x40 client=0x1 h=0x3 bytes=104857600 where=local local=10485760\n"
+           "E op=D t0=160 t1=170 cls=0x40 client=0x4 h=0x5 bytes=10485760 where=dup local=10485760\n"
+           "E op=A t0=180 t1=190 cls=0x3e client=0x1 h=0x6 bytes=4096 where=system local=10485760\n"
+           "E op=I t0=200 t1=210 cls=0x40 client=0x1 h=0x2 bytes=10485760 where=local local=0\n"
+           "S t=300 local=0 local_peak=10485760 system=4096 dup=0 local_allocs=1 local_frees=1 implicit=1 nv_ioctls=9 "
+           "uvm_ioctls=0 lost=0\n"
+           "T esc=0x2b name=RM_ALLOC count=3 ns=900 size=48 other_size=-1 rm_errors=0 last_rm_status=0x0 sys_errors=0\n"
+           "C cls=0x40 count=1 bytes=10485760\n"
+           "X version=580.95.05 abi_major=580 uvm_count=0 events_lost=0 local=0 local_peak=10485760\n")
+
+    def test_samples_against_events(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "probe.7")
+            with open(path, "w") as f:
+                f.write(self.LOG)
+            p = rm_round.parse_probe(path)
+        self.assertEqual((len(p["E"]), p["T"]["RM_ALLOC"]["count"], p["X"]["local_peak"]), (5, "3", "10485760"))
+        m = self.MIB
+        # Seen during the allocation (begun), during the free (not finished), after it: all explained.
+        un, over, n, first = rm_round.explain([(50, 60, 0), (105, 108, 10 * m), (205, 208, 10 * m), (220, 230, 0)],
+                                              p["E"])
+        self.assertEqual((un <= rm_round.TOLERANCE, over, n, first), (True, 0, 0, None))
+        # NVML ahead of every allocation the probe saw begin: unexplained, and the first such sample named.
+        un, _, n, first = rm_round.explain([(90, 95, 10 * m), (220, 230, 25 * m)], p["E"])
+        self.assertEqual((un, n, first["t"], first["probe_upper_mib"]), (25 * m, 2, 95, 0.0))
+        # The probe holding what NVML no longer shows (its free finished before the sample began): over.
+        _, over, _, _ = rm_round.explain([(150, 160, 0)], p["E"])
+        self.assertEqual(over, 10 * m)
+
+    def test_unknown_case_is_refused_before_any_gpu_call(self):
+        code, err = call_main(rm_round.main, ["rm_alloc_round.py", "--probe", "p", "--prog", "p", "--globals-prog",
+                                              "g", "--cost-prog", "c", "--out", "o", "--cases", "calib,nope"])
+        self.assertEqual(code, 2)
+        self.assertIn("nope", err)
 
 
 class EveryScriptCompiles(unittest.TestCase):
