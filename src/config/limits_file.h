@@ -7,7 +7,9 @@
 // quoted, or `none`: no cap for that key; and GPUSLICE_PRIORITY (at most once, high|normal|low or
 // `none`): the highest priority level the container may run at, and its level when it asks for none
 // (docs/priority.md); and GPUSLICE_MPS_LOW_THREADS (at most once, 1-100 or `none`): under MPS, the
-// active-thread percentage of the container while it runs below `high`. Anything else is an error naming the
+// active-thread percentage of the container while it runs below `high`; and GPUSLICE_MPS_COMPUTE (at
+// most once, threads|time or `none`): under MPS, whether a compute limit holds the container as its
+// active-thread percentage (SM share) or by GPU time (the default). Anything else is an error naming the
 // line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
 // before it writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
@@ -41,6 +43,7 @@ struct LimitsFile {
   std::optional<LimitValue> compute;        // percent; idem
   std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
   std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
+  std::optional<MpsComputeMode> mps_compute;  // absent: `time`
   bool missing = false;                     // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
