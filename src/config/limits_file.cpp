@@ -108,8 +108,8 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     }
     if (key == kMpsComputeKey) {
       if (mode_line != 0)
-        return problem(std::string(kMpsComputeKey) + " is set twice (first on line " + std::to_string(mode_line) +
-                       ")");
+        return problem(std::string(kMpsComputeKey) + " is set twice (first on line " +
+                       std::to_string(mode_line) + ")");
       mode_line = line_number;
       if (value == kNoCap) continue;
       const auto mode = parse_mps_compute_mode(value);
@@ -132,8 +132,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
-  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 &&
-      mode_line == 0) {
+  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 && mode_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");

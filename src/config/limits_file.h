@@ -39,12 +39,12 @@ struct LimitValue {
 inline constexpr const char* kNoCap = "none";
 
 struct LimitsFile {
-  std::optional<LimitValue> memory;         // bytes; absent: no cap (`none`, or the key left out)
-  std::optional<LimitValue> compute;        // percent; idem
-  std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
-  std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
+  std::optional<LimitValue> memory;           // bytes; absent: no cap (`none`, or the key left out)
+  std::optional<LimitValue> compute;          // percent; idem
+  std::optional<Priority> priority;           // the operator's ceiling; absent: none (`none`, or left out)
+  std::optional<unsigned> mps_low_threads;    // percent 1-100; absent: none
   std::optional<MpsComputeMode> mps_compute;  // absent: `time`
-  bool missing = false;                     // read_limits_file: there is no file at the path
+  bool missing = false;                       // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
 

@@ -27,9 +27,9 @@ constexpr const char* kNoPipeDir = "/dev/null/gpuslice-no-mps";
 constexpr const char* kGpusDir = "/proc/driver/nvidia/gpus";
 constexpr long kWarnEverySeconds = 10;
 
-std::atomic<bool> g_mps{false};  // this process's driver will connect to an MPS control daemon
+std::atomic<bool> g_mps{false};       // this process's driver will connect to an MPS control daemon
 std::atomic<unsigned> g_sm_share{0};  // GPUSLICE_MPS_COMPUTE=threads in force: the SM share
-std::string g_pipe_dir;          // written once in prepare(), before any reader
+std::string g_pipe_dir;               // written once in prepare(), before any reader
 
 bool is_socket(const std::string& path) {
   struct stat st {};

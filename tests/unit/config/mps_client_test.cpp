@@ -183,7 +183,8 @@ TEST(MpsComputeThreads, ALiveLimitBelowTheShareIsHeldByTheTimeThatLeavesItThatMu
 TEST(MpsComputeMode, NamesBothWays) {
   EXPECT_EQ(parse_mps_compute_mode("threads"), MpsComputeMode::Threads);
   EXPECT_EQ(parse_mps_compute_mode("Time"), MpsComputeMode::Time);
-  for (const char* bad : {"", "sm", "threads ", "thread", "none"}) EXPECT_FALSE(parse_mps_compute_mode(bad)) << bad;
+  for (const char* bad : {"", "sm", "threads ", "thread", "none"})
+    EXPECT_FALSE(parse_mps_compute_mode(bad)) << bad;
   EXPECT_STREQ(mps_compute_mode_name(MpsComputeMode::Threads), "threads");
   EXPECT_STREQ(mps_compute_mode_name(MpsComputeMode::Time), "time");
 }
