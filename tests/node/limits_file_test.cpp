@@ -130,6 +130,23 @@ TEST(LimitsFile, MissingFileIsEmptyAndWriteReplacesAtomically) {
   EXPECT_EQ(entries, 1);
 }
 
+// The operator's MPS keys are not caps the daemon sets: an update of the caps keeps them.
+TEST(LimitsFile, AnUpdateOfTheCapsKeepsTheOperatorsMpsKeys) {
+  test::TempDir dir;
+  ASSERT_TRUE(write_file_atomically(dir / "limits",
+                                    "GPUSLICE_COMPUTE_LIMIT=50\nGPUSLICE_MPS_COMPUTE=threads\n"
+                                    "GPUSLICE_MPS_LOW_THREADS=40\n")
+                  .ok());
+  auto updated = update_limits_file(dir / "limits", [](Limits& l) { l.compute = "30"; });
+  ASSERT_TRUE(updated.ok()) << updated.error();
+  config::Settings settings;
+  config::apply_limits_file(settings, dir / "limits");
+  ASSERT_TRUE(settings.ok()) << settings.errors.front();
+  EXPECT_EQ(settings.compute_cap.lookup(0, ""), 30u);
+  EXPECT_EQ(settings.mps_compute, config::MpsComputeMode::Threads) << test::read_file(dir / "limits");
+  EXPECT_EQ(settings.mps_low_threads.value_or(0), 40u) << test::read_file(dir / "limits");
+}
+
 TEST(LimitsFile, AnUpdateNeverWritesAFileTheLibraryWouldRefuse) {
   test::TempDir dir;
   auto refused = update_limits_file(dir / "limits", [](Limits& l) { l.memory = "lots"; });
