@@ -40,6 +40,25 @@ mkdir -p build/gpu
 nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o build/gpu/libcluster_spin.so bench/gpu/cluster_spin.cu \
   >> "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 echo "build ok ($(($(date +%s) - began)) s)"
+# What reading the SM clock through NVML costs (a clock-corrected charge would read it off the launch
+# path, docs/compute-limiter.md): per call, through ctypes (its own ~0.3 us included), after nvmlInit.
+python3 - <<'PY' 2>&1 | tee "$out/nvml_clock_cost.txt"
+import ctypes, time
+nvml = ctypes.CDLL("libnvidia-ml.so.1")
+t = time.perf_counter(); nvml.nvmlInit_v2(); init = time.perf_counter() - t
+handle, mhz = ctypes.c_void_p(), ctypes.c_uint()
+nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle))
+for name, call in (("nvmlDeviceGetClockInfo(SM)", lambda: nvml.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz))),
+                   ("nvmlDeviceGetClock(SM, current)", lambda: nvml.nvmlDeviceGetClock(handle, 1, 0, ctypes.byref(mhz)))):
+    call()
+    per = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(2000):
+            call()
+        per.append((time.perf_counter() - t) / 2000 * 1e6)
+    print(f"{name}: {min(per):.1f}-{max(per):.1f} us per call ({mhz.value} MHz); nvmlInit_v2 {init * 1e3:.0f} ms")
+PY
 
 alternations=${ALTERNATIONS:-2}
 schedule=100
