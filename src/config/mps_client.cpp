@@ -92,10 +92,8 @@ unsigned compute_share(const MpsClientInputs& in, std::string* note) {
   return first;
 }
 
-}  // namespace
-
-namespace {
 constexpr const char* kMpsComputeNames[] = {"time", "threads"};  // MpsComputeMode's order
+
 }  // namespace
 
 const char* mps_compute_mode_name(MpsComputeMode mode) {
