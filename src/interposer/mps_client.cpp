@@ -160,6 +160,8 @@ void* watch_main(void*) {
 }  // namespace
 
 bool prepare(const config::Settings& s, const shm::Ledger* books) {
+  g_sm_share.store(0, std::memory_order_relaxed);  // once per process; a test may prepare again
+  g_mps.store(false, std::memory_order_release);
   std::string pipe_dir;
   if (!will_use_mps(s, &pipe_dir)) return true;
   g_pipe_dir = pipe_dir;
