@@ -12,13 +12,14 @@
 #
 #   bench/gpu/compute_modes_round.sh          about 8 minutes on one H200 (build included)
 #
-# SHAPES (default graph,graph2p,mix,decode,streams4,cluster), ALTERNATIONS (default 2), SECONDS_PER
+# SHAPES (default graph,graph2p,mix,decode,streams4), ALTERNATIONS (default 2), SECONDS_PER
 # (measured per phase, default 0.6), SETTLE (unmeasured after each change, default 0.4), MODES
 # (default "timesliced mpstime mpsthreads"), ACCURACY_ARGS (more arguments for every mode).
-# What the defaults leave out to fit 8 minutes: long40 (40 ms kernels need phases of 3 s or more to
-# hold enough kernels: SHAPES=long40 SECONDS_PER=3 ALTERNATIONS=1 is a call of its own), compile, the
-# third alternation (three fit with SHAPES of four), the un-hooked processes before and after each
-# run, and the CUPTI kernel timeline.
+# What the defaults leave out to fit 8 minutes (estimated: build 1-1.5 min, then about 25 s per shape
+# and mode): long40 (40 ms kernels need phases of 3 s or more to hold enough kernels:
+# SHAPES=long40 SECONDS_PER=3 ALTERNATIONS=1 is a call of its own), cluster and compile (SHAPES=
+# cluster,compile: a second call of about 4 minutes), the third alternation (ALTERNATIONS=3 fits with
+# SHAPES of three), the un-hooked processes before and after each run, and the CUPTI kernel timeline.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-compute-modes-out}/compute-modes
@@ -64,7 +65,7 @@ alternations=${ALTERNATIONS:-2}
 schedule=100
 for _ in $(seq "$alternations"); do schedule+=",20,100,30,100,50,100,80,100"; done
 accuracy=(python3 bench/gpu/compute_accuracy.py --lib build/lib/libgpuslice.so --cli build/bin/gpuslice
-          --workloads "${SHAPES:-graph,graph2p,mix,decode,streams4,cluster}" --schedule "$schedule"
+          --workloads "${SHAPES:-graph,graph2p,mix,decode,streams4}" --schedule "$schedule"
           --seconds "${SECONDS_PER:-0.6}" --settle "${SETTLE:-0.4}" --warmup 1 --no-unhooked)
 modes=${MODES:-timesliced mpstime mpsthreads}
 table=()
