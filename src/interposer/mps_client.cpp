@@ -80,9 +80,9 @@ bool only_for_all(const config::DeviceValues& v) {
 }
 
 // The compute limit (percent, 0: none) of every device the client can use, in its ordinals: the
-// container's live one where its record exists (a `gpuslice set` made before this process started
-// applies), else the lower of the request and the operator's cap. Nullopt when the devices are not
-// known: no kernel module list (or a UUID it lacks) while a limit names devices one by one.
+// lower of the request (the container's live one where its record exists: a `gpuslice set` made
+// before this process started applies) and the operator's cap as this process read it. Nullopt when the
+// devices are not known: no kernel module list (or a UUID it lacks) while a limit names devices one by one.
 std::optional<std::vector<unsigned>> compute_limits(const config::Settings& s, const shm::Ledger* books) {
   std::optional<std::string> visible;
   if (s.visible_devices_set) visible = s.visible_devices;
@@ -91,11 +91,14 @@ std::optional<std::vector<unsigned>> compute_limits(const config::Settings& s, c
   const bool same_for_all = only_for_all(s.compute) && only_for_all(s.compute_cap);
   const bool by_uuid = !s.compute.by_uuid.empty() || !s.compute_cap.by_uuid.empty() ||
                        !s.compute.fallbacks.empty() || !s.compute_cap.fallbacks.empty();
-  const auto configured = [&s](int index, const std::string& uuid) {
-    const auto request = s.compute.lookup(index, uuid);
+  const auto cap_of = [&s](int index, const std::string& uuid) {
     const auto cap = s.compute_cap.lookup(index, uuid);
+    return cap ? static_cast<unsigned>(*cap) : shm::kNoComputeLimit;
+  };
+  const auto configured = [&s, &cap_of](int index, const std::string& uuid) {
+    const auto request = s.compute.lookup(index, uuid);
     return shm::effective_compute(request ? static_cast<unsigned>(*request) : shm::kNoComputeLimit,
-                                  cap ? static_cast<unsigned>(*cap) : shm::kNoComputeLimit);
+                                  cap_of(index, uuid));
   };
   if (ordinals.empty()) {
     if (!same_for_all) return std::nullopt;
@@ -105,8 +108,11 @@ std::optional<std::vector<unsigned>> compute_limits(const config::Settings& s, c
   for (std::size_t i = 0; i < ordinals.size(); ++i) {
     const std::string& uuid = ordinals[i];
     if (uuid.empty() && by_uuid) return std::nullopt;  // a limit by UUID may name it
+    const int index = static_cast<int>(i);
     const int record = books != nullptr && !uuid.empty() ? books->find_device(uuid) : -1;
-    out.push_back(record >= 0 ? books->compute_limit(record) : configured(static_cast<int>(i), uuid));
+    // The container's request as it stands (a live change included) under the file just read.
+    out.push_back(record >= 0 ? shm::effective_compute(books->requested(record).compute, cap_of(index, uuid))
+                              : configured(index, uuid));
   }
   return out;
 }
