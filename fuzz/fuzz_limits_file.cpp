@@ -73,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!settings.ok()) {
     // A malformed file applies nothing.
     FUZZ_CHECK(settings.memory_cap.empty() && settings.compute_cap.empty());
+    FUZZ_CHECK(settings.mps_compute == gpuslice::config::MpsComputeMode::Time);
     FUZZ_CHECK(settings.priority == before.priority);
     return 0;
   }

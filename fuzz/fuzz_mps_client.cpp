@@ -2,7 +2,8 @@
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_CLIENT_PRIORITY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
 // CUDA_VISIBLE_DEVICES. Whatever they say, no derived value exceeds the operator's: a quota'd
 // ordinal's limit stays at most its quota, the priority is 1 below high, the thread share at most
-// the operator's.
+// the operator's, and under GPUSLICE_MPS_COMPUTE=threads the thread share stays at most the compute
+// limit.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -54,6 +55,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       FUZZ_CHECK(!env.threads.has_value());
     }
+  }
+  // GPUSLICE_MPS_COMPUTE=threads: the SM share is the lowest of the limit, the operator's low share
+  // and the tenant's own, never above the limit, and it is the threads value the client gets.
+  for (const bool high : {false, true}) {
+    MpsClientInputs in;
+    in.high = high;
+    in.low_threads = 40;
+    in.compute_mode = MpsComputeMode::Threads;
+    in.compute_by_ordinal = std::vector<unsigned>{30, 30};
+    in.tenant_threads = std::string(field[2]);
+    const MpsClientEnv env = derive_mps_client_env(in);
+    FUZZ_CHECK(env.threads.has_value());
+    const unsigned threads = static_cast<unsigned>(std::stoul(*env.threads));
+    FUZZ_CHECK(threads >= 1 && threads <= 30);
+    FUZZ_CHECK(env.sm_share == threads);
+    FUZZ_CHECK(partition_time_limit(threads, env.sm_share) == 0);
   }
   const auto ordinals = client_ordinal_uuids(std::string(field[3]), {"gpu-aaaa", "gpu-bbbb"});
   FUZZ_CHECK(ordinals.size() <= 256);

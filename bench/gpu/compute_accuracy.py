@@ -41,6 +41,19 @@ judged against the same expected ratio and tolerance. That is the limit's own de
 over wall time), which the throughput ratio equals only while the SM clock stays where it was in
 the unlimited phases. A 2p workload's companion is not recorded (its share is the measured one's).
 
+Under MPS (--mps: an MPS control daemon started for the run, as bench/gpu/priority_bench.py's
+start_mps does, and quit after it) with --mps-compute time|threads: the operator's limits-file key
+GPUSLICE_MPS_COMPUTE, written to a file every hooked process reads (GPUSLICE_LIMITS_FILE), as the
+library trusts it only from there. `time`: the same phased run. `threads`: a compute limit is the
+client's SM share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), which the driver reads once when the process
+starts, so a live change cannot move it: one process per distinct limit of the schedule (the
+unlimited phases' too) is started, warmed up, and the phases then run in turns: the process of each
+phase's limit measures --seconds after a 0.2 s pre-roll while the others wait idle (an idle MPS
+client holds no SMs); a 2p workload's companion takes the same turns. Ratios are then between
+processes (pinned to the same CPUs), the rest as above (no 1 s windows, settling or kernel timeline).
+bench/gpu/compute_modes_round.sh runs the shapes in three modes (time-sliced, MPS + GPU time, MPS +
+SM share) and prints one table (--modes-table).
+
 Throughput is iterations per second of GPU time from CUDA events recorded every k iterations (no
 added host synchronisation). NVML is sampled by this (un-hooked) parent every 100 ms: per phase the
 mean device utilization (NVML's "a kernel was running" fraction) and SM clock. Occupancy ratio =
@@ -364,22 +377,29 @@ def parse_cpus(text):
     return cpus
 
 
+def pin(cpus):
+    usable = parse_cpus(cpus) & os.sched_getaffinity(0)
+    if usable:
+        os.sched_setaffinity(0, usable)
+
+
 def worker(args):
     if args.cpus == "auto":
         args.cpus = AUTO_CPUS.get(args.workload, "")
-    if args.cpus:
-        usable = parse_cpus(args.cpus) & os.sched_getaffinity(0)
-        if usable:
-            os.sched_setaffinity(0, usable)
+    if args.cpus and not args.turns:  # turns: pinned once warmed up (the processes start side by side)
+        pin(args.cpus)
     companion = None
     if args.workload.endswith("2p"):
         # A second process of the same container (same environment: library, state directory,
         # limit) running the same workload for the whole run: the limit holds both together.
         args.workload = args.workload[:-2]
+        turns = (["--turns", str(args.turns), "--go", args.go, "--ready-file", args.report + ".companion.ready"]
+                 if args.turns else [])
         companion = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
-             str(args.seconds + args.warmup + 60), "--warmup", "1", "--report", args.report + ".companion",
-             "--cpus", args.cpus], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+             str(args.seconds if args.turns else args.seconds + args.warmup + 60), "--warmup", "1",
+             "--report", args.report + ".companion", "--cpus", args.cpus] + turns,
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     timeline_lib = None
     if args.kernel_timeline:
         import ctypes
@@ -396,6 +416,11 @@ def worker(args):
 
     torch.cuda.init()
     step, flops = build_workload(args.workload)
+    if companion is not None and args.turns:
+        # Turns: both processes of the container must be ready before the parent starts the first.
+        deadline = time.monotonic() + 180
+        while not os.path.exists(args.report + ".companion.ready") and time.monotonic() < deadline:
+            time.sleep(0.05)
     step()
     torch.cuda.synchronize()
 
@@ -418,6 +443,15 @@ def worker(args):
         with open(args.ready_file + ".tmp", "w") as f:
             f.write(repr(t0))
         os.rename(args.ready_file + ".tmp", args.ready_file)
+    if args.turns:
+        report = {"workload": args.workload, "k": k, "turns": measure_turns(args, torch, step, k),
+                  "preloaded": os.environ.get("LD_PRELOAD", ""),
+                  "limit": os.environ.get("GPUSLICE_COMPUTE_LIMIT", "")}
+        if companion is not None:
+            companion.wait(timeout=60)
+        with open(args.report, "w") as f:
+            json.dump(report, f)
+        return
     marks = []
     done = 0
     deadline = t0 + args.seconds
@@ -460,6 +494,44 @@ def worker(args):
         json.dump(report, f)
 
 
+TURN_PREROLL_S = 0.2  # --turns: unmeasured steps after a wait, before a turn's measured seconds
+
+
+def measure_turns(args, torch, step, k):
+    """--turns N: waits for <go>.<i> (the parent's signal) N times; each time runs TURN_PREROLL_S of
+    steps, then measures --seconds as the single run does, then says <report>.turn<i> (done).
+    Returns [monotonic start, monotonic end, iterations, GPU seconds] per turn."""
+    if args.cpus:
+        pin(args.cpus)
+    turns = []
+    for i in range(args.turns):
+        go = f"{args.go}.{i}"
+        given_up = time.monotonic() + 300  # the parent is gone
+        while not os.path.exists(go):
+            if time.monotonic() > given_up:
+                raise SystemExit(f"no signal {go} in 300 s")
+            time.sleep(0.002)
+        preroll_end = time.monotonic() + TURN_PREROLL_S
+        while time.monotonic() < preroll_end:
+            step()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.monotonic()
+        done, last = 0, None
+        while time.monotonic() < t0 + args.seconds:
+            for _ in range(k):
+                step()
+            done += k
+            last = torch.cuda.Event(enable_timing=True)
+            last.record()
+        torch.cuda.synchronize()
+        turns.append([t0, time.monotonic(), done, start.elapsed_time(last) / 1000.0])
+        with open(f"{args.report}.turn{i}", "w") as f:
+            f.write("done\n")
+    return turns
+
+
 # ---------------------------------------------------------------------------------------------
 # Parent: orchestrates the runs and evaluates them.
 # ---------------------------------------------------------------------------------------------
@@ -479,7 +551,7 @@ class Runner:
         os.makedirs(self.logs, exist_ok=True)
         self.count = 0
 
-    def start(self, workload, limit, seconds, ready_file=None):
+    def start(self, workload, limit, seconds, ready_file=None, extra=()):
         """Starts one measured process; returns (process, report path, shared dir, log file)."""
         self.count += 1
         tag = f"{self.count:02d}-{workload}-{'base' if limit is None else f'limit{limit}'}"
@@ -491,12 +563,15 @@ class Runner:
             env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
             env["GPUSLICE_SHARED_DIR"] = shared
             env["GPUSLICE_LOG_LEVEL"] = "info"  # the limiter's statistics at exit
+            if getattr(self.args, "mps_limits_file", None):
+                env["GPUSLICE_LIMITS_FILE"] = self.args.mps_limits_file  # the operator's GPUSLICE_MPS_COMPUTE
         report = os.path.join(self.logs, tag + ".json")
         argv = [sys.executable, os.path.abspath(__file__), "--worker", workload,
                 "--seconds", str(seconds), "--warmup", str(self.args.warmup), "--report", report,
                 "--cpus", self.args.cpus]
         if ready_file:
             argv += ["--ready-file", ready_file]
+        argv += list(extra)
         if self.args.kernel_timeline:
             argv += ["--kernel-timeline", os.path.abspath(self.args.kernel_timeline)]
         log = open(os.path.join(self.logs, tag + ".log"), "w")
@@ -520,7 +595,8 @@ class Runner:
             data = json.load(f)
         data["tag"] = tag
         with open(os.path.join(self.logs, tag + ".log")) as f:
-            data["limiter_stats"] = [line.strip() for line in f if "compute limiter, device" in line]
+            data["limiter_stats"] = [line.strip() for line in f
+                                     if "compute limiter, device" in line or "MPS client" in line]
         return data
 
     def run(self, workload, limit):
@@ -653,7 +729,7 @@ def set_limit(args, shared, limit):
 
 def phased_run(args, runner, workload):
     """One hooked process through args.schedule; returns (data, [(limit, change monotonic)])."""
-    phase = 1.0 + args.seconds
+    phase = args.settle + args.seconds
     total = phase * len(args.schedule)
     ready = os.path.join(tempfile.mkdtemp(prefix="gs-ready-"), "ready")
     proc, report, shared, log, tag = runner.start(workload, args.schedule[0], total, ready_file=ready)
@@ -685,24 +761,95 @@ def phased_run(args, runner, workload):
     return data, changes
 
 
+def turns_run(args, runner, sampler, workload):
+    """--mps-compute threads: one process per distinct limit of the schedule, started at once and
+    warmed up, then each phase is a turn of its limit's process (see the docstring). Returns the runs'
+    data with "phases" as phased_run's analysis has them (start/end: seconds from the first turn)."""
+    limits = sorted(set(args.schedule))
+    go_dir = tempfile.mkdtemp(prefix="gs-turns-")
+    started = {}
+    try:
+        for limit in limits:
+            ready = os.path.join(go_dir, f"ready-{limit}")
+            extra = ["--turns", str(args.schedule.count(limit)), "--go", os.path.join(go_dir, f"go-{limit}")]
+            started[limit] = (runner.start(workload, limit, args.seconds, ready_file=ready, extra=extra), ready)
+        deadline = time.monotonic() + 180
+        for limit, ((proc, _, _, _, tag), ready) in started.items():
+            while not os.path.exists(ready):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"run {tag} never got ready")
+                time.sleep(0.05)
+        companion = workload.endswith("2p")
+        turn_of = {limit: 0 for limit in limits}
+        for limit in args.schedule:
+            (proc, report, _, _, tag), _ = started[limit]
+            i = turn_of[limit]
+            turn_of[limit] += 1
+            with open(os.path.join(go_dir, f"go-{limit}.{i}"), "w") as f:
+                f.write("go\n")
+            waits = [f"{report}.turn{i}"] + ([f"{report}.companion.turn{i}"] if companion else [])
+            deadline = time.monotonic() + args.seconds + 60
+            while not all(os.path.exists(w) for w in waits):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"run {tag} did not finish turn {i}")
+                time.sleep(0.005)
+            print(f"    turn: limit {limit} ({tag}, turn {i})", flush=True)
+        results = {limit: runner.finish(*started[limit][0], timeout=120) for limit in limits}
+    except BaseException:
+        for (proc, _, shared, log, _), _ in started.values():
+            proc.kill()
+            proc.wait()
+            log.close()
+            if shared:
+                shutil.rmtree(shared, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(go_dir, ignore_errors=True)
+    phases = []
+    turn_of = {limit: 0 for limit in limits}
+    origin = min(r["turns"][0][0] for r in results.values())
+    for limit in args.schedule:
+        t_from, t_to, iterations, gpu_seconds = results[limit]["turns"][turn_of[limit]]
+        turn_of[limit] += 1
+        util, clock, watts = sampler.mean(t_from, t_to) if sampler.ok else (None,) * 3
+        phases.append({"limit": limit, "start": t_from - origin, "end": t_to - origin, "from": t_from - origin,
+                       "it_s": iterations / gpu_seconds if gpu_seconds > 0 else 0.0,
+                       "util": util, "sm_mhz": clock, "watts": watts,
+                       "gpu_time_pct": sampler.gpu_time(t_from, t_to) if sampler.ok else None, "kernel_pct": None})
+    stats = [line for r in results.values() for line in r.get("limiter_stats", [])]
+    return {"workload": workload, "turns_by_limit": {str(k): v["turns"] for k, v in results.items()},
+            "tags": {str(k): v["tag"] for k, v in results.items()}, "limiter_stats": stats, "phases": phases,
+            "mps_compute": "threads"}
+
+
 def accuracy(args, runner, sampler):
     rows, runs, transitions = [], [], []
     for workload in args.workloads:
         print(f"{workload}:", flush=True)
-        unhooked = [runner.run(workload, None)]
-        data, changes = phased_run(args, runner, workload)
+        unhooked = [runner.run(workload, None)] if args.unhooked else []
+        if args.mps_compute == "threads":
+            data = turns_run(args, runner, sampler, workload)
+        else:
+            data, changes = phased_run(args, runner, workload)
         for line in data.get("limiter_stats", []):
             print(f"  {line}", flush=True)
-        unhooked.append(runner.run(workload, None))
+        if args.unhooked:
+            unhooked.append(runner.run(workload, None))
         runs += unhooked + [data]
+        unhooked_it_s = sum(r["throughput"] for r in unhooked) / len(unhooked) if unhooked else None
+        if "phases" in data:  # turns_run measured them
+            data["unhooked_it_s"] = unhooked_it_s
+            workload_rows, workload_transitions = analyse(workload, data)
+            rows += workload_rows
+            transitions += workload_transitions
+            continue
         t0 = data["t0_monotonic"]
         timeline = Timeline(data["timeline"])
-        unhooked_it_s = sum(r["throughput"] for r in unhooked) / len(unhooked)
         phases = []
         for i, (limit, changed_at) in enumerate(changes):
             start = (changed_at - t0) if i > 0 else 0.0
             end = (changes[i + 1][1] - t0) if i + 1 < len(changes) else timeline.end
-            measured_from = start + 1.0 if i > 0 else start
+            measured_from = start + args.settle if i > 0 else start
             util, clock, watts = sampler.mean(t0 + measured_from, t0 + end) if sampler.ok else (None,) * 3
             gpu_time = sampler.gpu_time(t0 + measured_from, t0 + end) if sampler.ok else None
             phases.append({"limit": limit, "start": start, "end": end, "from": measured_from,
@@ -721,12 +868,14 @@ def analyse(workload, data):
     """Rows (one per limited phase) and settling records of one phased run (data["phases"])."""
     rows, transitions = [], []
     phases = data["phases"]
-    timeline = Timeline(data["timeline"])
-    unhooked_it_s = data["unhooked_it_s"]
+    # Turns (--mps-compute threads): each limit ran in a process of its own, no common timeline.
+    timeline = Timeline(data["timeline"]) if data.get("timeline") else None
+    unhooked_it_s = data.get("unhooked_it_s")
     free = [p for p in phases if p["limit"] >= 100]
     free_it_s = sum(p["it_s"] for p in free) / len(free)
-    print(f"  unlimited phases {free_it_s:.1f} it/s vs un-hooked processes {unhooked_it_s:.1f} it/s "
-          f"(ratio {free_it_s / unhooked_it_s:.3f})", flush=True)
+    if unhooked_it_s:
+        print(f"  unlimited phases {free_it_s:.1f} it/s vs un-hooked processes {unhooked_it_s:.1f} it/s "
+              f"(ratio {free_it_s / unhooked_it_s:.3f})", flush=True)
     for i, p in enumerate(phases):
         if p["limit"] >= 100:
             continue
@@ -738,7 +887,7 @@ def analyse(workload, data):
         base_util = [q["util"] for q in neighbours if q["util"] is not None]
         expected = expected_ratio(p["limit"], sum(base_util) / len(base_util) if base_util else None)
         error = (ratio - expected) * 100
-        windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])]
+        windows = [r for t, r in window_ratios_between(timeline, base, p["from"], p["end"])] if timeline else []
         occupancy = (p["util"] / (sum(base_util) / len(base_util))
                      if p["util"] is not None and base_util and sum(base_util) > 0 else None)
         # The GPU time its kernels ran (the device's own timestamps) against the neighbours' own.
@@ -757,7 +906,7 @@ def analyse(workload, data):
             "ratio": round(ratio, 4),
             "expected_ratio": round(expected, 4),
             "error_points": round(error, 2),
-            "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4),
+            "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4) if unhooked_it_s else None,
             "min_1s_ratio": round(min(windows), 4) if windows else None,
             "max_1s_ratio": round(max(windows), 4) if windows else None,
             "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
@@ -775,6 +924,8 @@ def analyse(workload, data):
             "kernel_time_pass": None if kernel_ratio is None else phase_passes(kernel_ratio, expected),
             "pass": phase_passes(ratio, expected),
         })
+        if timeline is None:
+            continue
         # Settling after this phase's change (the first second is inside the phase): when the
         # first 1 s window starting after the change is in band, and how many later ones are.
         ws = window_ratios_between(timeline, base, p["start"], p["end"])
@@ -829,7 +980,7 @@ def report(rows, transitions):
     for r in rows:
         print(f"| {r['workload']} | {r['limit']} | {r['after_limit']} | {r['unlimited_it_s']:.1f} | "
               f"{r['limited_it_s']:.1f} | {r['ratio']:.3f} | {r.get('expected_ratio', r['limit'] / 100):.3f} | "
-              f"{r['error_points']:+.1f} | {r['ratio_vs_unhooked']:.3f} | "
+              f"{r['error_points']:+.1f} | {fmt(r['ratio_vs_unhooked'], '.3f')} | "
               f"{fmt(r['min_1s_ratio'], '.2f')}..{fmt(r['max_1s_ratio'], '.2f')} | {fmt(r['nvml_util_pct'], '.1f')} | "
               f"{fmt(r.get('gpu_time_pct'), '.1f')} | "
               f"{fmt(r['occupancy_ratio'], '.3f')} | {fmt(r['sm_mhz'], '.0f')} ({fmt(r['unlimited_sm_mhz'], '.0f')}) | "
@@ -862,6 +1013,49 @@ def report(rows, transitions):
               f"then {t['in_band_after_pct']}% of windows in band")
 
 
+def modes_table(specs):
+    """One table from several runs (MODE=compute_accuracy.json[.gz]): per shape and limit, each mode's
+    throughput ratio (mean of its phases, min..max, how many) and SM clock of the limited phases (their
+    unlimited neighbours'). Returns 0, or 2 when a file cannot be read."""
+    cells, modes, keys = {}, [], []
+    for spec in specs:
+        mode, _, path = spec.partition("=")
+        try:
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                rows = json.load(f)["rows"]
+        except (OSError, ValueError, KeyError) as e:
+            print(f"{spec}: {e}", file=sys.stderr)
+            return 2
+        modes.append(mode)
+        for r in rows:
+            key = (r["workload"], r["limit"])
+            if key not in keys:
+                keys.append(key)
+            cells.setdefault((key, mode), []).append(r)
+    print("| shape | limit % | " + " | ".join(f"{m}: ratio mean [min..max] (n) | {m}: SM MHz (unlimited)"
+                                           for m in modes) + " |")
+    print("|---|---|" + "---|---|" * len(modes))
+    shapes = list(dict.fromkeys(k[0] for k in keys))
+    for key in sorted(keys, key=lambda k: (shapes.index(k[0]), k[1])):
+        line = f"| {key[0]} | {key[1]} |"
+        for m in modes:
+            group = cells.get((key, m))
+            if not group:
+                line += " - | - |"
+                continue
+            ratios = [r["ratio"] for r in group]
+            mean = sum(ratios) / len(ratios)
+            mhz = [r["sm_mhz"] for r in group if r.get("sm_mhz") is not None]
+            base = [r["unlimited_sm_mhz"] for r in group if r.get("unlimited_sm_mhz") is not None]
+            clock = (f"{sum(mhz) / len(mhz):.0f} ({sum(base) / len(base):.0f})" if mhz and base else "-")
+            line += f" {mean:.3f} [{min(ratios):.3f}..{max(ratios):.3f}] ({len(ratios)}) {(mean - key[1] / 100) * 100:+.1f} | {clock} |"
+        print(line)
+    print("\nratio: throughput under the limit ÷ the neighbouring unlimited phases' (the number after the bracket: "
+          "its mean's distance from the limit in points; work busy less than its limit is expected at 1)")
+    return 0
+
+
 def main():
     global TOLERANCE_POINTS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -883,6 +1077,19 @@ def main():
                          "from the device's own timestamps (CUPTI)")
     ap.add_argument("--reanalyse", default=None, metavar="JSON",
                     help="print the table again from a compute_accuracy.json of an earlier run")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds of each phase after a limit change that are not measured")
+    ap.add_argument("--no-unhooked", dest="unhooked", action="store_false",
+                    help="skip the un-hooked processes before and after each workload's run")
+    ap.add_argument("--mps", action="store_true",
+                    help="start an MPS control daemon for the run (priority_bench.py's start_mps) and quit it after")
+    ap.add_argument("--mps-compute", choices=("time", "threads"), default=None,
+                    help="with --mps: the operator's GPUSLICE_MPS_COMPUTE for every hooked process (a limits "
+                         "file); threads runs the phases as turns of one process per limit (see above)")
+    ap.add_argument("--modes-table", nargs="+", default=None, metavar="MODE=JSON",
+                    help="print shape x limit x mode from several runs' compute_accuracy.json (no GPU)")
+    ap.add_argument("--turns", type=int, default=0, help=argparse.SUPPRESS)  # worker: measured turns
+    ap.add_argument("--go", default=None, help=argparse.SUPPRESS)  # worker: the turns' signal files
     # Worker mode (internal).
     ap.add_argument("--worker", default=None)
     ap.add_argument("--report", default=None)
@@ -893,6 +1100,9 @@ def main():
         args.workload = args.worker
         worker(args)
         return 0
+
+    if args.modes_table:
+        return modes_table(args.modes_table)
 
     if args.reanalyse:
         opener = gzip.open if args.reanalyse.endswith(".gz") else open
@@ -912,6 +1122,9 @@ def main():
         report(rows, transitions)
         return 0
 
+    if args.mps_compute and not args.mps:
+        print("--mps-compute needs --mps (the library sets a client's MPS variables only under MPS)", file=sys.stderr)
+        return 2
     args.schedule = [int(x) for x in args.schedule.split(",") if x]
     if not args.schedule or args.schedule[0] < 100 or args.schedule[-1] < 100:
         print("--schedule must start and end with an unlimited (100) phase", file=sys.stderr)
@@ -925,13 +1138,34 @@ def main():
             print(f"no such file: {needed}", file=sys.stderr)
             return 2
     began = time.monotonic()
-    runner = Runner(args)
-    # NVML numbers devices by itself, not by CUDA_VISIBLE_DEVICES: sample the one the runs use.
+    # NVML numbers devices by itself, not by CUDA_VISIBLE_DEVICES: sample the one the runs use (read
+    # before --mps names it by UUID).
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    sampler = NvmlSampler(index=int(visible) if visible.isdigit() else 0)
+    args.nvml_index = int(visible) if visible.isdigit() else 0
+    mps = None
+    if args.mps:
+        from priority_bench import start_mps  # lazy: priority_bench imports this module
+        args.mps_low_threads = None
+        mps = start_mps(args)
+        if args.mps_compute:
+            args.mps_limits_file = os.path.join(mps["root"], "limits")
+            with open(args.mps_limits_file, "w") as f:
+                f.write(f"GPUSLICE_MPS_COMPUTE={args.mps_compute}\n")
+    try:
+        return measure(args, began)
+    finally:
+        if mps is not None:
+            from priority_bench import stop_mps
+            stop_mps(mps)
+
+
+def measure(args, began):
+    runner = Runner(args)
+    sampler = NvmlSampler(index=args.nvml_index)
     if not sampler.ok:
         print("NVML not available to the parent: no utilization/clock columns", flush=True)
-    print(f"compute limiter accuracy: phases of 1 s + {args.seconds:g} s, schedule {args.schedule}, "
+    print(f"compute limiter accuracy: phases of {args.settle:g} s + {args.seconds:g} s, schedule {args.schedule}, "
+          f"{'MPS, GPUSLICE_MPS_COMPUTE=' + (args.mps_compute or 'unset') if args.mps else 'time-sliced (no MPS)'}, "
           f"tolerance ±{TOLERANCE_POINTS:g} points, CPUs {args.cpus or 'any'}", flush=True)
     try:
         rows, runs, transitions = accuracy(args, runner, sampler)
@@ -945,6 +1179,7 @@ def main():
             writer.writerows(rows)
     with open(os.path.join(args.out, "compute_accuracy.json"), "w") as f:
         json.dump({"rows": rows, "runs": runs, "transitions": transitions, "seconds": args.seconds,
+                   "settle": args.settle, "mps": args.mps, "mps_compute": args.mps_compute,
                    "nvml": sampler.samples, "nvml_driver_samples": sampler.driver_samples}, f)
 
     report(rows, transitions)

@@ -62,6 +62,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
   std::size_t priority_line = 0;
   std::size_t threads_line = 0;
   std::size_t yield_line = 0;
+  std::size_t mode_line = 0;
   std::size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -117,6 +118,17 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
       limits.mps_low_threads = *percent;
       continue;
     }
+    if (key == kMpsComputeKey) {
+      if (mode_line != 0)
+        return problem(std::string(kMpsComputeKey) + " is set twice (first on line " +
+                       std::to_string(mode_line) + ")");
+      mode_line = line_number;
+      if (value == kNoCap) continue;
+      const auto mode = parse_mps_compute_mode(value);
+      if (!mode) return problem(detail::variable_error(key, value, "expected threads, time or none"));
+      limits.mps_compute = *mode;
+      continue;
+    }
     const bool memory = key == kMemoryLimitKey;
     std::size_t& seen_on = memory ? memory_line : compute_line;
     if ((memory || key == kComputeLimitKey) && seen_on != 0) {
@@ -126,13 +138,14 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
     if (!memory && key != kComputeLimitKey)
       return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
-                     kComputeLimitKey + ", " + kPriorityKey + ", " + kMpsLowThreadsKey + " or " +
-                     kMpsPriorityKey + ")");
+                     kComputeLimitKey + ", " + kPriorityKey + ", " + kMpsLowThreadsKey + ", " +
+                     kMpsPriorityKey + " or " + kMpsComputeKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
-  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 && yield_line == 0) {
+  if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 && yield_line == 0 &&
+      mode_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
@@ -149,6 +162,8 @@ std::string render_limits_file(const LimitsFile& limits, std::string_view header
   if (limits.mps_low_threads)
     out += std::string(kMpsLowThreadsKey) + "=" + std::to_string(*limits.mps_low_threads) + "\n";
   if (limits.mps_yield) out += std::string(kMpsPriorityKey) + "=" + mps_yield_name(*limits.mps_yield) + "\n";
+  if (limits.mps_compute)
+    out += std::string(kMpsComputeKey) + "=" + mps_compute_mode_name(*limits.mps_compute) + "\n";
   return out;
 }
 
@@ -184,6 +199,7 @@ void apply_limits_file(Settings& settings, const std::string& path) {
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
   settings.mps_low_threads = limits->mps_low_threads;
   settings.mps_yield = limits->mps_yield.value_or(MpsYield::Gate);
+  settings.mps_compute = limits->mps_compute.value_or(MpsComputeMode::Time);
   // The operator's level is a ceiling: a container asking for more runs at it, one asking for
   // nothing runs at it too (the node daemon wrote it for this container).
   if (limits->priority)

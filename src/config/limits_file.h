@@ -10,7 +10,9 @@
 // active-thread percentage of the container while it runs below `high`; and GPUSLICE_MPS_PRIORITY (at
 // most once, gate|server or `none`): under MPS, whether the host gate holds the container while a
 // higher one is busy (gate, the default) or the MPS server's client priority alone ranks its kernels
-// (server). Anything else is an error naming the
+// (server); and GPUSLICE_MPS_COMPUTE (at most once, threads|time or `none`): under MPS, whether a
+// compute limit holds the container as its active-thread percentage (SM share) or by GPU time (the
+// default). Anything else is an error naming the
 // line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
 // before it writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
@@ -42,12 +44,13 @@ struct LimitValue {
 inline constexpr const char* kNoCap = "none";
 
 struct LimitsFile {
-  std::optional<LimitValue> memory;         // bytes; absent: no cap (`none`, or the key left out)
-  std::optional<LimitValue> compute;        // percent; idem
-  std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
-  std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
-  std::optional<MpsYield> mps_yield;        // absent: none (the gate)
-  bool missing = false;                     // read_limits_file: there is no file at the path
+  std::optional<LimitValue> memory;           // bytes; absent: no cap (`none`, or the key left out)
+  std::optional<LimitValue> compute;          // percent; idem
+  std::optional<Priority> priority;           // the operator's ceiling; absent: none (`none`, or left out)
+  std::optional<unsigned> mps_low_threads;    // percent 1-100; absent: none
+  std::optional<MpsYield> mps_yield;          // absent: none (the gate)
+  std::optional<MpsComputeMode> mps_compute;  // absent: `time`
+  bool missing = false;                       // read_limits_file: there is no file at the path
   bool empty() const { return !memory && !compute; }
 };
 

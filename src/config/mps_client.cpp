@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "common/enum_names.h"
 #include "config/text_util.h"
 
 namespace gpuslice::config {
@@ -57,7 +58,51 @@ std::string mebibytes(std::uint64_t bytes) {
   return std::to_string(std::max<std::uint64_t>(1, bytes / kMiB)) + "M";
 }
 
+// Under `threads`, the compute limit the client's SM share holds (percent), 0 when the GPU-time
+// limiter holds it instead; `note` says why not where a limit exists. The variable holds every
+// device of the client alike: one limit for all of them, or the GPU-time limiter.
+unsigned compute_share(const MpsClientInputs& in, std::string* note) {
+  if (!in.compute_by_ordinal) {
+    if (in.compute_mode == MpsComputeMode::Threads)
+      *note = std::string("compute limit by GPU time: ") + kMpsComputeKey +
+              "=threads, but which GPUs this process sees is not known";
+    return 0;
+  }
+  unsigned first = 0;
+  bool uniform = true;
+  bool any = false;
+  for (std::size_t i = 0; i < in.compute_by_ordinal->size(); ++i) {
+    const unsigned pct = (*in.compute_by_ordinal)[i] >= 100 ? 0 : (*in.compute_by_ordinal)[i];
+    if (pct != 0) any = true;
+    if (i == 0) first = pct;
+    if (pct != first) uniform = false;
+  }
+  if (!any) return 0;
+  if (in.compute_mode == MpsComputeMode::Time) {
+    *note = std::string("compute limit by GPU time (") + kMpsComputeKey + "=time)";
+    return 0;
+  }
+  if (!uniform) {
+    *note = std::string("compute limit by GPU time: ") + kMpsComputeKey + "=threads, but the " +
+            std::to_string(in.compute_by_ordinal->size()) +
+            " GPUs this process sees have different compute limits (or some none), and " +
+            kMpsThreadPercentVar + " holds all of them alike";
+    return 0;
+  }
+  return first;
+}
+
+constexpr const char* kMpsComputeNames[] = {"time", "threads"};  // MpsComputeMode's order
+
 }  // namespace
+
+const char* mps_compute_mode_name(MpsComputeMode mode) {
+  return enum_name<MpsComputeMode::Threads>(mode, kMpsComputeNames, "time");
+}
+
+std::optional<MpsComputeMode> parse_mps_compute_mode(std::string_view text) {
+  return enum_value_from<MpsComputeMode::Time, MpsComputeMode::Threads>(text, kMpsComputeNames);
+}
 
 std::optional<std::vector<std::pair<int, std::uint64_t>>> parse_mps_pinned_limit(std::string_view text) {
   std::vector<std::pair<int, std::uint64_t>> out;
@@ -143,9 +188,13 @@ MpsClientEnv derive_mps_client_env(const MpsClientInputs& in) {
     if (!tenant || *tenant > 1 || *tenant < ours) env.tenant_lowered = true;
   }
   env.priority = std::to_string(priority);
-  // Active threads: the operator's share below `high`, or the tenant's where it is lower.
-  if (!in.high && in.low_threads && *in.low_threads >= 1 && *in.low_threads <= 100) {
-    unsigned threads = *in.low_threads;
+  // Active threads: the lowest of the operator's share below `high`, the compute limit under
+  // `threads`, and the tenant's own where it is lower.
+  unsigned threads = 0;  // 0: nothing of ours to set
+  if (!in.high && in.low_threads && *in.low_threads >= 1 && *in.low_threads <= 100) threads = *in.low_threads;
+  const unsigned partition = compute_share(in, &env.compute_note);
+  if (partition != 0 && (threads == 0 || partition < threads)) threads = partition;
+  if (threads != 0) {
     if (in.tenant_threads) {
       const auto tenant = parse_u64(text::trim(*in.tenant_threads));
       if (tenant && *tenant >= 1 && *tenant < threads) {
@@ -155,6 +204,12 @@ MpsClientEnv derive_mps_client_env(const MpsClientInputs& in) {
       }
     }
     env.threads = std::to_string(threads);
+  }
+  if (partition != 0) {
+    env.sm_share = threads;
+    env.compute_note = "compute limit " + std::to_string(partition) + "% as an SM share (" + kMpsComputeKey +
+                       "=threads): " + kMpsThreadPercentVar + "=" + std::to_string(threads) +
+                       ", the GPU-time limiter holds only a limit lowered below it while the process runs";
   }
   return env;
 }

@@ -43,6 +43,30 @@ enum class MpsYield {
 std::optional<MpsYield> parse_mps_yield(std::string_view text);
 const char* mps_yield_name(MpsYield yield);
 
+// GPUSLICE_MPS_COMPUTE (limits file only: the operator's choice, never the tenant's): how a compute
+// limit holds a client under MPS (docs/compute-limiter.md#under-mps-sm-partitioning-or-gpu-time).
+enum class MpsComputeMode {
+  Time,     // `time` (default): the GPU-time limiter, as without MPS
+  Threads,  // `threads`: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = the limit; the GPU-time limiter steps aside
+};
+
+inline constexpr const char* kMpsComputeKey = "GPUSLICE_MPS_COMPUTE";
+const char* mps_compute_mode_name(MpsComputeMode mode);
+// `threads` or `time` (any case); nullopt otherwise.
+std::optional<MpsComputeMode> parse_mps_compute_mode(std::string_view text);
+
+// Under `threads`, the GPU-time limit (percent; 0: none) that holds a client whose SMs were capped
+// at `share` percent when it started, once the container's live limit is `live` percent: none while
+// the live limit is at least the share (the SMs hold it; a raise applies to processes started after
+// it), else the share of its time that leaves it `live` percent of the device (live / share of its
+// time on share percent of the SMs). `share` 0 (no SM share): `live` itself.
+constexpr unsigned partition_time_limit(unsigned live, unsigned share) {
+  if (share == 0) return live;
+  if (live == 0 || live >= 100 || live >= share) return 0;
+  const unsigned scaled = (live * 100 + share / 2) / share;
+  return scaled < 1 ? 1 : (scaled > 99 ? 99 : scaled);
+}
+
 // What the client's variables are derived from.
 struct MpsClientInputs {
   // The container's quota per device, keyed by the client's CUDA ordinals (after
@@ -52,6 +76,10 @@ struct MpsClientInputs {
   // The operator's active-thread percentage for containers below `high` (limits file
   // GPUSLICE_MPS_LOW_THREADS); none: not set.
   std::optional<unsigned> low_threads;
+  // The operator's GPUSLICE_MPS_COMPUTE, and the compute limit (percent, 0: none) of every device
+  // the client can use, in its ordinals (nullopt: which devices it sees is not known).
+  MpsComputeMode compute_mode = MpsComputeMode::Time;
+  std::optional<std::vector<unsigned>> compute_by_ordinal;
   // The tenant's own values, as its environment has them (may be malformed).
   std::optional<std::string> tenant_pinned;
   std::optional<std::string> tenant_priority;
@@ -64,12 +92,18 @@ struct MpsClientEnv {
   std::string priority;                // CUDA_MPS_CLIENT_PRIORITY: "0" (normal) or "1" (below normal)
   std::optional<std::string> threads;  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1-100
   bool tenant_lowered = false;         // a value the tenant set was lowered or replaced
+  // `threads` in force: the client's SM share in percent (the threads value), which holds its
+  // compute limit in place of the GPU-time limiter (partition_time_limit); 0: limited by GPU time.
+  unsigned sm_share = 0;
+  // Which compute-limit mode applies and why, for the client's log line; empty without a limit.
+  std::string compute_note;
 };
 
 // Per ordinal the lower of the quota and the tenant's own limit (written in MiB, "M", rounded
 // down, at least 1M); ordinals only the tenant limits keep its value; a malformed tenant value is
-// replaced. The priority is 0 at `high` and 1 below it, the tenant's 1 kept. Threads: the lower of
-// the operator's and the tenant's, below `high` only.
+// replaced. The priority is 0 at `high` and 1 below it, the tenant's 1 kept. Threads: the lowest of
+// the operator's share below `high`, the compute limit under `threads` (at every level, where every
+// device the client sees has the same limit: the variable holds all of them) and the tenant's own.
 MpsClientEnv derive_mps_client_env(const MpsClientInputs& in);
 
 // "0=8G,1=512M": ordinal=size, the size in bytes or with a unit G, M or K (binary, optionally

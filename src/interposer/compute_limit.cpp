@@ -6,10 +6,12 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "config/mps_client.h"
 #include "interposer/core_driver.h"
 #include "interposer/devices.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_flag.h"
+#include "interposer/mps_client.h"
 #include "interposer/node_presence.h"
 #include "interposer/runtime.h"
 #include "limiter/compute_limiter.h"
@@ -28,6 +30,7 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
     return lim;
   const std::atomic<std::uint32_t>* source = ledger()->compute_limit_source(d.ledger_dev);
   if (source == nullptr) return nullptr;
+  if (mps_client::sm_share() != 0) source = &d.partition_limit;  // what the SM share leaves to hold
   const limiter::DriverOps& ops = core_driver().gates;
   // The limit is read live from the shared state, so `gpuslice set --compute` applies at once.
   limiter::Tuning tuning;
@@ -42,9 +45,25 @@ limiter::ComputeLimiter* limiter_for(DeviceState& d) {
   return expected;
 }
 
+// GPUSLICE_MPS_COMPUTE=threads: the process's SM share holds its compute limit, so no GPU-time
+// limiter runs while the live limit stays at or above the share; a limit lowered below it is held
+// by the limiter at the time share partition_time_limit() gives (read at every launch, as the
+// container's limit is). True while nothing is left for a limiter to do and none exists yet.
+bool held_by_sm_share(DeviceState& d) {
+  const unsigned share = mps_client::sm_share();
+  if (share == 0) [[likely]]
+    return false;
+  const std::atomic<std::uint32_t>* live = ledger()->compute_limit_source(d.ledger_dev);
+  const unsigned time_limit =
+      config::partition_time_limit(live != nullptr ? live->load(std::memory_order_relaxed) : 0, share);
+  if (d.partition_limit.load(std::memory_order_relaxed) != time_limit)
+    d.partition_limit.store(time_limit, std::memory_order_relaxed);
+  return time_limit == 0 && d.limiter.load(std::memory_order_acquire) == nullptr;
+}
+
 limiter::ComputeLimiter* current_limiter() {
   DeviceState* d = current_device_state();
-  if (d == nullptr || d->ledger_dev < 0) return nullptr;
+  if (d == nullptr || d->ledger_dev < 0 || held_by_sm_share(*d)) return nullptr;
   return limiter_for(*d);
 }
 

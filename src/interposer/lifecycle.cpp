@@ -195,10 +195,11 @@ Phase initialise() {
     GS_LOG(Debug, "no limit configured: pass-through");
     return Phase::Ready;
   }
-  // Before any real driver call: the driver reads the MPS variables when it starts.
-  if (!mps_client::prepare(rt->settings)) return Phase::Broken;
   if (!bring_up_ledger(*rt)) return Phase::Broken;
   shm::Ledger* const books = rt->ledger.load(std::memory_order_relaxed);
+  // Before any real driver call (the driver reads the MPS variables when it starts), after the
+  // ledger (a compute limit set live before this process started decides its SM share).
+  if (!mps_client::prepare(rt->settings, books)) return Phase::Broken;
   // GPUSLICE_PRIORITY is the container's initial level; a level set live since (gpuslice set
   // --priority) wins.
   if (priority) books->init_priority(*rt->settings.priority);

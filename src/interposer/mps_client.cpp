@@ -15,6 +15,7 @@
 #include "common/safe_file.h"
 #include "config/mps_client.h"
 #include "config/text_util.h"
+#include "shared_state/ledger.h"
 #include "shared_state/node_channel.h"
 
 namespace gpuslice::interposer::mps_client {
@@ -26,8 +27,9 @@ constexpr const char* kNoPipeDir = "/dev/null/gpuslice-no-mps";
 constexpr const char* kGpusDir = "/proc/driver/nvidia/gpus";
 constexpr long kWarnEverySeconds = 10;
 
-std::atomic<bool> g_mps{false};  // this process's driver will connect to an MPS control daemon
-std::string g_pipe_dir;          // written once in prepare(), before any reader
+std::atomic<bool> g_mps{false};       // this process's driver will connect to an MPS control daemon
+std::atomic<unsigned> g_sm_share{0};  // GPUSLICE_MPS_COMPUTE=threads in force: the SM share
+std::string g_pipe_dir;               // written once in prepare(), before any reader
 
 bool is_socket(const std::string& path) {
   struct stat st {};
@@ -69,6 +71,48 @@ std::vector<std::pair<int, std::uint64_t>> quotas(const config::Settings& s) {
     } else if (request || cap) {
       out.emplace_back(index, request ? *request : *cap);
     }
+  }
+  return out;
+}
+
+bool only_for_all(const config::DeviceValues& v) {
+  return v.by_index.empty() && v.by_uuid.empty() && v.fallbacks.empty();
+}
+
+// The compute limit (percent, 0: none) of every device the client can use, in its ordinals: the
+// lower of the request (the container's live one where its record exists: a `gpuslice set` made
+// before this process started applies) and the operator's cap as this process read it. Nullopt when the
+// devices are not known: no kernel module list (or a UUID it lacks) while a limit names devices one by one.
+std::optional<std::vector<unsigned>> compute_limits(const config::Settings& s, const shm::Ledger* books) {
+  std::optional<std::string> visible;
+  if (s.visible_devices_set) visible = s.visible_devices;
+  const std::vector<std::string> ordinals =
+      config::client_ordinal_uuids(visible, config::machine_gpu_uuids(kGpusDir));
+  const bool same_for_all = only_for_all(s.compute) && only_for_all(s.compute_cap);
+  const bool by_uuid = !s.compute.by_uuid.empty() || !s.compute_cap.by_uuid.empty() ||
+                       !s.compute.fallbacks.empty() || !s.compute_cap.fallbacks.empty();
+  const auto cap_of = [&s](int index, const std::string& uuid) {
+    const auto cap = s.compute_cap.lookup(index, uuid);
+    return cap ? static_cast<unsigned>(*cap) : shm::kNoComputeLimit;
+  };
+  const auto configured = [&s, &cap_of](int index, const std::string& uuid) {
+    const auto request = s.compute.lookup(index, uuid);
+    return shm::effective_compute(request ? static_cast<unsigned>(*request) : shm::kNoComputeLimit,
+                                  cap_of(index, uuid));
+  };
+  if (ordinals.empty()) {
+    if (!same_for_all) return std::nullopt;
+    return std::vector<unsigned>{configured(0, "")};
+  }
+  std::vector<unsigned> out;
+  for (std::size_t i = 0; i < ordinals.size(); ++i) {
+    const std::string& uuid = ordinals[i];
+    if (uuid.empty() && by_uuid) return std::nullopt;  // a limit by UUID may name it
+    const int index = static_cast<int>(i);
+    const int record = books != nullptr && !uuid.empty() ? books->find_device(uuid) : -1;
+    // The container's request as it stands (a live change included) under the file just read.
+    out.push_back(record >= 0 ? shm::effective_compute(books->requested(record).compute, cap_of(index, uuid))
+                              : configured(index, uuid));
   }
   return out;
 }
@@ -121,7 +165,9 @@ void* watch_main(void*) {
 
 }  // namespace
 
-bool prepare(const config::Settings& s) {
+bool prepare(const config::Settings& s, const shm::Ledger* books) {
+  g_sm_share.store(0, std::memory_order_relaxed);  // once per process; a test may prepare again
+  g_mps.store(false, std::memory_order_release);
   std::string pipe_dir;
   if (!will_use_mps(s, &pipe_dir)) return true;
   g_pipe_dir = pipe_dir;
@@ -158,20 +204,26 @@ bool prepare(const config::Settings& s) {
   in.tenant_pinned = s.mps_pinned;
   in.tenant_priority = s.mps_priority;
   in.tenant_threads = s.mps_threads;
+  in.compute_mode = s.mps_compute;
+  in.compute_by_ordinal = compute_limits(s, books);
   const config::MpsClientEnv env = config::derive_mps_client_env(in);
   if (env.pinned) set(config::kMpsPinnedLimitVar, *env.pinned);
   set(config::kMpsClientPriorityVar, env.priority);
   if (env.threads) set(config::kMpsThreadPercentVar, *env.threads);
+  g_sm_share.store(env.sm_share, std::memory_order_release);
   g_mps.store(true, std::memory_order_release);
-  GS_LOG(Info, "MPS client (pipe directory %s): %s=%s %s=%s %s=%s%s", shown.c_str(),
+  GS_LOG(Info, "MPS client (pipe directory %s): %s=%s %s=%s %s=%s%s%s%s", shown.c_str(),
          config::kMpsPinnedLimitVar, env.pinned ? env.pinned->c_str() : "(none)",
          config::kMpsClientPriorityVar, env.priority.c_str(), config::kMpsThreadPercentVar,
          env.threads ? env.threads->c_str() : "(unset)",
-         env.tenant_lowered ? "; the container's own values were lowered" : "");
+         env.tenant_lowered ? "; the container's own values were lowered" : "",
+         env.compute_note.empty() ? "" : "; ", env.compute_note.c_str());
   return true;
 }
 
 bool active() { return g_mps.load(std::memory_order_acquire); }
+
+unsigned sm_share() { return g_sm_share.load(std::memory_order_relaxed); }
 
 void init_begin() {
   if (!g_mps.load(std::memory_order_acquire) || g_watching.exchange(true)) return;

@@ -52,6 +52,9 @@ struct DeviceState {
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies
   std::atomic<std::uint64_t> busy_published{0};            // limiter busy time already in the ledger
   std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
+  // GPUSLICE_MPS_COMPUTE=threads: the GPU-time limit the limiter reads instead of the container's
+  // (config::partition_time_limit of the live limit and the SM share; 0 while the SMs hold it).
+  std::atomic<std::uint32_t> partition_limit{0};
   // Priority sharing (priority_sharing.h): the device's gate once the container has a level.
   std::atomic<limiter::PriorityGate*> priority_gate{nullptr};
   PresenceBoard* priority_board = nullptr;  // watcher thread only

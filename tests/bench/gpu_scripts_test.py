@@ -197,6 +197,108 @@ class RmAllocRoundExplainsNvmlByTheProbesEvents(unittest.TestCase):
         self.assertIn("nope", err)
 
 
+# A stand-in for the few torch calls the `matmul` workload and the worker make: a matmul "runs" 1 ms
+# on the host (scaled by GS_FAKE_SHARE, the share of the device the process is given), events are
+# host timestamps. Enough to drive compute_accuracy.py's process orchestration without a GPU.
+FAKE_TORCH = """
+import os, time
+bfloat16 = float16 = "dtype"
+_share = float(os.environ.get("GS_FAKE_SHARE_" + os.environ.get("GPUSLICE_COMPUTE_LIMIT", "none"), "1"))
+def randn(*a, **k): return object()
+def empty(*a, **k): return object()
+def matmul(a, b, out=None): time.sleep(0.001 / _share)
+class _Event:
+    def __init__(self, enable_timing=False): self.t = None
+    def record(self, stream=None): self.t = time.monotonic()
+    def elapsed_time(self, other): return (other.t - self.t) * 1000.0
+class cuda:
+    Event = _Event
+    @staticmethod
+    def init(): pass
+    @staticmethod
+    def synchronize(): pass
+"""
+
+
+class ComputeAccuracyTurns(unittest.TestCase):
+    """--mps-compute threads: one process per limit, the phases taken as turns (a stand-in torch)."""
+
+    def run_turns(self, workload):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "torch"))
+            with open(os.path.join(tmp, "torch", "__init__.py"), "w") as f:
+                f.write(FAKE_TORCH)
+            saved = dict(os.environ)
+            os.environ["PYTHONPATH"] = tmp
+            os.environ["GS_FAKE_SHARE_20"] = "0.2"
+            os.environ["GS_FAKE_SHARE_50"] = "0.5"
+            try:
+                args = argparse.Namespace(out=os.path.join(tmp, "out"), lib="/dev/null", warmup=0.1, cpus="",
+                                          kernel_timeline=None, schedule=[100, 20, 100, 50, 100], seconds=0.2,
+                                          settle=0.0, mps_compute="threads", unhooked=False, workloads=[workload],
+                                          mps_limits_file=None)
+                runner = accuracy.Runner(args)
+
+                class NoNvml:
+                    ok = False
+
+                with contextlib.redirect_stdout(io.StringIO()):
+                    rows, runs, transitions = accuracy.accuracy(args, runner, NoNvml())
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+        return rows, runs, transitions
+
+    def test_each_limit_runs_in_a_process_of_its_own_and_the_phases_take_turns(self):
+        rows, runs, transitions = self.run_turns("matmul")
+        self.assertEqual([r["limit"] for r in rows], [20, 50])
+        # Each limit's process ran at its own speed (host sleeps: loose on a loaded machine).
+        self.assertTrue(0.1 < rows[0]["ratio"] < 0.35, rows[0]["ratio"])
+        self.assertTrue(0.35 < rows[1]["ratio"] < 0.7, rows[1]["ratio"])
+        self.assertEqual(transitions, [])  # no common timeline: no settling to speak of
+        turns = runs[-1]["turns_by_limit"]
+        self.assertEqual(sorted(len(t) for t in turns.values()), [1, 1, 3])
+        spans = sorted(t[:2] for ts in turns.values() for t in ts)
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            self.assertLessEqual(a1, b0 + 0.01)  # one turn at a time
+
+    def test_a_two_process_workloads_companion_takes_the_same_turns(self):
+        rows, runs, _ = self.run_turns("matmul2p")
+        self.assertTrue(0.1 < rows[0]["ratio"] < 0.35, rows[0]["ratio"])
+        self.assertTrue(0.35 < rows[1]["ratio"] < 0.7, rows[1]["ratio"])
+
+
+class ComputeModesTable(unittest.TestCase):
+    def test_one_row_per_shape_and_limit_one_column_pair_per_mode(self):
+        def row(workload, limit, ratio, mhz):
+            return {"workload": workload, "limit": limit, "ratio": ratio, "sm_mhz": mhz, "unlimited_sm_mhz": 1500}
+
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = os.path.join(tmp, "a.json"), os.path.join(tmp, "b.json")
+            with open(a, "w") as f:
+                json.dump({"rows": [row("graph", 30, 0.31, 1800), row("graph", 30, 0.33, 1900),
+                                    row("graph", 80, 0.83, 1600)]}, f)
+            with open(b, "w") as f:
+                json.dump({"rows": [row("graph", 30, 0.29, 1500)]}, f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = accuracy.modes_table([f"time={a}", f"threads={b}"])
+        self.assertEqual(code, 0)
+        lines = [line for line in out.getvalue().splitlines() if line.startswith("| graph")]
+        self.assertEqual(len(lines), 2)
+        self.assertIn("0.320 [0.310..0.330] (2) +2.0 | 1850 (1500)", lines[0])
+        self.assertIn("0.290 [0.290..0.290] (1) -1.0 | 1500 (1500)", lines[0])
+        self.assertTrue(lines[1].rstrip().endswith("- | - |"))
+
+    def test_mps_compute_needs_mps(self):
+        here = os.path.abspath(__file__)
+        with tempfile.TemporaryDirectory() as out:
+            code, err = call_main(accuracy.main, ["compute_accuracy.py", "--lib", here, "--cli", here, "--out", out,
+                                                  "--mps-compute", "threads"])
+        self.assertEqual(code, 2)
+        self.assertIn("--mps", err)
+
+
 class EveryScriptCompiles(unittest.TestCase):
     def test_compiles(self):
         scripts = sorted(glob.glob(os.path.join(ROOT, "bench", "gpu", "*.py")) +

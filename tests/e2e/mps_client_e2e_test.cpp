@@ -185,6 +185,77 @@ TEST_F(MpsClientE2E, TheSimulatedServerEnforcesThePinnedLimit) {
   EXPECT_GE(o.num("allocated"), 384LL << 20) << o.out;
 }
 
+// GPUSLICE_MPS_COMPUTE=threads, the operator's choice in the limits file: the compute limit is the
+// client's SM share, and the GPU-time limiter stands aside. The simulated server runs a client's
+// kernels on its share of the SMs (each 100/30 times as long), so a device-bound loop does 30% of the
+// work it does alone either way; under `time` and without MPS the limiter holds it (its exit line).
+TEST_F(MpsClientE2E, UnderThreadsTheComputeLimitIsTheSmShareAndNoTimeLimiterRuns) {
+  const std::vector<std::string> loop = {GPUSLICE_PROBE_APP,
+                                         "--scenario",
+                                         "steps",
+                                         "--kernel-us",
+                                         "2000",
+                                         "--kernels",
+                                         "1",
+                                         "--host-us",
+                                         "0",
+                                         "--seconds",
+                                         "3",
+                                         "--measure-from-ms",
+                                         "1000"};
+  const auto limited = [&](const char* mode, bool mps) {
+    write_file(dir_ + "/limits", std::string("GPUSLICE_MPS_COMPUTE=") + mode + "\n");
+    std::remove(report().c_str());
+    Env e = env(nullptr);
+    e["GPUSLICE_COMPUTE_LIMIT"] = "30";
+    e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "100";  // the tenant's own: lowered, never kept above
+    e["GPUSLICE_MOCK_QUEUE_DEPTH"] = "4";            // what the loop launched in the measured span ran in it
+    if (!mps) e.erase("CUDA_MPS_PIPE_DIRECTORY");
+    const Outcome o = run(loop, e, 60);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    return o;
+  };
+  const Outcome threads = limited("threads", true);
+  EXPECT_NE(slurp(report()).find("threads=30\n"), std::string::npos) << slurp(report());
+  EXPECT_NE(threads.err.find("compute limit 30% as an SM share"), std::string::npos) << threads.err;
+  EXPECT_EQ(threads.err.find("compute limiter, device"), std::string::npos) << "no GPU-time limiter\n"
+                                                                            << threads.err;
+  EXPECT_NEAR(threads.num("busy_permille"), 300, 30) << "the SM share alone holds it\n" << threads.out;
+
+  const Outcome time = limited("time", true);
+  EXPECT_NE(slurp(report()).find("threads=100\n"), std::string::npos) << "the tenant's, untouched\n"
+                                                                      << slurp(report());
+  EXPECT_NE(time.err.find("compute limit by GPU time (GPUSLICE_MPS_COMPUTE=time)"), std::string::npos)
+      << time.err;
+  EXPECT_NE(time.err.find("compute limiter, device 0"), std::string::npos) << time.err;
+
+  const Outcome no_mps = limited("threads", false);
+  EXPECT_EQ(no_mps.err.find("MPS client"), std::string::npos) << no_mps.err;
+  EXPECT_NE(no_mps.err.find("compute limiter, device 0"), std::string::npos) << no_mps.err;
+  EXPECT_NEAR(no_mps.num("busy_permille"), 300, 30) << "without MPS the GPU-time limiter holds it\n"
+                                                    << no_mps.out;
+}
+
+// A limit lowered live below the SM share the process started with: the GPU-time limiter takes over
+// and gives it the share of its time that leaves it the new limit (15% of the device: half its time
+// on 30% of the SMs).
+TEST_F(MpsClientE2E, UnderThreadsALimitLoweredLiveIsHeldByGpuTimeOnTheSmShare) {
+  write_file(dir_ + "/limits", "GPUSLICE_MPS_COMPUTE=threads\nGPUSLICE_COMPUTE_LIMIT=30\n");
+  Env e = env(nullptr);
+  e["GPUSLICE_MOCK_QUEUE_DEPTH"] = "4";
+  Background loop({GPUSLICE_PROBE_APP, "--scenario", "steps", "--kernel-us", "2000", "--kernels", "1",
+                   "--host-us", "0", "--seconds", "4", "--measure-from-ms", "2000"},
+                  e, dir_ + "/loop.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  write_file(dir_ + "/limits", "GPUSLICE_MPS_COMPUTE=threads\nGPUSLICE_COMPUTE_LIMIT=15\n");
+  ASSERT_EQ(loop.wait(), 0) << loop.output();
+  Outcome o;
+  o.out = loop.output();
+  o.values = parse_values(o.out);
+  EXPECT_NE(slurp(report()).find("threads=30\n"), std::string::npos) << slurp(report());
+  EXPECT_NEAR(o.num("busy_permille"), 150, 25) << o.out;
+}
+
 // Another user's MPS server: a process named like the control daemon (its pid in the pipe
 // directory) with a child named like a server running as another user id, and the simulated
 // driver told to make this user's client wait. Needs root (to run the child as another user).

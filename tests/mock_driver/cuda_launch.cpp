@@ -38,6 +38,9 @@ CUresult enqueue_work(CUstream handle, std::uint64_t duration_ns) {
   CUresult status = resolve_stream(handle, &stream);
   if (status != CUDA_SUCCESS) return status;
   Driver& state = driver();
+  // An MPS client limited to a share of the SMs: its kernels (here all of them fill the GPU) take longer.
+  if (state.config.mps && state.config.mps_thread_share < 100)
+    duration_ns = duration_ns * 100 / state.config.mps_thread_share;
   const unsigned device = stream->context->device;
   LaunchQueue& queue = state.launch_queue[device];
   std::atomic<std::uint64_t>* slot = nullptr;

@@ -194,6 +194,15 @@ bool load_mps(MockConfig* config) {
   copy_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", config->mps_pinned_text, sizeof config->mps_pinned_text);
   copy_env("CUDA_MPS_CLIENT_PRIORITY", config->mps_priority, sizeof config->mps_priority);
   copy_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", config->mps_threads, sizeof config->mps_threads);
+  if (config->mps_threads[0] != '\0') {
+    char* end = nullptr;
+    const unsigned long share = std::strtoul(config->mps_threads, &end, 10);
+    if (end == config->mps_threads || *end != '\0' || share < 1 || share > 100) {
+      MOCK_LOG("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s: malformed", config->mps_threads);
+      return false;
+    }
+    config->mps_thread_share = static_cast<unsigned>(share);
+  }
   if (config->mps_pinned_text[0] != '\0' && !parse_pinned(config->mps_pinned_text, config)) {
     MOCK_LOG("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s: malformed", config->mps_pinned_text);
     return false;

@@ -52,6 +52,9 @@ struct MockConfig {
   char mps_pinned_text[256] = {};
   char mps_priority[16] = {};
   char mps_threads[16] = {};
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as a share of the SMs (100: all): a kernel of an MPS client
+  // runs 100/share times as long, as a kernel that would fill the GPU does on that share of its SMs.
+  unsigned mps_thread_share = 100;
 };
 
 // Reads the environment. On a malformed variable it logs (if enabled) and returns false: the mock

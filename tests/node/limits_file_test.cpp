@@ -102,7 +102,7 @@ TEST(LimitsFile, PutAcceptsExactlyTheValuesTheLibraryAccepts) {
         config::parse_limits_file(std::string("GPUSLICE_MEMORY_LIMIT=") + value + "\n").ok();
     EXPECT_EQ(put_ok, library_ok) << value;
     if (put_ok) {
-      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}, {}})).ok()) << value;
+      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}, {}, {}, {}})).ok()) << value;
     }
   }
 }
@@ -128,6 +128,23 @@ TEST(LimitsFile, MissingFileIsEmptyAndWriteReplacesAtomically) {
   for (const auto& e : std::filesystem::directory_iterator(dir / "sub"))
     entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 1);
+}
+
+// The operator's MPS keys are not caps the daemon sets: an update of the caps keeps them.
+TEST(LimitsFile, AnUpdateOfTheCapsKeepsTheOperatorsMpsKeys) {
+  test::TempDir dir;
+  ASSERT_TRUE(write_file_atomically(dir / "limits",
+                                    "GPUSLICE_COMPUTE_LIMIT=50\nGPUSLICE_MPS_COMPUTE=threads\n"
+                                    "GPUSLICE_MPS_LOW_THREADS=40\n")
+                  .ok());
+  auto updated = update_limits_file(dir / "limits", [](Limits& l) { l.compute = "30"; });
+  ASSERT_TRUE(updated.ok()) << updated.error();
+  config::Settings settings;
+  config::apply_limits_file(settings, dir / "limits");
+  ASSERT_TRUE(settings.ok()) << settings.errors.front();
+  EXPECT_EQ(settings.compute_cap.lookup(0, ""), 30u);
+  EXPECT_EQ(settings.mps_compute, config::MpsComputeMode::Threads) << test::read_file(dir / "limits");
+  EXPECT_EQ(settings.mps_low_threads.value_or(0), 40u) << test::read_file(dir / "limits");
 }
 
 TEST(LimitsFile, AnUpdateNeverWritesAFileTheLibraryWouldRefuse) {

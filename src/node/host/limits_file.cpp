@@ -36,6 +36,9 @@ Limits text_of(const config::LimitsFile& file) {
   if (file.memory) limits.memory = file.memory->text;
   if (file.compute) limits.compute = file.compute->text;
   limits.priority = file.priority;
+  limits.mps_low_threads = file.mps_low_threads;
+  limits.mps_compute = file.mps_compute;
+  limits.mps_yield = file.mps_yield;
   return limits;
 }
 
@@ -99,6 +102,9 @@ std::string render_limits(const Limits& limits) {
   if (limits.memory) file.memory = config::LimitValue{*limits.memory, {}};
   if (limits.compute) file.compute = config::LimitValue{*limits.compute, {}};
   file.priority = limits.priority;
+  file.mps_low_threads = limits.mps_low_threads;
+  file.mps_compute = limits.mps_compute;
+  file.mps_yield = limits.mps_yield;
   return config::render_limits_file(file, kHeader);
 }
 

@@ -20,6 +20,11 @@ struct Limits {
   std::optional<std::string> memory;   // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
   std::optional<std::string> compute;  // "30", "0=30,1=50", JSON
   std::optional<Priority> priority;    // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
+  // The operator's MPS keys (GPUSLICE_MPS_LOW_THREADS, _COMPUTE, _PRIORITY): kept as they are
+  // through a read-modify-write, so a PUT /limits of the caps does not drop them.
+  std::optional<unsigned> mps_low_threads;
+  std::optional<config::MpsComputeMode> mps_compute;
+  std::optional<config::MpsYield> mps_yield;
 
   bool empty() const { return !memory && !compute; }
 };

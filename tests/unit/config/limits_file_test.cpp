@@ -204,7 +204,7 @@ TEST_F(LimitsFile, SyntaxErrors) {
             std::string::npos);
   EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n")
-                .find("GPUSLICE_PRIORITY, GPUSLICE_MPS_LOW_THREADS or GPUSLICE_MPS_PRIORITY)"),
+                .find("GPUSLICE_PRIORITY, GPUSLICE_MPS_LOW_THREADS, GPUSLICE_MPS_PRIORITY or GPUSLICE_MPS_COMPUTE)"),
             std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")
@@ -304,6 +304,42 @@ TEST_F(LimitsFile, TooLargeFile) {
   std::string big(1024 * 1024 + 1, '#');
   EXPECT_NE(single_error(big).find("is 1048577 bytes, more than the 1048576 accepted"), std::string::npos)
       << single_error(big);
+}
+
+// Under MPS, the operator's choice of how a compute limit holds (config/mps_client.h); `time` by default.
+TEST_F(LimitsFile, TheMpsComputeModeIsThreadsTimeOrNoneOnce) {
+  auto parsed = parse_limits_file("GPUSLICE_MPS_COMPUTE=threads\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_EQ(parsed->mps_compute, MpsComputeMode::Threads);
+  EXPECT_NE(render_limits_file(*parsed).find("GPUSLICE_MPS_COMPUTE=threads\n"), std::string::npos);
+  EXPECT_EQ(parse_limits_file(render_limits_file(*parsed))->mps_compute, MpsComputeMode::Threads);
+  parsed = parse_limits_file("GPUSLICE_MPS_COMPUTE='time'\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_EQ(parsed->mps_compute, MpsComputeMode::Time);
+  parsed = parse_limits_file("GPUSLICE_MPS_COMPUTE=none\n");
+  ASSERT_TRUE(parsed) << parsed.error();
+  EXPECT_FALSE(parsed->mps_compute);
+  EXPECT_EQ(render_limits_file(*parsed).find("GPUSLICE_MPS_COMPUTE"), std::string::npos);
+  const std::string bad = single_error("GPUSLICE_COMPUTE_LIMIT=30\nGPUSLICE_MPS_COMPUTE=sm\n");
+  EXPECT_NE(bad.find("line 2"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("GPUSLICE_MPS_COMPUTE"), std::string::npos) << "names the variable: " << bad;
+  EXPECT_NE(bad.find("sm"), std::string::npos) << "and the value: " << bad;
+  EXPECT_NE(single_error("GPUSLICE_MPS_COMPUTE=threads\nGPUSLICE_MPS_COMPUTE=time\n").find("set twice"),
+            std::string::npos);
+}
+
+TEST_F(LimitsFile, TheMpsComputeModeComesFromTheFileOnly) {
+  EXPECT_EQ(Settings{}.mps_compute, MpsComputeMode::Time);
+  Settings s = apply("GPUSLICE_MPS_COMPUTE=threads\n");
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.mps_compute, MpsComputeMode::Threads);
+  s = apply("GPUSLICE_COMPUTE_LIMIT=30\n", s);
+  EXPECT_EQ(s.mps_compute, MpsComputeMode::Time) << "a file without the key is the default";
+  // The tenant's environment cannot choose it.
+  const Settings from_env = load_settings([](const char* name) -> const char* {
+    return std::string(name) == "GPUSLICE_MPS_COMPUTE" ? "threads" : nullptr;
+  });
+  EXPECT_EQ(from_env.mps_compute, MpsComputeMode::Time);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "temp_dir.h"
 
@@ -74,6 +75,118 @@ TEST(MpsClientEnv, TheOperatorsThreadShareAppliesBelowHighOnlyAndTheTenantMayTak
   EXPECT_EQ(derive_mps_client_env(in).threads.value_or(""), "20");
   in.high = true;
   EXPECT_FALSE(derive_mps_client_env(in).threads);
+}
+
+// GPUSLICE_MPS_COMPUTE=threads: the compute limit becomes the client's SM share.
+MpsClientInputs threads_mode(std::vector<unsigned> limits) {
+  MpsClientInputs in;
+  in.compute_mode = MpsComputeMode::Threads;
+  in.compute_by_ordinal = std::move(limits);
+  return in;
+}
+
+TEST(MpsComputeThreads, TheComputeLimitIsTheActiveThreadPercentageAndTheSmShare) {
+  MpsClientInputs in = threads_mode({30});
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "30");
+  EXPECT_EQ(env.sm_share, 30U);
+  EXPECT_NE(env.compute_note.find("as an SM share"), std::string::npos) << env.compute_note;
+  in.high = true;  // a limit, not a priority: it holds at every level
+  env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "30");
+  EXPECT_EQ(env.sm_share, 30U);
+}
+
+TEST(MpsComputeThreads, ATenantsValueIsLoweredToTheLimitNeverRaised) {
+  MpsClientInputs in = threads_mode({30, 30});
+  for (const char* higher : {"100", "31", "0", "junk", ""}) {
+    in.tenant_threads = higher;
+    const MpsClientEnv env = derive_mps_client_env(in);
+    EXPECT_EQ(env.threads.value_or(""), "30") << higher;
+    EXPECT_EQ(env.sm_share, 30U) << higher;
+    EXPECT_TRUE(env.tenant_lowered) << higher;
+  }
+  in.tenant_threads = "20";  // a tenant may take fewer SMs: its share is then 20
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "20");
+  EXPECT_EQ(env.sm_share, 20U);
+  EXPECT_FALSE(env.tenant_lowered);
+  in.tenant_threads = "30";
+  EXPECT_FALSE(derive_mps_client_env(in).tenant_lowered);
+}
+
+TEST(MpsComputeThreads, CombinesWithTheLowThreadsShareByTakingTheLower) {
+  MpsClientInputs in = threads_mode({30});
+  in.low_threads = 40;
+  EXPECT_EQ(derive_mps_client_env(in).threads.value_or(""), "30");
+  in.low_threads = 20;
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "20");
+  EXPECT_EQ(env.sm_share, 20U) << "the SMs it has are what holds its limit";
+  in.high = true;  // the low share is not a high container's
+  env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "30");
+  EXPECT_EQ(env.sm_share, 30U);
+}
+
+TEST(MpsComputeThreads, TheDefaultTimeModeLeavesTheThreadsToTheLowShareAndSaysSo) {
+  MpsClientInputs in = threads_mode({30});
+  in.compute_mode = MpsComputeMode::Time;
+  MpsClientEnv env = derive_mps_client_env(in);
+  EXPECT_FALSE(env.threads);
+  EXPECT_EQ(env.sm_share, 0U);
+  EXPECT_NE(env.compute_note.find("by GPU time (GPUSLICE_MPS_COMPUTE=time)"), std::string::npos)
+      << env.compute_note;
+  in.low_threads = 50;
+  env = derive_mps_client_env(in);
+  EXPECT_EQ(env.threads.value_or(""), "50") << "the low share is unchanged";
+  EXPECT_EQ(env.sm_share, 0U);
+}
+
+TEST(MpsComputeThreads, GpusWithDifferentLimitsOrUnknownGpusAreHeldByGpuTime) {
+  for (const std::vector<unsigned>& limits :
+       {std::vector<unsigned>{30, 50}, std::vector<unsigned>{30, 0}, std::vector<unsigned>{0, 30, 30}}) {
+    const MpsClientEnv env = derive_mps_client_env(threads_mode(limits));
+    EXPECT_FALSE(env.threads) << "the variable would hold a GPU of another limit alike";
+    EXPECT_EQ(env.sm_share, 0U);
+    EXPECT_NE(env.compute_note.find("different compute limits"), std::string::npos) << env.compute_note;
+  }
+  MpsClientInputs unknown;
+  unknown.compute_mode = MpsComputeMode::Threads;
+  MpsClientEnv env = derive_mps_client_env(unknown);
+  EXPECT_EQ(env.sm_share, 0U);
+  EXPECT_NE(env.compute_note.find("not known"), std::string::npos) << env.compute_note;
+  // No compute limit (none, or 100%): nothing to hold, nothing said.
+  for (const std::vector<unsigned>& none : {std::vector<unsigned>{0, 0}, std::vector<unsigned>{100}}) {
+    env = derive_mps_client_env(threads_mode(none));
+    EXPECT_FALSE(env.threads);
+    EXPECT_EQ(env.sm_share, 0U);
+    EXPECT_TRUE(env.compute_note.empty()) << env.compute_note;
+  }
+}
+
+// A limit lowered while the process runs: the SMs it started with hold it no more, so the GPU-time
+// limiter gives it the share of its time that leaves it the new limit of the device; a raise is left
+// to the SM share (processes started later take the new one).
+TEST(MpsComputeThreads, ALiveLimitBelowTheShareIsHeldByTheTimeThatLeavesItThatMuch) {
+  EXPECT_EQ(partition_time_limit(50, 50), 0U);
+  EXPECT_EQ(partition_time_limit(80, 50), 0U) << "a raise: the SM share stays";
+  EXPECT_EQ(partition_time_limit(0, 50), 0U) << "no limit any more: the SM share stays";
+  EXPECT_EQ(partition_time_limit(100, 50), 0U);
+  EXPECT_EQ(partition_time_limit(30, 50), 60U);
+  EXPECT_EQ(partition_time_limit(20, 80), 25U);
+  EXPECT_EQ(partition_time_limit(1, 99), 1U);
+  EXPECT_EQ(partition_time_limit(98, 99), 99U);
+  EXPECT_EQ(partition_time_limit(30, 0), 30U) << "no SM share: the limit itself";
+}
+
+TEST(MpsComputeMode, NamesBothWays) {
+  EXPECT_EQ(parse_mps_compute_mode("threads"), MpsComputeMode::Threads);
+  EXPECT_EQ(parse_mps_compute_mode("Time"), MpsComputeMode::Time);
+  for (const char* bad : {"", "sm", "threads ", "thread", "none"})
+    EXPECT_FALSE(parse_mps_compute_mode(bad)) << bad;
+  EXPECT_STREQ(mps_compute_mode_name(MpsComputeMode::Threads), "threads");
+  EXPECT_STREQ(mps_compute_mode_name(MpsComputeMode::Time), "time");
 }
 
 TEST(MpsPinnedLimit, ParsesUnitsAndRefusesJunk) {

@@ -17,6 +17,7 @@
 #include "interposer/devices.h"
 #include "interposer/gate_driver.h"
 #include "interposer/launch_gate.h"
+#include "interposer/mps_client.h"
 #include "limiter/compute_limiter.h"
 #include "simulated_driver.h"
 
@@ -102,6 +103,42 @@ TEST_F(ComputeLimit, ALimitLoweredLiveAppliesAtTheNextLaunch) {
   EXPECT_EQ(lim->limit_percent(), 10u);
   EXPECT_EQ(SimulatedDriver::drains.load(), 2) << "the window of the old limit ends at once";
   EXPECT_EQ(lim->stats().windows, 1u);
+}
+
+// GPUSLICE_MPS_COMPUTE=threads under MPS: the SM share holds the limit, so no GPU-time limiter runs;
+// a limit lowered live below the share is held by the time that leaves the process that much of
+// the device; a raise leaves the share to hold it (docs/compute-limiter.md).
+TEST_F(ComputeLimit, UnderAnSmShareNoLimiterRunsUntilTheLimitIsLoweredBelowIt) {
+  Runtime& rt = start("50");
+  rt.settings.mps_compute = config::MpsComputeMode::Threads;
+  rt.settings.mps_pipe_dir = dir_ / "pipe";  // a control daemon, as far as the client looks
+  ASSERT_TRUE(mps_client::prepare(rt.settings, rt.ledger.load()));
+  EXPECT_EQ(mps_client::sm_share(), 50u);
+  for (int i = 0; i < 20; ++i) {
+    launch();
+    clock_.advance(1 * kMs);
+  }
+  EXPECT_EQ(limiter_of(0), nullptr);
+  EXPECT_EQ(SimulatedDriver::drains.load(), 0);
+
+  rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 25);  // `gpuslice set --compute 25`
+  launch();
+  limiter::ComputeLimiter* lim = limiter_of(0);
+  ASSERT_NE(lim, nullptr);
+  EXPECT_EQ(lim->limit_percent(), 50u) << "half its time on half the SMs";
+
+  rt.ledger.load()->set_compute_limit(device_state(0)->ledger_dev, 80);  // a raise: the share holds
+  clock_.advance(10 * kUs);
+  launch();
+  EXPECT_EQ(lim->limit_percent(), 0u);
+
+  rt.settings.mps_pipe_dir.reset();
+  for (const char* name :
+       {config::kMpsPinnedLimitVar, config::kMpsClientPriorityVar, config::kMpsThreadPercentVar})
+    unsetenv(name);
+  ASSERT_TRUE(mps_client::prepare(rt.settings, rt.ledger.load()));  // no MPS: nothing of the above
+  EXPECT_EQ(mps_client::sm_share(), 0u);
+  EXPECT_FALSE(mps_client::active());
 }
 
 TEST_F(ComputeLimit, ADeviceFirstUsedAfterTheLimitsFileChangedGetsItsCap) {
