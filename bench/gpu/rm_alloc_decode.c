@@ -350,10 +350,25 @@ static uint32_t mem_where(uint32_t cls, uint32_t attr, uint32_t flags) {
   }
 }
 
+/* The parameter size the RM assumes for a class when the caller passes none: for the Memory classes
+ * at least the NV_MEMORY_ALLOCATION_PARAMS fields read here (the struct is 120 or 128 bytes). */
+static uint32_t class_param_size(uint32_t cls) {
+  switch (cls) {
+    case RMP_NV01_MEMORY_SYSTEM:
+    case RMP_NV01_MEMORY_LOCAL_USER:
+    case RMP_NV_MEMORY_EXTENDED_USER:
+    case RMP_NV01_MEMORY_DEVICELESS:
+      return RMP_MEMPARAMS_MIN;
+    default:
+      return 0;
+  }
+}
+
 /* RM_ALLOC (NVOS21 or NVOS64 share the leading fields): a memory class's size from its parameters. */
 static void decode_rm_alloc(struct rmp_books* b, const void* arg, unsigned size, uint64_t t0, uint64_t t1) {
   const struct rmp_nvos21* a = (const struct rmp_nvos21*)arg;
   uint32_t status, params_size;
+  int finn = 0;
   if (size == sizeof(struct rmp_nvos21)) {
     status = a->status;
     params_size = a->paramsSize;
@@ -364,10 +379,15 @@ static void decode_rm_alloc(struct rmp_books* b, const void* arg, unsigned size,
     if (a64->flags & RMP_NVOS64_FLAGS_FINN_SERIALIZED) {
       /* The parameters are FINN-serialized, not the struct: their size is unknown to the probe. */
       atomic_fetch_add_explicit(&b->finn_serialized, 1, RLX);
-      params_size = 0;
+      finn = 1;
     }
   }
   if (status != 0) return;
+  /* paramsSize 0: the RM takes the class's own parameter size (rmapiGetClassAllocParamSize), which is
+   * what libcuda 580 passes for its Memory objects (device call 3 of 2026-11-29: 1,297 class-0x40
+   * allocations, every one with paramsSize 0, read as 0 bytes). */
+  if (params_size == 0 && !finn) params_size = class_param_size(a->hClass);
+  if (finn) params_size = 0;
   const uint32_t cls = a->hClass;
   const void* p = (const void*)(uintptr_t)a->pAllocParms;
   uint32_t where = RMP_NONE;
@@ -591,9 +611,9 @@ int rmp_deny(struct rmp_books* b, int kind, unsigned long request, void* arg, in
   if (nr == RMP_NV_ESC_RM_ALLOC && (size == sizeof(struct rmp_nvos21) || size == sizeof(struct rmp_nvos64))) {
     const struct rmp_nvos21* a = (const struct rmp_nvos21*)arg;
     const struct rmp_nvos64* a64 = (const struct rmp_nvos64*)arg;
-    const uint32_t params_size = size == 32                                        ? a->paramsSize
-                                 : (a64->flags & RMP_NVOS64_FLAGS_FINN_SERIALIZED) ? 0
-                                                                                   : a64->paramsSize;
+    const int finn = size != 32 && (a64->flags & RMP_NVOS64_FLAGS_FINN_SERIALIZED) != 0;
+    uint32_t params_size = finn ? 0 : size == 32 ? a->paramsSize : a64->paramsSize;
+    if (params_size == 0 && !finn) params_size = class_param_size(a->hClass); /* as decode_rm_alloc */
     if (a->hClass != RMP_NV01_MEMORY_LOCAL_USER || a->pAllocParms == 0 || params_size < RMP_MEMPARAMS_MIN)
       return 0;
     want = get64((const void*)(uintptr_t)a->pAllocParms, RMP_MEMPARAMS_OFF_SIZE);

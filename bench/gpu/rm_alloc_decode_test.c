@@ -172,6 +172,21 @@ static void test_alloc_free(void) {
   CHECK(b->events[3].handle == 0x104 && b->events[3].where == RMP_OTHER_MEM);
   CHECK(b->events[0].op == 'A' && b->events[0].bytes == GIB && b->events[0].local_after == (int64_t)GIB);
   CHECK(b->events[2].op == 'F' && b->events[2].bytes == GIB && b->events[2].t1 > b->events[2].t0);
+  /* paramsSize 0, as libcuda 580 passes for its Memory objects: the RM sizes the parameters by the
+   * class, and so does the probe (the size field is read). A channel with paramsSize 0 stays unread. */
+  {
+    unsigned char* p0 = mem_params(4 * MIB, 0, 0);
+    alloc64(b, 0xc1, 0xd1, 0x10a, RMP_NV01_MEMORY_LOCAL_USER, p0, 0, 0);
+    CHECK(local(b) == (int64_t)(6 * MIB));
+    CHECK(rmp_deny(b, RMP_FD_CTL, req(RMP_NV_ESC_RM_ALLOC, 48),
+                   &(struct rmp_nvos64){0xc1, 0xd1, 0x10b, RMP_NV01_MEMORY_LOCAL_USER, (uintptr_t)p0, 0, 0, 0, 0, 0},
+                   (int64_t)(8 * MIB), 1) == 1);
+    rm_free(b, 0xc1, 0xd1, 0x10a);
+    CHECK(local(b) == (int64_t)(2 * MIB));
+    alloc64(b, 0xc1, 0xd1, 0x10c, 0xc86f, p0, 0, 0);
+    CHECK(local(b) == (int64_t)(2 * MIB));
+    free(p0);
+  }
   /* System memory through RM_ALLOC: its own sum. */
   alloc64(b, 0xc1, 0xd1, 0x108, RMP_NV01_MEMORY_SYSTEM, p3, 128, 0);
   CHECK(atomic_load(&b->system_bytes) == (int64_t)(3 * MIB) && local(b) == (int64_t)(2 * MIB));
