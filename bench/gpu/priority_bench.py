@@ -1066,14 +1066,28 @@ def main_parent(args):
         rows.append(alone_trainer)
         print(f"trainer alone: {alone_trainer['trainer_steps_per_s']:.2f} steps/s", flush=True)
         # What the in-flight bound and the record re-reads cost: the trainer (low) beside a high-priority
-        # container that is alive on the GPU and never works, so the trainer is never held.
+        # container that is alive on the GPU and never works, so the trainer is never held. Each ÷ the
+        # mean of the trainer alone before them and after them: a call's first run is faster than the
+        # later ones (the GPU starts cool: 27.3 against 23.8-25.5 steps/s on an H200), so the run
+        # before alone would make every neighbour look slower (--idle-rounds alternates them).
+        beside = []
         for label, trainer_env in trainer_variants(args):
             name = "trainer beside an idle high" + (f" {label}" if label else "")
             results, util = bench.measure(f"beside-idle-high{label}", [("idle", True, "high", None),
                                                                      ("trainer", True, "low", None, trainer_env)],
                                           None, seconds=args.alone_seconds)
-            row = summarize(name, None, results, util, {"trainer": alone_trainer})
             data["runs"][name] = results
+            beside.append((name, results, util))
+        results, util = bench.measure("trainer-alone-after", [("trainer", False, None, None)], None,
+                                      seconds=args.alone_seconds)
+        data["runs"]["trainer-alone-after"] = results
+        after = results["trainer"]["steps_per_s"]
+        reference = {"trainer_steps_per_s": (alone_trainer["trainer_steps_per_s"] + after) / 2}
+        print(f"trainer alone again: {after:.2f} steps/s (the reference: the mean of both)", flush=True)
+        # Every later "trainer ÷ alone" (paired runs, configurations) takes the same reference.
+        alone_trainer = dict(alone_trainer, trainer_steps_per_s=reference["trainer_steps_per_s"])
+        for name, results, util in beside:
+            row = summarize(name, None, results, util, {"trainer": reference})
             rows.append(row)
             print(f"{name}: {fmt(row.get('trainer_x'), '.3f')} of alone", flush=True)
         if args.idle_rounds > 1:

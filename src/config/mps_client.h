@@ -37,7 +37,7 @@ enum class MpsPolicy {
 // higher one under MPS.
 enum class MpsYield {
   Gate,    // `gate` (default): the host gate holds its launches while a higher one is busy, as
-           // without MPS (its in-flight bound 4 ms), besides the server's client priority
+           // without MPS (its in-flight bound 1 ms), besides the server's client priority
   Server,  // `server`: the server's client priority (and GPUSLICE_MPS_LOW_THREADS) alone: never held
 };
 std::optional<MpsYield> parse_mps_yield(std::string_view text);

@@ -111,7 +111,7 @@ struct Settings {
   MpsPolicy mps_policy = MpsPolicy::Wait;
   std::optional<std::string> mps_pipe_dir, mps_pinned, mps_priority, mps_threads;
   std::optional<unsigned> mps_low_threads;
-  MpsYield mps_yield = MpsYield::Gate;       // limits file GPUSLICE_MPS_PRIORITY
+  MpsYield mps_yield = MpsYield::Gate;  // limits file GPUSLICE_MPS_PRIORITY
   // Under MPS, how a compute limit holds (limits file GPUSLICE_MPS_COMPUTE; never the environment:
   // the operator's choice, not the tenant's).
   MpsComputeMode mps_compute = MpsComputeMode::Time;

@@ -632,8 +632,9 @@ class Orchestration(unittest.TestCase):
 
     def test_rounds_interleave_and_the_table_pools_them(self):
         table, data = self.run_main("--loads", "30", "--only-priorities", "--repeat", "2")
-        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "load30-server-alone-r1",
-                                          "load30-priorities-r1", "load30-server-alone-r2", "load30-priorities-r2"])
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "trainer-alone-after",
+                                          "load30-server-alone-r1", "load30-priorities-r1", "load30-server-alone-r2",
+                                          "load30-priorities-r2"])
         rows = {row["config"]: row for row in data["rows"]}
         # Pooled: the server alone's p99 is over both rounds (10 ms and the slow 20 ms one).
         self.assertAlmostEqual(rows["server alone"]["p99_ms"], 20.0)
@@ -651,7 +652,7 @@ class Orchestration(unittest.TestCase):
 
     def test_the_control_measures_the_server_alone_again_at_the_end_of_each_round(self):
         table, data = self.run_main("--loads", "30", "--only-priorities", "--repeat", "2", "--control")
-        self.assertEqual(FakeBench.tags[2:], ["load30-server-alone-r1", "load30-priorities-r1",
+        self.assertEqual(FakeBench.tags[3:], ["load30-server-alone-r1", "load30-priorities-r1",
                                               "load30-server-alone-again-r1", "load30-server-alone-r2",
                                               "load30-priorities-r2", "load30-server-alone-again-r2"])
         rows = {row["config"]: row for row in data["rows"]}
@@ -664,8 +665,8 @@ class Orchestration(unittest.TestCase):
 
     def test_paired_compares_the_server_with_the_trainer_running_against_itself_with_it_paused(self):
         table, data = self.run_main("--loads", "30", "--paired", "--seconds", "8", "--phase-seconds", "2")
-        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "load30-paired-un-managed",
-                                          "load30-paired-priorities"])
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "trainer-alone-after",
+                                          "load30-paired-un-managed", "load30-paired-priorities"])
         rows = {row["config"]: row for row in data["rows"]}
         paused, running = rows["paired priorities: trainer paused"], rows["paired priorities: trainer running"]
         self.assertAlmostEqual(paused["p99_ms"], 10.0)
@@ -684,7 +685,7 @@ class Orchestration(unittest.TestCase):
         table, data = self.run_main("--loads", "30", "--paired", "--seconds", "8", "--phase-seconds", "2",
                                     "--only-priorities", "--variant", "avg;trainer:GPUSLICE_PRIORITY_COST=average")
         # The trainer of the variant beside an idle high too (the cost of its bound), then the pairs.
-        self.assertEqual(FakeBench.tags[2:], ["beside-idle-highavg", "load30-paired-priorities",
+        self.assertEqual(FakeBench.tags[2:], ["beside-idle-highavg", "trainer-alone-after", "load30-paired-priorities",
                                               "load30-paired-priorities-avg"])
         self.assertIn("load 30%: paired priorities avg: trainer running: p99 ÷ paused 1.20", table)
         self.assertEqual(table.count("load 30%: "), 2)
@@ -707,8 +708,8 @@ class Orchestration(unittest.TestCase):
                                         "--settle-seconds", "0.5", "--variant", "b4ms;trainer:GPUSLICE_PRIORITY_IN_FLIGHT=4ms")
         finally:
             bench.os.path.exists = saved
-        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "beside-idle-highb4ms", "conservation",
-                                          "conservation-b4ms"])
+        self.assertEqual(FakeBench.tags, ["trainer-alone", "beside-idle-high", "beside-idle-highb4ms",
+                                          "trainer-alone-after", "conservation", "conservation-b4ms"])
         self.assertIn("| - | trainer: idle neighbour high ÷ low b4ms |", table)
         row = next(r for r in data["rows"] if r["config"].startswith("trainer: idle neighbour"))
         # 12 steps a measured 1.5 s against 15: the bound's 20%, the same in every pair.
@@ -716,15 +717,49 @@ class Orchestration(unittest.TestCase):
         self.assertEqual([round(x, 3) for x in row["ci95"]["trainer"]], [0.8, 0.8])
         self.assertIn("| - | trainer: idle neighbour high ÷ low |", table)
 
+    def test_an_unmanaged_variant_runs_its_members_without_gpuslice_with_their_own_variables(self):
+        seen = []
+        measure = FakeBench.measure
+
+        def spy(self, tag, members, *rest, **kw):
+            seen.append((tag, [tuple(m[:2]) + ((m[4] if len(m) > 4 else None),) for m in members]))
+            return measure(self, tag, members, *rest, **kw)
+
+        FakeBench.measure = spy
+        try:
+            self.run_main("--loads", "30", "--paired", "--seconds", "8", "--phase-seconds", "2", "--only-priorities",
+                          "--variant", "cp;server:GPUSLICE_BENCH_UNMANAGED=1,CUDA_MPS_CLIENT_PRIORITY=0;"
+                                       "trainer:GPUSLICE_BENCH_UNMANAGED=1,CUDA_MPS_CLIENT_PRIORITY=1")
+        finally:
+            FakeBench.measure = measure
+        members = dict(seen)["load30-paired-priorities-cp"]
+        self.assertEqual(members, [("server", False, {"CUDA_MPS_CLIENT_PRIORITY": "0"}),
+                                   ("trainer", False, {"CUDA_MPS_CLIENT_PRIORITY": "1"})])
+        # An un-managed trainer has no gpuslice cost to measure beside an idle high.
+        self.assertNotIn("beside-idle-highcp", dict(seen))
+
+    def test_idle_rounds_alternate_the_trainer_alone_with_its_neighbours(self):
+        _, data = self.run_main("--idle-only", "--idle-rounds", "2", "--alone-seconds", "5")
+        self.assertEqual(FakeBench.tags[3:], ["idle-round1-alone", "idle-round1-beside-an-idle-high",
+                                              "idle-round1-beside-an-idle-process", "idle-round1-alone-under-gpuslice",
+                                              "idle-round2-alone", "idle-round2-beside-an-idle-high",
+                                              "idle-round2-beside-an-idle-process", "idle-round2-alone-under-gpuslice"])
+        rows = {row["config"]: row for row in data["rows"]}
+        # FakeBench: 200 steps un-managed, 180 managed (outside a load): 0.9 of alone, 1.0 beside an
+        # idle un-managed process.
+        self.assertAlmostEqual(rows["trainer beside an idle high, gpuslice ÷ alone (alternated)"]["trainer_x"], 0.9)
+        self.assertAlmostEqual(rows["trainer beside an idle process, un-managed ÷ alone (alternated)"]["trainer_x"], 1.0)
+
     def test_the_trainers_baselines_may_be_shorter_than_the_pairs(self):
         self.run_main("--loads", "30", "--paired", "--seconds", "16", "--phase-seconds", "2", "--only-priorities",
                       "--alone-seconds", "5")
-        # The trainer alone and beside an idle high for 5 s; the paired run its 16 s (from its phases).
-        self.assertEqual(FakeBench.seconds, [5.0, 5.0, None])
+        # The trainer alone, beside an idle high and alone again for 5 s; the paired run its 16 s (from
+        # its phases).
+        self.assertEqual(FakeBench.seconds, [5.0, 5.0, 5.0, None])
 
     def test_one_round_is_the_measured_run(self):
         table, _ = self.run_main("--loads", "30,60")
-        self.assertEqual(FakeBench.tags[2:7], ["load30-server-alone", "load30-un-managed", "load30-limits",
+        self.assertEqual(FakeBench.tags[3:8], ["load30-server-alone", "load30-un-managed", "load30-limits",
                                                "load30-priorities", "load60-server-alone"])
         # p99 of 100: the 99th; busy 15 % of 10 s; 15 ms a request against 10 alone
         self.assertIn("| 60 | un-managed | 15.00 | 15.00 | 1.50 | 1.50 | 15 | 15.00 | 1.50 |", table)

@@ -121,9 +121,9 @@ TEST_F(MpsClientE2E, OnlyAHighContainerTheOperatorAssignedKeepsTheNormalClientPr
   EXPECT_NE(slurp(report()).find("priority=1\n"), std::string::npos) << slurp(report());
 }
 
-// Under MPS a higher priority's kernels do not wait for time slices of the lower one's queued work:
-// the lower one's in-flight bound defaults to 4 ms instead of 2 (its exit line says the bound).
-TEST_F(MpsClientE2E, TheInFlightBoundIsLooserUnderMps) {
+// Under MPS a higher priority's kernels run beside the lower one's queued work instead of after
+// it: the lower one's in-flight bound defaults to 1 ms instead of 2 (its exit line says the bound).
+TEST_F(MpsClientE2E, TheInFlightBoundIsTighterUnderMps) {
   const auto bound_line = [&](bool mps) {
     Env e = env("low");
     if (!mps) e.erase("CUDA_MPS_PIPE_DIRECTORY");
@@ -137,7 +137,7 @@ TEST_F(MpsClientE2E, TheInFlightBoundIsLooserUnderMps) {
     const std::size_t at = o.err.find("in-flight bound ");
     return at == std::string::npos ? std::string("(no exit line)\n") + o.err : o.err.substr(at, 23);
   };
-  EXPECT_EQ(bound_line(true), "in-flight bound 4000 us");
+  EXPECT_EQ(bound_line(true), "in-flight bound 1000 us");
   EXPECT_EQ(bound_line(false), "in-flight bound 2000 us");
 }
 

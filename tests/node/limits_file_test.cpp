@@ -102,7 +102,9 @@ TEST(LimitsFile, PutAcceptsExactlyTheValuesTheLibraryAccepts) {
         config::parse_limits_file(std::string("GPUSLICE_MEMORY_LIMIT=") + value + "\n").ok();
     EXPECT_EQ(put_ok, library_ok) << value;
     if (put_ok) {
-      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}, {}, {}, {}})).ok()) << value;
+      Limits limits;
+      limits.memory = update.memory;
+      EXPECT_TRUE(config::parse_limits_file(render_limits(limits)).ok()) << value;
     }
   }
 }
@@ -135,7 +137,7 @@ TEST(LimitsFile, AnUpdateOfTheCapsKeepsTheOperatorsMpsKeys) {
   test::TempDir dir;
   ASSERT_TRUE(write_file_atomically(dir / "limits",
                                     "GPUSLICE_COMPUTE_LIMIT=50\nGPUSLICE_MPS_COMPUTE=threads\n"
-                                    "GPUSLICE_MPS_LOW_THREADS=40\n")
+                                    "GPUSLICE_MPS_LOW_THREADS=40\nGPUSLICE_MPS_PRIORITY=server\n")
                   .ok());
   auto updated = update_limits_file(dir / "limits", [](Limits& l) { l.compute = "30"; });
   ASSERT_TRUE(updated.ok()) << updated.error();
@@ -145,6 +147,7 @@ TEST(LimitsFile, AnUpdateOfTheCapsKeepsTheOperatorsMpsKeys) {
   EXPECT_EQ(settings.compute_cap.lookup(0, ""), 30u);
   EXPECT_EQ(settings.mps_compute, config::MpsComputeMode::Threads) << test::read_file(dir / "limits");
   EXPECT_EQ(settings.mps_low_threads.value_or(0), 40u) << test::read_file(dir / "limits");
+  EXPECT_EQ(settings.mps_yield, config::MpsYield::Server) << test::read_file(dir / "limits");
 }
 
 TEST(LimitsFile, AnUpdateNeverWritesAFileTheLibraryWouldRefuse) {
