@@ -7,9 +7,12 @@
 // quoted, or `none`: no cap for that key; and GPUSLICE_PRIORITY (at most once, high|normal|low or
 // `none`): the highest priority level the container may run at, and its level when it asks for none
 // (docs/priority.md); and GPUSLICE_MPS_LOW_THREADS (at most once, 1-100 or `none`): under MPS, the
-// active-thread percentage of the container while it runs below `high`. Anything else is an error naming the
-// line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
-// before it writes leaves for a moment, so lifting caps takes an explicit `none`.
+// active-thread percentage of the container while it runs below `high`; and GPUSLICE_MEMORY_GUARANTEE (at
+// most once, the grammar of GPUSLICE_MEMORY_LIMIT, or `none`): the most memory the container may be
+// guaranteed, and its guarantee when it asks for none; never above the file's GPUSLICE_MEMORY_LIMIT for any
+// device either names. Anything else is an error naming the line. A file with no KEY=VALUE line at all is an
+// error too: an empty file is what a tool that truncates before it writes leaves for a moment, so lifting
+// caps takes an explicit `none`.
 #pragma once
 
 #include <optional>
@@ -25,6 +28,7 @@ namespace gpuslice::config {
 inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
 inline constexpr const char* kPriorityKey = "GPUSLICE_PRIORITY";
+inline constexpr const char* kMemoryGuaranteeKey = "GPUSLICE_MEMORY_GUARANTEE";
 // Under MPS, the active-thread percentage of containers below `high` (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
 inline constexpr const char* kMpsLowThreadsKey = "GPUSLICE_MPS_LOW_THREADS";
 inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{1024} * 1024;
@@ -39,6 +43,7 @@ inline constexpr const char* kNoCap = "none";
 struct LimitsFile {
   std::optional<LimitValue> memory;         // bytes; absent: no cap (`none`, or the key left out)
   std::optional<LimitValue> compute;        // percent; idem
+  std::optional<LimitValue> guarantee;      // bytes: the cap on the memory guarantee; absent: none
   std::optional<Priority> priority;         // the operator's ceiling; absent: none (`none`, or left out)
   std::optional<unsigned> mps_low_threads;  // percent 1-100; absent: none
   bool missing = false;                     // read_limits_file: there is no file at the path

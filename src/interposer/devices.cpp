@@ -20,12 +20,20 @@ void format_uuid(const CUuuid& u, char* out, std::size_t len) {
                 b[15]);
 }
 
-shm::DeviceLimits lookup(const config::DeviceValues& memory, const config::DeviceValues& compute, int index,
-                         const char* uuid) {
+shm::DeviceLimits lookup(const config::DeviceValues& memory, const config::DeviceValues& compute,
+                         const config::DeviceValues& guarantee, int index, const char* uuid) {
   shm::DeviceLimits limits;
   if (auto bytes = memory.lookup(index, uuid)) limits.quota = *bytes;
   if (auto percent = compute.lookup(index, uuid)) limits.compute = static_cast<unsigned>(*percent);
+  if (auto bytes = guarantee.lookup(index, uuid)) limits.guarantee = *bytes;
   return limits;
+}
+
+shm::DeviceLimits requested_limits(const config::Settings& s, int index, const char* uuid) {
+  return lookup(s.memory, s.compute, s.guarantee, index, uuid);
+}
+shm::DeviceLimits capped_limits(const config::Settings& s, int index, const char* uuid) {
+  return lookup(s.memory_cap, s.compute_cap, s.guarantee_cap, index, uuid);
 }
 
 class LimitsLock {
@@ -86,9 +94,21 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   if (books == nullptr) return -1;
   LimitsLock lock(*rt);
   const config::Settings& s = rt->settings;
-  const shm::DeviceLimits requested = lookup(s.memory, s.compute, cuda_index, uuid);
-  const shm::DeviceLimits cap = lookup(s.memory_cap, s.compute_cap, cuda_index, uuid);
+  const shm::DeviceLimits requested = requested_limits(s, cuda_index, uuid);
+  const shm::DeviceLimits cap = capped_limits(s, cuda_index, uuid);
   if (!any(requested) && !any(cap)) return -1;
+  // Configuration checks a device named by index on one side and by UUID on the other only here.
+  if (requested.guarantee > requested.quota || cap.guarantee > cap.quota) {
+    const bool asked = requested.guarantee > requested.quota;
+    GS_LOG(Error,
+           "device %d (%s): %s memory guarantee of %" PRIu64 " bytes is above its memory limit of %" PRIu64
+           " bytes (%s vs %s): a guarantee is at most the limit",
+           cuda_index, uuid, asked ? "GPUSLICE_MEMORY_GUARANTEE's" : "the limits file's",
+           asked ? requested.guarantee : cap.guarantee, asked ? requested.quota : cap.quota,
+           asked ? "GPUSLICE_MEMORY_GUARANTEE" : config::kMemoryGuaranteeKey,
+           asked ? "GPUSLICE_MEMORY_LIMIT" : config::kMemoryLimitKey);
+    return -2;
+  }
   auto attached = books->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
   if (!attached) {
     GS_LOG(Error, "cannot attach device %s to %s: %s", uuid, s.shared_file.c_str(), attached.error().c_str());
@@ -111,6 +131,8 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   }
   if (requested.quota < recorded) books->set_quota(dev, requested.quota);
   books->set_caps(dev, cap);
+  // Kept beside the limit for now; enforcement is unchanged (docs/quota.md, "Guarantees and borrowing").
+  if (requested.guarantee != 0) books->set_guarantee(dev, requested.guarantee);
   remember(*rt, dev, cuda_index, uuid);
   return dev;
 }
@@ -211,9 +233,10 @@ bool refresh_limits_file() {
       // Devices attached from now on take the new caps from here (attach_limits).
       s.memory_cap = limits->memory ? std::move(limits->memory->values) : config::DeviceValues{};
       s.compute_cap = limits->compute ? std::move(limits->compute->values) : config::DeviceValues{};
+      s.guarantee_cap = limits->guarantee ? std::move(limits->guarantee->values) : config::DeviceValues{};
       for (int i = 0; i < rt->attached_count; ++i) {
         const AttachedRecord& r = rt->attached[i];
-        books->set_caps(r.ledger_dev, lookup(s.memory_cap, s.compute_cap, r.index, r.uuid));
+        books->set_caps(r.ledger_dev, capped_limits(s, r.index, r.uuid));
       }
     }
     rt->limits_mtime = st.st_mtim;
