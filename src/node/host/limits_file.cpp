@@ -36,6 +36,7 @@ Limits text_of(const config::LimitsFile& file) {
   if (file.memory) limits.memory = file.memory->text;
   if (file.compute) limits.compute = file.compute->text;
   limits.priority = file.priority;
+  if (file.guarantee) limits.guarantee = file.guarantee->text;
   return limits;
 }
 
@@ -99,6 +100,7 @@ std::string render_limits(const Limits& limits) {
   if (limits.memory) file.memory = config::LimitValue{*limits.memory, {}};
   if (limits.compute) file.compute = config::LimitValue{*limits.compute, {}};
   file.priority = limits.priority;
+  if (limits.guarantee) file.guarantee = config::LimitValue{*limits.guarantee, {}};
   return config::render_limits_file(file, kHeader);
 }
 
