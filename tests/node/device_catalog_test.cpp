@@ -144,7 +144,8 @@ TEST(DeviceCatalog, VramAllocationCreatesContainerDirectoryAndLimits) {
   EXPECT_EQ(limits->memory, std::to_string(2 * (64ULL << 20)));
   EXPECT_EQ(limits->guarantee, limits->memory) << "exclusive vram units: all of it is the container's";
   EXPECT_FALSE(limits->compute);
-  EXPECT_EQ(plan->envs.count("GPUSLICE_MEMORY_GUARANTEE"), 0u) << "the environment is the tenant's to lower it";
+  EXPECT_EQ(plan->envs.count("GPUSLICE_MEMORY_GUARANTEE"), 0u)
+      << "the environment is the tenant's to lower it";
 
   // Units on two GPUs: a JSON object keyed by UUID, and both GPUs visible.
   auto split = plan_allocation(ResourceKind::Vram, {"11111111-m0", "22222222-m0", "22222222-m1"}, c, layout);
@@ -165,7 +166,8 @@ TEST(DeviceCatalog, TheGuaranteesHandedOutOnAGpuNeverExceedItsMemory) {
   // Every vram unit of GPU 0, split over two containers: their guarantees add up to the GPU's units.
   const unsigned units = c.units(ResourceKind::Vram, 0);
   std::vector<std::string> first, second;
-  for (unsigned k = 0; k < units; ++k) (k % 2 == 0 ? first : second).push_back(c.id(ResourceKind::Vram, 0, k));
+  for (unsigned k = 0; k < units; ++k)
+    (k % 2 == 0 ? first : second).push_back(c.id(ResourceKind::Vram, 0, k));
   std::uint64_t guaranteed = 0;
   for (const auto* ids : {&first, &second}) {
     auto plan = plan_allocation(ResourceKind::Vram, *ids, c, layout);

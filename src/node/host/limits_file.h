@@ -17,9 +17,9 @@ using config::kComputeLimitKey;
 using config::kMemoryLimitKey;
 
 struct Limits {
-  std::optional<std::string> memory;   // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
-  std::optional<std::string> compute;  // "30", "0=30,1=50", JSON
-  std::optional<Priority> priority;    // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
+  std::optional<std::string> memory;     // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
+  std::optional<std::string> compute;    // "30", "0=30,1=50", JSON
+  std::optional<Priority> priority;      // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
   std::optional<std::string> guarantee;  // GPUSLICE_MEMORY_GUARANTEE as written; absent: none
 
   bool empty() const { return !memory && !compute; }
