@@ -313,5 +313,37 @@ TEST_F(Accounting, VmmIsChargedAtCreateOnTheDeviceOnlyAndARemapKeepsTheBooksExac
   EXPECT_EQ(o.num("end_free"), start) << "everything released: the books hold the context alone";
 }
 
+// The guarantee is recorded in the container's state beside the quota: the environment's request
+// capped by the limits file's, shown by `gpuslice status`.
+TEST_F(Accounting, TheGuaranteeIsRecordedBesideTheQuotaAndCappedByTheLimitsFile) {
+  write_limits("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_MEMORY_GUARANTEE=128Mi\n");
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["GPUSLICE_MEMORY_GUARANTEE"] = "256Mi";
+  Background holder(holder_argv(64 * kMiB), env, dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  std::string last;
+  EXPECT_TRUE(status_shows(field("guarantee_bytes", 128 * kMiB), 5000, &last)) << last;
+  EXPECT_NE(last.find(field("quota_bytes", kGiB)), std::string::npos) << last;
+  write_limits("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_MEMORY_GUARANTEE=none\n");
+  EXPECT_TRUE(status_shows(field("guarantee_bytes", 256 * kMiB), 5000, &last))
+      << "the cap lifted, the request applies: " << last;
+}
+
+// A guarantee above the limit for one device, keyed so that only the library can match them (the
+// limit by index, the guarantee by UUID): CUDA fails closed with a message naming both.
+TEST_F(Accounting, AGuaranteeAboveTheLimitOfItsDeviceFailsClosed) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "0=1Gi";
+  env["GPUSLICE_MEMORY_GUARANTEE"] = R"({"GPU-6d6f636b-0000-4000-8000-000000000000": "2Gi"})";
+  Outcome o = run(probe_argv({"--scenario", "fill"}), env);
+  EXPECT_NE(o.exit_code, 0) << o.out << o.err;
+  EXPECT_FALSE(o.has("allocated")) << "nothing was allocated: " << o.out;
+  EXPECT_NE(o.err.find("memory guarantee of 2147483648 bytes is above its memory limit of 1073741824"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("GPUSLICE_MEMORY_GUARANTEE"), std::string::npos) << o.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::test
