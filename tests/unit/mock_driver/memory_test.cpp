@@ -469,7 +469,7 @@ TEST_F(MemoryTest, HostLocatedVmmHandlesTakeNoDeviceMemory) {
 // contents of VMM memory (memfd), so the data must come back bitwise identical.
 TEST_F(MemoryTest, AVmmRangeIsReBackedAtTheSameAddressAndKeepsItsData) {
   start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
-  constexpr size_t kSize = 3 * 2 * kMiB;
+  constexpr size_t kSize = 2 * 2 * kMiB;
   CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 3};
   const auto create = [](CUmemLocationType type) {
     CUmemAllocationProp prop{};
