@@ -293,7 +293,12 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   Limits limits;
   limits.memory = per_gpu(memory);
   if (!compute.empty()) limits.compute = per_gpu(compute);
-  if (!guarantee.empty()) limits.guarantee = per_gpu(guarantee);
+  // Keyed like the memory limit: one plain value only where the claim has one GPU.
+  if (!guarantee.empty()) {
+    json by_uuid = json::object();
+    for (const auto& [uuid, bytes] : guarantee) by_uuid[uuid] = bytes;
+    limits.guarantee = memory.size() == 1 ? per_gpu(guarantee) : by_uuid.dump();
+  }
   limits.priority = allocation->priority;
   const std::string text = render_limits(limits);
   if (auto checked = config::parse_limits_file(text); !checked) return fail("limits: " + checked.error());
