@@ -97,18 +97,6 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   const shm::DeviceLimits requested = requested_limits(s, cuda_index, uuid);
   const shm::DeviceLimits cap = capped_limits(s, cuda_index, uuid);
   if (!any(requested) && !any(cap)) return -1;
-  // Configuration checks a device named by index on one side and by UUID on the other only here.
-  if (requested.guarantee > requested.quota || cap.guarantee > cap.quota) {
-    const bool asked = requested.guarantee > requested.quota;
-    GS_LOG(Error,
-           "device %d (%s): %s memory guarantee of %" PRIu64 " bytes is above its memory limit of %" PRIu64
-           " bytes (%s vs %s): a guarantee is at most the limit",
-           cuda_index, uuid, asked ? "GPUSLICE_MEMORY_GUARANTEE's" : "the limits file's",
-           asked ? requested.guarantee : cap.guarantee, asked ? requested.quota : cap.quota,
-           asked ? "GPUSLICE_MEMORY_GUARANTEE" : config::kMemoryGuaranteeKey,
-           asked ? "GPUSLICE_MEMORY_LIMIT" : config::kMemoryLimitKey);
-    return -2;
-  }
   auto attached = books->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
   if (!attached) {
     GS_LOG(Error, "cannot attach device %s to %s: %s", uuid, s.shared_file.c_str(), attached.error().c_str());
@@ -162,6 +150,40 @@ bool named_devices_exist() {
     all_exist = false;
   }
   return all_exist;
+}
+
+bool guarantees_within_limits() {
+  Runtime* rt = runtime();
+  const CoreDriver& ops = core_driver();
+  if (rt == nullptr) return true;
+  const config::Settings& s = rt->settings;
+  if (s.guarantee.empty() && s.guarantee_cap.empty()) return true;
+  int count = 0;
+  if (ops.device_count == nullptr || ops.device_uuid == nullptr || ops.device_count(&count) != CUDA_SUCCESS)
+    return true;
+  bool within = true;
+  for (CUdevice dev = 0; dev < count && dev < kMaxDevices; ++dev) {
+    CUuuid raw{};
+    if (ops.device_uuid(&raw, dev) != CUDA_SUCCESS) continue;
+    char uuid[sizeof(DeviceState::uuid)];
+    format_uuid(raw, uuid, sizeof uuid);
+    // The request against the request, the file's cap against the file's: what the settings and the
+    // file's parser could not match (one keyed by index, the other by UUID).
+    const shm::DeviceLimits requested = requested_limits(s, dev, uuid);
+    const shm::DeviceLimits cap = capped_limits(s, dev, uuid);
+    const bool asked = requested.guarantee > requested.quota;
+    if (!asked && cap.guarantee <= cap.quota) continue;
+    GS_LOG(Error,
+           "invalid configuration: device %d (%s): %s memory guarantee of %" PRIu64
+           " bytes is above its memory limit of %" PRIu64
+           " bytes (%s vs %s): a guarantee is at most the limit; CUDA calls will fail until it is fixed",
+           dev, uuid, asked ? "GPUSLICE_MEMORY_GUARANTEE's" : "the limits file's",
+           asked ? requested.guarantee : cap.guarantee, asked ? requested.quota : cap.quota,
+           asked ? "GPUSLICE_MEMORY_GUARANTEE" : config::kMemoryGuaranteeKey,
+           asked ? "GPUSLICE_MEMORY_LIMIT" : config::kMemoryLimitKey);
+    within = false;
+  }
+  return within;
 }
 
 DeviceState* device_state(CUdevice dev) {
