@@ -5,7 +5,7 @@
 # books charging host memory shows as a refused cuMemCreate). Logs in $OUT/vmm_host/; a verdict table.
 #   tests/gpu/vmm_host.sh [LIBRARY] [BYTES]   (default build/lib/libgpuslice.so, 4 GiB)
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 lib=$(realpath "${1:-build/lib/libgpuslice.so}")
 bytes=${2:-$((4 << 30))}
 out=${OUT:-gpu-out}/vmm_host
