@@ -102,7 +102,7 @@ TEST(LimitsFile, PutAcceptsExactlyTheValuesTheLibraryAccepts) {
         config::parse_limits_file(std::string("GPUSLICE_MEMORY_LIMIT=") + value + "\n").ok();
     EXPECT_EQ(put_ok, library_ok) << value;
     if (put_ok) {
-      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}, {}})).ok()) << value;
+      EXPECT_TRUE(config::parse_limits_file(render_limits({update.memory, {}, {}, {}})).ok()) << value;
     }
   }
 }
