@@ -56,6 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   settings.memory.by_uuid = {{"gpu-a", 4ULL << 30}};
   settings.compute.all = 50;
   settings.priority = gpuslice::Priority::Normal;
+  settings.guarantee.all = 2ULL << 30;
   const gpuslice::config::Settings before = settings;
   gpuslice::config::apply_limits_file(settings, g_path);
 
@@ -68,11 +69,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
       FUZZ_CHECK(settings.memory.lookup(index, uuid) == before.memory.lookup(index, uuid));
       FUZZ_CHECK(settings.compute.lookup(index, uuid) == before.compute.lookup(index, uuid));
+      FUZZ_CHECK(settings.guarantee.lookup(index, uuid) == before.guarantee.lookup(index, uuid));
     }
   }
   if (!settings.ok()) {
     // A malformed file applies nothing.
-    FUZZ_CHECK(settings.memory_cap.empty() && settings.compute_cap.empty());
+    FUZZ_CHECK(settings.memory_cap.empty() && settings.compute_cap.empty() && settings.guarantee_cap.empty());
     FUZZ_CHECK(settings.mps_compute == gpuslice::config::MpsComputeMode::Time);
     FUZZ_CHECK(settings.priority == before.priority);
     return 0;
@@ -82,6 +84,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const char* uuid : {"", "GPU-A", "gpu-b"}) {
       if (const auto cap = settings.memory_cap.lookup(index, uuid)) FUZZ_CHECK(*cap > 0 && *cap < ~0ULL);
       if (const auto cap = settings.compute_cap.lookup(index, uuid)) FUZZ_CHECK(*cap >= 1 && *cap <= 100);
+      // A file's guarantee is never above its own limit, for every device the parser can match: all
+      // of them unless one side keys a device by index and the other by UUID (checked by the library
+      // once it knows both).
+      const auto guarantee = settings.guarantee_cap.lookup(index, uuid);
+      const auto limit = settings.memory_cap.lookup(index, uuid);
+      if (guarantee) FUZZ_CHECK(*guarantee > 0 && *guarantee < ~0ULL);
+      const auto& g = settings.guarantee_cap;
+      const auto& m = settings.memory_cap;
+      const bool matchable = uuid[0] == '\0' || (g.by_uuid.empty() && m.by_uuid.empty()) ||
+                             (g.by_index.empty() && m.by_index.empty());
+      if (guarantee && limit && matchable) FUZZ_CHECK(*guarantee <= *limit);
     }
   }
   return 0;

@@ -42,6 +42,9 @@ const CommandSpec& run_spec() {
       {
           {"--memory", "SIZE", "VRAM quota for every device (GPUSLICE_MEMORY_LIMIT)"},
           {"--device-limits", "LIST", "per-device VRAM quotas, e.g. 0=8Gi,1=4Gi"},
+          {"--memory-guarantee", "SIZE|LIST",
+           "VRAM promised to the container, at most the quota; one size or 0=2Gi,1=1Gi "
+           "(GPUSLICE_MEMORY_GUARANTEE)"},
           {"--compute", "PCT", "share of the GPU's compute time, percent (GPUSLICE_COMPUTE_LIMIT)"},
           {"--priority", "LEVEL", "high, normal or low among containers sharing a GPU (GPUSLICE_PRIORITY)"},
           {"--shared-dir", "DIR", "container-wide state directory (GPUSLICE_SHARED_DIR)"},
@@ -193,6 +196,20 @@ int cmd_run(int argc, char** argv) {
                                               config::SizeDialect::Native);
     if (values) wanted_memory = std::move(values).value();
   }
+  auto guarantee = args.value("--memory-guarantee");
+  if (guarantee) {
+    auto values =
+        config::parse_device_values(*guarantee, config::ValueKind::Size, config::SizeDialect::Native);
+    if (!values) return usage_error(spec, "--memory-guarantee '" + *guarantee + "': " + values.error());
+    if (wanted_memory) {
+      if (auto where = config::guarantee_above_limit(*values, *wanted_memory)) {
+        const char* limit_flag = memory ? "--memory" : "--device-limits";
+        return usage_error(spec, "--memory-guarantee '" + *guarantee + "' is above " + limit_flag + " '" +
+                                     (memory ? *memory : *device_limits) + "' on " + *where +
+                                     " (a guarantee is at most the quota)");
+      }
+    }
+  }
   auto compute = args.value("--compute");
   if (compute) {
     auto values =
@@ -227,6 +244,7 @@ int cmd_run(int argc, char** argv) {
   bool ok = setenv("LD_PRELOAD", preload.c_str(), 1) == 0;
   if (memory) ok = ok && setenv("GPUSLICE_MEMORY_LIMIT", memory->c_str(), 1) == 0;
   if (device_limits) ok = ok && setenv("GPUSLICE_MEMORY_LIMIT", device_limits->c_str(), 1) == 0;
+  if (guarantee) ok = ok && setenv("GPUSLICE_MEMORY_GUARANTEE", guarantee->c_str(), 1) == 0;
   if (compute) ok = ok && setenv("GPUSLICE_COMPUTE_LIMIT", compute->c_str(), 1) == 0;
   if (priority) ok = ok && setenv("GPUSLICE_PRIORITY", priority->c_str(), 1) == 0;
   if (auto dir = args.value("--shared-dir")) {

@@ -62,15 +62,17 @@ void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
   } else {
     bool rates = false;
     for (const auto& d : c.devices) rates = rates || d.compute_utilization_ratio.has_value();
-    std::vector<std::string> headers = {"DEV", "CUDA", "UUID", "QUOTA", "USED", "USE%", "COMPUTE", "REFUSED"};
+    std::vector<std::string> headers = {"DEV",  "CUDA", "UUID",    "QUOTA",  "GUARANTEE",
+                                        "USED", "USE%", "COMPUTE", "REFUSED"};
     if (rates) headers.insert(headers.end(), {"NOW", "REFUSED/INT"});
-    Table devices(headers, {true, true, false, true, true, true, true, true, true, true});
+    Table devices(headers, {true, true, false, true, true, true, true, true, true, true, true});
     for (const auto& d : c.devices) {
       std::vector<std::string> row = {
           index_text(d.record),
           index_text(d.cuda_index),
           d.uuid,
           d.quota_bytes ? format_bytes(*d.quota_bytes) : "unlimited",
+          d.guarantee_bytes ? format_bytes(*d.guarantee_bytes) : "none",
           format_bytes(d.used_bytes),
           usage_percent(d),
           d.compute_limit_percent ? std::to_string(*d.compute_limit_percent) + "%" : "none",

@@ -204,4 +204,23 @@ DeviceValues merge_by_precedence(DeviceValues higher, DeviceValues lower) {
   return higher;
 }
 
+std::optional<std::string> guarantee_above_limit(const DeviceValues& guarantee, const DeviceValues& limit) {
+  // Every key named by either side, each looked up in both exactly as a device with that key would be.
+  const auto above = [&](int index, std::string_view uuid) {
+    auto g = guarantee.lookup(index, uuid);
+    auto l = limit.lookup(index, uuid);
+    return g && l && *g > *l;
+  };
+  if (above(-1, {})) return std::string("every device");
+  for (const DeviceValues* side : {&guarantee, &limit}) {
+    for (const auto& [index, unused] : side->by_index) {
+      if (above(index, {})) return "device " + std::to_string(index);
+    }
+    for (const auto& [uuid, unused] : side->by_uuid) {
+      if (above(-1, uuid)) return detail::printable(uuid, 96);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace gpuslice::config

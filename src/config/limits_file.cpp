@@ -42,9 +42,9 @@ Result<LimitValue> parse_limit_value(std::string_view key, std::string_view text
   ValueKind kind = ValueKind::Size;
   if (key == kComputeLimitKey) {
     kind = ValueKind::Percent;
-  } else if (key != kMemoryLimitKey) {
-    return make_error("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey +
-                      " or " + kComputeLimitKey + ")");
+  } else if (key != kMemoryLimitKey && key != kMemoryGuaranteeKey) {
+    return make_error("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
+                      kComputeLimitKey + " or " + kMemoryGuaranteeKey + ")");
   }
   if (text.find_first_of("\n\r") != std::string_view::npos)
     return make_error(detail::variable_error(key, text, "a value is one line"));
@@ -63,6 +63,7 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
   std::size_t threads_line = 0;
   std::size_t yield_line = 0;
   std::size_t mode_line = 0;
+  std::size_t guarantee_line = 0;
   std::size_t line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -129,6 +130,17 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
       limits.mps_compute = *mode;
       continue;
     }
+    if (key == kMemoryGuaranteeKey) {
+      if (guarantee_line != 0)
+        return problem(std::string(kMemoryGuaranteeKey) + " is set twice (first on line " +
+                       std::to_string(guarantee_line) + ")");
+      guarantee_line = line_number;
+      if (value == kNoCap) continue;
+      auto parsed = parse_limit_value(key, value);
+      if (!parsed) return problem(parsed.error());
+      limits.guarantee = std::move(parsed).value();
+      continue;
+    }
     const bool memory = key == kMemoryLimitKey;
     std::size_t& seen_on = memory ? memory_line : compute_line;
     if ((memory || key == kComputeLimitKey) && seen_on != 0) {
@@ -138,14 +150,25 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
     if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
     if (!memory && key != kComputeLimitKey)
       return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
-                     kComputeLimitKey + ", " + kPriorityKey + ", " + kMpsLowThreadsKey + ", " +
-                     kMpsPriorityKey + " or " + kMpsComputeKey + ")");
+                     kComputeLimitKey + ", " + kMemoryGuaranteeKey + ", " + kPriorityKey + ", " +
+                     kMpsLowThreadsKey + ", " + kMpsPriorityKey + " or " + kMpsComputeKey + ")");
     auto parsed = parse_limit_value(key, value);
     if (!parsed) return problem(parsed.error());
     (memory ? limits.memory : limits.compute) = std::move(parsed).value();
   }
+  // The guarantee is promised within the limit, whichever line came first.
+  if (limits.guarantee && limits.memory) {
+    if (auto where = guarantee_above_limit(limits.guarantee->values, limits.memory->values)) {
+      return make_error("line " + std::to_string(guarantee_line) + ": " +
+                        detail::variable_error(kMemoryGuaranteeKey, limits.guarantee->text,
+                                               "above " + std::string(kMemoryLimitKey) + "='" +
+                                                   detail::printable(limits.memory->text) + "' (line " +
+                                                   std::to_string(memory_line) + ") on " + *where +
+                                                   " (a guarantee is at most the limit)"));
+    }
+  }
   if (memory_line == 0 && compute_line == 0 && priority_line == 0 && threads_line == 0 && yield_line == 0 &&
-      mode_line == 0) {
+      mode_line == 0 && guarantee_line == 0) {
     return make_error(std::string(whole.empty() ? "is empty" : "sets no limit") +
                       ", as a file being rewritten does for a moment; to lift the caps write " +
                       kMemoryLimitKey + "=" + kNoCap + " (or " + kComputeLimitKey + "=" + kNoCap + ")");
@@ -158,6 +181,7 @@ std::string render_limits_file(const LimitsFile& limits, std::string_view header
   if (!header_comment.empty()) out += "# " + std::string(header_comment) + "\n";
   out += std::string(kMemoryLimitKey) + "=" + (limits.memory ? limits.memory->text : kNoCap) + "\n";
   out += std::string(kComputeLimitKey) + "=" + (limits.compute ? limits.compute->text : kNoCap) + "\n";
+  if (limits.guarantee) out += std::string(kMemoryGuaranteeKey) + "=" + limits.guarantee->text + "\n";
   if (limits.priority) out += std::string(kPriorityKey) + "=" + priority_name(*limits.priority) + "\n";
   if (limits.mps_low_threads)
     out += std::string(kMpsLowThreadsKey) + "=" + std::to_string(*limits.mps_low_threads) + "\n";
@@ -197,6 +221,7 @@ void apply_limits_file(Settings& settings, const std::string& path) {
   settings.limits_file_missing = limits->missing;
   settings.memory_cap = limits->memory ? std::move(limits->memory->values) : DeviceValues{};
   settings.compute_cap = limits->compute ? std::move(limits->compute->values) : DeviceValues{};
+  settings.guarantee_cap = limits->guarantee ? std::move(limits->guarantee->values) : DeviceValues{};
   settings.mps_low_threads = limits->mps_low_threads;
   settings.mps_yield = limits->mps_yield.value_or(MpsYield::Gate);
   settings.mps_compute = limits->mps_compute.value_or(MpsComputeMode::Time);

@@ -12,9 +12,11 @@
 // higher one is busy (gate, the default) or the MPS server's client priority alone ranks its kernels
 // (server); and GPUSLICE_MPS_COMPUTE (at most once, threads|time or `none`): under MPS, whether a
 // compute limit holds the container as its active-thread percentage (SM share) or by GPU time (the
-// default). Anything else is an error naming the
-// line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool that truncates
-// before it writes leaves for a moment, so lifting caps takes an explicit `none`.
+// default); and GPUSLICE_MEMORY_GUARANTEE (at most once, the grammar of GPUSLICE_MEMORY_LIMIT, or
+// `none`): the most memory the container may be guaranteed, and its guarantee when it asks for none;
+// never above the file's GPUSLICE_MEMORY_LIMIT for any device either names. Anything else is an error
+// naming the line. A file with no KEY=VALUE line at all is an error too: an empty file is what a tool
+// that truncates before it writes leaves for a moment, so lifting caps takes an explicit `none`.
 #pragma once
 
 #include <optional>
@@ -30,6 +32,7 @@ namespace gpuslice::config {
 inline constexpr const char* kMemoryLimitKey = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr const char* kComputeLimitKey = "GPUSLICE_COMPUTE_LIMIT";
 inline constexpr const char* kPriorityKey = "GPUSLICE_PRIORITY";
+inline constexpr const char* kMemoryGuaranteeKey = "GPUSLICE_MEMORY_GUARANTEE";
 // Under MPS, the active-thread percentage of containers below `high` (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
 inline constexpr const char* kMpsLowThreadsKey = "GPUSLICE_MPS_LOW_THREADS";
 // Under MPS, how a container below `high` yields: the host gate (gate) or the server alone (server).
@@ -46,6 +49,7 @@ inline constexpr const char* kNoCap = "none";
 struct LimitsFile {
   std::optional<LimitValue> memory;           // bytes; absent: no cap (`none`, or the key left out)
   std::optional<LimitValue> compute;          // percent; idem
+  std::optional<LimitValue> guarantee;        // bytes: the cap on the memory guarantee; absent: none
   std::optional<Priority> priority;           // the operator's ceiling; absent: none (`none`, or left out)
   std::optional<unsigned> mps_low_threads;    // percent 1-100; absent: none
   std::optional<MpsYield> mps_yield;          // absent: none (the gate)

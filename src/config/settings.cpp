@@ -154,6 +154,7 @@ class Loader {
     memory = merge_by_precedence(std::move(memory), single_size("HCS_VRAM_QUOTA", SizeDialect::Hcs));
     memory = merge_by_precedence(std::move(memory), single_size("VCUDA_MEMORY_LIMIT", SizeDialect::Bytes));
     settings_.memory = std::move(memory);
+    load_guarantee(settings_.memory);
 
     DeviceValues compute = device_values("GPUSLICE_COMPUTE_LIMIT", ValueKind::Percent, SizeDialect::Native);
     compute = merge_by_precedence(std::move(compute),
@@ -161,6 +162,22 @@ class Loader {
     compute =
         merge_by_precedence(std::move(compute), hami_values("CUDA_DEVICE_SM_LIMIT", ValueKind::Percent));
     settings_.compute = std::move(compute);
+  }
+
+  // GPUSLICE_MEMORY_GUARANTEE, in the grammar of GPUSLICE_MEMORY_LIMIT; never above the memory
+  // limit (`limit`, every dialect merged) for any device either names. The compatibility dialects
+  // have no guarantee.
+  void load_guarantee(const DeviceValues& limit) {
+    const char* name = "GPUSLICE_MEMORY_GUARANTEE";
+    settings_.guarantee = device_values(name, ValueKind::Size, SizeDialect::Native);
+    if (settings_.guarantee.empty()) return;
+    if (auto where = guarantee_above_limit(settings_.guarantee, limit)) {
+      auto native = get("GPUSLICE_MEMORY_LIMIT");
+      const std::string limit_name = native ? "GPUSLICE_MEMORY_LIMIT='" + detail::printable(*native) + "'"
+                                            : std::string("the memory limit of the compatibility variables");
+      fail(name, *get(name), "above " + limit_name + " on " + *where + " (a guarantee is at most the limit)");
+      settings_.guarantee = {};
+    }
   }
 
   // Every level variable is checked, even one a higher-precedence variable overrides.

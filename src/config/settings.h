@@ -60,6 +60,12 @@ Result<DeviceValues> parse_json_device_values(std::string_view text, ValueKind k
 // Per device, the first of `higher`, `lower` that has a value for the device wins.
 DeviceValues merge_by_precedence(DeviceValues higher, DeviceValues lower);
 
+// Where a memory guarantee is above the memory limit, looking at every key either names (every
+// device, an index, a UUID): "device 0", "every device", "GPU-…"; nullopt when nowhere. A device
+// named by index in one and by UUID in the other cannot be matched here: the interposer checks
+// each device again once it knows its index and UUID.
+std::optional<std::string> guarantee_above_limit(const DeviceValues& guarantee, const DeviceValues& limit);
+
 // Parses GPUSLICE_LOG_LEVEL / HCS_LOG_LEVEL / VCUDA_LOG_LEVEL names or 0-4 (error..trace).
 Result<log::Level> parse_log_level(std::string_view text);
 // LIBCUDA_LOG_LEVEL numbers as HAMi-core means them: 0 errors, 1 warnings, 2-3 info, 4 debug.
@@ -86,6 +92,10 @@ struct Settings {
   // that applies is min(request, cap), computed where both are kept (shm::effective_quota).
   DeviceValues memory_cap;
   DeviceValues compute_cap;
+  // Memory guarantee (GPUSLICE_MEMORY_GUARANTEE, bytes) and the limits file's cap on it: what the
+  // container is promised below its limit (docs/quota.md, "Guarantees and borrowing").
+  DeviceValues guarantee;
+  DeviceValues guarantee_cap;
   log::Level log_level = log::Level::Warn;
   std::string shared_dir;   // container-wide state (GPUSLICE_SHARED_DIR, default default_shared_dir())
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)

@@ -1,5 +1,5 @@
 // Initialisation and context hooks: cuInit brings gpuslice up (failing closed on bad configuration,
-// including a limit for a device the process does not see);
+// including a limit for a device the process does not see, or a guarantee above its device's limit);
 // creating a context charges its footprint to the container before the driver creates it (the first
 // on a device as another process measured it, or as the driver reports it; every further one as
 // measured for a context here), and destroying one gives it back.
@@ -17,7 +17,10 @@ GS_EXPORT CUresult cuInit(unsigned int Flags) {
   gs::mps_client::init_begin();  // under MPS the first one may wait for another user's server
   CUresult r = real(Flags);
   gs::mps_client::init_end();
-  if (r == CUDA_SUCCESS && !gs::named_devices_exist()) {
+  // Both are checked, so that every configuration problem is logged at once.
+  const bool named_exist = r != CUDA_SUCCESS || gs::named_devices_exist();
+  const bool guarantees_fit = r != CUDA_SUCCESS || gs::guarantees_within_limits();
+  if (!named_exist || !guarantees_fit) {
     gs::fail_closed();
     return CUDA_ERROR_NOT_INITIALIZED;
   }

@@ -20,12 +20,20 @@ void format_uuid(const CUuuid& u, char* out, std::size_t len) {
                 b[15]);
 }
 
-shm::DeviceLimits lookup(const config::DeviceValues& memory, const config::DeviceValues& compute, int index,
-                         const char* uuid) {
+shm::DeviceLimits lookup(const config::DeviceValues& memory, const config::DeviceValues& compute,
+                         const config::DeviceValues& guarantee, int index, const char* uuid) {
   shm::DeviceLimits limits;
   if (auto bytes = memory.lookup(index, uuid)) limits.quota = *bytes;
   if (auto percent = compute.lookup(index, uuid)) limits.compute = static_cast<unsigned>(*percent);
+  if (auto bytes = guarantee.lookup(index, uuid)) limits.guarantee = *bytes;
   return limits;
+}
+
+shm::DeviceLimits requested_limits(const config::Settings& s, int index, const char* uuid) {
+  return lookup(s.memory, s.compute, s.guarantee, index, uuid);
+}
+shm::DeviceLimits capped_limits(const config::Settings& s, int index, const char* uuid) {
+  return lookup(s.memory_cap, s.compute_cap, s.guarantee_cap, index, uuid);
 }
 
 class LimitsLock {
@@ -86,8 +94,8 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   if (books == nullptr) return -1;
   LimitsLock lock(*rt);
   const config::Settings& s = rt->settings;
-  const shm::DeviceLimits requested = lookup(s.memory, s.compute, cuda_index, uuid);
-  const shm::DeviceLimits cap = lookup(s.memory_cap, s.compute_cap, cuda_index, uuid);
+  const shm::DeviceLimits requested = requested_limits(s, cuda_index, uuid);
+  const shm::DeviceLimits cap = capped_limits(s, cuda_index, uuid);
   if (!any(requested) && !any(cap)) return -1;
   auto attached = books->attach_device(uuid, cuda_index, physical_total, requested.quota, requested.compute);
   if (!attached) {
@@ -111,6 +119,8 @@ int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total
   }
   if (requested.quota < recorded) books->set_quota(dev, requested.quota);
   books->set_caps(dev, cap);
+  // Kept beside the limit for now; enforcement is unchanged (docs/quota.md, "Guarantees and borrowing").
+  if (requested.guarantee != 0) books->set_guarantee(dev, requested.guarantee);
   remember(*rt, dev, cuda_index, uuid);
   return dev;
 }
@@ -140,6 +150,40 @@ bool named_devices_exist() {
     all_exist = false;
   }
   return all_exist;
+}
+
+bool guarantees_within_limits() {
+  Runtime* rt = runtime();
+  const CoreDriver& ops = core_driver();
+  if (rt == nullptr) return true;
+  const config::Settings& s = rt->settings;
+  if (s.guarantee.empty() && s.guarantee_cap.empty()) return true;
+  int count = 0;
+  if (ops.device_count == nullptr || ops.device_uuid == nullptr || ops.device_count(&count) != CUDA_SUCCESS)
+    return true;
+  bool within = true;
+  for (CUdevice dev = 0; dev < count && dev < kMaxDevices; ++dev) {
+    CUuuid raw{};
+    if (ops.device_uuid(&raw, dev) != CUDA_SUCCESS) continue;
+    char uuid[sizeof(DeviceState::uuid)];
+    format_uuid(raw, uuid, sizeof uuid);
+    // The request against the request, the file's cap against the file's: what the settings and the
+    // file's parser could not match (one keyed by index, the other by UUID).
+    const shm::DeviceLimits requested = requested_limits(s, dev, uuid);
+    const shm::DeviceLimits cap = capped_limits(s, dev, uuid);
+    const bool asked = requested.guarantee > requested.quota;
+    if (!asked && cap.guarantee <= cap.quota) continue;
+    GS_LOG(Error,
+           "invalid configuration: device %d (%s): %s memory guarantee of %" PRIu64
+           " bytes is above its memory limit of %" PRIu64
+           " bytes (%s vs %s): a guarantee is at most the limit; CUDA calls will fail until it is fixed",
+           dev, uuid, asked ? "GPUSLICE_MEMORY_GUARANTEE's" : "the limits file's",
+           asked ? requested.guarantee : cap.guarantee, asked ? requested.quota : cap.quota,
+           asked ? "GPUSLICE_MEMORY_GUARANTEE" : config::kMemoryGuaranteeKey,
+           asked ? "GPUSLICE_MEMORY_LIMIT" : config::kMemoryLimitKey);
+    within = false;
+  }
+  return within;
 }
 
 DeviceState* device_state(CUdevice dev) {
@@ -211,9 +255,10 @@ bool refresh_limits_file() {
       // Devices attached from now on take the new caps from here (attach_limits).
       s.memory_cap = limits->memory ? std::move(limits->memory->values) : config::DeviceValues{};
       s.compute_cap = limits->compute ? std::move(limits->compute->values) : config::DeviceValues{};
+      s.guarantee_cap = limits->guarantee ? std::move(limits->guarantee->values) : config::DeviceValues{};
       for (int i = 0; i < rt->attached_count; ++i) {
         const AttachedRecord& r = rt->attached[i];
-        books->set_caps(r.ledger_dev, lookup(s.memory_cap, s.compute_cap, r.index, r.uuid));
+        books->set_caps(r.ledger_dev, capped_limits(s, r.index, r.uuid));
       }
     }
     rt->limits_mtime = st.st_mtim;

@@ -27,6 +27,11 @@ DeviceState* current_device_state(CUdevice* out_dev = nullptr);
 // the process chose a subset, so an absent device is only reported (true).
 bool named_devices_exist();
 
+// Whether, for every device this process sees, the memory guarantee asked for is at most the limit
+// asked for, and the limits file's at most its own (asked once the driver is initialised); false
+// after logging each device where it is not, naming both values. The caller fails closed.
+bool guarantees_within_limits();
+
 // Finds or attaches the ledger record of a device known by UUID only (NVML callers), with its
 // request and cap; the record index, -1 if not limited, -2 if the ledger refused it.
 int attach_limits(const char* uuid, int cuda_index, std::uint64_t physical_total);

@@ -86,12 +86,19 @@ struct Header {
   // then runs at low): written by the processes' watchers, shown by `gpuslice status`.
   std::atomic<std::uint32_t> assigned_priority;
   std::atomic<std::uint32_t> assignment_refused;
+  // Per device record: the memory guarantee the container asked for (environment) and the read-only
+  // limits file's cap on it, bytes, 0 = none (docs/quota.md, "Guarantees and borrowing"). Kept
+  // beside the record's limits; the effective guarantee is shm::effective_guarantee of both and the
+  // effective quota.
+  alignas(8) std::atomic<std::uint64_t> requested_guarantee[kMaxDeviceRecords];
+  std::atomic<std::uint64_t> guarantee_cap[kMaxDeviceRecords];
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
                   offsetof(Header, context_footprint) == 144 &&
                   offsetof(Header, node_channel_refused) == 272 &&
-                  offsetof(Header, assigned_priority) == 276 && offsetof(Header, assignment_refused) == 280,
+                  offsetof(Header, assigned_priority) == 276 && offsetof(Header, assignment_refused) == 280 &&
+                  offsetof(Header, requested_guarantee) == 288 && offsetof(Header, guarantee_cap) == 416,
               "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {

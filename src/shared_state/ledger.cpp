@@ -257,6 +257,8 @@ class MappedLedger final : public Ledger {
         std::memcpy(r.uuid, uuid.data(), uuid.size());
         r.requested_quota.store(quota_bytes);
         r.quota_cap.store(kUnlimited);
+        header_->requested_guarantee[i].store(0);
+        header_->guarantee_cap[i].store(0);
         r.requested_compute.store(compute);
         r.compute_cap.store(kNoComputeLimit);
         r.quota.store(quota_bytes);
@@ -386,8 +388,20 @@ class MappedLedger final : public Ledger {
     detail::recompute_limits(devices_[dev]);
   }
 
+  void set_guarantee(int dev, std::uint64_t bytes) override {
+    if (!writable_ || !device_ready(dev)) return;
+    header_->requested_guarantee[dev].store(bytes);
+  }
+
+  std::uint64_t guarantee(int dev) const override {
+    if (!device_ready(dev)) return 0;
+    return effective_guarantee(header_->requested_guarantee[dev].load(), header_->guarantee_cap[dev].load(),
+                               devices_[dev].quota.load());
+  }
+
   void set_caps(int dev, DeviceLimits caps) override {
     if (!writable_ || !device_ready(dev)) return;
+    header_->guarantee_cap[dev].store(caps.guarantee);
     devices_[dev].quota_cap.store(caps.quota);
     devices_[dev].compute_cap.store(caps.compute > 100 ? 100 : caps.compute);
     detail::recompute_limits(devices_[dev]);
@@ -395,12 +409,14 @@ class MappedLedger final : public Ledger {
 
   DeviceLimits requested(int dev) const override {
     if (!device_ready(dev)) return {};
-    return {devices_[dev].requested_quota.load(), devices_[dev].requested_compute.load()};
+    return {devices_[dev].requested_quota.load(), devices_[dev].requested_compute.load(),
+            header_->requested_guarantee[dev].load()};
   }
 
   DeviceLimits caps(int dev) const override {
     if (!device_ready(dev)) return {};
-    return {devices_[dev].quota_cap.load(), devices_[dev].compute_cap.load()};
+    return {devices_[dev].quota_cap.load(), devices_[dev].compute_cap.load(),
+            header_->guarantee_cap[dev].load()};
   }
 
   void count_refusal(int dev) override {

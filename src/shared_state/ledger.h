@@ -27,6 +27,13 @@ inline constexpr unsigned kNoComputeLimit = 0;  // compute limit 0 = not limited
 constexpr std::uint64_t effective_quota(std::uint64_t requested, std::uint64_t cap) {
   return requested < cap ? requested : cap;
 }
+// The memory guarantee that applies: the request capped by the file's cap (either alone when the
+// other is 0 = none), and never above the quota in force (a guarantee promises no more than may
+// be allocated). 0 = no guarantee.
+constexpr std::uint64_t effective_guarantee(std::uint64_t requested, std::uint64_t cap, std::uint64_t quota) {
+  std::uint64_t g = requested == 0 ? cap : (cap == 0 || requested < cap ? requested : cap);
+  return g < quota ? g : quota;
+}
 constexpr unsigned effective_compute(unsigned requested, unsigned cap) {
   if (requested == kNoComputeLimit) return cap;
   if (cap == kNoComputeLimit) return requested;
@@ -37,6 +44,7 @@ constexpr unsigned effective_compute(unsigned requested, unsigned cap) {
 struct DeviceLimits {
   std::uint64_t quota = kUnlimited;
   unsigned compute = kNoComputeLimit;
+  std::uint64_t guarantee = 0;  // memory guarantee, bytes; 0 = none
 };
 
 struct ProcessRow {
@@ -54,6 +62,7 @@ struct DeviceRow {
   std::uint64_t total_bytes = 0;             // physical memory of the card
   std::uint64_t quota = kUnlimited;          // effective: min(requested, cap)
   unsigned compute_limit = kNoComputeLimit;  // effective
+  std::uint64_t guarantee = 0;               // effective memory guarantee (effective_guarantee), 0 = none
   DeviceLimits requested;                    // environment / `gpuslice set`
   DeviceLimits cap;                          // read-only limits file
   std::uint64_t used = 0;                    // sum over live processes
@@ -119,7 +128,11 @@ class Ledger {
   // Change the request; the effective limit follows, still capped.
   virtual void set_quota(int dev, std::uint64_t bytes) = 0;
   virtual void set_compute_limit(int dev, unsigned percent) = 0;
-  // Replaces the caps of the read-only limits file; the effective limits follow.
+  // Change the memory guarantee asked for (0 = none).
+  virtual void set_guarantee(int dev, std::uint64_t bytes) = 0;
+  // The memory guarantee that applies (effective_guarantee of request, cap and quota), 0 = none.
+  virtual std::uint64_t guarantee(int dev) const = 0;
+  // Replaces the caps of the read-only limits file (guarantee cap included); the effective limits follow.
   virtual void set_caps(int dev, DeviceLimits caps) = 0;
   virtual DeviceLimits requested(int dev) const = 0;
   virtual DeviceLimits caps(int dev) const = 0;

@@ -130,8 +130,10 @@ Snapshot LedgerView::snapshot(const std::string& path) const {
     row.total_bytes = d.total_bytes;
     row.quota = d.quota.load();
     row.compute_limit = d.compute_limit.load();
-    row.requested = {d.requested_quota.load(), d.requested_compute.load()};
-    row.cap = {d.quota_cap.load(), d.compute_cap.load()};
+    row.requested = {d.requested_quota.load(), d.requested_compute.load(),
+                     header->requested_guarantee[r].load()};
+    row.cap = {d.quota_cap.load(), d.compute_cap.load(), header->guarantee_cap[r].load()};
+    row.guarantee = effective_guarantee(row.requested.guarantee, row.cap.guarantee, row.quota);
     row.used = used(static_cast<int>(r));
     row.refused_allocations = d.refused_allocations.load();
     row.record = static_cast<int>(r);

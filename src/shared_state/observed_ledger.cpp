@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "common/errno_text.h"
 #include "common/safe_file.h"
@@ -28,8 +29,9 @@ struct Store {
   LedgerView view;
   int dev = -1;
   std::uint64_t value = 0;
-  std::uint32_t compute = 0;  // Caps: the compute cap (`value` is the quota cap)
-  enum Kind { Quota, ComputeLimit, Caps, Refusal, Reap, Priority } kind = Quota;
+  std::uint32_t compute = 0;    // Caps: the compute cap (`value` is the quota cap)
+  std::uint64_t guarantee = 0;  // Caps: the guarantee cap
+  enum Kind { Quota, ComputeLimit, Caps, Guarantee, Refusal, Reap, Priority } kind = Quota;
   int fd = -1;
   const std::string* path = nullptr;
   int reaped = 0;
@@ -56,7 +58,11 @@ void apply_store(void* context) {
       record.requested_compute.store(static_cast<std::uint32_t>(s->value));
       recompute_limits(record);
       break;
+    case Store::Guarantee:
+      s->view.header->requested_guarantee[s->dev].store(s->value);
+      break;
     case Store::Caps:
+      s->view.header->guarantee_cap[s->dev].store(s->guarantee);
       record.quota_cap.store(s->value);
       record.compute_cap.store(s->compute);
       recompute_limits(record);
@@ -109,24 +115,32 @@ class ObservedLedger final : public Ledger {
   void set_compute_limit(int dev, unsigned percent) override {
     store(Store::ComputeLimit, dev, percent > 100 ? 100 : percent);
   }
+  void set_guarantee(int dev, std::uint64_t bytes) override { store(Store::Guarantee, dev, bytes); }
+  std::uint64_t guarantee(int dev) const override {
+    DeviceRecord record;
+    if (!read_record(dev, &record)) return 0;
+    const auto [requested, cap] = read_guarantees(dev);
+    return effective_guarantee(requested, cap, record.quota.load());
+  }
   void set_caps(int dev, DeviceLimits caps) override {
     if (!writable_) return;
     Store s;
     s.kind = Store::Caps;
     s.dev = dev;
     s.value = caps.quota;
+    s.guarantee = caps.guarantee;
     s.compute = caps.compute > 100 ? 100 : caps.compute;
     with_mapping(&s);
   }
   DeviceLimits requested(int dev) const override {
     DeviceRecord record;
     if (!read_record(dev, &record)) return {};
-    return {record.requested_quota.load(), record.requested_compute.load()};
+    return {record.requested_quota.load(), record.requested_compute.load(), read_guarantees(dev).first};
   }
   DeviceLimits caps(int dev) const override {
     DeviceRecord record;
     if (!read_record(dev, &record)) return {};
-    return {record.quota_cap.load(), record.compute_cap.load()};
+    return {record.quota_cap.load(), record.compute_cap.load(), read_guarantees(dev).second};
   }
   void count_refusal(int dev) override { store(Store::Refusal, dev, 0); }
   void add_busy_ns(int, std::uint64_t) override {}
@@ -229,6 +243,19 @@ class ObservedLedger final : public Ledger {
     auto offset = static_cast<off_t>(kDevicesOffset + sizeof(DeviceRecord) * static_cast<std::size_t>(dev));
     if (!fs::pread_exact(fd_, static_cast<void*>(out), sizeof *out, offset)) return false;
     return out->state.load() == kDeviceReady;
+  }
+
+  // The header's guarantee request and cap of record `dev` (0, 0 when unreadable).
+  std::pair<std::uint64_t, std::uint64_t> read_guarantees(int dev) const {
+    std::uint64_t requested = 0;
+    std::uint64_t cap = 0;
+    const auto at = [dev](std::size_t field) {
+      return static_cast<off_t>(field + sizeof(std::uint64_t) * static_cast<std::size_t>(dev));
+    };
+    if (!fs::pread_exact(fd_, &requested, sizeof requested, at(offsetof(Header, requested_guarantee))) ||
+        !fs::pread_exact(fd_, &cap, sizeof cap, at(offsetof(Header, guarantee_cap))))
+      return {0, 0};
+    return {requested, cap};
   }
 
   void store(Store::Kind kind, int dev, std::uint64_t value) {

@@ -23,6 +23,7 @@ struct DeviceStatus {
   std::optional<std::uint64_t> quota_bytes;            // in force: min(requested, cap); absent = unlimited
   std::optional<std::uint64_t> requested_quota_bytes;  // environment / `gpuslice set`; absent = none
   std::optional<std::uint64_t> quota_cap_bytes;        // the read-only limits file; absent = no cap
+  std::optional<std::uint64_t> guarantee_bytes;        // memory guarantee in force; absent = none
   std::uint64_t used_bytes = 0;
   std::optional<unsigned> compute_limit_percent;  // absent = no limit
   std::uint64_t refused_allocations = 0;          // since the ledger was created
@@ -82,6 +83,7 @@ void copy_row_figures(const shm::DeviceRow& row, Device& d) {
   if (row.quota != shm::kUnlimited) d.quota_bytes = row.quota;
   if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
   if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
+  if (row.guarantee != 0) d.guarantee_bytes = row.guarantee;
   d.used_bytes = row.used;
   d.refused_allocations = row.refused_allocations;
 }

@@ -53,6 +53,7 @@ json to_json(const ContainerStatus& s) {
                        {"quota_bytes", optional_json(d.quota_bytes)},
                        {"requested_quota_bytes", optional_json(d.requested_quota_bytes)},
                        {"quota_cap_bytes", optional_json(d.quota_cap_bytes)},
+                       {"guarantee_bytes", optional_json(d.guarantee_bytes)},
                        {"used_bytes", d.used_bytes},
                        {"compute_limit_percent", optional_json(d.compute_limit_percent)},
                        {"refused_allocations", d.refused_allocations},
@@ -139,6 +140,7 @@ Result<ContainerStatus> container_from_json(const json& value) {
            read_optional(dj, "quota_bytes", d.quota_bytes, error) &&
            read_optional(dj, "requested_quota_bytes", d.requested_quota_bytes, error) &&
            read_optional(dj, "quota_cap_bytes", d.quota_cap_bytes, error) &&
+           read_optional(dj, "guarantee_bytes", d.guarantee_bytes, error) &&
            read_optional(dj, "compute_limit_percent", d.compute_limit_percent, error) &&
            read_optional(dj, "busy_ns", d.busy_ns, error) &&
            read_optional(dj, "compute_utilization_ratio", d.compute_utilization_ratio, error) &&

@@ -285,5 +285,65 @@ TEST_F(SharedMemory, AnImportedVmmHandleIsChargedOnceToItsCreatorNeverToTheImpor
   release_and_expect_books_back_to_the_context(exporter);
 }
 
+// What the books do with the driver's virtual memory management today, which a reclaim will build on
+// (docs/quota.md, "Guarantees and borrowing"): a device-located cuMemCreate is charged when created
+// and refused past the quota; reserving, mapping and setting access charge nothing; a host-located
+// handle is no device memory; re-backing a range at the same address keeps the books exact.
+TEST_F(Accounting, VmmIsChargedAtCreateOnTheDeviceOnlyAndARemapKeepsTheBooksExact) {
+  constexpr long long kQuota = 128 * kMiB;
+  constexpr long long kBytes = 48 * kMiB;  // with the context, 112 MiB; a second 48 MiB would not fit
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "128Mi";
+  Outcome o = run(probe_argv({"--scenario", "vmm-move", "--bytes", std::to_string(kBytes)}), env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const long long start = kQuota - kContextBytes;
+  EXPECT_EQ(o.num("start_free"), start);
+  EXPECT_EQ(o.num("reserved_free"), start) << "an address range is no memory";
+  EXPECT_EQ(o.num("created_free"), start - kBytes) << "charged when created";
+  EXPECT_EQ(o.num("mapped_free"), start - kBytes) << "mapping charges nothing more";
+  EXPECT_EQ(o.num("over_code"), 2) << "CUDA_ERROR_OUT_OF_MEMORY past the quota";
+  EXPECT_EQ(o.num("host_create_code"), 0) << "host memory is not charged to the device quota";
+  EXPECT_EQ(o.num("host_created_free"), start - kBytes);
+  EXPECT_EQ(o.num("host_identical"), 1);
+  EXPECT_EQ(o.num("on_host_free"), start) << "moved to host: the device bytes are back in the books";
+  EXPECT_EQ(o.num("back_create_code"), 0);
+  EXPECT_EQ(o.num("back_created_free"), start - kBytes);
+  EXPECT_EQ(o.num("device_identical"), 1) << "back on the device at the same address, bitwise identical";
+  EXPECT_EQ(o.num("back_free"), start - kBytes);
+  EXPECT_EQ(o.num("end_free"), start) << "everything released: the books hold the context alone";
+}
+
+// The guarantee is recorded in the container's state beside the quota: the environment's request
+// capped by the limits file's, shown by `gpuslice status`.
+TEST_F(Accounting, TheGuaranteeIsRecordedBesideTheQuotaAndCappedByTheLimitsFile) {
+  write_limits("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_MEMORY_GUARANTEE=128Mi\n");
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "1Gi";
+  env["GPUSLICE_MEMORY_GUARANTEE"] = "256Mi";
+  Background holder(holder_argv(64 * kMiB), env, dir_ + "/holder.out");
+  ASSERT_TRUE(holder.wait_for_output("hold_code=0", 10000)) << holder.output();
+  std::string last;
+  EXPECT_TRUE(status_shows(field("guarantee_bytes", 128 * kMiB), 5000, &last)) << last;
+  EXPECT_NE(last.find(field("quota_bytes", kGiB)), std::string::npos) << last;
+  write_limits("GPUSLICE_MEMORY_LIMIT=none\nGPUSLICE_MEMORY_GUARANTEE=none\n");
+  EXPECT_TRUE(status_shows(field("guarantee_bytes", 256 * kMiB), 5000, &last))
+      << "the cap lifted, the request applies: " << last;
+}
+
+// A guarantee above the limit for one device, keyed so that only the library can match them (the
+// limit by index, the guarantee by UUID): CUDA fails closed with a message naming both.
+TEST_F(Accounting, AGuaranteeAboveTheLimitOfItsDeviceFailsClosed) {
+  Env env = base_env();
+  env["GPUSLICE_MEMORY_LIMIT"] = "0=1Gi";
+  env["GPUSLICE_MEMORY_GUARANTEE"] = R"({"GPU-6d6f636b-0000-4000-8000-000000000000": "2Gi"})";
+  Outcome o = run(probe_argv({"--scenario", "fill"}), env);
+  EXPECT_NE(o.exit_code, 0) << o.out << o.err;
+  EXPECT_FALSE(o.has("allocated")) << "nothing was allocated: " << o.out;
+  EXPECT_NE(o.err.find("memory guarantee of 2147483648 bytes is above its memory limit of 1073741824"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("GPUSLICE_MEMORY_GUARANTEE"), std::string::npos) << o.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::test

@@ -885,6 +885,84 @@ int vmm_import() {
   return 0;
 }
 
+// VMM as a reclaim would use it (docs/quota.md, "Guarantees and borrowing"): `bytes` of device memory
+// mapped at one address, then a device handle over what is left of the quota, then the range re-backed
+// by host memory and by device memory again at the same address, its contents copied each time.
+// Prints the virtual free memory after each step and whether the data survived bitwise.
+int vmm_move() {
+  const std::size_t n = g_opt.bytes;
+  CUmemAllocationProp device = device_prop();
+  device.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  CUmemAllocationProp host = device;
+  host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  host.location.id = 0;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = g_opt.device;
+  access.flags = 3;  // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+  print_info("start_");
+
+  CUdeviceptr address = 0;
+  CUdeviceptr staging = 0;
+  check(g_drv.address_reserve(&address, n, 0, 0, 0), "cuMemAddressReserve");
+  check(g_drv.address_reserve(&staging, n, 0, 0, 0), "cuMemAddressReserve");
+  std::printf("reserved=1\n");
+  print_info("reserved_");
+  CUmemGenericAllocationHandle on_device = 0;
+  check(g_drv.mem_create(&on_device, n, &device, 0), "cuMemCreate");
+  print_info("created_");
+  check(g_drv.map(address, n, 0, on_device, 0), "cuMemMap");
+  check(g_drv.set_access(address, n, &access, 1), "cuMemSetAccess");
+  print_info("mapped_");
+  std::vector<unsigned char> pattern(n);
+  std::uint32_t state = 47;
+  for (auto& b : pattern) {
+    state = state * 1664525u + 1013904223u;
+    b = static_cast<unsigned char>(state >> 24);
+  }
+  check(g_drv.copy_h2d(address, pattern.data(), n), "cuMemcpyHtoD");
+
+  // What is left of the quota, plus one granule: refused.
+  size_t free_now = 0, total = 0;
+  check(g_drv.mem_get_info(&free_now, &total), "cuMemGetInfo");
+  const std::size_t granule = 2u << 20;
+  CUmemGenericAllocationHandle over = 0;
+  std::printf("over_code=%d\n", g_drv.mem_create(&over, (free_now / granule + 1) * granule, &device, 0));
+
+  CUmemGenericAllocationHandle on_host = 0;
+  std::printf("host_create_code=%d\n", g_drv.mem_create(&on_host, n, &host, 0));
+  print_info("host_created_");
+  std::vector<unsigned char> seen(n);
+  // Re-backs `address` by `to`: its contents copied through the staging window, `from` released.
+  auto rebind = [&](CUmemGenericAllocationHandle from, CUmemGenericAllocationHandle to) {
+    check(g_drv.copy_d2h(seen.data(), address, n), "cuMemcpyDtoH");
+    check(g_drv.map(staging, n, 0, to, 0), "cuMemMap");
+    check(g_drv.set_access(staging, n, &access, 1), "cuMemSetAccess");
+    check(g_drv.copy_h2d(staging, seen.data(), n), "cuMemcpyHtoD");
+    check(g_drv.unmap(staging, n), "cuMemUnmap");
+    check(g_drv.unmap(address, n), "cuMemUnmap");
+    check(g_drv.mem_release(from), "cuMemRelease");
+    check(g_drv.map(address, n, 0, to, 0), "cuMemMap");
+    check(g_drv.set_access(address, n, &access, 1), "cuMemSetAccess");
+    std::fill(seen.begin(), seen.end(), 0);
+    check(g_drv.copy_d2h(seen.data(), address, n), "cuMemcpyDtoH");
+    return seen == pattern ? 1 : 0;
+  };
+  std::printf("host_identical=%d\n", rebind(on_device, on_host));
+  print_info("on_host_");
+  CUmemGenericAllocationHandle back = 0;
+  std::printf("back_create_code=%d\n", g_drv.mem_create(&back, n, &device, 0));
+  print_info("back_created_");
+  std::printf("device_identical=%d\n", rebind(on_host, back));
+  print_info("back_");
+  check(g_drv.unmap(address, n), "cuMemUnmap");
+  check(g_drv.mem_release(back), "cuMemRelease");
+  check(g_drv.address_free(address, n), "cuMemAddressFree");
+  check(g_drv.address_free(staging, n), "cuMemAddressFree");
+  print_info("end_");
+  return 0;
+}
+
 std::size_t parse_bytes(const char* s) { return static_cast<std::size_t>(std::strtoull(s, nullptr, 10)); }
 
 }  // namespace
@@ -964,6 +1042,7 @@ int main(int argc, char** argv) {
   if (g_opt.scenario == "ipc-import") return ipc_import();
   if (g_opt.scenario == "vmm-export") return vmm_export();
   if (g_opt.scenario == "vmm-import") return vmm_import();
+  if (g_opt.scenario == "vmm-move") return vmm_move();
   std::fprintf(stderr, "probe_app: unknown scenario %s\n", g_opt.scenario.c_str());
   return 2;
 }

@@ -139,9 +139,10 @@ struct LinearAllocation {
 };
 
 struct PhysicalAllocation {
-  int fd = -1;  // memfd, so two mappings of one handle alias like on a GPU
+  int fd = -1;  // memfd, so two mappings of one handle alias like on a GPU (and keep its contents)
   std::size_t size = 0;
-  unsigned device = 0;
+  unsigned device = 0;  // the device charged; meaningless when `host`
+  bool host = false;    // created with a host location: takes no device memory
   unsigned mappings = 0;
   bool released = false;  // freed once released and unmapped everywhere
   bool imported = false;  // another process's allocation (a shareable handle): charged there

@@ -126,6 +126,7 @@ CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocat
   auto found = state.physical.find(handle);
   if (found == state.physical.end() || found->second.released) return CUDA_ERROR_INVALID_HANDLE;
   if (found->second.fd < 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (found->second.host) return CUDA_ERROR_INVALID_VALUE;  // host allocations are not IPC capable
   int fd = dup(found->second.fd);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *static_cast<int*>(shareableHandle) = fd;
@@ -150,7 +151,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   Driver& state = driver();
   std::lock_guard<std::mutex> lock(state.mutex);
   CUmemGenericAllocationHandle created = state.next_physical_handle++;
-  PhysicalAllocation imported{fd, static_cast<std::size_t>(st.st_size), context->device, 0, false};
+  PhysicalAllocation imported{fd, static_cast<std::size_t>(st.st_size), context->device, false, 0, false};
   imported.imported = true;
   state.physical.emplace(created, imported);
   *handle = created;

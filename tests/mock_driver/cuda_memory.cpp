@@ -125,7 +125,8 @@ void destroy_physical_locked(Driver& state, CUmemGenericAllocationHandle handle)
   auto found = state.physical.find(handle);
   if (found == state.physical.end()) return;
   if (found->second.fd >= 0) close(found->second.fd);
-  if (!found->second.imported) state.shared.uncharge(found->second.device, found->second.size, false);
+  if (!found->second.imported && !found->second.host)
+    state.shared.uncharge(found->second.device, found->second.size, false);
   state.physical.erase(found);
 }
 
@@ -359,15 +360,30 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (handle == nullptr || prop == nullptr || flags != 0 || size == 0 || !is_granular(size)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   Driver& state = driver();
-  if (prop->location.id < 0 || static_cast<unsigned>(prop->location.id) >= state.shared.device_count()) {
-    return CUDA_ERROR_INVALID_DEVICE;
+  // CUDA 13: on a device (id = ordinal), or in host memory: HOST (id ignored; not IPC capable, so no
+  // handle types) or HOST_NUMA (id = NUMA node; the mock's host has one, node 0). HOST_NUMA_CURRENT
+  // is refused for cuMemCreate. Host memory is no device's: nothing is charged.
+  bool host = false;
+  switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      if (prop->location.id < 0 || static_cast<unsigned>(prop->location.id) >= state.shared.device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+      break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+      if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_INVALID_VALUE;
+      host = true;
+      break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      if (prop->location.id != 0) return CUDA_ERROR_INVALID_VALUE;
+      host = true;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
-  const auto device = static_cast<unsigned>(prop->location.id);
-  if (!state.shared.charge(device, size, false)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto device = host ? 0u : static_cast<unsigned>(prop->location.id);
+  if (!host && !state.shared.charge(device, size, false)) return CUDA_ERROR_OUT_OF_MEMORY;
   int fd = memfd_create("gpuslice-mock-vmm", MFD_CLOEXEC);
   if (fd >= 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) {
     close(fd);
@@ -376,8 +392,31 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (fd < 0) MOCK_LOG("memfd unavailable: mappings of one VMM handle will not alias");
   std::lock_guard<std::mutex> lock(state.mutex);
   CUmemGenericAllocationHandle created = state.next_physical_handle++;
-  state.physical.emplace(created, PhysicalAllocation{fd, size, device, 0, false});
+  state.physical.emplace(created, PhysicalAllocation{fd, size, device, host, 0, false});
   *handle = created;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags option) {
+  CUresult ready = check_ready();
+  if (ready != CUDA_SUCCESS) return ready;
+  if (granularity == nullptr || prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+    return CUDA_ERROR_INVALID_VALUE;
+  switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      if (prop->location.id < 0 || static_cast<unsigned>(prop->location.id) >= driver().shared.device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+      break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  // One granularity for both, device or host, as the mock enforces it everywhere.
+  *granularity = kVmmGranularity;
   return CUDA_SUCCESS;
 }
 

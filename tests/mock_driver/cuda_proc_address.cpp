@@ -82,6 +82,7 @@ const ProcEntry* find_entry(const char* name) {
       {"cuIpcCloseMemHandle", {{address(&cuIpcCloseMemHandle), 4010}}},
       {"cuMemAddressReserve", {{address(&cuMemAddressReserve), 10020}}},
       {"cuMemAddressFree", {{address(&cuMemAddressFree), 10020}}},
+      {"cuMemGetAllocationGranularity", {{address(&cuMemGetAllocationGranularity), 10020}}},
       {"cuMemMap", {{address(&cuMemMap), 10020}}},
       {"cuMemUnmap", {{address(&cuMemUnmap), 10020}}},
       {"cuMemSetAccess", {{address(&cuMemSetAccess), 10020}}},

@@ -142,7 +142,10 @@ TEST(DeviceCatalog, VramAllocationCreatesContainerDirectoryAndLimits) {
   auto limits = read_limits_file(layout.limits_file(id));
   ASSERT_TRUE(limits.ok()) << limits.error();
   EXPECT_EQ(limits->memory, std::to_string(2 * (64ULL << 20)));
+  EXPECT_EQ(limits->guarantee, limits->memory) << "exclusive vram units: all of it is the container's";
   EXPECT_FALSE(limits->compute);
+  EXPECT_EQ(plan->envs.count("GPUSLICE_MEMORY_GUARANTEE"), 0u)
+      << "the environment is the tenant's to lower it";
 
   // Units on two GPUs: a JSON object keyed by UUID, and both GPUs visible.
   auto split = plan_allocation(ResourceKind::Vram, {"11111111-m0", "22222222-m0", "22222222-m1"}, c, layout);
@@ -151,6 +154,33 @@ TEST(DeviceCatalog, VramAllocationCreatesContainerDirectoryAndLimits) {
             std::string("{\"") + kUuid0 + "\":67108864,\"" + kUuid1 + "\":134217728}");
   EXPECT_EQ(split->envs.at("NVIDIA_VISIBLE_DEVICES"), std::string(kUuid0) + "," + kUuid1);
   EXPECT_NE(split->container_id, id);
+  auto split_limits = read_limits_file(layout.limits_file(split->container_id));
+  ASSERT_TRUE(split_limits.ok()) << split_limits.error();
+  EXPECT_EQ(split_limits->guarantee, split->envs.at("GPUSLICE_MEMORY_LIMIT"));
+}
+
+TEST(DeviceCatalog, TheGuaranteesHandedOutOnAGpuNeverExceedItsMemory) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  DeviceCatalog c = two_gpus();
+  // Every vram unit of GPU 0, split over two containers: their guarantees add up to the GPU's units.
+  const unsigned units = c.units(ResourceKind::Vram, 0);
+  std::vector<std::string> first, second;
+  for (unsigned k = 0; k < units; ++k)
+    (k % 2 == 0 ? first : second).push_back(c.id(ResourceKind::Vram, 0, k));
+  std::uint64_t guaranteed = 0;
+  for (const auto* ids : {&first, &second}) {
+    auto plan = plan_allocation(ResourceKind::Vram, *ids, c, layout);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    auto limits = read_limits_file(layout.limits_file(plan->container_id));
+    ASSERT_TRUE(limits.ok() && limits->guarantee) << limits.error();
+    guaranteed += std::stoull(*limits->guarantee);
+  }
+  EXPECT_EQ(guaranteed, std::uint64_t{units} * c.options().vram_unit);
+  EXPECT_LE(guaranteed, c.gpus()[0].memory_total_bytes);
+  // One unit more on that GPU would be an id the GPU does not have, or one handed out twice.
+  EXPECT_FALSE(plan_allocation(ResourceKind::Vram, {c.id(ResourceKind::Vram, 0, units)}, c, layout).ok());
+  EXPECT_FALSE(plan_allocation(ResourceKind::Vram, {first[0], first[0]}, c, layout).ok());
 }
 
 TEST(DeviceCatalog, CoresAndReplicaAllocationsCarryNoDirectory) {

@@ -293,6 +293,62 @@ TEST(Webhook, ABadPriorityAnnotationDeniesThePodNamingTheAnnotationAndTheLevels)
   }
 }
 
+// The value of `name` in a patched container's env, or null.
+json env_value(const json& container, const std::string& name) {
+  json found = nullptr;
+  for (const json& var : container["env"]) {
+    if (var["name"] == name) found = var["value"];
+  }
+  return found;
+}
+
+TEST(Webhook, TheGuaranteeAnnotationBecomesGpusliceMemoryGuaranteeWithinTheLimit) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  json& pod = review_json["request"]["object"];
+  pod["metadata"]["annotations"]["gpuslice.io/memory-guarantee"] = "4Gi";
+  auto r = review(review_json.dump());
+  ASSERT_EQ(r.response["allowed"], true) << r.body.dump();
+  json patched = pod.patch(r.patch);
+  EXPECT_EQ(env_value(patched["spec"]["containers"][0], "GPUSLICE_MEMORY_GUARANTEE"),
+            std::to_string(4ULL << 30));
+  EXPECT_EQ(env_value(patched["spec"]["containers"][0], "GPUSLICE_MEMORY_LIMIT"), std::to_string(16ULL << 30))
+      << "the limit is unchanged";
+  EXPECT_EQ(patched["spec"]["initContainers"], pod["spec"]["initContainers"]) << "no GPU request: untouched";
+  auto plain = review_fixture("admission_hcs_vram.json");
+  EXPECT_EQ(plain.patch.dump().find("GPUSLICE_MEMORY_GUARANTEE"), std::string::npos)
+      << "none asked: none set";
+
+  // A device plugin pod: its limit comes from Allocate; the library holds the guarantee to it.
+  json dp = json::parse(test::fixture("admission_gpuslice_vram.json"));
+  dp["request"]["object"]["metadata"]["annotations"]["gpuslice.io/memory-guarantee"] = "1Gi";
+  auto d = review(dp.dump());
+  ASSERT_EQ(d.response["allowed"], true) << d.body.dump();
+  json dp_patched = dp["request"]["object"].patch(d.patch);
+  EXPECT_EQ(env_value(dp_patched["spec"]["containers"][0], "GPUSLICE_MEMORY_GUARANTEE"),
+            std::to_string(1ULL << 30));
+}
+
+TEST(Webhook, AGuaranteeAboveTheLimitOrMalformedDeniesThePod) {
+  json review_json = json::parse(test::fixture("admission_hcs_vram.json"));
+  review_json["request"]["object"]["metadata"]["annotations"]["gpuslice.io/memory-guarantee"] = "17Gi";
+  auto above = review(review_json.dump());
+  ASSERT_EQ(above.http_status, 200);
+  EXPECT_EQ(above.response["allowed"], false);
+  const std::string message = above.response["status"]["message"];
+  EXPECT_NE(message.find("gpuslice.io/memory-guarantee (18253611008 bytes) is above"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("ai.compute/vram (17179869184 bytes)"), std::string::npos) << message;
+  for (const json& value : {json("lots"), json(4), json("0"), json("-1Gi")}) {
+    json bad = json::parse(test::fixture("admission_hcs_vram.json"));
+    bad["request"]["object"]["metadata"]["annotations"]["gpuslice.io/memory-guarantee"] = value;
+    auto r = review(bad.dump());
+    EXPECT_EQ(r.response["allowed"], false) << value.dump();
+    EXPECT_NE(r.response["status"]["message"].get<std::string>().find("gpuslice.io/memory-guarantee"),
+              std::string::npos)
+        << r.body.dump();
+  }
+}
+
 TEST(Webhook, OtherPodsAndObjectsPassUntouched) {
   for (const char* name : {"admission_no_gpu.json", "admission_not_pod.json"}) {
     auto r = review_fixture(name);

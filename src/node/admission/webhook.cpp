@@ -85,6 +85,7 @@ struct ContainerNeeds {
   std::optional<std::uint64_t> hcs_bytes;  // ai.compute/vram
   bool device_plugin = false;              // <domain>/vram or <domain>/cores
   std::optional<std::string> priority;     // the pod's level, as the policy allowed it
+  std::optional<std::uint64_t> guarantee;  // bytes, the pod's kMemoryGuaranteeAnnotation
   // The level the operator's policy gives the pod when it asks for none (what the daemon assigns):
   // written in place of a GPUSLICE_PRIORITY the container might take from envFrom, unjudged.
   std::string policy_level = "normal";
@@ -141,6 +142,11 @@ std::optional<std::string> container_needs(const json& container, const std::str
     return where + " requests both " + kHcsVramResource + " and " + options.resource_domain +
            "/vram|cores; use one of them";
   }
+  if (needs.guarantee && needs.hcs_bytes && *needs.guarantee > *needs.hcs_bytes) {
+    return std::string("annotation ") + kMemoryGuaranteeAnnotation + " (" + std::to_string(*needs.guarantee) +
+           " bytes) is above " + where + "'s " + kHcsVramResource + " (" + std::to_string(*needs.hcs_bytes) +
+           " bytes): a guarantee is at most the limit";
+  }
   return std::nullopt;
 }
 
@@ -191,6 +197,9 @@ std::optional<std::string> mutate_container(const json& container, const std::st
     // bit, which the library refuses (host_layout.h).
     wanted.push_back({{"name", "GPUSLICE_SHARED_DIR"},
                       {"value", std::string(kContainerSharedDir) + "/" + kEmptyDirSharedSubdir}});
+  }
+  if (needs.guarantee) {
+    wanted.push_back({{"name", "GPUSLICE_MEMORY_GUARANTEE"}, {"value", std::to_string(*needs.guarantee)}});
   }
   if (needs.priority) {
     wanted.push_back({{"name", "GPUSLICE_PRIORITY"}, {"value", *needs.priority}});
@@ -400,6 +409,18 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
                             options.priority, &policy_level);
   if (!level) return deny(uid, level.error());
   if (*level) priority = priority_name(**level);
+  std::optional<std::uint64_t> guarantee;
+  if (const json* value = annotations && annotations->is_object()
+                              ? member(*annotations, kMemoryGuaranteeAnnotation)
+                              : nullptr) {
+    const std::string source = std::string("annotation ") + kMemoryGuaranteeAnnotation;
+    if (!value->is_string()) return deny(uid, source + " must be a quantity string such as \"4Gi\"");
+    auto bytes = parse_quantity(value->get<std::string>());
+    if (!bytes)
+      return deny(uid, source + " \"" + printable(value->get<std::string>(), 64) + "\": " + bytes.error());
+    if (*bytes == 0) return deny(uid, source + " must be greater than zero");
+    guarantee = *bytes;
+  }
   const json* spec = member(*pod, "spec");
   if (!spec || !spec->is_object()) return deny(uid, "pod has no spec");
 
@@ -420,6 +441,7 @@ WebhookReply review_admission(std::string_view body, const WebhookOptions& optio
           "container \"" + (name && name->is_string() ? name->get<std::string>() : "?") + "\"";
       ContainerNeeds needs;
       needs.priority = priority;
+      needs.guarantee = guarantee;
       needs.policy_level = priority_name(policy_level);
       if (auto err = container_needs(container, where, options, needs)) return deny(uid, *err);
       if (!needs.hcs_bytes && !needs.device_plugin) continue;

@@ -29,6 +29,12 @@ inline constexpr const char* kInjectedAnnotation = "gpuslice.io/injected";  // s
 // high | normal | low: GPUSLICE_PRIORITY of the pod's gpuslice containers (docs/priority.md); high
 // only where WebhookOptions::priority allows it. A pod's own GPUSLICE_PRIORITY is judged the same way.
 inline constexpr const char* kPriorityAnnotation = "gpuslice.io/priority";
+// A quantity ("4Gi"): GPUSLICE_MEMORY_GUARANTEE (bytes) of the pod's gpuslice containers, at most each
+// one's memory limit (an ai.compute/vram container's is known here and checked; a device plugin
+// container's is checked by the library against its limits file). Guarantees on one GPU never sum past
+// its memory: the device plugin's vram units and the DRA driver see to that, not this webhook, which
+// does not know the GPU a pod will get.
+inline constexpr const char* kMemoryGuaranteeAnnotation = "gpuslice.io/memory-guarantee";
 inline constexpr const char* kStateVolumePrefix = "gpuslice-state-";  // + c<i> / i<i>
 inline constexpr const char* kLibraryVolume = "gpuslice-lib";
 

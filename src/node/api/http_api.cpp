@@ -69,6 +69,7 @@ json container_json(const ContainerView& c, const std::string& node) {
     dev.quota_bytes = d.quota_bytes;
     dev.requested_quota_bytes = d.requested_quota_bytes;
     dev.quota_cap_bytes = d.quota_cap_bytes;
+    dev.guarantee_bytes = d.guarantee_bytes;
     dev.used_bytes = d.used_bytes;
     if (d.compute_limit != 0) dev.compute_limit_percent = d.compute_limit;
     dev.refused_allocations = d.refused_allocations;

@@ -32,6 +32,7 @@ json to_json(const CheckpointEntry& e) {
                        {"cdiIds", d.cdi_ids},
                        {"uuid", d.gpu_uuid},
                        {"memory", d.memory_bytes},
+                       {"guarantee", d.guarantee_bytes},
                        {"compute", d.compute_percent}});
   }
   return {{"state", e.state == CheckpointEntry::State::Prepared ? "prepared" : "preparing"},
@@ -67,6 +68,7 @@ CheckpointEntry from_json(const json& e) {
     dev.cdi_ids = d.at("cdiIds").get<std::vector<std::string>>();
     dev.gpu_uuid = d.at("uuid").get<std::string>();
     dev.memory_bytes = d.at("memory").get<std::uint64_t>();
+    dev.guarantee_bytes = d.value("guarantee", std::uint64_t{0});  // absent in checkpoints written before it
     dev.compute_percent = d.at("compute").get<unsigned>();
     entry.devices.push_back(std::move(dev));
   }

@@ -28,7 +28,8 @@ struct PreparedDevice {
   std::vector<std::string> cdi_ids;
   std::string gpu_uuid;
   std::uint64_t memory_bytes = 0;
-  unsigned compute_percent = 100;  // 100: no compute limit
+  std::uint64_t guarantee_bytes = 0;  // memory guarantee (the claim's memory.request); 0: none
+  unsigned compute_percent = 100;     // 100: no compute limit
 };
 
 struct CheckpointEntry {

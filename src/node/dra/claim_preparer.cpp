@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "common/errno_text.h"
@@ -12,6 +13,7 @@
 #include "config/limits_file.h"
 #include "config/text_util.h"
 #include "node/dra/cdi_spec.h"
+#include "node/dra/resource_slice.h"
 #include "node/host/allocation_record.h"
 #include "node/host/assignment_file.h"
 #include "node/host/limits_file.h"
@@ -200,6 +202,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   entry.cdi_file = options_.cdi_dir + "/" + cdi_spec_file_name(ref.uid);
   if (allocation->priority) entry.priority = config::priority_name(*allocation->priority);
   std::vector<std::pair<std::string, std::uint64_t>> memory;
+  std::vector<std::pair<std::string, std::uint64_t>> guarantee;
   std::vector<std::pair<std::string, unsigned>> compute;
   std::string visible;
   for (const auto& d : allocation->devices) {
@@ -213,9 +216,11 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
     p.cdi_ids = {cdi_device_id(ref.uid)};
     p.gpu_uuid = d.gpu.uuid;
     p.memory_bytes = d.memory_bytes;
+    p.guarantee_bytes = d.guarantee_bytes;
     p.compute_percent = d.compute.value_or(100);
     entry.devices.push_back(p);
     memory.emplace_back(d.gpu.uuid, d.memory_bytes);
+    if (d.guarantee_bytes != 0) guarantee.emplace_back(d.gpu.uuid, d.guarantee_bytes);
     if (d.compute) compute.emplace_back(d.gpu.uuid, *d.compute);
     visible += (visible.empty() ? "" : ",") + d.gpu.uuid;
   }
@@ -227,6 +232,14 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   for (const auto& [uuid, percent] : compute) assigned.compute[uuid] = percent;
   if (!entry.channel_writer.empty()) {
     if (auto text = render_assignment(assigned); !text) return make_error(text.error());
+  }
+
+  // Limits may overcommit a GPU; guarantees never do: with this claim's, what the claims prepared
+  // here guarantee on each GPU stays within its memory.
+  if (auto over = guarantees_exceed_memory(ref.uid, *allocation)) {
+    GS_LOG(Warn, "claim %s/%s (%s) refused: %s", ref.ns.c_str(), ref.name.c_str(), ref.uid.c_str(),
+           over->c_str());
+    return make_error(*over);
   }
 
   // 1. Say what is about to be created before creating any of it. The entry as it will be once
@@ -280,6 +293,12 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   Limits limits;
   limits.memory = per_gpu(memory);
   if (!compute.empty()) limits.compute = per_gpu(compute);
+  // Keyed like the memory limit: one plain value only where the claim has one GPU.
+  if (!guarantee.empty()) {
+    json by_uuid = json::object();
+    for (const auto& [uuid, bytes] : guarantee) by_uuid[uuid] = bytes;
+    limits.guarantee = memory.size() == 1 ? per_gpu(guarantee) : by_uuid.dump();
+  }
   limits.priority = allocation->priority;
   const std::string text = render_limits(limits);
   if (auto checked = config::parse_limits_file(text); !checked) return fail("limits: " + checked.error());
@@ -295,6 +314,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
   edits.env["GPUSLICE_CONTAINER_ID"] = id;
   edits.env[kMemoryLimitKey] = *limits.memory;
   if (limits.compute) edits.env[kComputeLimitKey] = *limits.compute;
+  if (limits.guarantee) edits.env[config::kMemoryGuaranteeKey] = *limits.guarantee;
   if (!entry.priority.empty()) edits.env["GPUSLICE_PRIORITY"] = entry.priority;
   edits.mounts.push_back({layout_.library_path(), kContainerLibrary, true});
   edits.mounts.push_back({layout_.state_dir(id), kContainerSharedDir, false});
@@ -333,6 +353,32 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::prepare(const ClaimRef& ref) 
          ref.uid.c_str(), entry.devices.size(), limits.memory->c_str(), limits.compute ? ", compute " : "",
          limits.compute ? limits.compute->c_str() : "");
   return entry.devices;
+}
+
+std::optional<std::string> ClaimPreparer::guarantees_exceed_memory(const std::string& uid,
+                                                                   const ClaimAllocation& allocation) const {
+  std::map<std::string, std::uint64_t> wanted;  // by GPU UUID
+  std::map<std::string, std::uint64_t> memory;
+  for (const auto& d : allocation.devices) {
+    if (d.guarantee_bytes == 0) continue;
+    wanted[d.gpu.uuid] += d.guarantee_bytes;
+    memory[d.gpu.uuid] = published_memory(d.gpu);
+  }
+  if (wanted.empty()) return std::nullopt;
+  std::map<std::string, std::uint64_t> held;
+  // Claims being prepared count too: a prepare that fails takes its entry away.
+  for (const auto& [other, e] : store_.state().claims) {
+    if (other == uid) continue;
+    for (const auto& d : e.devices) held[d.gpu_uuid] += d.guarantee_bytes;
+  }
+  for (const auto& [uuid, bytes] : wanted) {
+    if (held[uuid] + bytes <= memory[uuid]) continue;
+    return "the claim's memory.request (" + std::to_string(bytes) + " bytes on " + uuid +
+           ") with what the claims prepared on this node guarantee there (" + std::to_string(held[uuid]) +
+           " bytes) is more than the GPU's " + std::to_string(memory[uuid]) +
+           " bytes: guarantees never overcommit a GPU (limits may); ask for less, or release a claim";
+  }
+  return std::nullopt;
 }
 
 Result<bool> ClaimPreparer::unprepare(const std::string& uid) {

@@ -87,6 +87,10 @@ class ClaimPreparer {
   // prepare per uid: a second name never gets the first claim's devices). Called with mutex_ held.
   std::optional<Result<std::vector<PreparedDevice>>> prepared_before(const ClaimRef& ref) const;
   void step(const char* name) const;
+  // Why the claim's memory guarantees, with those of every other claim in the checkpoint, would be more
+  // than a GPU's memory; nullopt when they fit. Under mutex_.
+  std::optional<std::string> guarantees_exceed_memory(const std::string& uid,
+                                                      const ClaimAllocation& allocation) const;
 
   PreparerOptions options_;
   ClaimSource& source_;

@@ -226,6 +226,14 @@ Result<ClaimAllocation> read_claim_allocation(const json& claim, const ClaimRef&
                " was allocated without consumed capacity (DRAConsumableCapacity off): prepared with the "
                "claim's own memory.limit";
     }
+    // memory.request is the claim's guarantee (Kubernetes' request): within what it may use.
+    if (d.config.memory_request) {
+      if (*d.config.memory_request > d.memory_bytes)
+        return make_error("memory.request " + std::to_string(*d.config.memory_request) + " is above the " +
+                          std::to_string(d.memory_bytes) + " bytes the claim may use on " + shown(d.device) +
+                          " (a guarantee is at most the limit)");
+      d.guarantee_bytes = *d.config.memory_request;
+    }
     if (d.scheduled_compute < 100) d.compute = d.scheduled_compute;
     if (d.config.compute_limit) {
       if (*d.config.compute_limit > d.scheduled_compute)

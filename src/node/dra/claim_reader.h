@@ -36,8 +36,9 @@ struct AllocatedDevice {
   bool whole = false;    // the whole-GPU device
   std::string share_id;  // set when the device is shared (allowMultipleAllocations)
   GpuInfo gpu;
-  std::uint64_t memory_bytes = 0;   // the limit to enforce (consumed capacity, or the config's tighter limit)
-  std::optional<unsigned> compute;  // percent; unset: no compute limit (a whole GPU)
+  std::uint64_t memory_bytes = 0;  // the limit to enforce (consumed capacity, or the config's tighter limit)
+  std::uint64_t guarantee_bytes = 0;   // the config's memory.request, at most memory_bytes; 0: none
+  std::optional<unsigned> compute;     // percent; unset: no compute limit (a whole GPU)
   std::uint64_t scheduled_memory = 0;  // what the scheduler counted
   unsigned scheduled_compute = 100;
   ClaimConfig config;

@@ -39,6 +39,7 @@ Limits text_of(const config::LimitsFile& file) {
   limits.mps_low_threads = file.mps_low_threads;
   limits.mps_compute = file.mps_compute;
   limits.mps_yield = file.mps_yield;
+  if (file.guarantee) limits.guarantee = file.guarantee->text;
   return limits;
 }
 
@@ -105,6 +106,7 @@ std::string render_limits(const Limits& limits) {
   file.mps_low_threads = limits.mps_low_threads;
   file.mps_compute = limits.mps_compute;
   file.mps_yield = limits.mps_yield;
+  if (limits.guarantee) file.guarantee = config::LimitValue{*limits.guarantee, {}};
   return config::render_limits_file(file, kHeader);
 }
 

@@ -17,9 +17,10 @@ using config::kComputeLimitKey;
 using config::kMemoryLimitKey;
 
 struct Limits {
-  std::optional<std::string> memory;   // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
-  std::optional<std::string> compute;  // "30", "0=30,1=50", JSON
-  std::optional<Priority> priority;    // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
+  std::optional<std::string> memory;     // value as written: "8589934592", "8Gi", "0=8Gi,1=4Gi", JSON
+  std::optional<std::string> compute;    // "30", "0=30,1=50", JSON
+  std::optional<Priority> priority;      // the operator's ceiling (GPUSLICE_PRIORITY); absent: none
+  std::optional<std::string> guarantee;  // GPUSLICE_MEMORY_GUARANTEE as written; absent: none
   // The operator's MPS keys (GPUSLICE_MPS_LOW_THREADS, _COMPUTE, _PRIORITY): kept as they are
   // through a read-modify-write, so a PUT /limits of the caps does not drop them.
   std::optional<unsigned> mps_low_threads;

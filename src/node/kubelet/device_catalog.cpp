@@ -314,6 +314,10 @@ Result<AllocationPlan> plan_allocation(ResourceKind kind, const std::vector<std:
     if (auto r = make_host_dir(layout.config_dir(id), 0755); !r) return make_error(r.error());
     Limits limits;
     limits.memory = memory;
+    // Each vram id is one unit of one GPU's memory, handed to one container: what a container got
+    // is its own, so the whole allocation is its guarantee (the GPU's guarantees sum to at most its
+    // memory), which GPUSLICE_MEMORY_GUARANTEE in its environment may lower, never raise.
+    limits.guarantee = memory;
     if (auto r = write_file_atomically(layout.limits_file(id), render_limits(limits)); !r) {
       return make_error(r.error());
     }

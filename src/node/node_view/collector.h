@@ -37,6 +37,7 @@ struct ContainerDevice {
   std::optional<std::uint64_t> quota_bytes;            // absent = unlimited
   std::optional<std::uint64_t> requested_quota_bytes;  // environment / `gpuslice set`; absent = none
   std::optional<std::uint64_t> quota_cap_bytes;        // the read-only limits file; absent = no cap
+  std::optional<std::uint64_t> guarantee_bytes;        // memory guarantee in force; absent = none
   unsigned compute_limit = 0;                          // percent, 0 = not limited
   std::uint64_t used_bytes = 0;
   std::uint64_t refused_allocations = 0;

@@ -232,6 +232,55 @@ TEST_F(DraPrepare, TwoClaimsShareOneGpuWithTheirOwnLimits) {
   EXPECT_EQ(p.claims().size(), 2u);
 }
 
+TEST_F(DraPrepare, TheMemoryRequestIsWrittenAsTheGuaranteeBesideTheLimit) {
+  claims.claims["team-a/c"] =
+      allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"request", "2Gi"}}}}), "team-a", "c");
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  auto devices = p.prepare({"team-a", "c", "uid-1"});
+  ASSERT_TRUE(devices) << devices.error();
+  EXPECT_EQ((*devices)[0].guarantee_bytes, 2ULL << 30);
+  auto limits = config::read_limits_file(container("uid-1") + "/config/limits");
+  ASSERT_TRUE(limits) << limits.error();
+  EXPECT_EQ(limits->memory->text, std::to_string(8ULL << 30));
+  ASSERT_TRUE(limits->guarantee);
+  EXPECT_EQ(limits->guarantee->text, std::to_string(2ULL << 30));
+  auto cdi = nlohmann::json::parse(node::test::read_file(spec("uid-1")));
+  auto env = cdi["devices"][0]["containerEdits"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "GPUSLICE_MEMORY_GUARANTEE=" + std::to_string(2ULL << 30)),
+            env.end());
+  ClaimPreparer restarted(preparer_options(), claims);
+  ASSERT_TRUE(restarted.recover());
+  ASSERT_EQ(restarted.claims().size(), 1u);
+  EXPECT_EQ(restarted.claims()[0].entry.devices[0].guarantee_bytes, 2ULL << 30) << "checkpointed";
+}
+
+TEST_F(DraPrepare, LimitsMayOvercommitAGpuButGuaranteesNever) {
+  // 80 GiB GPU: three claims of 60 GiB each (180 GiB of limits) with guarantees of 50, 40 and 30 GiB.
+  const auto claim = [&](const std::string& uid, const char* request, int share) {
+    test::Result r;
+    r.consumed = {{"memory", "60Gi"}};
+    r.share_id = "6f1a0e5c-0000-4000-8000-00000000000" + std::to_string(share);
+    claims.claims["team-a/" + uid] =
+        allocated_claim(uid, {r}, slice_config({{"memory", {{"request", request}}}}), "team-a", uid);
+  };
+  claim("uid-a", "50Gi", 1);
+  claim("uid-b", "40Gi", 2);
+  claim("uid-c", "30Gi", 3);
+  ClaimPreparer p(preparer_options(), claims);
+  ASSERT_TRUE(p.recover());
+  ASSERT_TRUE(p.prepare({"team-a", "uid-a", "uid-a"}));
+  auto refused = p.prepare({"team-a", "uid-b", "uid-b"});
+  ASSERT_FALSE(refused) << "50 + 40 GiB guaranteed on an 80 GiB GPU";
+  EXPECT_NE(refused.error().find("guarantees never overcommit a GPU"), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().find("(53687091200 bytes)"), std::string::npos) << refused.error();
+  EXPECT_FALSE(exists(container("uid-b"))) << "a refused claim leaves nothing behind";
+  ASSERT_TRUE(p.prepare({"team-a", "uid-c", "uid-c"})) << "50 + 30 GiB: exactly the GPU";
+  ASSERT_TRUE(p.unprepare("uid-a"));
+  auto after = p.prepare({"team-a", "uid-b", "uid-b"});
+  EXPECT_TRUE(after) << "30 + 40 GiB once the first is released: " << (after ? "" : after.error());
+}
+
 TEST_F(DraPrepare, TwoGpusAreLimitedPerUuid) {
   test::Result second;
   second.device = "gpu-1";

@@ -109,6 +109,28 @@ TEST(DraClaimReader, TheClaimsConfigMayOnlyTightenWhatWasScheduled) {
   EXPECT_NE(looser.error().find("compute.limit 50 is above the 30%"), std::string::npos) << looser.error();
 }
 
+TEST(DraClaimReader, TheMemoryRequestIsTheGuaranteeWithinTheLimit) {
+  auto none = read_claim_allocation(allocated_claim("uid-1", {{}}), kRef, test::two_gpu_node());
+  ASSERT_TRUE(none) << none.error();
+  EXPECT_EQ(none->devices[0].guarantee_bytes, 0u) << "no memory.request: no guarantee";
+  auto some =
+      read_claim_allocation(allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"request", "3Gi"}}}})),
+                            kRef, test::two_gpu_node());
+  ASSERT_TRUE(some) << some.error();
+  EXPECT_EQ(some->devices[0].guarantee_bytes, 3ULL << 30);
+  EXPECT_EQ(some->devices[0].memory_bytes, 8ULL << 30) << "the limit is what was scheduled";
+  auto above =
+      read_claim_allocation(allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"request", "10Gi"}}}})),
+                            kRef, test::two_gpu_node());
+  ASSERT_FALSE(above);
+  EXPECT_NE(above.error().find("memory.request 10737418240 is above the 8589934592 bytes"), std::string::npos)
+      << above.error();
+  auto above_limit = read_claim_allocation(
+      allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"request", "4Gi"}, {"limit", "2Gi"}}}})),
+      kRef, test::two_gpu_node());
+  ASSERT_FALSE(above_limit) << "request above the config's own limit";
+}
+
 TEST(DraClaimReader, MalformedParametersAreAClearErrorOnTheClaim) {
   auto a =
       read_claim_allocation(allocated_claim("uid-1", {{}}, slice_config({{"memory", {{"limit", "lots"}}}})),

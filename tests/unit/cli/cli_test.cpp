@@ -74,6 +74,9 @@ TEST_F(CliTest, RunRejectsMalformedLimits) {
       {{"--memory", "1Gi", "--device-limits", "0=1Gi"}, "cannot be combined"},
       {{"--log-level", "loud"}, "--log-level 'loud'"},
       {{"--priority", "urgent"}, "--priority 'urgent'"},
+      {{"--memory-guarantee", "lots"}, "--memory-guarantee 'lots'"},
+      {{"--memory", "4Gi", "--memory-guarantee", "6Gi"}, "--memory-guarantee '6Gi' is above --memory '4Gi'"},
+      {{"--device-limits", "0=8Gi,1=1Gi", "--memory-guarantee", "2Gi"}, "on device 1"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"run", "--library", lib};
@@ -129,6 +132,18 @@ TEST_F(CliTest, RunDeviceLimitsBecomeThePerDeviceForm) {
                    "sh", "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_COMPUTE_LIMIT\""});
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(o.out, "0=8Gi,1=4Gi|0=30,1=50\n");
+}
+
+TEST_F(CliTest, RunMemoryGuaranteeBecomesTheVariable) {
+  std::string lib = make_library("libgpuslice.so");
+  Outcome o = run({"run", "--library", lib, "--memory", "8Gi", "--memory-guarantee", "0=2Gi,1=8Gi", "--",
+                   "sh", "-c", "echo \"$GPUSLICE_MEMORY_LIMIT|$GPUSLICE_MEMORY_GUARANTEE\""});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "8Gi|0=2Gi,1=8Gi\n");
+  Outcome alone = run({"run", "--library", lib, "--memory-guarantee", "1Gi", "--", "sh", "-c",
+                       "echo \"$GPUSLICE_MEMORY_GUARANTEE\""});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.out, "1Gi\n") << "without --memory the library checks it against the limit it finds";
 }
 
 TEST_F(CliTest, RunFindsTheLibraryThroughTheEnvironment) {
@@ -215,6 +230,31 @@ TEST_F(CliTest, StatusTableShowsDevicesAndProcesses) {
   EXPECT_TRUE(contains(o.out, "unlimited")) << o.out;
   EXPECT_TRUE(contains(o.out, std::to_string(getpid()))) << o.out;
   EXPECT_TRUE(contains(o.out, "cli_tests")) << o.out;
+}
+
+TEST_F(CliTest, StatusShowsTheGuaranteeBesideTheQuota) {
+  auto ledger = make_state();
+  ledger->set_guarantee(0, 2 * kGi);
+  ledger->set_caps(1, {gpuslice::shm::kUnlimited, gpuslice::shm::kNoComputeLimit, 3 * kGi});
+  Outcome o = run({"status", "--file", state_});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "GUARANTEE")) << o.out;
+  const std::size_t row0 = o.out.find(kUuid0);
+  ASSERT_NE(row0, std::string::npos) << o.out;
+  const std::string line0 = o.out.substr(row0, o.out.find('\n', row0) - row0);
+  EXPECT_TRUE(contains(line0, "8 GiB      2 GiB")) << "quota, then guarantee: " << line0;
+  Outcome json = run({"status", "--json", "--file", state_});
+  ASSERT_EQ(json.status, 0) << json.err;
+#ifdef GPUSLICE_TEST_HAVE_JSON
+  auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc["devices"][0]["guarantee_bytes"], 2 * kGi);
+  EXPECT_EQ(doc["devices"][1]["guarantee_bytes"], 3 * kGi) << "the operator's guarantee when none is asked";
+#else
+  EXPECT_TRUE(contains(json.out, "\"guarantee_bytes\":" + std::to_string(2 * kGi))) << json.out;
+#endif
+  ledger->set_guarantee(0, 0);
+  Outcome none = run({"status", "--file", state_});
+  EXPECT_TRUE(contains(none.out, "none")) << none.out;
 }
 
 TEST_F(CliTest, StatusFindsTheFileThroughTheEnvironment) {

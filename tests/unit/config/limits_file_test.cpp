@@ -300,6 +300,56 @@ TEST(LimitsFileText, AValueMustBeOneLineOfAKnownKey) {
   EXPECT_TRUE(parse_limit_value("GPUSLICE_COMPUTE_LIMIT", "{\"0\": 20}").ok());
 }
 
+TEST_F(LimitsFile, TheGuaranteeIsACapKeptApartFromTheRequest) {
+  Settings asks;
+  asks.guarantee = *parse_device_values("6Gi", ValueKind::Size, SizeDialect::Native);
+  Settings s = apply("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_MEMORY_GUARANTEE=0=4Gi,1=2Gi\n", asks);
+  ASSERT_TRUE(s.ok()) << s.errors[0];
+  EXPECT_EQ(s.guarantee_cap.lookup(0, ""), 4 * kGi);
+  EXPECT_EQ(s.guarantee_cap.lookup(1, ""), 2 * kGi);
+  EXPECT_EQ(s.guarantee.lookup(0, ""), 6 * kGi) << "the request stays as asked; the ledger applies the cap";
+  EXPECT_TRUE(apply("GPUSLICE_MEMORY_GUARANTEE=none\n").guarantee_cap.empty()) << "none: no guarantee cap";
+  EXPECT_EQ(apply("GPUSLICE_MEMORY_GUARANTEE=1Gi\n").guarantee_cap.lookup(3, ""), kGi)
+      << "a guarantee alone is a file";
+}
+
+TEST_F(LimitsFile, AGuaranteeAboveTheLimitNamesBothKeysAndValues) {
+  const std::string above = single_error("GPUSLICE_MEMORY_GUARANTEE=10Gi\nGPUSLICE_MEMORY_LIMIT=8Gi\n");
+  EXPECT_NE(above.find("line 1"), std::string::npos) << above;
+  EXPECT_NE(above.find("GPUSLICE_MEMORY_GUARANTEE='10Gi'"), std::string::npos) << above;
+  EXPECT_NE(above.find("GPUSLICE_MEMORY_LIMIT='8Gi' (line 2)"), std::string::npos) << above;
+  const std::string per_device =
+      single_error("GPUSLICE_MEMORY_LIMIT=0=8Gi,1=2Gi\nGPUSLICE_MEMORY_GUARANTEE=4Gi\n");
+  EXPECT_NE(per_device.find("on device 1"), std::string::npos) << per_device;
+  EXPECT_TRUE(apply("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_MEMORY_GUARANTEE=8Gi\n").ok()) << "equal is fine";
+  Settings kept;
+  kept.guarantee_cap = *parse_device_values("1Gi", ValueKind::Size, SizeDialect::Native);
+  EXPECT_EQ(
+      apply("GPUSLICE_MEMORY_LIMIT=1Gi\nGPUSLICE_MEMORY_GUARANTEE=2Gi\n", kept).guarantee_cap.lookup(0, ""),
+      kGi)
+      << "a bad file applies nothing";
+}
+
+TEST_F(LimitsFile, AMalformedOrRepeatedGuaranteeNamesTheLine) {
+  const std::string bad = single_error("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_MEMORY_GUARANTEE=-1Gi\n");
+  EXPECT_NE(bad.find("line 2"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("GPUSLICE_MEMORY_GUARANTEE='-1Gi'"), std::string::npos) << bad;
+  const std::string twice = single_error("GPUSLICE_MEMORY_GUARANTEE=1Gi\nGPUSLICE_MEMORY_GUARANTEE=2Gi\n");
+  EXPECT_NE(twice.find("set twice (first on line 1)"), std::string::npos) << twice;
+}
+
+TEST(LimitsFileText, TheGuaranteeIsRenderedOnlyWhenThereIsOne) {
+  auto parsed = parse_limits_file("GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_MEMORY_GUARANTEE=0=2Gi\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  const std::string text = render_limits_file(*parsed);
+  EXPECT_EQ(text,
+            "GPUSLICE_MEMORY_LIMIT=8Gi\nGPUSLICE_COMPUTE_LIMIT=none\nGPUSLICE_MEMORY_GUARANTEE=0=2Gi\n");
+  ASSERT_TRUE(parse_limits_file(text)->guarantee);
+  EXPECT_EQ(parse_limits_file(text)->guarantee->values.lookup(0, ""), 2 * kGi);
+  EXPECT_TRUE(parse_limit_value("GPUSLICE_MEMORY_GUARANTEE", "4Gi").ok());
+  EXPECT_FALSE(parse_limit_value("GPUSLICE_MEMORY_GUARANTEE", "50%").ok());
+}
+
 TEST_F(LimitsFile, TooLargeFile) {
   std::string big(1024 * 1024 + 1, '#');
   EXPECT_NE(single_error(big).find("is 1048577 bytes, more than the 1048576 accepted"), std::string::npos)

@@ -359,5 +359,59 @@ TEST(LoadSettings, ComputeBusyIsEventsByDefaultOrLaunchesWhenAsked) {
                       "expected events or launches");
 }
 
+TEST(LoadSettings, TheGuaranteeTakesTheFormsOfTheLimit) {
+  Settings s = load_ok({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "2Gi"}});
+  EXPECT_EQ(s.guarantee.lookup(0, ""), 2 * kGi);
+  s = load_ok({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "0=2Gi,1=4096Mi"}});
+  EXPECT_EQ(s.guarantee.lookup(0, ""), 2 * kGi);
+  EXPECT_EQ(s.guarantee.lookup(1, ""), 4 * kGi);
+  EXPECT_EQ(s.guarantee.lookup(2, ""), std::nullopt);
+  s = load_ok({{"GPUSLICE_MEMORY_LIMIT", "8Gi"},
+               {"GPUSLICE_MEMORY_GUARANTEE", std::string("{\"") + kUuid + "\": \"3Gi\"}"}});
+  EXPECT_EQ(s.guarantee.lookup(5, kUuid), 3 * kGi);
+  EXPECT_TRUE(s.memory.lookup(0, "").has_value()) << "the limit is unchanged by a guarantee";
+  s = load_ok({{"GPUSLICE_MEMORY_GUARANTEE", "1Gi"}});
+  EXPECT_EQ(s.guarantee.lookup(0, ""), kGi) << "a guarantee without a limit is kept (nothing to exceed)";
+}
+
+TEST(LoadSettings, AMalformedGuaranteeFailsClosedLikeAMalformedLimit) {
+  expect_single_error({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "-1Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='-1Gi'");
+  expect_single_error({{"GPUSLICE_MEMORY_GUARANTEE", "lots"}}, "GPUSLICE_MEMORY_GUARANTEE='lots'");
+  expect_single_error({{"GPUSLICE_MEMORY_GUARANTEE", "0=1Gi,0=2Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='0=1Gi,0=2Gi'");
+  expect_single_error({{"GPUSLICE_MEMORY_GUARANTEE", "0"}}, "GPUSLICE_MEMORY_GUARANTEE='0'");
+}
+
+TEST(LoadSettings, AGuaranteeAboveTheLimitNamesBothVariablesAndValues) {
+  expect_single_error({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "9Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='9Gi'", "above GPUSLICE_MEMORY_LIMIT='8Gi' on every device");
+  expect_single_error({{"GPUSLICE_MEMORY_LIMIT", "0=8Gi,1=1Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "2Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='2Gi'", "on device 1");
+  expect_single_error({{"GPUSLICE_MEMORY_LIMIT", "4Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "1=6Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='1=6Gi'", "on device 1");
+  expect_single_error({{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"GPUSLICE_MEMORY_GUARANTEE", "2Gi"}},
+                      "GPUSLICE_MEMORY_GUARANTEE='2Gi'", "the memory limit of the compatibility variables");
+  Settings s = load({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "9Gi"}});
+  EXPECT_TRUE(s.guarantee.empty()) << "a refused guarantee is not kept";
+  EXPECT_EQ(s.memory.lookup(0, ""), 8 * kGi);
+  load_ok({{"GPUSLICE_MEMORY_LIMIT", "8Gi"}, {"GPUSLICE_MEMORY_GUARANTEE", "8Gi"}});
+}
+
+TEST(GuaranteeAboveLimit, LooksAtEveryKeyEitherSideNames) {
+  const auto values = [](const char* text) {
+    return *parse_device_values(text, ValueKind::Size, SizeDialect::Native);
+  };
+  EXPECT_EQ(guarantee_above_limit(values("1Gi"), values("2Gi")), std::nullopt);
+  EXPECT_EQ(guarantee_above_limit(values("3Gi"), values("2Gi")), "every device");
+  EXPECT_EQ(guarantee_above_limit(values("0=1Gi,7=3Gi"), values("2Gi")), "device 7");
+  EXPECT_EQ(guarantee_above_limit(values("1Gi"), values("0=2Gi,3=512Mi")), "device 3");
+  const std::string uuid_limit = std::string("{\"") + kUuid + "\": \"1Gi\"}";
+  EXPECT_EQ(guarantee_above_limit(values("2Gi"), values(uuid_limit.c_str())),
+            "gpu-3430f778-7a25-704c-9090-8b0bb2478114");
+  EXPECT_EQ(guarantee_above_limit(values("0=4Gi"), values(uuid_limit.c_str())), std::nullopt)
+      << "index against UUID: checked where the device is known";
+}
+
 }  // namespace
 }  // namespace gpuslice::config

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -396,6 +397,133 @@ TEST_F(MemoryTest, VmmMappingsAliasAndStayChargedUntilUnmapped) {
   ASSERT_EQ(cuMemUnmap(base, 2 * kChunk), CUDA_SUCCESS);
   EXPECT_EQ(free_bytes(), kGiB);
   ASSERT_EQ(cuMemAddressFree(base, 3 * kChunk), CUDA_SUCCESS);
+}
+
+TEST_F(MemoryTest, HostLocatedVmmHandlesTakeNoDeviceMemory) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  constexpr size_t kChunk = 2 * kMiB;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  size_t granularity = 0;
+  for (CUmemLocationType type :
+       {CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA}) {
+    prop.location = {type, 0};
+    ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+              CUDA_SUCCESS);
+    EXPECT_EQ(granularity, kChunk);
+    ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+              CUDA_SUCCESS);
+    EXPECT_EQ(granularity, kChunk);
+  }
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 7};
+  EXPECT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuMemGetAllocationGranularity(nullptr, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_ERROR_INVALID_VALUE);
+
+  CUmemGenericAllocationHandle host = 0;
+  CUmemGenericAllocationHandle numa = 0;
+  prop.location = {CU_MEM_LOCATION_TYPE_HOST, 42};  // the id of a HOST location is ignored
+  ASSERT_EQ(cuMemCreate(&host, 4 * kChunk, &prop, 0), CUDA_SUCCESS);
+  prop.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
+  ASSERT_EQ(cuMemCreate(&numa, kChunk, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB) << "host memory is no device's";
+  EXPECT_EQ(nvml_used(0), 0u);
+  CUmemGenericAllocationHandle refused = 0;
+  prop.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, 1};  // the mock's host has one NUMA node
+  EXPECT_EQ(cuMemCreate(&refused, kChunk, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop.location = {CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 0};
+  EXPECT_EQ(cuMemCreate(&refused, kChunk, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop.location = {CU_MEM_LOCATION_TYPE_HOST, 0};
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;  // host memory is not IPC capable
+  EXPECT_EQ(cuMemCreate(&refused, kChunk, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  int fd = -1;
+  EXPECT_EQ(cuMemExportToShareableHandle(&fd, host, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_ERROR_INVALID_VALUE);
+
+  // Mapped into a reserved range and made accessible to the device, it is device-addressable memory.
+  CUdeviceptr base = 0;
+  ASSERT_EQ(cuMemAddressReserve(&base, 4 * kChunk, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(base, 4 * kChunk, 0, host, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 3};
+  ASSERT_EQ(cuMemSetAccess(base, 4 * kChunk, &access, 1), CUDA_SUCCESS);
+  CUdeviceptr other = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&other, kChunk), CUDA_SUCCESS);
+  std::vector<unsigned char> fill(kChunk, 0x3c);
+  ASSERT_EQ(cuMemcpyHtoD_v2(other, fill.data(), kChunk), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoD_v2(base + kChunk, other, kChunk), CUDA_SUCCESS);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, base + 2 * kChunk - 1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x3c);
+  EXPECT_EQ(free_bytes(), kGiB - kChunk) << "only the linear allocation is device memory";
+  ASSERT_EQ(cuMemUnmap(base, 4 * kChunk), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(host), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(numa), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFree_v2(other), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB) << "releasing host handles gives no device memory back that it never took";
+  ASSERT_EQ(cuMemAddressFree(base, 4 * kChunk), CUDA_SUCCESS);
+}
+
+// What a reclaim does to a borrower's VMM-backed allocation: the same device address re-backed by host
+// memory, then by device memory again, its contents copied each time. The simulated device keeps the
+// contents of VMM memory (memfd), so the data must come back bitwise identical.
+TEST_F(MemoryTest, AVmmRangeIsReBackedAtTheSameAddressAndKeepsItsData) {
+  start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  constexpr size_t kSize = 2 * 2 * kMiB;
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 3};
+  const auto create = [](CUmemLocationType type) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = {type, 0};
+    CUmemGenericAllocationHandle handle = 0;
+    EXPECT_EQ(cuMemCreate(&handle, kSize, &prop, 0), CUDA_SUCCESS);
+    return handle;
+  };
+  // Moves the contents at `address` into `to`, through a staging window, and maps `to` at `address`.
+  const auto rebind = [&](CUdeviceptr address, CUdeviceptr staging, CUmemGenericAllocationHandle from,
+                          CUmemGenericAllocationHandle to) {
+    ASSERT_EQ(cuMemMap(staging, kSize, 0, to, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemSetAccess(staging, kSize, &access, 1), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemcpyDtoD_v2(staging, address, kSize), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemUnmap(address, kSize), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemUnmap(staging, kSize), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemRelease(from), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemMap(address, kSize, 0, to, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemSetAccess(address, kSize, &access, 1), CUDA_SUCCESS);
+  };
+
+  CUdeviceptr address = 0;
+  CUdeviceptr staging = 0;
+  ASSERT_EQ(cuMemAddressReserve(&address, kSize, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAddressReserve(&staging, kSize, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle device = create(CU_MEM_LOCATION_TYPE_DEVICE);
+  ASSERT_EQ(cuMemMap(address, kSize, 0, device, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemSetAccess(address, kSize, &access, 1), CUDA_SUCCESS);
+  std::vector<unsigned char> pattern(kSize);
+  std::mt19937 random(47);
+  for (auto& b : pattern) b = static_cast<unsigned char>(random());
+  ASSERT_EQ(cuMemcpyHtoD_v2(address, pattern.data(), kSize), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB - kSize);
+
+  CUmemGenericAllocationHandle host = create(CU_MEM_LOCATION_TYPE_HOST);
+  rebind(address, staging, device, host);
+  EXPECT_EQ(free_bytes(), kGiB) << "moved to host: the device memory is free";
+  std::vector<unsigned char> seen(kSize);
+  ASSERT_EQ(cuMemcpyDtoH_v2(seen.data(), address, kSize), CUDA_SUCCESS);
+  EXPECT_EQ(seen, pattern) << "same address, same data, host-backed";
+
+  CUmemGenericAllocationHandle back = create(CU_MEM_LOCATION_TYPE_DEVICE);
+  rebind(address, staging, host, back);
+  EXPECT_EQ(free_bytes(), kGiB - kSize);
+  std::fill(seen.begin(), seen.end(), 0);
+  ASSERT_EQ(cuMemcpyDtoH_v2(seen.data(), address, kSize), CUDA_SUCCESS);
+  EXPECT_EQ(seen, pattern) << "back on the device, bitwise identical";
+
+  ASSERT_EQ(cuMemUnmap(address, kSize), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(back), CUDA_SUCCESS);
+  EXPECT_EQ(free_bytes(), kGiB);
+  ASSERT_EQ(cuMemAddressFree(address, kSize), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAddressFree(staging, kSize), CUDA_SUCCESS);
 }
 
 TEST_F(MemoryTest, CopiesCheckTheDeviceSide) {

@@ -155,6 +155,46 @@ TEST_F(LedgerTest, LiveQuotaChangeAppliesToTheNextReservation) {
   EXPECT_EQ(observer->used(dev_), 200u + (1ULL << 40));
 }
 
+TEST_F(LedgerTest, TheGuaranteeIsKeptBesideTheLimitRequestCappedAndNeverAboveTheQuota) {
+  auto observer = open_ledger(path_, Ledger::Mode::Observer);
+  EXPECT_EQ(a_->guarantee(dev_), 0u) << "none until asked";
+  a_->set_guarantee(dev_, 60);
+  EXPECT_EQ(a_->guarantee(dev_), 60u);
+  EXPECT_EQ(observer->guarantee(dev_), 60u) << "another process reads the same record";
+  EXPECT_EQ(observer->requested(dev_).guarantee, 60u);
+  a_->set_caps(dev_, {kUnlimited, kNoComputeLimit, 40});
+  EXPECT_EQ(a_->guarantee(dev_), 40u) << "the file's cap holds the request";
+  EXPECT_EQ(observer->caps(dev_).guarantee, 40u);
+  EXPECT_EQ(a_->requested(dev_).guarantee, 60u) << "request and cap are kept apart";
+  a_->set_caps(dev_, {30, kNoComputeLimit, 40});
+  EXPECT_EQ(a_->guarantee(dev_), 30u) << "never above the quota in force";
+  a_->set_caps(dev_, {});
+  EXPECT_EQ(a_->guarantee(dev_), 60u) << "lifting the cap restores the request";
+  a_->set_guarantee(dev_, 0);
+  observer->set_caps(dev_, {kUnlimited, kNoComputeLimit, 20});
+  EXPECT_EQ(a_->guarantee(dev_), 20u) << "no request: the operator's guarantee";
+  observer->set_guarantee(dev_, 10);
+  EXPECT_EQ(a_->guarantee(dev_), 10u);
+  Snapshot snap = observer->snapshot();
+  ASSERT_EQ(snap.devices.size(), 1u);
+  EXPECT_EQ(snap.devices[0].guarantee, 10u);
+  EXPECT_EQ(snap.devices[0].requested.guarantee, 10u);
+  EXPECT_EQ(snap.devices[0].cap.guarantee, 20u);
+  // Enforcement is unchanged: the quota alone decides.
+  EXPECT_TRUE(a_->try_reserve(dev_, 100));
+  EXPECT_FALSE(a_->try_reserve(dev_, 1));
+}
+
+TEST(EffectiveGuarantee, RequestCappedThenBoundedByTheQuota) {
+  static_assert(effective_guarantee(0, 0, kUnlimited) == 0);
+  static_assert(effective_guarantee(5, 0, kUnlimited) == 5);
+  static_assert(effective_guarantee(0, 7, kUnlimited) == 7);
+  static_assert(effective_guarantee(9, 7, kUnlimited) == 7);
+  static_assert(effective_guarantee(3, 7, kUnlimited) == 3);
+  static_assert(effective_guarantee(9, 7, 4) == 4);
+  EXPECT_EQ(effective_guarantee(9, 0, 8), 8u);
+}
+
 TEST_F(LedgerTest, LiveComputeLimitIsVisibleEverywhere) {
   auto observer = open_ledger(path_, Ledger::Mode::Observer);
   const std::atomic<std::uint32_t>* source = a_->compute_limit_source(dev_);
