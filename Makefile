@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 # libncurses-dev gives `gpuslice top` its full-screen view (without it top prints plain refreshes).
 RUN_PACKAGES := g++ cmake make nlohmann-json3-dev libncurses-dev libzstd-dev liblz4-dev
 # What the full test suite needs, as CI runs it.
-TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config ccache prometheus clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev \
+TEST_PACKAGES := $(RUN_PACKAGES) git pkg-config ccache prometheus clang-format clang-tidy libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev lld \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev libcpp-httplib-dev \
   libssl-dev libyaml-cpp-dev python3 python3-yaml binutils curl tmux chromium \
   python3-jsonschema openssl g++-aarch64-linux-gnu qemu-user-static help2man dpkg-dev lintian

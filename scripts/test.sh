@@ -3,7 +3,8 @@
 #   1. release build of everything, all tests (unit, end-to-end on the simulated driver, node)
 #   2. ASan+UBSan build, all tests
 #   (from here on, each build runs in the background, at the lowest CPU priority, beside the tests
-#   of the stage before it: on two cores the tests leave about half the CPU idle)
+#   of the stage before it: on two cores the tests leave about half the CPU idle; stages 5-7's
+#   checks run the same way beside the TSan tests and the fuzzers)
 #   3. TSan build, the concurrent components (ledger, limiter, profiler, interposer tables)
 #   4. libFuzzer (clang) on the parsers, briefly
 #   5. clang-format and clang-tidy
@@ -36,6 +37,11 @@ fi
 # older-glibc and aarch64 scripts read the same file through GPUSLICE_CMAKE_INIT.
 export GPUSLICE_CMAKE_INIT=$PWD/cmake/ci-build.cmake
 init=(-C "$GPUSLICE_CMAKE_INIT")
+# The test builds' programs (tests, CLI, daemon, fuzzers) are linked by lld (make deps-test installs
+# it): about a third of GNU ld's CPU time for each of the hundred-odd executables the stages link.
+# Shared libraries, the injected ones among them, keep the default linker, as they ship; so do the
+# older-glibc and aarch64 builds.
+if command -v ld.lld >/dev/null; then init+=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld); fi
 
 # A build that overlaps a test stage runs in the background at the lowest CPU priority (nice 19):
 # the tests, much of their time waiting on sleeps and child processes, get the CPU whenever they
@@ -118,7 +124,28 @@ unset GPUSLICE_STRESS_SECONDS ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
 stage "TSan, fuzzer, older-glibc and aarch64 builds, clang-tidy (what the background did not finish)"
 wait_background
 
-stage "tests (TSan)"
+# The checks that follow the builds run in the background (nice 19) beside the TSan tests and the
+# fuzzers, which leave part of the CPU idle; their output is printed once they are done, in order.
+tail_checks() {
+  set -e
+  stage "clang-format"
+  scripts/check-format.sh
+  stage "Helm chart, manifests, dashboard and alerts (helm, Kubernetes schemas, promtool, a test run of the daemon)"
+  scripts/check-chart.sh build
+  # --- portability (scripts/check-portable.sh, test-old-glibc.sh, test-aarch64.sh, test-install.sh)
+  stage "portable injected libraries (glibc floor, no C++ runtime)"
+  scripts/check-portable.sh build/lib/libgpuslice.so build/lib/libgpuslice-addpath.so
+  stage "older glibc: e2e scenarios under Debian 11's glibc 2.31"
+  scripts/test-old-glibc.sh build-oldglibc build
+  stage "aarch64: cross build, e2e scenarios under qemu-user"
+  scripts/test-aarch64.sh build-aarch64
+  stage "install layout and Debian packages (gpuslice run from a scratch root)"
+  scripts/test-install.sh build
+  # --- end portability
+}
+
+stage "tests (TSan); format, chart, portability and install checks beside them in the background"
+in_background tail-checks tail_checks
 # The multi-process SIGKILL stress test runs here too, shorter (TSan slows every access ~10x).
 for t in "${tsan_tests[@]}"; do
   GPUSLICE_STRESS_SECONDS=8 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "build-tsan/bin/$t" --gtest_brief=1
@@ -127,29 +154,13 @@ done
 stage "fuzzing the parsers (libFuzzer)"
 fuzz/run.sh build-fuzz "${GPUSLICE_FUZZ_SECONDS:-15}"
 
-stage "clang-format"
-scripts/check-format.sh
-
 stage "clang-tidy (the library, the node daemon and the CLI; ran in the background above)"
 cat "$logs/tidy.out"
 [ ! -e "$logs/tidy.failed" ] || exit 1
 
-stage "Helm chart, manifests, dashboard and alerts (helm, Kubernetes schemas, promtool, a test run of the daemon)"
-scripts/check-chart.sh build
-
-# --- portability (scripts/check-portable.sh, test-old-glibc.sh, test-aarch64.sh, test-install.sh)
-stage "portable injected libraries (glibc floor, no C++ runtime)"
-scripts/check-portable.sh build/lib/libgpuslice.so build/lib/libgpuslice-addpath.so
-
-stage "older glibc: e2e scenarios under Debian 11's glibc 2.31"
-scripts/test-old-glibc.sh build-oldglibc build
-
-stage "aarch64: cross build, e2e scenarios under qemu-user"
-scripts/test-aarch64.sh build-aarch64
-
-stage "install layout and Debian packages (gpuslice run from a scratch root)"
-scripts/test-install.sh build
-# --- end portability
+stage "format, chart, portability and install checks (ran in the background above)"
+wait_background
+cat "$logs/tail-checks.log"
 
 # A real control plane and kubelet: only where the binaries were built and cached before (make
 # k8s-real builds them once, about 30 minutes); otherwise it says it was skipped.
