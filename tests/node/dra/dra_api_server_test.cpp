@@ -795,6 +795,40 @@ TEST_F(DraApi, APersistentRejectionBacksOffCountsAndKeepsThePoolGeneration) {
   EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 1);
 }
 
+// The pool changes (a GPU turns unhealthy) and the devices slice's write keeps being refused after
+// the counters slice took the new generation: the retries write that same generation again instead
+// of one more per round (the 14 -> 21 in 10 s), and the pool settles at it once accepted.
+TEST_F(DraApi, RetriesOfAChangedPoolThatKeepsBeingRefusedKeepItsOneNewGeneration) {
+  server.validate = false;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  auto gpus = test::two_gpu_node().gpus;
+  publisher.set_gpus(gpus);
+  ASSERT_TRUE(publisher.round());
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["pool"]["generation"], 1);
+    server.reject_slice = "node-a-gpuslice-io";
+    server.reject_message = "refused";
+  }
+  gpus[1].healthy = false;
+  publisher.set_gpus(gpus);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(publisher.round());
+    std::lock_guard lock(server.mutex);
+    EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 2)
+        << "round " << i << ": one new generation for one change, however many retries";
+  }
+  {
+    std::lock_guard lock(server.mutex);
+    server.reject_slice.clear();
+  }
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  std::lock_guard lock(server.mutex);
+  for (const auto& [name, slice] : server.slices) EXPECT_EQ(slice["spec"]["pool"]["generation"], 2) << name;
+}
+
 // A failure that persists is logged once per change of cause, however many rounds fail and however
 // its text varies (the server's message names the write): N refused writes, one line; then another
 // cause (the list forbidden), one more.
