@@ -25,7 +25,10 @@ nlohmann::json node_event_object(const NodeEvent& e) {
   char suffix[24];
   std::snprintf(suffix, sizeof suffix, ".%llx", static_cast<unsigned long long>(ns));
   // An object name is at most 253 characters; a node's name may already be that long.
-  const std::string name = e.node.substr(0, 253 - std::string(suffix).size()) + suffix;
+  std::string name = e.node.substr(0, 253 - std::string(suffix).size());
+  while (!name.empty() && (name.back() == '-' || name.back() == '.'))
+    name.pop_back();  // labels end alphanumeric
+  name += suffix;
   const std::string when = rfc3339(e.at);
   nlohmann::json event = {
       {"apiVersion", "v1"},

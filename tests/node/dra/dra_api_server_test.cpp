@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
@@ -15,6 +16,7 @@
 #include "node/api/http_api.h"
 #include "node/dra/api_client.h"
 #include "node/dra/claim_preparer.h"
+#include "node/dra/node_event.h"
 #include "node/dra/slice_publisher.h"
 
 namespace gpuslice::node::dra {
@@ -1032,6 +1034,27 @@ TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {
   const std::string kept = shown.substr(0, shown.size() - 3);
   EXPECT_EQ(text.substr(kept.size() - 3, 1), " ")
       << "cut at a space, not mid-word: " << kept.substr(kept.size() - 20);
+}
+
+// The Event's name is a valid object name for any node name, and its text is bounded and escaped.
+TEST(DraNodeEvent, NameAndTextStayWithinTheApisBounds) {
+  NodeEvent e;
+  e.node = std::string(230, 'a') + "-b.c";
+  e.type = "Warning";
+  e.reason = "GpusliceFractionsNotEnforceable";
+  e.message = "line\n" + std::string(5000, 'x');
+  e.instance = "pod\x1b[2J";
+  e.at = std::chrono::system_clock::from_time_t(1790000000);
+  const json event = node_event_object(e);
+  const std::string name = event["metadata"]["name"];
+  EXPECT_LE(name.size(), 253u);
+  EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(name[name.find('.') - 1]))) << name;
+  EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-"), std::string::npos) << name;
+  EXPECT_EQ(event["involvedObject"]["name"], e.node);
+  EXPECT_LE(event["message"].get<std::string>().size(), 1024u);
+  EXPECT_EQ(event["message"].get<std::string>().find('\n'), std::string::npos);
+  EXPECT_EQ(event["reportingInstance"].get<std::string>().find('\x1b'), std::string::npos);
+  EXPECT_EQ(event["firstTimestamp"], "2026-09-21T14:13:20Z");
 }
 
 TEST(DraMicroTime, RoundTrips) {
