@@ -182,6 +182,8 @@ def main():
               "the issue's bound: throughput >= 0.90, CPU <= 1.10")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"args": vars(args), "runs": runs, "ratios": ratios}, f, indent=1)
+    if args.out:  # else the logs are inside it
+        shutil.rmtree(root, ignore_errors=True)
     print(f"logs and results.json in {out}")
 
 
