@@ -191,6 +191,7 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   if (publisher) {
     collector.set_extra_metrics_source(
         [&publisher, &options] { return render_publisher_metrics(publisher->status(), options.node_name); });
+    collector.set_dra_source([&publisher] { return publisher->status(); });
   }
   collector.refresh();
   options.api.version = GPUSLICE_VERSION;
@@ -211,6 +212,7 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   if (publisher) publisher->stop();
   collector.set_registration_source({});
   collector.set_extra_metrics_source({});
+  collector.set_dra_source({});
   collector.set_mps_source({});
   if (mps_manager) mps_manager->stop();
   http.stop();

@@ -15,6 +15,7 @@
 #include "node/api/api_token.h"
 #include "node/api/limits_api.h"
 #include "node/api/metrics.h"
+#include "node/dra/publisher_status.h"
 #include "node/http/untrusted_json.h"
 #include "node/mps/mps_report_json.h"
 #include "status/status_json.h"
@@ -150,6 +151,7 @@ std::string status_json(const NodeView& view, std::string_view version) {
               {"gpus", std::move(gpus)},
               {"containers", std::move(containers)}};
   if (view.mps) doc["mps"] = mps::report_json(*view.mps);
+  if (view.dra) doc["dra"] = dra::publisher_status_json(*view.dra);
   // Command lines and error texts come from files tenants write: never let their bytes throw.
   return json_text(doc);
 }

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/log.h"
-#include "node/api/metrics.h"
+#include "node/dra/node_event.h"
 
 namespace gpuslice::node::dra {
 
@@ -272,6 +272,87 @@ Result<SliceLayout> SlicePublisher::detect_layout(const std::vector<GpuInfo>& gp
   return fail("layout-refused", "the API server accepts no form of this node's ResourceSlice: " + refused);
 }
 
+namespace {
+
+struct Degradation {
+  const char* reason;  // of the Event on the Node; nullptr: the layout is what the operator asked for
+  const char* message;
+};
+
+// What a layout costs against the one the operator asked for (`partitions`: whole-GPU devices and
+// counters were wanted and fit).
+Degradation degradation(SliceLayout layout, bool partitions) {
+  if (layout == SliceLayout::Exclusive)
+    return {"GpusliceFractionsNotEnforceable",
+            "fractions of a GPU are not enforceable as scheduled: the API server keeps neither consumable "
+            "capacity nor counters (DRAConsumableCapacity off), so gpuslice publishes each GPU of this node "
+            "as one device for one claim and the scheduler drops the claims' capacity requests; a claim "
+            "allocated without consumed capacity is prepared as gpuslice-node dra --dropped-capacity says "
+            "(default: refused). Turn DRAConsumableCapacity on (API server and scheduler) or use "
+            "Kubernetes 1.36; docs/kubernetes.md has the table"};
+  if (layout == SliceLayout::SharedOnly && partitions)
+    return {"GpusliceWholeGpuDevicesNotPublished",
+            "the API server refuses or drops partitionable-device counters (DRAPartitionableDevices off), "
+            "so gpuslice publishes only the shared gpu-N devices of this node: fractions are enforced as "
+            "scheduled, but no gpu-N-whole device can be claimed and nothing keeps a whole-GPU claim "
+            "apart from shares except its capacity request"};
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+
+void SlicePublisher::announce_layout(SliceLayout layout, const std::vector<GpuInfo>& gpus) {
+  const bool partitions =
+      options_.slice.partitionable && !gpus.empty() && gpus.size() <= kMaxPartitionableGpus;
+  const Degradation d = degradation(layout, partitions);
+  const std::string reason = d.reason ? d.reason : "";
+  // Once per change of layout (a re-probe that finds the same one says nothing again).
+  if (!announced_layout_ || *announced_layout_ != layout) {
+    if (layout == SliceLayout::Exclusive) {
+      GS_LOG(Error, "ResourceSlice layout %s: %s", layout_name(layout), d.message);
+    } else if (d.reason) {
+      GS_LOG(Warn, "ResourceSlice layout %s: %s", layout_name(layout), d.message);
+    } else if (announced_layout_ ||
+               (layout != SliceLayout::SeparateCounters && options_.slice.partitionable)) {
+      GS_LOG(Info, "ResourceSlice layout %s: the richest form this API server keeps", layout_name(layout));
+    }
+    announced_layout_ = layout;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    status_.degraded_reason = reason;
+    status_.degraded_message = d.message ? d.message : "";
+  }
+  // One Event on the Node per change of cause: a poorer layout, another poorer one, or back.
+  if (reason == announced_reason_) return;
+  const bool restored = reason.empty();
+  NodeEvent event;
+  event.node = options_.slice.node_name;
+  event.type = restored ? "Normal" : "Warning";
+  event.reason = restored ? "GpusliceSliceLayoutRestored" : reason;
+  event.message = restored ? std::string("the API server keeps the ") + layout_name(layout) +
+                                 " layout again: fractions of a GPU are enforced as scheduled"
+                           : std::string(d.message);
+  event.instance = options_.identity;
+  event.at = std::chrono::system_clock::now();
+  announced_reason_ = reason;
+  auto posted = api_.request("POST", kNodeEventsPath, node_event_object(event));
+  std::string error;
+  if (!posted) {
+    error = posted.error();
+  } else if (posted->status / 100 != 2 && posted->status != 409) {  // 409: a retried create that landed
+    error = status_error("creating an Event on the Node", *posted);
+  }
+  if (!error.empty())
+    GS_LOG(Warn,
+           "Event %s on Node %s not written (the chart's RBAC lets the daemon create events in namespace "
+           "%s): %s",
+           event.reason.c_str(), event.node.c_str(), kNodeEventNamespace, error.c_str());
+  std::lock_guard lock(mutex_);
+  status_.node_event_error = error;
+  if (error.empty()) ++status_.node_events;
+}
+
 Result<std::string> SlicePublisher::reconcile_slices() {
   std::vector<GpuInfo> gpus;
   SliceOptions slice_options = options_.slice;
@@ -287,21 +368,15 @@ Result<std::string> SlicePublisher::reconcile_slices() {
     auto layout = detect_layout(gpus);
     if (!layout) return make_error(layout.error());
     const bool fractions = *layout != SliceLayout::Exclusive;
-    if (!fractions) {
-      GS_LOG(Error,
-             "the API server keeps neither counters nor consumable capacity (DRAConsumableCapacity off): "
-             "publishing each GPU as one device for one claim; fractions of a GPU cannot be scheduled, and "
-             "claims allocated without consumed capacity are prepared as --dropped-capacity says");
-    } else if (*layout != SliceLayout::SeparateCounters && options_.slice.partitionable) {
-      GS_LOG(Warn, "ResourceSlice layout %s: the API server refuses or drops the richer forms",
-             layout_name(*layout));
+    {
+      std::lock_guard lock(mutex_);
+      status_.layout = *layout;
+      status_.layout_known = true;
+      status_.fractions_schedulable = fractions;
+      slice_options.layout = *layout;
+      status_.partitionable = publishes_partitions(gpus, slice_options);
     }
-    std::lock_guard lock(mutex_);
-    status_.layout = *layout;
-    status_.layout_known = true;
-    status_.fractions_schedulable = fractions;
-    slice_options.layout = *layout;
-    status_.partitionable = publishes_partitions(gpus, slice_options);
+    announce_layout(*layout, gpus);
   }
   auto listed = api_.request("GET", kSlices + "?" + field_selector(options_.slice));
   if (!listed) return fail("unreachable", listed.error());
@@ -566,35 +641,6 @@ Result<bool> SlicePublisher::release_lease() {
   }
   GS_LOG(Info, "gave up lease %s/%s", options_.lease_namespace.c_str(), lease_name().c_str());
   return true;
-}
-
-std::string render_publisher_metrics(const PublisherStatus& st, const std::string& node) {
-  const std::string n = "node=\"" + escape_label_value(node) + "\"";
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  };
-  family("gpuslice_dra_publish_failures_total", "counter",
-         "Rounds of the ResourceSlice publisher that failed since the daemon started.");
-  out += "gpuslice_dra_publish_failures_total{" + n + "} " + std::to_string(st.failures) + "\n";
-  family("gpuslice_dra_publish_failing", "gauge",
-         "1 while the ResourceSlice publisher fails, labelled with the cause (lease, unreachable, forbidden, "
-         "write-rejected, layout-refused, fields-dropped, conflict, list).");
-  out += "gpuslice_dra_publish_failing{" + n + ",cause=\"" + escape_label_value(st.cause) + "\"} " +
-         (st.consecutive_failures > 0 ? "1" : "0") + "\n";
-  family("gpuslice_dra_slice_layout", "gauge",
-         "The ResourceSlice layout the API server keeps (1 for the one in use).");
-  out += "gpuslice_dra_slice_layout{" + n + ",layout=\"" + std::string(layout_name(st.layout)) + "\"} " +
-         (st.layout_known ? "1" : "0") + "\n";
-  family("gpuslice_dra_fractions_schedulable", "gauge",
-         "1 if the scheduler can give claims fractions of a GPU as published; 0 when the API server keeps no "
-         "consumable capacity (each GPU goes to one claim).");
-  out += "gpuslice_dra_fractions_schedulable{" + n + "} " + (st.fractions_schedulable ? "1" : "0") + "\n";
-  family("gpuslice_dra_pool_generation", "gauge", "The generation of this node's ResourceSlice pool.");
-  out += "gpuslice_dra_pool_generation{" + n + "} " + std::to_string(st.generation) + "\n";
-  family("gpuslice_dra_leader", "gauge", "1 while this daemon holds the node's publishing Lease.");
-  out += "gpuslice_dra_leader{" + n + "} " + (st.leader ? "1" : "0") + "\n";
-  return out;
 }
 
 }  // namespace gpuslice::node::dra

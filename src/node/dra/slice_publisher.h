@@ -11,12 +11,14 @@
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/result.h"
 #include "node/dra/api_client.h"
+#include "node/dra/publisher_status.h"
 #include "node/dra/resource_slice.h"
 
 namespace gpuslice::node::dra {
@@ -29,29 +31,6 @@ struct PublisherOptions {
   std::chrono::milliseconds retry{2000};  // between rounds when not leading; first wait after an error
   std::chrono::milliseconds max_backoff{300000};  // waits after errors double up to this
 };
-
-struct PublisherStatus {
-  bool leader = false;
-  bool published = false;  // the slice on the server equals the GPUs we see
-  std::uint64_t rounds = 0;
-  std::uint64_t relists = 0;  // lists forced by 410 Gone
-  // Whole-GPU devices and counters are published: false once the API server dropped their fields
-  // (until the daemon restarts), or when SliceOptions::partitionable was off from the start.
-  bool partitionable = true;
-  SliceLayout layout = SliceLayout::SeparateCounters;  // the form the API server keeps
-  bool layout_known = false;
-  // Claims can be given fractions of a GPU as scheduled (false with SliceLayout::Exclusive).
-  bool fractions_schedulable = true;
-  std::uint64_t generation = 0;  // the pool generation last written
-  std::string error;             // the last round's failure (API text escaped and bounded)
-  std::string cause;             // its kind, a metric label: lease, list, write-rejected, unreachable, ...
-  std::uint64_t failures = 0;    // rounds that failed since the daemon started
-  std::uint64_t consecutive_failures = 0;
-  std::chrono::milliseconds next_wait{0};  // the wait before the next round after a failure
-};
-
-// The publisher's state as Prometheus text (gpuslice_dra_*), labelled with `node`.
-std::string render_publisher_metrics(const PublisherStatus& status, const std::string& node);
 
 class SlicePublisher {
  public:
@@ -80,6 +59,8 @@ class SlicePublisher {
   // The richest layout the server keeps whole, by dry-run creates that store nothing.
   Result<SliceLayout> detect_layout(const std::vector<GpuInfo>& gpus);
   Result<std::string> reconcile_slices();  // returns the list's resourceVersion
+  // Says once per change what the detected layout costs: a log line, the status, an Event on the Node.
+  void announce_layout(SliceLayout layout, const std::vector<GpuInfo>& gpus);
   Error fail(const char* cause, std::string message);
   void loop();
 
@@ -96,6 +77,10 @@ class SlicePublisher {
   // so that failing rounds do not churn the pool's generation.
   std::string attempt_digest_;
   std::uint64_t attempt_generation_ = 0;
+  // The layout last logged and the cause of the last Event on the Node ("" = none, or restored):
+  // the publisher's thread only.
+  std::optional<SliceLayout> announced_layout_;
+  std::string announced_reason_;
   std::thread thread_;
 };
 

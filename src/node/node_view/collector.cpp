@@ -408,6 +408,7 @@ std::shared_ptr<const NodeView> Collector::refresh() {
   }
   if (mps_source_) view->mps = mps_source_();
   if (extra_metrics_source_) view->extra_metrics = extra_metrics_source_();
+  if (dra_source_) view->dra = dra_source_();
 
   // Forget what belonged to containers that are gone.
   std::set<std::string> seen;

@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "node/dra/publisher_status.h"
 #include "node/gpus/gpu_source.h"
 #include "node/host/host_layout.h"
 #include "node/host/limits_file.h"
@@ -97,6 +98,7 @@ struct NodeView {
   std::string gpu_error;  // NVML failure of the whole probe
   std::vector<ContainerView> containers;
   std::optional<mps::MpsReport> mps;  // the node's MPS control daemon, when this daemon manages it (--mps)
+  std::optional<dra::PublisherStatus> dra;  // the ResourceSlice publisher's state (DRA mode)
 };
 
 using LedgerOpener = std::function<Result<std::unique_ptr<shm::Ledger>>(const std::string& path)>;
@@ -134,6 +136,9 @@ class Collector {
   }
   // Where the MPS control daemon's state comes from (--mps; called once per refresh).
   void set_mps_source(std::function<mps::MpsReport()> source) { mps_source_ = std::move(source); }
+
+  // Where the DRA ResourceSlice publisher's state comes from (called once per refresh).
+  void set_dra_source(std::function<dra::PublisherStatus()> source) { dra_source_ = std::move(source); }
 
   // Text appended to /metrics, rendered once per refresh (a run mode's own families).
   void set_extra_metrics_source(std::function<std::string()> source) {
@@ -177,6 +182,7 @@ class Collector {
   std::function<std::vector<PluginRegistration>()> registration_source_;
   std::function<mps::MpsReport()> mps_source_;
   std::function<std::string()> extra_metrics_source_;
+  std::function<dra::PublisherStatus()> dra_source_;
   std::function<void(const std::vector<ListedDevices>&)> listing_observer_;
   std::mutex refresh_mutex_;                          // one refresh at a time; guards the members below
   std::map<std::string, BusySample> busy_;            // key: container id + '\n' + device uuid

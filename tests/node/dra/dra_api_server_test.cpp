@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
@@ -12,8 +13,10 @@
 
 #include "../test_util.h"
 #include "dra_test_util.h"
+#include "node/api/http_api.h"
 #include "node/dra/api_client.h"
 #include "node/dra/claim_preparer.h"
+#include "node/dra/node_event.h"
 #include "node/dra/slice_publisher.h"
 
 namespace gpuslice::node::dra {
@@ -50,8 +53,14 @@ class FakeApiServer {
   // Kubernetes 1.34 with DRAPartitionableDevices: a device may consume only counter sets of its own
   // slice (422 otherwise), and devices and counter sets may share a slice. false: 1.35+ rules.
   bool counters_beside_only = false;
-  // A 422 with this message for every write of the slice with this name (dry runs pass).
+  // A 422 with this message (and the write's number, so that no two are alike) for every write of
+  // the slice with this name (dry runs pass).
   std::string reject_slice, reject_message;
+  int list_status = 0;  // answer lists of slices with this status (0: 200)
+  // core/v1 Events as created, and the status to answer their creates with instead (0: as the API
+  // server would: 201, or 422 for an Event its validation refuses).
+  std::vector<json> events;
+  int events_status = 0;
   std::atomic<int> requests{0};
 
   FakeApiServer() {
@@ -72,6 +81,9 @@ class FakeApiServer {
     server_.Get(slices_path, [this](const httplib::Request& req, httplib::Response& res) {
       if (req.has_param("watch")) return watch(req, res);
       std::lock_guard lock(mutex);
+      if (list_status != 0)
+        return reply(res, list_status,
+                     {{"kind", "Status"}, {"code", list_status}, {"message", "resourceslices is forbidden"}});
       json items = json::array();
       for (const auto& [name, s] : slices) items.push_back(s);
       reply(res, 200,
@@ -110,6 +122,28 @@ class FakeApiServer {
                      slices.erase(req.matches[1]);
                      reply(res, 200, {{"kind", "Status"}, {"code", 200}});
                    });
+    server_.Post("/api/v1/namespaces/([a-z0-9-]+)/events", [this](const httplib::Request& req,
+                                                                  httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      ++writes["POST events"];
+      if (events_status != 0)
+        return reply(res, events_status,
+                     {{"kind", "Status"}, {"code", events_status}, {"message", "events is forbidden"}});
+      json event = json::parse(req.body, nullptr, false);
+      if (event.is_discarded() || !event.is_object())
+        return reply(res, 400, {{"kind", "Status"}, {"code", 400}});
+      const std::string broken = event_rule_errors(event, req.matches[1]);
+      if (!broken.empty()) {
+        schema_failures.push_back("POST events: " + broken);
+        return reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", broken}});
+      }
+      for (const auto& e : events)
+        if (e["metadata"]["name"] == event["metadata"]["name"])
+          return reply(res, 409, {{"kind", "Status"}, {"code", 409}});
+      event["metadata"]["resourceVersion"] = std::to_string(++version);
+      events.push_back(event);
+      reply(res, 201, event);
+    });
     const std::string leases_path = "/apis/coordination.k8s.io/v1/namespaces/([a-z0-9-]+)/leases";
     server_.Get(leases_path + "/([a-z0-9.-]+)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex);
@@ -232,10 +266,37 @@ class FakeApiServer {
       return nullptr;
     }
     if (what != "DRYRUN slices" && !reject_slice.empty() && object["metadata"]["name"] == reject_slice) {
-      reply(res, 422, {{"kind", "Status"}, {"code", 422}, {"message", reject_message}});
+      reply(res, 422,
+            {{"kind", "Status"},
+             {"code", 422},
+             {"message", reject_message + " (write " + std::to_string(writes[what]) + ")"}});
       return nullptr;
     }
     return object;
+  }
+  // What the API server's validation of a core/v1 Event without eventTime checks (ValidateEventCreate,
+  // the legacy form every server from 1.20 on takes), plus the bounds events.k8s.io/v1 sets.
+  static std::string event_rule_errors(const json& e, const std::string& path_namespace) {
+    if (e.value("apiVersion", "") != "v1" || e.value("kind", "") != "Event") return "not a v1 Event";
+    const json md = e.value("metadata", json::object());
+    const std::string name = md.value("name", "");
+    if (name.empty() || name.size() > 253 ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string::npos)
+      return "metadata.name: Invalid value: \"" + name + "\"";
+    if (md.value("namespace", path_namespace) != path_namespace)
+      return "metadata.namespace: does not match the request's namespace";
+    const json involved = e.value("involvedObject", json::object());
+    if (involved.value("kind", "").empty() || involved.value("name", "").empty())
+      return "involvedObject: kind and name are required";
+    // An Event about a cluster-scoped object (a Node) lives in "default" (or no namespace).
+    if (involved.value("namespace", "").empty() && path_namespace != "default")
+      return "involvedObject.namespace: Invalid value: \"\": does not match event.namespace";
+    const std::string type = e.value("type", "");
+    if (type != "Normal" && type != "Warning") return "type: Unsupported value: \"" + type + "\"";
+    const std::string reason = e.value("reason", "");
+    if (reason.empty() || reason.size() > 128) return "reason: 1-128 characters";
+    if (e.value("message", "").size() > 1024) return "message: longer than 1024 characters";
+    return "";
   }
   // 1.34's check with DRAPartitionableDevices (its message, as the issue saw it).
   static std::string rules_of_1_34(const json& slice) {
@@ -736,6 +797,199 @@ TEST_F(DraApi, APersistentRejectionBacksOffCountsAndKeepsThePoolGeneration) {
   EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 1);
 }
 
+// The pool changes (a GPU turns unhealthy) and the devices slice's write keeps being refused after
+// the counters slice took the new generation: the retries write that same generation again instead
+// of one more per round (the issue's 14 -> 21 in 10 s), and the pool settles at it once accepted.
+TEST_F(DraApi, RetriesOfAChangedPoolThatKeepsBeingRefusedKeepItsOneNewGeneration) {
+  server.validate = false;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  auto gpus = test::two_gpu_node().gpus;
+  publisher.set_gpus(gpus);
+  ASSERT_TRUE(publisher.round());
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.slices["node-a-gpuslice-io"]["spec"]["pool"]["generation"], 1);
+    server.reject_slice = "node-a-gpuslice-io";
+    server.reject_message = "refused";
+  }
+  gpus[1].healthy = false;
+  publisher.set_gpus(gpus);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(publisher.round());
+    std::lock_guard lock(server.mutex);
+    EXPECT_EQ(server.slices["node-a-gpuslice-io-counters-0"]["spec"]["pool"]["generation"], 2)
+        << "round " << i << ": one new generation for one change, however many retries";
+  }
+  {
+    std::lock_guard lock(server.mutex);
+    server.reject_slice.clear();
+  }
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  std::lock_guard lock(server.mutex);
+  for (const auto& [name, slice] : server.slices) EXPECT_EQ(slice["spec"]["pool"]["generation"], 2) << name;
+}
+
+// A failure that persists is logged once per change of cause, however many rounds fail and however
+// its text varies (the server's message names the write): N refused writes, one line; then another
+// cause (the list forbidden), one more.
+TEST_F(DraApi, APersistentFailureIsLoggedOncePerChangeOfCause) {
+  server.reject_slice = "node-a-gpuslice-io";
+  server.reject_message = "spec.devices[0]: Invalid value";
+  server.validate = false;
+  ApiClient api(api_options());
+  auto options = publisher_options("daemon-a");
+  options.retry = std::chrono::milliseconds(1);
+  options.max_backoff = std::chrono::milliseconds(4);
+  SlicePublisher publisher(options, api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto wait_for = [&](const std::string& cause, std::uint64_t failures) {
+    PublisherStatus st;
+    for (int i = 0; i < 4000 && !(st.cause == cause && st.failures >= failures); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      st = publisher.status();
+    }
+    return st;
+  };
+  ::testing::internal::CaptureStderr();
+  publisher.start();
+  const PublisherStatus rejected = wait_for("write-rejected", 8);
+  {
+    std::lock_guard lock(server.mutex);
+    server.list_status = 403;
+  }
+  const PublisherStatus listing = wait_for("list", rejected.failures + 8);
+  publisher.stop();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rejected.cause, "write-rejected");
+  ASSERT_GE(rejected.failures, 8u);
+  ASSERT_EQ(listing.cause, "list");
+  ASSERT_GE(listing.failures, rejected.failures + 8);
+  auto count = [&log](const std::string& needle) {
+    std::size_t n = 0;
+    for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("ResourceSlice publisher (write-rejected)"), 1u) << log;
+  EXPECT_EQ(count("ResourceSlice publisher (list)"), 1u) << log;
+  EXPECT_EQ(count("ResourceSlice publisher ("), 2u) << log;
+  std::lock_guard lock(server.mutex);
+  EXPECT_GE(server.writes["POST slices"], 8) << "every round tried again";
+}
+
+// The 1.34 defaults, then the gates turned on one by one: each poorer layout is an Event on the Node
+// (core/v1, namespace default, as the API server requires of an Event about a cluster-scoped object),
+// once per change of cause, however often the layout is probed again; back to a full layout, one
+// Normal Event. The status (and the API's "dra" object) and /metrics say the same.
+TEST_F(DraApi, AFallbackToAPoorerLayoutIsAnEventOnTheNodeOncePerChangeOfCause) {
+  server.counters_beside_only = true;
+  server.partitionable_gate = false;
+  server.consumable_gate = false;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  auto gpus = test::two_gpu_node().gpus;
+  publisher.set_gpus(gpus);
+  ASSERT_TRUE(publisher.round());
+  ASSERT_TRUE(publisher.round());
+  const PublisherStatus st = publisher.status();
+  EXPECT_EQ(st.degraded_reason, "GpusliceFractionsNotEnforceable");
+  EXPECT_EQ(st.node_events, 1u);
+  EXPECT_EQ(st.node_event_error, "");
+  EXPECT_NE(
+      render_publisher_metrics(st, "node-a")
+          .find(
+              "gpuslice_dra_layout_degraded{node=\"node-a\",reason=\"GpusliceFractionsNotEnforceable\"} 1\n"),
+      std::string::npos);
+  NodeView view;
+  view.dra = st;
+  const json status = json::parse(status_json(view, "test"));
+  EXPECT_EQ(status["dra"]["layout"], "whole-gpus-only");
+  EXPECT_EQ(status["dra"]["fractions_schedulable"], false);
+  EXPECT_EQ(status["dra"]["degraded"]["reason"], "GpusliceFractionsNotEnforceable");
+  EXPECT_NE(status["dra"]["degraded"]["message"].get<std::string>().find("not enforceable"),
+            std::string::npos);
+  {
+    std::lock_guard lock(server.mutex);
+    EXPECT_TRUE(server.schema_failures.empty()) << server.schema_failures.front();
+    ASSERT_EQ(server.events.size(), 1u);
+    const json& e = server.events[0];
+    EXPECT_EQ(e["metadata"]["namespace"], "default");
+    EXPECT_EQ(e["involvedObject"]["kind"], "Node");
+    EXPECT_EQ(e["involvedObject"]["name"], "node-a");
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_EQ(e["reason"], "GpusliceFractionsNotEnforceable");
+    EXPECT_NE(e["message"].get<std::string>().find("DRAConsumableCapacity"), std::string::npos);
+  }
+  // A write refused with 422 makes the publisher probe the layout again (the server may have been
+  // upgraded); the GPUs' health changes so that the pool is written.
+  auto refuse_one_write = [&] {
+    {
+      std::lock_guard lock(server.mutex);
+      server.reject_slice = "node-a-gpuslice-io";
+      server.reject_message = "refused";
+    }
+    gpus[1].healthy = !gpus[1].healthy;
+    publisher.set_gpus(gpus);
+    EXPECT_FALSE(publisher.round());
+    std::lock_guard lock(server.mutex);
+    server.reject_slice.clear();
+  };
+  refuse_one_write();
+  ASSERT_TRUE(publisher.round());
+  EXPECT_EQ(publisher.status().layout, SliceLayout::Exclusive);
+  {
+    std::lock_guard lock(server.mutex);
+    EXPECT_EQ(server.events.size(), 1u) << "the same cause found again: no second Event";
+    server.consumable_gate = true;
+  }
+  refuse_one_write();
+  ASSERT_TRUE(publisher.round());
+  ASSERT_TRUE(publisher.round());
+  EXPECT_EQ(publisher.status().layout, SliceLayout::SharedOnly);
+  EXPECT_EQ(publisher.status().degraded_reason, "GpusliceWholeGpuDevicesNotPublished");
+  {
+    std::lock_guard lock(server.mutex);
+    ASSERT_EQ(server.events.size(), 2u);
+    EXPECT_EQ(server.events[1]["reason"], "GpusliceWholeGpuDevicesNotPublished");
+    EXPECT_NE(server.events[1]["metadata"]["name"], server.events[0]["metadata"]["name"]);
+    server.partitionable_gate = true;
+  }
+  refuse_one_write();
+  ASSERT_TRUE(publisher.round());
+  ASSERT_TRUE(publisher.round());
+  EXPECT_EQ(publisher.status().layout, SliceLayout::CountersBeside);
+  EXPECT_EQ(publisher.status().degraded_reason, "");
+  std::lock_guard lock(server.mutex);
+  ASSERT_EQ(server.events.size(), 3u);
+  EXPECT_EQ(server.events[2]["type"], "Normal");
+  EXPECT_EQ(server.events[2]["reason"], "GpusliceSliceLayoutRestored");
+  // Refused dry runs are the probes doing their work; every Event was accepted.
+  for (const auto& failure : server.schema_failures)
+    EXPECT_EQ(failure.rfind("DRYRUN slices", 0), 0u) << failure;
+}
+
+// Without the RBAC rule for events the Event is refused: that is said once (status, log), and the
+// slice is published all the same.
+TEST_F(DraApi, AnEventTheApiServerRefusesIsSaidOnceAndPublishingGoesOn) {
+  server.partitionable_gate = false;
+  server.consumable_gate = false;
+  server.events_status = 403;
+  ApiClient api(api_options());
+  SlicePublisher publisher(publisher_options("daemon-a"), api);
+  publisher.set_gpus(test::two_gpu_node().gpus);
+  auto r = publisher.round();
+  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(publisher.round());
+  const PublisherStatus st = publisher.status();
+  EXPECT_TRUE(st.published);
+  EXPECT_EQ(st.node_events, 0u);
+  EXPECT_NE(st.node_event_error.find("HTTP 403"), std::string::npos) << st.node_event_error;
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.writes["POST events"], 1);
+  EXPECT_EQ(server.slices.size(), 1u);
+}
+
 // A stopping daemon cuts its watch off and gives the Lease up: it stops at once, and the next
 // instance publishes without waiting for the Lease to expire.
 TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
@@ -780,6 +1034,27 @@ TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {
   const std::string kept = shown.substr(0, shown.size() - 3);
   EXPECT_EQ(text.substr(kept.size() - 3, 1), " ")
       << "cut at a space, not mid-word: " << kept.substr(kept.size() - 20);
+}
+
+// The Event's name is a valid object name for any node name, and its text is bounded and escaped.
+TEST(DraNodeEvent, NameAndTextStayWithinTheApisBounds) {
+  NodeEvent e;
+  e.node = std::string(230, 'a') + "-b.c";
+  e.type = "Warning";
+  e.reason = "GpusliceFractionsNotEnforceable";
+  e.message = "line\n" + std::string(5000, 'x');
+  e.instance = "pod\x1b[2J";
+  e.at = std::chrono::system_clock::from_time_t(1790000000);
+  const json event = node_event_object(e);
+  const std::string name = event["metadata"]["name"];
+  EXPECT_LE(name.size(), 253u);
+  EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(name[name.find('.') - 1]))) << name;
+  EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-"), std::string::npos) << name;
+  EXPECT_EQ(event["involvedObject"]["name"], e.node);
+  EXPECT_LE(event["message"].get<std::string>().size(), 1024u);
+  EXPECT_EQ(event["message"].get<std::string>().find('\n'), std::string::npos);
+  EXPECT_EQ(event["reportingInstance"].get<std::string>().find('\x1b'), std::string::npos);
+  EXPECT_EQ(event["firstTimestamp"], "2026-09-21T14:13:20Z");
 }
 
 TEST(DraMicroTime, RoundTrips) {
