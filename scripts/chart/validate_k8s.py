@@ -13,6 +13,9 @@ reach a named container port, the webhook's Service and CA (the Secret's certifi
 against the caBundle and carry the Service's DNS name), the ServiceMonitor's Service and port.
 
 usage: validate_k8s.py --models DIR FILE... ('-' reads stdin); exit 1 on any error.
+       validate_k8s.py --models DIR --serve: one JSON object a line on stdin, one JSON answer a line
+       on stdout ({"ok": bool, "report": text}), schemas only, until stdin ends (tests that validate
+       many objects pay for starting Python and loading the models once).
 """
 import argparse
 import base64
@@ -291,12 +294,35 @@ def check_service_monitors(docs, checker):
                 checker.error(where, f"endpoint port {ep.get('port')} is no port of the Services it selects")
 
 
+def serve(models):
+    """--serve: each stdin line is one object; each answer line says whether it is valid, with the
+    report a file run would print."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        checker = Checker(models)
+        try:
+            checker.validate(json.loads(line), "stdin#0")
+        except ValueError as e:
+            checker.error("stdin", f"not JSON: {e}")
+        report = "".join(f"  note: {note}\n" for note in checker.notes)
+        report += "".join(f"  ERROR {err}\n" for err in checker.errors)
+        sys.stdout.write(json.dumps({"ok": not checker.errors, "report": report}) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", required=True, help="directory of the Kubernetes API models")
     parser.add_argument("--no-links", action="store_true", help="schemas only (a partial set of objects)")
-    parser.add_argument("files", nargs="+")
+    parser.add_argument("--serve", action="store_true", help="validate one JSON object per stdin line")
+    parser.add_argument("files", nargs="*")
     args = parser.parse_args()
+    if args.serve:
+        return serve(Models(args.models))
+    if not args.files:
+        parser.error("no FILE given")
     checker = Checker(Models(args.models))
     docs = []
     for path in args.files:

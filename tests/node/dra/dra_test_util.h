@@ -189,18 +189,116 @@ inline std::string models_dir() {
 
 }  // namespace gpuslice::node::dra::test
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <optional>
 
 namespace gpuslice::node::dra::test {
 
 inline bool have_models() { return ::access((models_dir() + "/V1ResourceSlice.js").c_str(), R_OK) == 0; }
 
+// One validator process (validate_k8s.py --serve) for the whole test program, started at the first
+// object: a Python start and the models' loading cost about 0.3-1 CPU-s, paid once instead of once
+// per object (hundreds in the DRA API suite, in each of the release and sanitizer runs).
+class SchemaValidator {
+ public:
+  static SchemaValidator& instance() {
+    static SchemaValidator validator;
+    return validator;
+  }
+  // The validator's report ("" when valid); nullopt when the process cannot be used.
+  std::optional<std::string> check(const nlohmann::json& object) {
+    std::lock_guard lock(mutex_);
+    if (from_ == nullptr && !start()) return std::nullopt;
+    const std::string line = object.dump() + "\n";  // dump() escapes newlines: one object a line
+    std::size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(to_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return stop();
+      done += static_cast<std::size_t>(n);
+    }
+    char* answer = nullptr;
+    std::size_t capacity = 0;
+    const ssize_t got = ::getline(&answer, &capacity, from_);
+    std::string text = got > 0 ? std::string(answer, static_cast<std::size_t>(got)) : std::string();
+    std::free(answer);
+    if (got <= 0) return stop();
+    const auto reply = nlohmann::json::parse(text, nullptr, false);
+    if (reply.is_discarded() || !reply.contains("ok")) return stop();
+    return reply["ok"].get<bool>() ? std::string() : reply.value("report", std::string("invalid"));
+  }
+  ~SchemaValidator() {
+    std::lock_guard lock(mutex_);
+    stop();
+  }
+
+ private:
+  bool start() {
+    ::signal(SIGPIPE, SIG_IGN);  // a validator that died is seen as a failed write, not a signal
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) return false;
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      ::close(in[0]), ::close(in[1]);
+      return false;
+    }
+    const std::string script = std::string(GPUSLICE_SOURCE_DIR) + "/scripts/chart/validate_k8s.py";
+    const std::string models = models_dir();
+    const char* argv[] = {"python3", script.c_str(), "--models", models.c_str(), "--serve", nullptr};
+    const pid_t pid = ::fork();
+    if (pid == 0) {  // only async-signal-safe calls until exec
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::execvp("python3", const_cast<char* const*>(argv));
+      ::_exit(127);
+    }
+    ::close(in[0]), ::close(out[1]);
+    if (pid < 0) {
+      ::close(in[1]), ::close(out[0]);
+      return false;
+    }
+    pid_ = pid;
+    owner_ = ::getpid();
+    to_ = in[1];
+    from_ = ::fdopen(out[0], "r");
+    if (from_ == nullptr) {
+      ::close(out[0]);
+      stop();
+      return false;
+    }
+    return true;
+  }
+  std::nullopt_t stop() {
+    if (to_ >= 0) ::close(to_);
+    if (from_ != nullptr) std::fclose(from_);
+    if (pid_ > 0 && owner_ == ::getpid()) {  // a forked child exiting leaves its parent's validator
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    to_ = -1, from_ = nullptr, pid_ = -1;
+    return std::nullopt;
+  }
+
+  std::mutex mutex_;
+  pid_t pid_ = -1;
+  pid_t owner_ = -1;
+  int to_ = -1;
+  FILE* from_ = nullptr;
+};
+
 // Validates `object` strictly against the pinned resource.k8s.io/v1 (etc.) schema with the chart
 // checks' validator; "" when valid, else its report.
 inline std::string schema_errors(const nlohmann::json& object) {
+  if (auto report = SchemaValidator::instance().check(object)) return *report;
+  // The validator process could not be used: one run per object, as the chart checks do.
   char path[] = "/tmp/gpuslice-dra-object-XXXXXX";
   const int fd = ::mkstemp(path);
   if (fd < 0) return "mkstemp failed";
