@@ -203,9 +203,11 @@ TEST_F(LimitsFile, SyntaxErrors) {
   EXPECT_NE(single_error("GPUSLICE_MEMORY=8Gi\n").find("line 1: unknown key 'GPUSLICE_MEMORY'"),
             std::string::npos);
   EXPECT_NE(single_error("HCS_VRAM_QUOTA=8Gi\n").find("unknown key"), std::string::npos);
-  EXPECT_NE(single_error("GPUSLICE_PRIORITIES=low\n")
-                .find("GPUSLICE_PRIORITY, GPUSLICE_MPS_LOW_THREADS, GPUSLICE_MPS_PRIORITY or GPUSLICE_MPS_COMPUTE)"),
-            std::string::npos);
+  EXPECT_NE(
+      single_error("GPUSLICE_PRIORITIES=low\n")
+          .find(
+              "GPUSLICE_PRIORITY, GPUSLICE_MPS_LOW_THREADS, GPUSLICE_MPS_PRIORITY or GPUSLICE_MPS_COMPUTE)"),
+      std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=\n").find("empty value"), std::string::npos);
   EXPECT_NE(single_error("GPUSLICE_MEMORY_LIMIT=8Gi\n\nGPUSLICE_MEMORY_LIMIT=4Gi\n")
                 .find("line 3: GPUSLICE_MEMORY_LIMIT is set twice (first on line 1)"),
