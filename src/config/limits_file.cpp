@@ -86,75 +86,46 @@ Result<LimitsFile> parse_limits_file(std::string_view text) {
         value.back() == value.front()) {
       value = value.substr(1, value.size() - 2);
     }
-    if (key == kPriorityKey) {
-      if (priority_line != 0)
-        return problem(std::string(kPriorityKey) + " is set twice (first on line " +
-                       std::to_string(priority_line) + ")");
-      priority_line = line_number;
-      if (value == kNoCap) continue;
-      auto level = parse_priority(value);
-      if (!level) return problem(detail::variable_error(key, value, level.error()));
-      limits.priority = *level;
-      continue;
-    }
-    if (key == kMpsPriorityKey) {
-      if (yield_line != 0)
-        return problem(std::string(kMpsPriorityKey) + " is set twice (first on line " +
-                       std::to_string(yield_line) + ")");
-      yield_line = line_number;
-      if (value == kNoCap) continue;
-      auto yield = parse_mps_yield(value);
-      if (!yield) return problem(detail::variable_error(key, value, "expected gate, server or none"));
-      limits.mps_yield = *yield;
-      continue;
-    }
-    if (key == kMpsLowThreadsKey) {
-      if (threads_line != 0)
-        return problem(std::string(kMpsLowThreadsKey) + " is set twice (first on line " +
-                       std::to_string(threads_line) + ")");
-      threads_line = line_number;
-      if (value == kNoCap) continue;
-      auto percent = parse_percent(value);
-      if (!percent) return problem(detail::variable_error(key, value, percent.error()));
-      limits.mps_low_threads = *percent;
-      continue;
-    }
-    if (key == kMpsComputeKey) {
-      if (mode_line != 0)
-        return problem(std::string(kMpsComputeKey) + " is set twice (first on line " +
-                       std::to_string(mode_line) + ")");
-      mode_line = line_number;
-      if (value == kNoCap) continue;
-      const auto mode = parse_mps_compute_mode(value);
-      if (!mode) return problem(detail::variable_error(key, value, "expected threads, time or none"));
-      limits.mps_compute = *mode;
-      continue;
-    }
-    if (key == kMemoryGuaranteeKey) {
-      if (guarantee_line != 0)
-        return problem(std::string(kMemoryGuaranteeKey) + " is set twice (first on line " +
-                       std::to_string(guarantee_line) + ")");
-      guarantee_line = line_number;
-      if (value == kNoCap) continue;
-      auto parsed = parse_limit_value(key, value);
-      if (!parsed) return problem(parsed.error());
-      limits.guarantee = std::move(parsed).value();
-      continue;
-    }
-    const bool memory = key == kMemoryLimitKey;
-    std::size_t& seen_on = memory ? memory_line : compute_line;
-    if ((memory || key == kComputeLimitKey) && seen_on != 0) {
-      return problem(std::string(key) + " is set twice (first on line " + std::to_string(seen_on) + ")");
-    }
-    seen_on = line_number;
-    if ((memory || key == kComputeLimitKey) && value == kNoCap) continue;  // stays absent: no cap
-    if (!memory && key != kComputeLimitKey)
+    // Every key at most once; `none` leaves it absent (no cap).
+    std::size_t* const seen = key == kMemoryLimitKey       ? &memory_line
+                              : key == kComputeLimitKey    ? &compute_line
+                              : key == kMemoryGuaranteeKey ? &guarantee_line
+                              : key == kPriorityKey        ? &priority_line
+                              : key == kMpsLowThreadsKey   ? &threads_line
+                              : key == kMpsPriorityKey     ? &yield_line
+                              : key == kMpsComputeKey      ? &mode_line
+                                                           : nullptr;
+    if (seen == nullptr)
       return problem("unknown key '" + detail::printable(key, 64) + "' (expected " + kMemoryLimitKey + ", " +
                      kComputeLimitKey + ", " + kMemoryGuaranteeKey + ", " + kPriorityKey + ", " +
                      kMpsLowThreadsKey + ", " + kMpsPriorityKey + " or " + kMpsComputeKey + ")");
-    auto parsed = parse_limit_value(key, value);
-    if (!parsed) return problem(parsed.error());
-    (memory ? limits.memory : limits.compute) = std::move(parsed).value();
+    if (*seen != 0)
+      return problem(std::string(key) + " is set twice (first on line " + std::to_string(*seen) + ")");
+    *seen = line_number;
+    if (value == kNoCap) continue;
+    if (key == kPriorityKey) {
+      auto level = parse_priority(value);
+      if (!level) return problem(detail::variable_error(key, value, level.error()));
+      limits.priority = *level;
+    } else if (key == kMpsPriorityKey) {
+      auto yield = parse_mps_yield(value);
+      if (!yield) return problem(detail::variable_error(key, value, "expected gate, server or none"));
+      limits.mps_yield = *yield;
+    } else if (key == kMpsLowThreadsKey) {
+      auto percent = parse_percent(value);
+      if (!percent) return problem(detail::variable_error(key, value, percent.error()));
+      limits.mps_low_threads = *percent;
+    } else if (key == kMpsComputeKey) {
+      const auto mode = parse_mps_compute_mode(value);
+      if (!mode) return problem(detail::variable_error(key, value, "expected threads, time or none"));
+      limits.mps_compute = *mode;
+    } else {  // a size or a percent per device
+      auto parsed = parse_limit_value(key, value);
+      if (!parsed) return problem(parsed.error());
+      (key == kMemoryLimitKey    ? limits.memory
+       : key == kComputeLimitKey ? limits.compute
+                                 : limits.guarantee) = std::move(parsed).value();
+    }
   }
   // The guarantee is promised within the limit, whichever line came first.
   if (limits.guarantee && limits.memory) {

@@ -62,16 +62,18 @@ class Deadline {
 
 bool transient(int status) { return status == 429 || status >= 500; }
 
-std::string rfc3339_now() {
-  const std::time_t now = std::time(nullptr);
+std::string rfc3339_now() { return rfc3339(std::chrono::system_clock::now()); }
+
+}  // namespace
+
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
-  ::gmtime_r(&now, &tm);
+  ::gmtime_r(&seconds, &tm);
   char text[32];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
 }
-
-}  // namespace
 
 std::string api_message(std::string_view text, std::size_t max_chars) {
   if (text.size() <= max_chars) return config::detail::printable(text, max_chars);

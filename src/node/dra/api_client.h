@@ -95,6 +95,9 @@ class ApiClient final : public ClaimSource {
   std::condition_variable cancel_cv_;
 };
 
+// A time as the API's fields write it (RFC 3339, UTC, whole seconds: "2026-11-29T06:30:00Z").
+std::string rfc3339(std::chrono::system_clock::time_point t);
+
 // The API server's text as it may reach a log line, a status or an error: control bytes escaped,
 // at most about `max_chars` (4 KiB: a 422 lists every field it refused), cut at a word boundary
 // with "...".

@@ -1,24 +1,10 @@
 #include "node/dra/node_event.h"
 
 #include <cstdio>
-#include <ctime>
 
 #include "node/dra/api_client.h"
 
 namespace gpuslice::node::dra {
-
-namespace {
-
-std::string rfc3339(std::chrono::system_clock::time_point t) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  ::gmtime_r(&seconds, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
-
-}  // namespace
 
 nlohmann::json node_event_object(const NodeEvent& e) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(e.at.time_since_epoch()).count();
