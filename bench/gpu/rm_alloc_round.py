@@ -14,7 +14,6 @@ began)). Then the cost: rm_alloc_cost without and with the probe, interleaved.
 """
 import argparse
 import bisect
-import ctypes
 import glob
 import json
 import os
@@ -24,6 +23,10 @@ import sys
 import threading
 import time
 
+# The driver's per-process figure, un-hooked: the quota paths' own reader.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "gpu"))
+from driver_paths import Nvml  # noqa: E402
+
 MIB = 1 << 20
 GIB = 1 << 30
 TOLERANCE = 2 * MIB  # NVML's figure and the RM's sizes are both the RM's Memory lengths: no rounding to hide
@@ -31,27 +34,6 @@ TORCH = ("import torch, time\n"
          "x = torch.empty(4 << 30, dtype=torch.uint8, device='cuda'); x.fill_(1); torch.cuda.synchronize()\n"
          "print('held', x.numel(), flush=True); time.sleep(2)\n")
 CASES = ["calib", "contexts", "globals", "globals_eager", "capture", "heap", "stack", "graph", "printf", "torch"]
-
-
-class Nvml:
-    class ProcessInfo(ctypes.Structure):
-        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                    ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-    def __init__(self, device):
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        if self.lib.nvmlInit_v2() != 0:
-            raise OSError("nvmlInit_v2")
-        self.handle = ctypes.c_void_p()
-        if self.lib.nvmlDeviceGetHandleByIndex_v2(device, ctypes.byref(self.handle)) != 0:
-            raise OSError("nvmlDeviceGetHandleByIndex_v2")
-        self.infos = (self.ProcessInfo * 256)()
-
-    def apps(self):
-        count = ctypes.c_uint(256)
-        if self.lib.nvmlDeviceGetComputeRunningProcesses_v3(self.handle, ctypes.byref(count), self.infos) != 0:
-            return {}
-        return {self.infos[i].pid: self.infos[i].usedGpuMemory for i in range(count.value)}
 
 
 class Sampler(threading.Thread):
