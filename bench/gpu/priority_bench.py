@@ -474,6 +474,11 @@ class Bench:
                 if limit:
                     env["GPUSLICE_COMPUTE_LIMIT"] = str(limit)
             own_env = dict(own_env or {})
+            other_lib = own_env.pop(LIB_KEY, None)
+            if other_lib:
+                if self.args.launcher == "cli":
+                    raise SystemExit(f"{LIB_KEY} needs --launcher preload")
+                env["LD_PRELOAD"] = os.path.abspath(other_lib)
             limits = own_env.pop(LIMITS_KEY, None)
             if limits:  # the operator's limits file of this member: the run's lines and its own
                 path = os.path.join(shared, "limits")
@@ -659,6 +664,9 @@ UNMANAGED_KEY = "GPUSLICE_BENCH_UNMANAGED"
 # GPUSLICE_BENCH_LIMITS=K=V+K=V in a member's list: lines of its own limits file (the operator's
 # values, e.g. GPUSLICE_MPS_PRIORITY=server), beside the run's (--mps-low-threads).
 LIMITS_KEY = "GPUSLICE_BENCH_LIMITS"
+# GPUSLICE_BENCH_LIB=PATH in a member's list: that member preloads another build of the library
+# (a tuning experiment: a copy of the tree with one constant changed), with --launcher preload.
+LIB_KEY = "GPUSLICE_BENCH_LIB"
 
 
 def variant_member(role, priority, env):

@@ -544,6 +544,28 @@ class ServerShape(unittest.TestCase):
             argv = bench.Bench(self.args(out, True, sync_every=8)).argv("trainer", "r.json", [], 5.0)
             self.assertEqual(argv[argv.index("--trainer-sync-every") + 1], "8")
 
+    def test_a_member_may_preload_another_build_of_the_library(self):
+        seen = []
+
+        class Popen:
+            def __init__(self, argv, env, **kw):
+                seen.append(env)
+
+        with tempfile.TemporaryDirectory() as out:
+            args = self.args(out, True)
+            args.launcher, args.cpu_offset = "preload", 0
+            b = bench.Bench(args)
+            saved = bench.subprocess.Popen
+            bench.subprocess.Popen = Popen
+            try:
+                b.start("trainer", "t", True, out, [], priority="low", own_env={"GPUSLICE_BENCH_LIB": "other.so"})
+                b.start("trainer", "t", True, out, [], priority="low", own_env={})
+            finally:
+                bench.subprocess.Popen = saved
+        self.assertEqual(seen[0]["LD_PRELOAD"], os.path.abspath("other.so"))
+        self.assertNotIn("GPUSLICE_BENCH_LIB", seen[0])
+        self.assertEqual(seen[1]["LD_PRELOAD"], os.path.abspath(__file__))
+
     def test_the_table_says_how_the_server_ran_and_how_the_trainer_stepped(self):
         with tempfile.TemporaryDirectory() as out:
             self.assertEqual(bench.server_shape(self.args(out, True)),
