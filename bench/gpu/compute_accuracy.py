@@ -908,6 +908,9 @@ def analyse(workload, data):
             "error_points": round(error, 2),
             "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4) if unhooked_it_s else None,
             "min_1s_ratio": round(min(windows), 4) if windows else None,
+            # The first second after the `gpuslice set` (the change settling included).
+            "first_1s_ratio": round(timeline.throughput(p["start"], p["start"] + 1.0) / base, 4)
+            if timeline and p.get("start") is not None else None,
             "max_1s_ratio": round(max(windows), 4) if windows else None,
             "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
             "occupancy_ratio": None if occupancy is None else round(occupancy, 4),
