@@ -37,7 +37,8 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
   if (window_mhz == 0 || reference_mhz == 0 || window_mhz <= reference_mhz) return kPermille;
   const double ratio = std::min(2.0, static_cast<double>(window_mhz) / reference_mhz);
   const double factor = exp_small(log_near_one(ratio) * kClockExponentMilli / kPermille);
-  const auto permille = static_cast<std::uint64_t>(factor * kPermille + 0.5);
+  // Rounded to the nearest per mille in integers (lround is libm's).
+  const std::uint64_t permille = (static_cast<std::uint64_t>(factor * 2 * kPermille) + 1) / 2;
   return std::clamp(permille, kPermille, kMaxClockFactorPermille);
 }
 
