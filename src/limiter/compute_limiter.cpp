@@ -249,9 +249,10 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   }
   const std::uint32_t launches = window_launches_.load(kRelaxed);
   const bool first_window = launch_cost_.per_launch_ns() == 0;
-  // The SM clock while the window's work runs: read before the drain, with the queue still busy.
+  // The SM clock while the window's work runs: read before the drain, with the queue still busy. Not
+  // at exit (settle): NVML's own teardown may have run by then.
   std::uint32_t reference_mhz = 0;
-  const std::uint32_t window_mhz = window_clock_mhz(&reference_mhz);
+  const std::uint32_t window_mhz = reason != CloseReason::Settle ? window_clock_mhz(&reference_mhz) : 0;
   const std::uint64_t drain_start = clock_.now_ns();
   const CUresult rc = drain_queue(stream);
   const std::uint64_t drain_end = clock_.now_ns();
