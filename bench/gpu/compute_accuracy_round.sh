@@ -13,8 +13,9 @@
 # limit, the first 1 s window's ratio (mean and min..max) and the SM clock limited (unlimited); and
 # the limiter's exit lines (windows charged for the clock). Logs and JSON under $OUT/compute-accuracy/.
 #
-#   bench/gpu/compute_accuracy_round.sh           about 6 minutes after the build (estimated: 3.4 s per
-#                                                 phase, 25 phases per shape, 10 s start per run)
+#   bench/gpu/compute_accuracy_round.sh           about 330 s after the build (estimated: 3.4 s per
+#                                                 phase; 25 phases per shape of part 1, 4 per run of
+#                                                 part 2; about 10 s to start each of the 5 runs)
 #   bench/gpu/compute_accuracy_round.sh --help
 #
 # SHAPES, ALTERNATIONS, SECONDS_PER, SETTLE, TWO_PROCESS_LIMITS (default "40 70"; empty: skip part 2),
