@@ -898,7 +898,7 @@ def analyse(workload, data):
         rows.append({
             "workload": workload,
             "limit": p["limit"],
-            "after_limit": phases[i - 1]["limit"],
+            "after_limit": phases[i - 1]["limit"] if i > 0 else "start",
             "unlimited_it_s": round(base, 2),
             "unlimited_drift_pct": round(100 * (after["it_s"] / before["it_s"] - 1), 2)
             if before and after else None,
@@ -908,6 +908,9 @@ def analyse(workload, data):
             "error_points": round(error, 2),
             "ratio_vs_unhooked": round(p["it_s"] / unhooked_it_s, 4) if unhooked_it_s else None,
             "min_1s_ratio": round(min(windows), 4) if windows else None,
+            # The first second after the `gpuslice set` (the change settling included).
+            "first_1s_ratio": round(timeline.throughput(p["start"], p["start"] + 1.0) / base, 4)
+            if timeline and p.get("start") is not None else None,
             "max_1s_ratio": round(max(windows), 4) if windows else None,
             "nvml_util_pct": None if p["util"] is None else round(p["util"], 1),
             "occupancy_ratio": None if occupancy is None else round(occupancy, 4),
@@ -933,7 +936,7 @@ def analyse(workload, data):
         first = next((t for (t, _), ok in zip(ws, in_band) if ok), None)
         after_first = [ok for (t, _), ok in zip(ws, in_band) if first is not None and t >= first]
         transitions.append({
-            "workload": workload, "from": phases[i - 1]["limit"], "to": p["limit"],
+            "workload": workload, "from": phases[i - 1]["limit"] if i > 0 else "start", "to": p["limit"],
             "first_in_band_s": None if first is None else round(max(0.0, first - p["start"]), 2),
             "in_band_after_pct": round(100 * sum(after_first) / len(after_first)) if after_first else None,
         })
@@ -1126,8 +1129,11 @@ def main():
         print("--mps-compute needs --mps (the library sets a client's MPS variables only under MPS)", file=sys.stderr)
         return 2
     args.schedule = [int(x) for x in args.schedule.split(",") if x]
-    if not args.schedule or args.schedule[0] < 100 or args.schedule[-1] < 100:
-        print("--schedule must start and end with an unlimited (100) phase", file=sys.stderr)
+    # A limited first phase: the process starts under that limit (its warm-up too), and the phase's
+    # first 1 s window is the process's first second under it after the warm-up.
+    if not args.schedule or args.schedule[-1] < 100 or (args.schedule[0] < 100 and args.mps_compute == "threads"):
+        print("--schedule must end with an unlimited (100) phase (and start with one under --mps-compute threads)",
+              file=sys.stderr)
         return 2
     args.workloads = [w for w in args.workloads.split(",") if w]
     args.cli = os.path.abspath(args.cli or os.path.join(os.path.dirname(os.path.abspath(args.lib)), "..", "bin",

@@ -67,6 +67,52 @@ limiter::ComputeLimiter* current_limiter() {
   return limiter_for(*d);
 }
 
+// The limiter's read of its device's SM clock (ComputeLimiter::set_clock_source): 0 until the watcher
+// has the NVML handle, or when the read fails.
+std::uint32_t device_sm_clock(const void* arg) {
+  const auto* d = static_cast<const DeviceState*>(arg);
+  const nvmlDevice_t handle = d->nvml.load(std::memory_order_acquire);
+  unsigned mhz = 0;
+  const auto read = core_driver().sm_clock_mhz;
+  return handle != nullptr && read != nullptr && read(handle, &mhz) ? mhz : 0;
+}
+
+// Every 100 ms on the watcher: the utilization and SM clock of each limited device into its
+// flat-out reference (limiter/clock_correction.h), so the limiter can charge a duty-cycled device's
+// higher clock. NVML's handle is looked up here, not on a launching thread (nvmlInit takes ~10 ms).
+void sample_clocks() {
+  const CoreDriver& driver = core_driver();
+  if (driver.nvml_device == nullptr || driver.sm_clock_mhz == nullptr || driver.gpu_utilization == nullptr)
+    return;
+  constexpr int kMaxTries = 3;  // NVML absent or the GPU unknown to it: no correction (GPU time)
+  for_each_ready_device([&driver](DeviceState& d) {
+    if (d.ledger_dev < 0) return;
+    if (d.clock_source.read_mhz == nullptr) {
+      d.clock_source.arg = &d;
+      d.clock_source.reference = &d.flat_clock;
+      d.clock_source.read_mhz = device_sm_clock;
+    }
+    // Handed over here, filled in before (the limiter loads the pointer with acquire).
+    limiter::ComputeLimiter* lim = d.limiter.load(std::memory_order_acquire);
+    if (lim != nullptr && lim != d.clock_given_to) {
+      lim->set_clock_source(&d.clock_source);
+      d.clock_given_to = lim;
+    }
+    nvmlDevice_t handle = d.nvml.load(std::memory_order_relaxed);
+    if (handle == nullptr) {
+      if (d.nvml_tries >= kMaxTries) return;
+      ++d.nvml_tries;
+      handle = driver.nvml_device(d.uuid);
+      if (handle == nullptr) return;
+      d.nvml.store(handle, std::memory_order_release);
+    }
+    unsigned util = 0;
+    unsigned mhz = 0;
+    if (driver.gpu_utilization(handle, &util) && driver.sm_clock_mhz(handle, &mhz))
+      d.flat_clock.observe(util, mhz);
+  });
+}
+
 // The device's limit in percent when it limits anything (strictly between 0 and 100), else 0.
 unsigned limit_of(const DeviceState& d) {
   const unsigned pct = d.ledger_dev >= 0 ? ledger()->compute_limit(d.ledger_dev) : 0;
@@ -144,6 +190,7 @@ void tick() {
   if (!launch_gated()) return;
   publish_compute_usage();
   refresh_turns();
+  sample_clocks();
 }
 
 void settle_at_exit() {
@@ -155,9 +202,11 @@ void settle_at_exit() {
     const limiter::Stats s = lim->stats();
     GS_LOG(Info,
            "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
-           " drains, %.3f s busy, %.3f s held back, %" PRIu64 " of %" PRIu64 " launches timed",
+           " drains, %.3f s busy, %.3f s held back, %" PRIu64 " of %" PRIu64 " launches timed, %" PRIu64
+           " charges scaled for the SM clock (+%.3f s; flat out %u MHz)",
            d.index, s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
-           static_cast<double>(s.throttled_ns) / 1e9, s.timed_launches, s.launches);
+           static_cast<double>(s.throttled_ns) / 1e9, s.timed_launches, s.launches, s.clock_windows,
+           static_cast<double>(s.clock_extra_ns) / 1e9, d.flat_clock.mhz());
   });
   publish_compute_usage();
 }

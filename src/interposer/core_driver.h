@@ -21,6 +21,13 @@ struct CoreDriver {
   // NVML's list of processes with a context on the GPU `uuid` (the driver's view, not ours):
   // fills at most *count entries and stores how many it filled; false when NVML cannot tell.
   bool (*device_processes)(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) = nullptr;
+  // NVML's handle of the GPU `uuid` (null when NVML cannot tell), and its SM clock (MHz) and
+  // utilization (percent of NVML's last sample period a kernel ran), false when unread: the compute
+  // limiter's clock correction (limiter/clock_correction.h). The handle is looked up by the watcher;
+  // the clock is read at window closes (1-2 us), never on a launch.
+  nvmlDevice_t (*nvml_device)(const char* uuid) = nullptr;
+  bool (*sm_clock_mhz)(nvmlDevice_t device, unsigned* mhz) = nullptr;
+  bool (*gpu_utilization)(nvmlDevice_t device, unsigned* percent) = nullptr;
   // The launch gates' drains, capture query and timing events: what the compute limiter and the
   // priority gate are given as is.
   limiter::DriverOps gates{};

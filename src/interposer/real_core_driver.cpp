@@ -139,6 +139,36 @@ bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* c
   return true;
 }
 
+// NVML initialised once for the library's own reads (the application's nvmlInit/nvmlShutdown count
+// separately: NVML keeps a reference count).
+bool own_nvml() {
+  static auto nvml_init = REAL(nvmlInit_v2);
+  static bool ok = nvml_init != nullptr && nvml_init() == NVML_SUCCESS;
+  return ok;
+}
+
+nvmlDevice_t real_nvml_device(const char* uuid) {
+  static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
+  nvmlDevice_t handle = nullptr;
+  if (by_uuid == nullptr || !own_nvml() || by_uuid(uuid, &handle) != NVML_SUCCESS) return nullptr;
+  return handle;
+}
+
+bool real_sm_clock_mhz(nvmlDevice_t device, unsigned* mhz) {
+  static auto clock_info = REAL_UNHOOKED(Nvml, nvmlDeviceGetClockInfo);
+  constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+  return clock_info != nullptr && clock_info(device, kClockSm, mhz) == NVML_SUCCESS;
+}
+
+bool real_gpu_utilization(nvmlDevice_t device, unsigned* percent) {
+  // The driver's figure, not the container view our own hook gives the application.
+  static auto rates = REAL_UNHOOKED(Nvml, nvmlDeviceGetUtilizationRates);
+  nvmlUtilization_t u{};
+  if (rates == nullptr || rates(device, &u) != NVML_SUCCESS) return false;
+  *percent = u.gpu;
+  return true;
+}
+
 }  // namespace
 
 CoreDriver real_core_driver() {
@@ -147,6 +177,9 @@ CoreDriver real_core_driver() {
           .device_count = real_device_count,
           .current_device = real_current_device,
           .device_processes = real_device_processes,
+          .nvml_device = real_nvml_device,
+          .sm_clock_mhz = real_sm_clock_mhz,
+          .gpu_utilization = real_gpu_utilization,
           .gates = {.ctx_synchronize = real_ctx_synchronize,
                     .stream_synchronize = real_stream_synchronize,
                     .stream_is_capturing = stream_capture_status,

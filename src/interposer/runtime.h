@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <ctime>
 
+#include "abi/nvml_abi.h"
 #include "config/settings.h"
+#include "limiter/clock_correction.h"
 #include "shared_state/ledger.h"
 
 namespace gpuslice::limiter {
@@ -52,6 +54,15 @@ struct DeviceState {
   std::atomic<limiter::ComputeLimiter*> limiter{nullptr};  // created when a compute limit applies
   std::atomic<std::uint64_t> busy_published{0};            // limiter busy time already in the ledger
   std::atomic<std::uint64_t> turn_offset{~0ULL};           // node-wide turn of this container (~0: none)
+  // The compute limiter's clock correction (limiter/clock_correction.h): the device's NVML handle
+  // (resolved by the watcher), the flat-out SM clock it samples every 100 ms, and what the limiter
+  // reads them through.
+  std::atomic<nvmlDevice_t> nvml{nullptr};
+  limiter::ClockReference flat_clock;
+  limiter::SmClockSource clock_source;
+  int nvml_tries = 0;  // watcher thread only: handle lookups that failed
+  // Watcher thread only: the limiter that set_clock_source() was given.
+  limiter::ComputeLimiter* clock_given_to = nullptr;
   // GPUSLICE_MPS_COMPUTE=threads: the GPU-time limit the limiter reads instead of the container's
   // (config::partition_time_limit of the live limit and the SM share; 0 while the SMs hold it).
   std::atomic<std::uint32_t> partition_limit{0};

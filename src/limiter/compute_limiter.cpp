@@ -65,6 +65,8 @@ Stats ComputeLimiter::stats() const {
   s.measured_windows = measured_windows_.load(kRelaxed);
   s.launches = launches_.load(kRelaxed);
   s.timed_launches = timed_launches_.load(kRelaxed);
+  s.clock_windows = clock_windows_.load(kRelaxed);
+  s.clock_extra_ns = clock_extra_ns_.load(kRelaxed);
   return s;
 }
 
@@ -247,6 +249,10 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   }
   const std::uint32_t launches = window_launches_.load(kRelaxed);
   const bool first_window = launch_cost_.per_launch_ns() == 0;
+  // The SM clock while the window's work runs: read before the drain, with the queue still busy. Not
+  // at exit (settle): NVML's own teardown may have run by then.
+  std::uint32_t reference_mhz = 0;
+  const std::uint32_t window_mhz = reason != CloseReason::Settle ? window_clock_mhz(&reference_mhz) : 0;
   const std::uint64_t drain_start = clock_.now_ns();
   const CUresult rc = drain_queue(stream);
   const std::uint64_t drain_end = clock_.now_ns();
@@ -306,9 +312,11 @@ bool ComputeLimiter::close_window(CUstream stream, CloseReason reason) {
   if ((measured_here || have_duty_) && drained_idle) duty = last_duty_permille_;
   std::uint64_t charged = 0;
   if (duty == kPermille) {
-    // Oldest first: charge_interval() keeps the union with the container's other processes.
-    charged = charge_interval(start, end);
-    if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end);
+    // Oldest first: charge_interval() keeps the union with the container's other processes. Scaled
+    // by the clock: device-bound work is what the duty cycle speeds up (clock_correction.h).
+    const std::uint64_t clock = clock_factor_permille(window_mhz, reference_mhz);
+    charged = charge_interval(start, end, clock);
+    if (charge_drain) charged += charge_interval(std::max(end, drain_start), drain_end, clock);
   } else {
     // The device was idle most of the window, so its busy time does not overlap another process's
     // window the way time-sliced kernels do: no union, each process charges its own kernels.
@@ -348,19 +356,39 @@ std::uint64_t ComputeLimiter::charge_scaled(std::uint64_t ns, std::uint64_t duty
 }
 
 // Charges [start, end) to the container, minus what another of its processes already charged:
-// kernels of two processes of one container time-slice, so their busy intervals overlap.
-std::uint64_t ComputeLimiter::charge_interval(std::uint64_t start, std::uint64_t end) {
+// kernels of two processes of one container time-slice, so their busy intervals overlap. The bucket
+// pays that GPU time x clock_permille / 1000; the busy totals (status, metrics) stay GPU time.
+std::uint64_t ComputeLimiter::charge_interval(std::uint64_t start, std::uint64_t end,
+                                              std::uint64_t clock_permille) {
   if (end <= start) return 0;
   std::uint64_t covered = shared_->covered_until_ns.load(kAcquire);
   for (;;) {
     if (covered >= end) return 0;
     if (shared_->covered_until_ns.compare_exchange_weak(covered, end, kAcqRel)) break;
   }
-  const std::uint64_t charged = end - std::max(start, covered);
-  shared_->tokens_ns.fetch_sub(static_cast<std::int64_t>(charged), kAcqRel);
-  shared_->busy_total_ns.fetch_add(charged, kRelaxed);
-  return charged;
+  const std::uint64_t busy = end - std::max(start, covered);
+  std::uint64_t extra = 0;
+  if (clock_permille > kPermille) {
+    const std::uint64_t above = clock_permille - kPermille;
+    extra = busy / kPermille * above + busy % kPermille * above / kPermille;
+    clock_windows_.fetch_add(1, kRelaxed);
+    clock_extra_ns_.fetch_add(extra, kRelaxed);
+  }
+  shared_->tokens_ns.fetch_sub(static_cast<std::int64_t>(busy + extra), kAcqRel);
+  shared_->busy_total_ns.fetch_add(busy, kRelaxed);
+  return busy;
 }
+
+// The device's SM clock now, where a source is set and knows a flat-out reference (stored in
+// *reference_mhz); else 0, and nothing is read.
+std::uint32_t ComputeLimiter::window_clock_mhz(std::uint32_t* reference_mhz) const {
+  const SmClockSource* source = clock_source_.load(kAcquire);
+  if (source == nullptr || source->read_mhz == nullptr || source->reference == nullptr) return 0;
+  *reference_mhz = source->reference->mhz();
+  return *reference_mhz != 0 ? source->read_mhz(source->arg) : 0;
+}
+
+void ComputeLimiter::set_clock_source(const SmClockSource* source) { clock_source_.store(source, kRelease); }
 
 void ComputeLimiter::refill(std::uint64_t now, unsigned limit) {
   std::uint64_t last = shared_->refilled_at_ns.load(kAcquire);

@@ -12,6 +12,7 @@
 #include "abi/cuda_abi.h"
 #include "common/clock.h"
 #include "limiter/busy_probe.h"
+#include "limiter/clock_correction.h"
 #include "limiter/driver_ops.h"
 #include "limiter/launch_cost.h"
 #include "shared_state/compute_shared.h"
@@ -64,6 +65,8 @@ struct Stats {
   std::uint64_t measured_windows = 0;  // charged below their wall time: the probe saw the device idle
   std::uint64_t launches = 0;          // launches of the closed windows
   std::uint64_t timed_launches = 0;    // of which the busy probe timed (two event records each)
+  std::uint64_t clock_windows = 0;     // device-bound windows charged above their GPU time for the clock
+  std::uint64_t clock_extra_ns = 0;    // what that added to their charge (clock_correction.h)
 };
 
 class ComputeLimiter {
@@ -97,6 +100,13 @@ class ComputeLimiter {
   static constexpr std::uint64_t kNoPhase = ~0ULL;
   void set_phase_source(const std::atomic<std::uint64_t>* phase_offset_ns);
 
+  // Optional: the device's SM clock and the clock it runs at flat out (clock_correction.h). With
+  // both known, a window charged in full (device-bound) is charged its GPU time x
+  // (f_window / f_reference)^0.455, f_window read once at its close: a container that the limit's
+  // duty cycle lets run at a higher clock pays for the extra work. Null (the default), no reference
+  // or a failed read: its GPU time, as before. Must outlive the limiter.
+  void set_clock_source(const SmClockSource* source);
+
   // Called after the application's own synchronisation returned (cuCtxSynchronize,
   // cuStreamSynchronize, cuEventSynchronize, synchronous device-to-host copies): the device had
   // finished the work launched so far, which tells the limiter when a CPU pause began.
@@ -124,7 +134,8 @@ class ComputeLimiter {
   std::uint64_t container_cycle_phase(std::uint64_t now);
   std::uint64_t phase_offset() const;
   void refill(std::uint64_t now, unsigned limit);
-  std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end);
+  std::uint64_t charge_interval(std::uint64_t start, std::uint64_t end, std::uint64_t clock_permille);
+  std::uint32_t window_clock_mhz(std::uint32_t* reference_mhz) const;
   std::uint64_t window_budget_ns(unsigned limit) const;
   std::int64_t burst_cap_ns(unsigned limit) const;
 
@@ -133,6 +144,7 @@ class ComputeLimiter {
   shm::ComputeShared* shared_;
   const std::atomic<unsigned>* limit_source_;
   std::atomic<const std::atomic<std::uint64_t>*> phase_source_{nullptr};
+  std::atomic<const SmClockSource*> clock_source_{nullptr};
   Tuning tuning_;
 
   // Current measuring window of this process; 0 = none open.
@@ -184,6 +196,8 @@ class ComputeLimiter {
   std::atomic<std::uint64_t> measured_windows_{0};
   std::atomic<std::uint64_t> launches_{0};
   std::atomic<std::uint64_t> timed_launches_{0};
+  std::atomic<std::uint64_t> clock_windows_{0};
+  std::atomic<std::uint64_t> clock_extra_ns_{0};
 };
 
 }  // namespace gpuslice::limiter

@@ -229,6 +229,94 @@ TEST_F(ComputeLimit, SettlingAtExitChargesTheOpenWindow) {
   EXPECT_GT(limiter_of(0)->stats().busy_ns, 0u);
 }
 
+// NVML as the watcher and the limiter read it (core_driver.h): one GPU, its SM clock and utilization.
+struct SimulatedNvml {
+  static inline bool present = true;
+  static inline std::atomic<unsigned> mhz{1500};
+  static inline std::atomic<unsigned> util{100};
+  static inline std::atomic<int> lookups{0};
+  static inline std::atomic<int> clock_reads{0};
+  static nvmlDevice_t device(const char*) {
+    lookups.fetch_add(1);
+    return present ? reinterpret_cast<nvmlDevice_t>(std::uintptr_t{0x5a}) : nullptr;
+  }
+  static bool clock(nvmlDevice_t, unsigned* out) {
+    clock_reads.fetch_add(1);
+    *out = mhz.load();
+    return true;
+  }
+  static bool utilization(nvmlDevice_t, unsigned* out) {
+    *out = util.load();
+    return true;
+  }
+};
+
+class ComputeLimitClock : public ComputeLimit {
+ protected:
+  void SetUp() override {
+    ComputeLimit::SetUp();
+    SimulatedNvml::present = true;
+    SimulatedNvml::mhz = 1500;
+    SimulatedNvml::util = 100;
+    SimulatedNvml::lookups = 0;
+    SimulatedNvml::clock_reads = 0;
+    set_core_driver({.device_uuid = SimulatedDriver::uuid,
+                     .device_total_mem = SimulatedDriver::total,
+                     .current_device = SimulatedDriver::current_device,
+                     .device_processes = SimulatedDriver::list,
+                     .nvml_device = SimulatedNvml::device,
+                     .sm_clock_mhz = SimulatedNvml::clock,
+                     .gpu_utilization = SimulatedNvml::utilization,
+                     .gates = {.ctx_synchronize = SimulatedDriver::ctx_synchronize,
+                               .stream_synchronize = SimulatedDriver::stream_synchronize,
+                               .stream_is_capturing = SimulatedDriver::capture_status}});
+  }
+
+  // Device-bound launches (every window charged in full: no timing events here) for `ms`.
+  void run_for(int ms) {
+    for (int i = 0; i < ms; ++i) {
+      launch();
+      clock_.advance(kMs);
+    }
+  }
+};
+
+// A second of flat-out samples (100 ms ticks) gives the reference; windows while the device runs at a
+// higher clock are then charged (1900 / 1500)^0.455 = 1.114 of their GPU time, read once per window.
+TEST_F(ComputeLimitClock, TheWatchersFlatOutClockScalesDeviceBoundWindows) {
+  start("50");
+  run_for(5);
+  for (int i = 0; i < 10; ++i) compute_limit::tick();
+  EXPECT_EQ(device_state(0)->flat_clock.mhz(), 1500u);
+  SimulatedNvml::mhz = 1900;
+  SimulatedNvml::util = 50;  // duty-cycled: the reference stays
+  const int reads_before = SimulatedNvml::clock_reads.load();
+  run_for(2000);
+  compute_limit::tick();
+  EXPECT_EQ(device_state(0)->flat_clock.mhz(), 1500u);
+  const limiter::Stats st = limiter_of(0)->stats();
+  ASSERT_GT(st.clock_windows, 0u);
+  const double extra = static_cast<double>(st.clock_extra_ns) / static_cast<double>(st.busy_ns);
+  EXPECT_GT(extra, 0.10);
+  EXPECT_LT(extra, 0.12);
+  // The limiter's reads (all but the tick's): at most one per window, far fewer than the launches.
+  EXPECT_LE(SimulatedNvml::clock_reads.load() - reads_before - 1, static_cast<int>(st.windows));
+  EXPECT_EQ(SimulatedNvml::lookups.load(), 1) << "the handle is looked up once";
+}
+
+TEST_F(ComputeLimitClock, WithoutNvmlNothingIsScaledAndTheLookupStops) {
+  SimulatedNvml::present = false;
+  start("50");
+  for (int i = 0; i < 20; ++i) {
+    run_for(50);
+    compute_limit::tick();
+  }
+  EXPECT_EQ(device_state(0)->flat_clock.mhz(), 0u);
+  EXPECT_EQ(limiter_of(0)->stats().clock_windows, 0u);
+  EXPECT_EQ(SimulatedNvml::clock_reads.load(), 0);
+  EXPECT_EQ(SimulatedNvml::lookups.load(), 3);
+}
+
 TEST_F(ComputeLimit, AForkedChildMeasuresWithALimiterOfItsOwn) {
   Runtime& rt = start("50");
   launch();

@@ -175,9 +175,36 @@ World::Actor* World::pick_runnable() {
   return nullptr;
 }
 
+double World::speed() const {
+  if (clock_model.flat_mhz == 0) return 1.0;
+  const double flat = clock_model.flat_mhz;
+  const double mhz = flat + (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_);
+  return std::pow(mhz / flat, clock_model.exponent);
+}
+
+std::uint32_t World::sm_clock_mhz() const {
+  if (clock_model.flat_mhz == 0) return 0;
+  const double flat = clock_model.flat_mhz;
+  return static_cast<std::uint32_t>(flat +
+                                    (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_) + 0.5);
+}
+
+void World::age_load(std::uint64_t step, bool busy) {
+  if (clock_model.flat_mhz == 0) return;
+  const double keep = std::exp(-static_cast<double>(step) / static_cast<double>(clock_model.tau_ns));
+  load_ = load_ * keep + (busy ? 1.0 - keep : 0.0);
+}
+
+double World::device_busy(std::uint64_t from, std::uint64_t to) const {
+  double busy = 0;
+  for (std::size_t c = 0; c < busy_by_container_.size(); ++c)
+    busy += occupancy(static_cast<int>(c), from, to);
+  return busy;
+}
+
 void World::run_head(Context& ctx, std::uint64_t step, double share) {
   add_busy(busy_by_container_[static_cast<std::size_t>(ctx.container)], now_, now_ + step, share);
-  ctx.remaining.front() -= static_cast<double>(step) * share;
+  ctx.remaining.front() -= static_cast<double>(step) * share * speed();
   if (ctx.remaining.front() > kEpsilonNs) return;
   add_busy(ctx.work_by_bucket, now_ + step - 1, now_ + step, static_cast<double>(ctx.nominal.front()));
   for (const int event : ctx.markers.front()) event_done_[static_cast<std::size_t>(event)] = now_ + step + 1;
@@ -213,7 +240,7 @@ World::Turn World::turn() const {
 }
 
 std::uint64_t World::turn_step(const Turn& t) const {
-  const double front = contexts_[static_cast<std::size_t>(t.ctx)].remaining.front();
+  const double front = contexts_[static_cast<std::size_t>(t.ctx)].remaining.front() / speed();
   const auto done = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(front)));
   return std::min(done, t.until > now_ ? t.until - now_ : std::uint64_t{1});
 }
@@ -233,7 +260,7 @@ bool World::next_device_event(std::uint64_t* at) const {
     shortest = std::min(shortest, ctx.remaining.front());
   }
   if (active == 0) return false;
-  *at = now_ + std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active)));
+  *at = now_ + std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active / speed())));
   return true;
 }
 
@@ -282,6 +309,7 @@ void World::advance_sliced(std::uint64_t to) {
   while (now_ < to) {
     const Turn t = turn();
     if (t.ctx < 0) {
+      age_load(to - now_, false);
       now_ = to;
       return;
     }
@@ -290,6 +318,7 @@ void World::advance_sliced(std::uint64_t to) {
     if (!alone) slice_end_ = t.until;
     const std::uint64_t step = std::min(turn_step(t), to - now_);
     run_head(contexts_[static_cast<std::size_t>(t.ctx)], step, 1.0);
+    age_load(step, true);
     now_ += step;
     // Running alone, its slice starts over: work arriving now waits for at most one slice.
     if (alone) slice_end_ = now_ + timeslice_ns;
@@ -307,16 +336,18 @@ void World::advance_device(std::uint64_t to) {
       shortest = std::min(shortest, ctx.remaining.front());
     }
     if (active == 0) {
+      age_load(to - now_, false);
       now_ = to;
       return;
     }
     const auto until_completion =
-        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active)));
+        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(shortest * active / speed())));
     const std::uint64_t step = std::min(until_completion, to - now_);
     const double share = 1.0 / active;
     for (Context& ctx : contexts_) {
       if (!ctx.remaining.empty()) run_head(ctx, step, share);
     }
+    age_load(step, true);
     now_ += step;
   }
 }

@@ -15,6 +15,12 @@
 // work queued before it has finished (at once on an idle queue), as cuEventRecord does on a device.
 // Host time and device time therefore differ: an actor's host work (sleep) between launches leaves
 // the device idle, and the events show it.
+// The SM clock (`clock_model`, off by default): a power-capped device runs at `flat_mhz` while
+// always busy and up to `idle_mhz` after idling, following its load (busy share, an exponential
+// average over `tau_ns`, as a power controller averages power): f = flat + (idle - flat) x (1 -
+// load). Kernels then run (f / flat)^exponent times faster than their nominal duration, so a
+// duty-cycled device does more work per busy second than one flat out (an H200's graph replay of
+// 4096^3 matmuls: 1480 MHz flat out, 1900 at 20% duty, +2-3 points of throughput).
 #pragma once
 
 #include <condition_variable>
@@ -85,6 +91,19 @@ class World {
   // default). Set before run().
   std::uint64_t timeslice_ns = 0;
 
+  // The SM clock (see the top of this file). Set before run(); flat_mhz 0: a constant clock.
+  struct ClockModel {
+    std::uint32_t flat_mhz = 0;
+    std::uint32_t idle_mhz = 0;
+    std::uint64_t tau_ns = kSec;
+    double exponent = 0.455;
+  };
+  ClockModel clock_model;
+  // The SM clock now in MHz (0 without a clock model), as NVML reads it.
+  std::uint32_t sm_clock_mhz() const;
+  // Share of [from, to) during which any context's kernel ran (NVML's utilization).
+  double device_busy(std::uint64_t from, std::uint64_t to) const;
+
  private:
   enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
   struct Actor {
@@ -127,6 +146,9 @@ class World {
   std::uint64_t turn_step(const Turn& t) const;
   bool next_device_event(std::uint64_t* at) const;
   void add_busy(std::vector<double>& buckets, std::uint64_t from, std::uint64_t to, double share);
+  // Kernels' speed at the clock now (1 without a clock model), and the load after `step` ns busy or idle.
+  double speed() const;
+  void age_load(std::uint64_t step, bool busy);
 
   Options options_;
   mutable std::mutex mutex_;
@@ -139,6 +161,7 @@ class World {
   int holder_ = -1;                        // time-slicing: the context running, and its slice's end
   std::uint64_t slice_end_ = 0;
   bool finished_ = false;
+  double load_ = 1.0;  // the clock model's busy share: starts as if flat out
 };
 
 // Clock of the calling actor's world.

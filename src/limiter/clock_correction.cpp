@@ -1,0 +1,58 @@
+#include "limiter/clock_correction.h"
+
+#include <algorithm>
+
+namespace gpuslice::limiter {
+namespace {
+
+constexpr std::uint64_t kPermille = 1000;
+
+// ln(x) for x in [1, 2] and exp(y) for y in [0, 1] by their series, without libm (the injected
+// library links libc only): the ratio is clamped to where both converge in a few terms.
+double log_near_one(double x) {
+  const double z = (x - 1) / (x + 1);  // ln x = 2 artanh z; z <= 1/3
+  const double z2 = z * z;
+  double term = z;
+  double sum = 0;
+  for (int k = 1; k <= 21; k += 2) {
+    sum += term / k;
+    term *= z2;
+  }
+  return 2 * sum;
+}
+
+double exp_small(double y) {
+  double term = 1;
+  double sum = 1;
+  for (int k = 1; k <= 16; ++k) {
+    term *= y / k;
+    sum += term;
+  }
+  return sum;
+}
+
+}  // namespace
+
+std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t reference_mhz) {
+  if (window_mhz == 0 || reference_mhz == 0 || window_mhz <= reference_mhz) return kPermille;
+  const double ratio = std::min(2.0, static_cast<double>(window_mhz) / reference_mhz);
+  const double factor = exp_small(log_near_one(ratio) * kClockExponentMilli / kPermille);
+  // Rounded to the nearest per mille in integers (lround is libm's).
+  const std::uint64_t permille = (static_cast<std::uint64_t>(factor * 2 * kPermille) + 1) / 2;
+  return std::clamp(permille, kPermille, kMaxClockFactorPermille);
+}
+
+void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz) {
+  if (util_percent < kFlatOutUtilPercent || util_percent > 100 || sm_mhz == 0) {
+    flat_run_ = 0;
+    return;
+  }
+  if (flat_run_ < kFlatOutSamples) ++flat_run_;
+  if (flat_run_ < kFlatOutSamples) return;
+  const std::uint32_t old = mhz_.load(std::memory_order_relaxed);
+  // A quarter per sample; the first one is taken whole.
+  const std::uint32_t next = old == 0 ? sm_mhz : static_cast<std::uint32_t>((3ULL * old + sm_mhz + 2) / 4);
+  mhz_.store(next, std::memory_order_relaxed);
+}
+
+}  // namespace gpuslice::limiter

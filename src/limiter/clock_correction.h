@@ -1,0 +1,64 @@
+// The SM clock's part in a compute limit (docs/compute-limiter.md, "Throughput vs occupancy"). A
+// device that is duty-cycled by a limit runs its kernels at a higher SM clock than flat out (the
+// power controller averages over the idle gaps), so a container held to L% of the device's time did
+// up to 2-4 points more than L% of its work on an H200. The limiter therefore charges a window of
+// device-bound work its GPU time scaled by (f_window / f_reference)^kClockExponent: f_window is the
+// SM clock while the window ran (read once, at its close), f_reference the clock at which the device
+// last ran flat out (ClockReference). Without a reference, or without a clock, nothing is scaled.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace gpuslice::limiter {
+
+// Measured, not derived: on H200s (2026-11-27/28, 48 phases of graph replay, torch.compile, an eager
+// mix, four streams, clusters and 40 ms kernels at 20/30/50/80%) throughput under a limit was the
+// CUPTI-timed GPU-time share x (f_phase / f_unlimited)^0.455 within +-1 point in every phase
+// (bench/results/clock-fit-2026-11-29/). Half of one-for-one: the sampled clock catches the boost
+// between kernels too, and a matmul's speed is not all SM clock.
+inline constexpr std::uint32_t kClockExponentMilli = 455;
+// The most a clock reading may scale a window's charge, per mille: (1980 / 1400)^0.455 is about
+// 1.17 on an H200, so a bogus reading cannot charge a window more than a quarter above its time.
+inline constexpr std::uint64_t kMaxClockFactorPermille = 1250;
+
+// (window_mhz / reference_mhz)^0.455 in per mille, at least 1000 (a window at or below the
+// reference clock is charged its GPU time: never less, whatever the reading) and at most
+// kMaxClockFactorPermille. 1000 when either is 0 (not known).
+std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t reference_mhz);
+
+// The SM clock at which the device last ran flat out, from samples of the device's utilization and
+// SM clock (the library's watcher takes one every 100 ms, off the launch path). A sample counts once
+// the device has been busy kFlatOutUtilPercent or more of NVML's utilization period in
+// kFlatOutSamples samples in a row (a second): then no limit duty-cycled it (an on part lasts at most
+// half a second, and a sample across its off part reads well below 95%), and its clock is the one
+// the power controller holds under full load, for whatever ran on it. The reference follows such
+// samples (an exponential average, a quarter per sample) and stays while the device is duty-cycled:
+// that is the state it exists for. One thread observes (the watcher); readers (the limiter's closer)
+// load one atomic.
+class ClockReference {
+ public:
+  static constexpr std::uint32_t kFlatOutUtilPercent = 95;
+  static constexpr std::uint32_t kFlatOutSamples = 10;
+
+  // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown).
+  void observe(std::uint32_t util_percent, std::uint32_t sm_mhz);
+  // The reference clock in MHz, 0 while none was seen.
+  std::uint32_t mhz() const { return mhz_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint32_t> mhz_{0};
+  std::uint32_t flat_run_ = 0;  // observer only: flat-out samples in a row
+};
+
+// Where a limiter reads its device's SM clock (ComputeLimiter::set_clock_source). `read_mhz` costs
+// about 1-2 us (NVML); the limiter calls it at most once per window, on the thread that closes it,
+// just before its drain, and only while `reference` knows a flat-out clock. Returns 0 when it
+// cannot read it (no NVML, an error): that window is charged its GPU time.
+struct SmClockSource {
+  std::uint32_t (*read_mhz)(const void* arg) = nullptr;
+  const void* arg = nullptr;
+  const ClockReference* reference = nullptr;
+};
+
+}  // namespace gpuslice::limiter

@@ -1,0 +1,190 @@
+// The SM clock's part in a compute limit (limiter/clock_correction.h): on a simulated device whose
+// clock rises while a limit duty-cycles it (World::clock_model, shaped after an H200's graph replay:
+// 1480 MHz flat out, up to 1980 idle), a container is held to its limit of the work it does flat out,
+// not only of the device's time, once the limiter knows the flat-out clock.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
+
+#include "limiter/clock_correction.h"
+#include "scenario.h"
+
+namespace gpuslice::limiter::sim {
+namespace {
+
+constexpr std::uint64_t kUnlimitedUntil = 2 * kSec;
+// Measured from 5 s (one process) or 9 s (two), to 3 s later: the queue of 1024 launches left from
+// the unlimited run is drained uncharged first (over 4 s of two processes' 1 and 3 ms kernels), and
+// the clock takes a second or two to rise.
+constexpr std::uint64_t kMeasured = 3 * kSec;
+constexpr std::uint64_t kSample = 100 * kMs;
+
+TEST(ClockFactor, IsTheMeasuredPowerOfTheClockRatio) {
+  EXPECT_EQ(clock_factor_permille(1480, 1480), 1000u);
+  EXPECT_EQ(clock_factor_permille(1400, 1480), 1000u);  // below the reference: never less than GPU time
+  EXPECT_EQ(clock_factor_permille(0, 1480), 1000u);     // nothing read
+  EXPECT_EQ(clock_factor_permille(1900, 0), 1000u);     // no reference
+  // (1900 / 1480)^0.455 = 1.1203; (1600 / 1480)^0.455 = 1.0361.
+  EXPECT_EQ(clock_factor_permille(1900, 1480), 1120u);
+  EXPECT_EQ(clock_factor_permille(1600, 1480), 1036u);
+  // A reading far off is bounded.
+  EXPECT_EQ(clock_factor_permille(5000, 1000), kMaxClockFactorPermille);
+}
+
+TEST(ClockReference, FollowsASecondOfFlatOutSamples) {
+  ClockReference reference;
+  for (int i = 0; i < 9; ++i) reference.observe(99, 1500);
+  EXPECT_EQ(reference.mhz(), 0u);  // not a second yet
+  reference.observe(80, 1700);     // an off part: the run starts over
+  for (int i = 0; i < 9; ++i) reference.observe(100, 1500);
+  EXPECT_EQ(reference.mhz(), 0u);
+  reference.observe(100, 1500);
+  EXPECT_EQ(reference.mhz(), 1500u);
+  reference.observe(100, 1400);  // a quarter of the way
+  EXPECT_EQ(reference.mhz(), 1475u);
+  reference.observe(50, 1980);  // a limited stretch leaves it
+  EXPECT_EQ(reference.mhz(), 1475u);
+  reference.observe(100, 1400);  // and must last a second again
+  EXPECT_EQ(reference.mhz(), 1475u);
+  reference.observe(100, 0);     // no clock read
+  reference.observe(101, 1980);  // not a percentage
+  for (int i = 0; i < 9; ++i) reference.observe(100, 1400);
+  EXPECT_EQ(reference.mhz(), 1475u);
+}
+
+std::uint32_t read_sim_clock(const void* world) { return static_cast<const World*>(world)->sm_clock_mhz(); }
+
+void h200_like(World& world) { world.clock_model = {.flat_mhz = 1480, .idle_mhz = 1980, .tau_ns = kSec}; }
+
+// What the library's watcher does every 100 ms: the device's utilization and SM clock into the
+// reference. Also sets the container's limit at kUnlimitedUntil (it runs unlimited before).
+void watcher(World& world, ClockReference& reference, Container& box, unsigned limit, std::uint64_t until) {
+  while (world.now() < until) {
+    world.sleep(kSample);
+    const std::uint64_t now = world.now();
+    reference.observe(static_cast<std::uint32_t>(world.device_busy(now - kSample, now) * 100 + 0.5),
+                      world.sm_clock_mhz());
+    if (now >= kUnlimitedUntil) box.limit.store(limit);
+  }
+}
+
+struct ClockRun {
+  WindowRange work;  // work per second under the limit / flat out, every 1 s window measured
+  WindowRange gpu_time;
+  Stats stats;
+};
+
+// Processes of one container, each a loop of `kernel_ns[i]` kernels, unlimited for 2 s and then
+// under `limit`; `corrected`: the limiters read the clock and the watcher's reference.
+ClockRun run(unsigned limit, bool corrected, std::initializer_list<std::uint64_t> kernel_ns,
+             std::uint64_t timeslice_ns = 0) {
+  const std::uint64_t from = kernel_ns.size() > 1 ? 9 * kSec : 5 * kSec;
+  const std::uint64_t until = from + kMeasured;
+  Scenario s;
+  h200_like(s.world);
+  s.world.timeslice_ns = timeslice_ns;
+  Container& box = s.add_container(100);
+  ClockReference reference;
+  const SmClockSource source{.read_mhz = &read_sim_clock, .arg = &s.world, .reference = &reference};
+  std::vector<Process*> processes;
+  for (const std::uint64_t kernel : kernel_ns) {
+    Process& p = s.add_process(box);
+    if (corrected) p.limiter->set_clock_source(&source);
+    processes.push_back(&p);
+    s.add_thread(p, [&s, &p, kernel, until] { kernel_loop(p, s.world, kernel, 5 * kUs, until); });
+  }
+  s.add_thread(*processes.front(), [&] { watcher(s.world, reference, box, limit, until); });
+  s.run();
+  // Flat out: the work of the unlimited second before the limit (the clock at flat_mhz throughout).
+  double flat = 0;
+  for (Process* p : processes) flat += s.world.work_done(p->ctx, kUnlimitedUntil - kSec, kUnlimitedUntil);
+  ClockRun result;
+  result.work.min = 1.0;
+  double sum = 0;
+  int count = 0;
+  for (std::uint64_t t = from; t + kSec <= until; t += 10 * kMs) {
+    double work = 0;
+    for (Process* p : processes) work += s.world.work_done(p->ctx, t, t + kSec);
+    const double ratio = work / flat;
+    if (std::getenv("CLOCK_TEST_TRACE") != nullptr && t % (100 * kMs) == 0)
+      std::fprintf(stderr, "t=%.1f work %.3f gpu %.3f\n", t / 1e9, ratio,
+                   s.world.occupancy(box.id, t, t + kSec));
+    result.work.min = std::min(result.work.min, ratio);
+    result.work.max = std::max(result.work.max, ratio);
+    sum += ratio;
+    ++count;
+  }
+  result.work.mean = sum / count;
+  result.gpu_time = s.sliding(box, from, until);
+  for (Process* p : processes) {
+    const Stats st = p->limiter->stats();
+    result.stats.clock_windows += st.clock_windows;
+    result.stats.clock_extra_ns += st.clock_extra_ns;
+  }
+  return result;
+}
+
+class LimiterClock : public ::testing::TestWithParam<unsigned> {};
+
+// The model reproduces the error the correction is for: held to its GPU time, the duty-cycled
+// device does more than the limit of its flat-out work (as an H200 did: +1.7 points at 20%, +2.6 at 80%).
+TEST_P(LimiterClock, WithoutTheClockTheWorkExceedsTheLimit) {
+  const unsigned limit = GetParam();
+  const ClockRun r = run(limit, /*corrected=*/false, {1 * kMs});
+  EXPECT_NEAR(r.gpu_time.mean, limit / 100.0, 0.01) << describe(r.gpu_time);
+  EXPECT_GT(r.work.mean, limit / 100.0 + 0.015) << describe(r.work);
+  EXPECT_EQ(r.stats.clock_windows, 0u);
+}
+
+// With the flat-out clock known (the unlimited start), every 1 s window's work is within a point of
+// the limit, and the device's time below it by the clock's share.
+TEST_P(LimiterClock, WithTheClockTheWorkIsHeldToTheLimit) {
+  const unsigned limit = GetParam();
+  const ClockRun r = run(limit, /*corrected=*/true, {1 * kMs});
+  EXPECT_GE(r.work.min, limit / 100.0 - 0.01) << describe(r.work);
+  EXPECT_LE(r.work.max, limit / 100.0 + 0.01) << describe(r.work);
+  EXPECT_LT(r.gpu_time.mean, limit / 100.0) << describe(r.gpu_time);
+  EXPECT_GT(r.stats.clock_windows, 0u);
+}
+
+// Two processes of one container on a time-slicing device (2 ms slices): their sum too.
+TEST_P(LimiterClock, TwoProcessesOfOneContainerAreHeldTogether) {
+  const unsigned limit = GetParam();
+  const ClockRun r = run(limit, /*corrected=*/true, {1 * kMs, 3 * kMs}, 2 * kMs);
+  EXPECT_GE(r.work.min, limit / 100.0 - 0.02) << describe(r.work);
+  EXPECT_LE(r.work.max, limit / 100.0 + 0.02) << describe(r.work);
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, LimiterClock, ::testing::Values(20u, 30u, 50u, 80u));
+
+// Without a flat-out stretch (limited from its start) nothing is known to correct by: GPU time, as before.
+TEST(LimiterClockReference, LimitedFromTheStartIsChargedItsGpuTime) {
+  Scenario s;
+  h200_like(s.world);
+  Container& box = s.add_container(30);
+  ClockReference reference;
+  const SmClockSource source{.read_mhz = &read_sim_clock, .arg = &s.world, .reference = &reference};
+  Process& p = s.add_process(box);
+  p.limiter->set_clock_source(&source);
+  s.add_thread(p, [&] { kernel_loop(p, s.world, 1 * kMs, 5 * kUs, 4 * kSec); });
+  s.add_thread(p, [&] {
+    while (s.world.now() < 4 * kSec) {
+      s.world.sleep(kSample);
+      const std::uint64_t now = s.world.now();
+      reference.observe(static_cast<std::uint32_t>(s.world.device_busy(now - kSample, now) * 100 + 0.5),
+                        s.world.sm_clock_mhz());
+    }
+  });
+  s.run();
+  EXPECT_EQ(reference.mhz(), 0u);
+  EXPECT_EQ(p.limiter->stats().clock_windows, 0u);
+  const WindowRange range = s.sliding(box, 0, 4 * kSec);
+  EXPECT_NEAR(range.mean, 0.30, 0.01) << describe(range);
+}
+
+}  // namespace
+}  // namespace gpuslice::limiter::sim
