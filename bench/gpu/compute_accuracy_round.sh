@@ -36,13 +36,9 @@ began=$(date +%s)
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
   git log --oneline -1 2>/dev/null
 } 2>&1 | tee "$out/env.txt"
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
 if [ -z "${SKIP_BUILD:-}" ]; then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-    -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" > "$out/build.log" 2>&1
-  cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_cli >> "$out/build.log" 2>&1 ||
-    { tail -40 "$out/build.log"; exit 1; }
+  : > "$out/build.log"
+  tests/gpu/build_release.sh "$out/build.log" gpuslice_preload gpuslice_cli || exit 1
   echo "build ok ($(($(date +%s) - began)) s)"
 fi
 measured=$(date +%s)

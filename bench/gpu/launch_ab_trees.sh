@@ -16,15 +16,8 @@ old_src=${1:?usage: $0 OLD_SOURCE_DIR [ROUNDS]}
 rounds=${2:-3}
 out=${OUT:-gpu-out}/launch-ab-trees
 mkdir -p "$out"
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-build_ab() {  # source-dir build-dir
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-    -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" >>"$out/build.log" 2>&1 &&
-    cmake --build "$2" -j"$(nproc)" --target gpuslice_preload_ab >>"$out/build.log" 2>&1
-}
-build_ab . build || { tail -30 "$out/build.log"; exit 1; }
-build_ab "$old_src" /tmp/ab-old-build || { tail -30 "$out/build.log"; exit 1; }
+tests/gpu/build_release.sh "$out/build.log" gpuslice_preload_ab || exit 1
+tests/gpu/build_release.sh -S "$old_src" -B /tmp/ab-old-build "$out/build.log" gpuslice_preload_ab || exit 1
 mkdir -p build/gpu
 nvcc -O2 -arch=sm_90 -o build/gpu/launch_ab bench/gpu/launch_ab.cu -ldl >>"$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }

@@ -17,12 +17,8 @@ export PYTHONUNBUFFERED=1
   nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
 } 2>&1 | tee "$out/env.txt"
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-  -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" > "$out/build.log" 2>&1
-cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_cli >> "$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; exit 1; }
+: > "$out/build.log"
+tests/gpu/build_release.sh "$out/build.log" gpuslice_preload gpuslice_cli || exit 1
 echo "build ok"
 gpus=$(nvidia-smi -L | wc -l)
 seconds=${SECONDS_PER:-25}

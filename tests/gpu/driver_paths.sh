@@ -7,11 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-  -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" > "$out/build.log" 2>&1
-cmake --build build -j"$(nproc)" --target gpuslice_preload >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+: > "$out/build.log"
+tests/gpu/build_release.sh "$out/build.log" gpuslice_preload || exit 1
 mkdir -p build/gpu
 nvcc -O2 -arch=sm_90 -o build/gpu/driver_paths tests/gpu/driver_paths.cu -lcuda >> "$out/build.log" 2>&1 ||
   { tail -20 "$out/build.log"; exit 1; }

@@ -12,14 +12,10 @@ if ! command -v nvidia-cuda-mps-control >/dev/null; then
   echo "nvidia-cuda-mps-control is not on PATH ($PATH): MPS cannot be measured here"
   exit 2
 fi
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-{
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-    -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" &&
-    cmake --build build -j"$(nproc)" --target gpuslice_cli &&
-    mkdir -p build/gpu &&
-    nvcc -O2 -arch=sm_90 -o build/gpu/mps_client tests/gpu/mps_client.cu
-} > "$out/mps/build.log" 2>&1 || { tail -30 "$out/mps/build.log"; exit 1; }
+: > "$out/mps/build.log"
+tests/gpu/build_release.sh "$out/mps/build.log" gpuslice_cli || exit 1
+mkdir -p build/gpu
+nvcc -O2 -arch=sm_90 -o build/gpu/mps_client tests/gpu/mps_client.cu >> "$out/mps/build.log" 2>&1 ||
+  { tail -30 "$out/mps/build.log"; exit 1; }
 echo "build ok"
 python3 tests/gpu/mps_faults.py --build build --out "$out" ${MPS_GPU:+--gpu "$MPS_GPU"}

@@ -12,12 +12,8 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 lib=$PWD/build/lib/libgpuslice.so
 if [ ! -f "$lib" ]; then
-  prefix=()  # header-only dependencies carried to the GPU machine (see run.sh)
-  [ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-  { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-      -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" &&
-    cmake --build build -j"$(nproc)" --target gpuslice_preload; } > "$out/nvml-build.log" 2>&1 ||
-    { tail -20 "$out/nvml-build.log"; echo "FAIL build"; exit 1; }
+  : > "$out/nvml-build.log"
+  tests/gpu/build_release.sh "$out/nvml-build.log" gpuslice_preload || { echo "FAIL build"; exit 1; }
 fi
 work=$(mktemp -d)
 jobs_started=()

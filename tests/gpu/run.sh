@@ -16,12 +16,8 @@ export PYTHONUNBUFFERED=1
 } 2>&1 | tee "$out/env.txt"
 # The GPU machine has no package manager: header-only build dependencies the CLI needs
 # (nlohmann-json) may be carried in .devdeps/ (a CMake prefix: include/ and share/cmake/).
-prefix=()
-[ -d .devdeps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps")
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUSLICE_BUILD_NODE=OFF -DGPUSLICE_BUILD_TESTS=OFF \
-  -DGPUSLICE_BUILD_BENCH=OFF "${prefix[@]}" > "$out/build.log" 2>&1
-cmake --build build -j"$(nproc)" --target gpuslice_preload gpuslice_preload_ab gpuslice_cli gpuslice_mock_cuda >> "$out/build.log" 2>&1 ||
-  { tail -40 "$out/build.log"; exit 1; }
+: > "$out/build.log"
+tests/gpu/build_release.sh "$out/build.log" gpuslice_preload gpuslice_preload_ab gpuslice_cli gpuslice_mock_cuda || exit 1
 mkdir -p build/gpu
 # The e2e probe, linked to libcuda.so.1 by soname: here that resolves to the real driver.
 g++ -std=c++20 -O2 -Isrc -o build/gpu/probe_app tests/e2e/probe_app.cpp build/mock/libcuda.so.1 -ldl -lpthread \
