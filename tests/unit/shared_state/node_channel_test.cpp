@@ -593,6 +593,42 @@ TEST_F(NodeChannelTest, AChildOfAForkDoesNotMoveTheListingOfItsParentsPass) {
   EXPECT_EQ(low->read_peers(seen, 8, kNow), 1U) << "the parent's pass lost entries to its child";
 }
 
+// The application closed the descriptor a reader's pass lists through and reused the number for a
+// directory of its own (a daemon closing every descriptor, say): the next scan neither reads
+// through it (which would move the application's position in its directory) nor closes it.
+TEST_F(NodeChannelTest, AListingDescriptorTheApplicationReusedIsNeitherReadNorClosed) {
+  constexpr int kJunk = 3'000;
+  auto low = open(11, "ctr-low");
+  create_files(dir_, kJunk);
+  PeerState seen[8];
+  ASSERT_EQ(low->read_peers(seen, 8, kNow), 0U);  // the first pass, whole
+  auto late = open(0x77, "ctr-late");             // the directory changed: a new pass
+  ASSERT_TRUE(late != nullptr && late->publish(state(0)));
+  low->set_listing_budget({100, NodeChannel::kListNsPerSecond});
+  low->read_peers(seen, 8, kNow);  // lists 100 entries, the pass stays open
+  int kept = -1;
+  DIR* fds = opendir("/proc/self/fd");
+  ASSERT_NE(fds, nullptr);
+  while (dirent* e = readdir(fds)) {
+    char target[4096] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(link.c_str(), target, sizeof target - 1) > 0 && dir_.path() == target)
+      kept = std::atoi(e->d_name);
+  }
+  closedir(fds);
+  ASSERT_GE(kept, 0) << "no descriptor of the node directory is kept between scans";
+  TempDir mine;
+  for (int i = 0; i < 8; ++i) std::ofstream(mine.file("mine-" + std::to_string(i))) << "x";
+  ASSERT_EQ(close(kept), 0);
+  const int reused = ::open(mine.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(reused, kept) << "the number was not reused (the test needs it)";
+  low->set_listing_budget({1'000'000, 1'000'000'000});
+  EXPECT_EQ(low->read_peers(seen, 8, kNow), 1U) << "the pass did not start again";
+  EXPECT_EQ(fcntl(reused, F_GETFD), FD_CLOEXEC) << "the application's descriptor was closed";
+  EXPECT_EQ(lseek(reused, 0, SEEK_CUR), 0) << "the application's directory was read";
+  close(reused);
+}
+
 // What was found (2): on Kubernetes every cores allocation left a writer directory; 600 stale ones
 // listed before the busy high server stopped the scan before it.
 TEST_F(NodeChannelTest, SixHundredStaleWriterDirectoriesDoNotHideABusyHighServer) {
