@@ -430,8 +430,8 @@ TEST_F(NodeChannelTest, AHundredThousandJunkEntriesCostAReaderAtMostATenthOfWhat
   const std::uint64_t every_scan = std::uint64_t{kScans} * 100'000;
   EXPECT_LE(listed, every_scan / 10) << listed << " entries listed in " << kScans << " scans";
   // A writer that appears changes the directory: a pass lists it again and finds it, at most two
-  // passes after (a budget sixteen times the default's here, so that this takes a second or two).
-  low->set_listing_budget({16 * NodeChannel::kListEntriesPerSecond, 16 * NodeChannel::kListNsPerSecond});
+  // passes after (a budget 64 times the default's here, so that this takes a look or a few).
+  low->set_listing_budget({64 * NodeChannel::kListEntriesPerSecond, 64 * NodeChannel::kListNsPerSecond});
   auto late = open(0x77, "ctr-late");
   assign("ctr-late", "priority=high\n");
   PeerState claim = state(0);
