@@ -97,7 +97,15 @@ class DirListing {
     const char* name = nullptr;
     unsigned char type = DT_UNKNOWN;
   };
-  DirListing(int fd, char* buffer, std::size_t size) : fd_(fd), buffer_(buffer), size_(size) {}
+  // A listing that goes on from what an earlier one left in `buffer` (*filled bytes returned by
+  // getdents64, *position consumed), and leaves its own there.
+  DirListing(int fd, char* buffer, std::size_t size, std::size_t* filled, std::size_t* position)
+      : fd_(fd), buffer_(buffer), size_(size), filled_(*filled), position_(*position) {}
+  // A listing from the descriptor's position with nothing returned yet.
+  DirListing(int fd, char* buffer, std::size_t size)
+      : DirListing(fd, buffer, size, &own_filled_, &own_position_) {}
+  DirListing(const DirListing&) = delete;
+  DirListing& operator=(const DirListing&) = delete;
 
   // False at the end of the directory or on an error.
   bool next(Entry* entry) {
@@ -106,7 +114,10 @@ class DirListing {
       do {
         got = ::syscall(SYS_getdents64, fd_, buffer_, size_);
       } while (got < 0 && errno == EINTR);
-      if (got <= 0) return false;
+      if (got <= 0) {
+        filled_ = position_ = 0;
+        return false;
+      }
       filled_ = static_cast<std::size_t>(got);
       position_ = 0;
     }
@@ -127,8 +138,10 @@ class DirListing {
   int fd_;
   char* buffer_;
   std::size_t size_;
-  std::size_t filled_ = 0;
-  std::size_t position_ = 0;
+  std::size_t own_filled_ = 0;
+  std::size_t own_position_ = 0;
+  std::size_t& filled_;
+  std::size_t& position_;
 };
 
 // "uid-N" with N in canonical decimal: the writer directory of user N.
@@ -358,12 +371,6 @@ NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string u
       record_path_(std::move(record_path)),
       cache_(std::make_unique<WriterCache>()) {}
 
-NodeChannel::~NodeChannel() {
-  forget(known_[0]);
-  forget(known_[1]);
-  ::close(fd_);
-}
-
 void NodeChannel::forget(KnownSet& set) {
   for (std::size_t i = 0; i < set.count; ++i) {
     const KnownPeer& known = set.peers[i];
@@ -503,12 +510,41 @@ std::size_t NodeChannel::read_known_peers(PeerState* out, std::size_t capacity, 
   return count;
 }
 
-// One pass over the node directory, bounded: kMaxWriters trusted writer directories,
-// kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, kMaxScanNs of listing. A
+void NodeChannel::set_listing_budget(const ListingBudget& budget) {
+  WriterCache& cache = *cache_;
+  cache.budget = budget;
+  cache.entry_credit = static_cast<std::int64_t>(budget.entries_per_second);
+  cache.ns_credit = static_cast<std::int64_t>(budget.ns_per_second);
+  cache.credited_at_ns = monotonic_ns();
+}
+
+// The pass in progress is given up: its descriptor closed when it is still ours (the application
+// may have closed it and reused the number; a child of a fork closes only its own copy).
+void NodeChannel::end_pass(WriterCache& cache) const {
+  if (cache.fd >= 0) {
+    struct stat st {};
+    if (::fstat(cache.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == cache.fd_device &&
+        static_cast<std::uint64_t>(st.st_ino) == cache.fd_inode) {
+      ::close(cache.fd);
+    }
+  }
+  cache.fd = -1;
+  cache.filled = cache.position = 0;
+}
+
+NodeChannel::~NodeChannel() {
+  end_pass(*cache_);
+  forget(known_[0]);
+  forget(known_[1]);
+  ::close(fd_);
+}
+
+// One look at the node directory, bounded: kMaxWriters trusted writer directories,
+// kMaxEntriesPerWriter entries and kMaxRecordsPerWriter records of each, and what the listing
+// budget allows of the pass over the node directory in progress (see kListEntriesPerSecond). A
 // file others planted costs one listing entry, a directory one fstatat before anything is opened,
-// and then nothing until the directory changes again (WriterCache), nor more than one listing a
-// second while it keeps changing (kRelistIntervalNs). No allocation: the listings go
-// through stack buffers.
+// once per pass, and passes run only while the directory keeps changing. No allocation: the
+// listings go through buffers of the stack or of the cache.
 std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_t now_ns,
                               std::uint64_t stale_ns, std::optional<Priority> above, KnownPeer* keep,
                               std::size_t* kept) const {
@@ -521,10 +557,6 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   if (::fstat(node_fd, &node_st) != 0) return 0;
   std::size_t count = 0;
   std::size_t writers = 0;
-  const std::uint64_t started = monotonic_ns();
-  // The node directory is listed only when it changed since the last complete listing (its mtime
-  // and ctime move with every entry added, removed or renamed): otherwise the writers that listing
-  // found are visited by name, so entries nobody believes cost nothing once listed.
   const bool cache_ours = !cache_busy_.exchange(true, std::memory_order_acquire);
   const auto stamp = [](const struct stat& st) {
     return WriterCache::Stamp{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
@@ -536,93 +568,97 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const WriterCache::Stamp now_stamp = stamp(node_st);
   WriterCache& cache = *cache_;
   // A directory changed within the last second may still change within the same time stamp (its
-  // clock is coarse): listed again until it has been quiet that long.
+  // clock is coarse): a pass that began then is not believed to have seen it all.
   timespec wall{};
   clock_gettime(CLOCK_REALTIME, &wall);
   const std::uint64_t wall_ns =
       static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
   const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
-  // Changed or not, the directory is listed at most kRelistBurst times at once and then once per
-  // kRelistIntervalNs (a rate limit, so a tenant changing it all the time cannot make every scan of
-  // every reader list it); in between, the writers of the last complete listing are visited.
-  const bool unchanged = cache.valid && cache.stamp == now_stamp;
-  const bool relist_due = started + (kRelistBurst - 1) * kRelistIntervalNs >= cache.next_listing_ns;
-  const bool same_directory =
-      cache.stamp.device == now_stamp.device && cache.stamp.inode == now_stamp.inode;  // not replaced
-  const bool from_cache = cache_ours && cache.listed_once && same_directory && (unchanged || !relist_due);
-  if (cache_ours && !from_cache)
-    cache.next_listing_ns = std::max(cache.next_listing_ns, started) + kRelistIntervalNs;
-  std::size_t cached = 0;  // writers found by this listing (cache.fresh)
-  bool complete = true;    // the listing reached the end of the directory
-  bool by_time = false;    // it ran out of time: the last complete listing's writers are visited too
-  alignas(8) char node_buffer[4096];
-  DirListing node_listing(node_fd, node_buffer, sizeof node_buffer);
-  std::size_t next_cached = 0;
-  const auto visited = [&](const char* name) {
-    for (std::size_t i = 0; i < cached && i < WriterCache::kWriters; ++i) {
+
+  // The pass in progress goes on only on the descriptor this process opened of this directory.
+  bool listing = false;  // this scan lists (else it visits the writers it knows)
+  bool budgeted = false;
+  int list_fd = node_fd;
+  alignas(8) char own_buffer[4096];
+  std::size_t own_filled = 0, own_position = 0;
+  char* buffer = own_buffer;
+  std::size_t* filled = &own_filled;
+  std::size_t* position = &own_position;
+  if (cache_ours) {
+    if (cache.fd >= 0) {
+      struct stat listed_st {};
+      const bool ours = cache.pid == ::getpid() && ::fstat(cache.fd, &listed_st) == 0 &&
+                        static_cast<std::uint64_t>(listed_st.st_dev) == cache.fd_device &&
+                        static_cast<std::uint64_t>(listed_st.st_ino) == cache.fd_inode &&
+                        cache.fd_device == now_stamp.device && cache.fd_inode == now_stamp.inode;
+      if (!ours) {
+        // Forked, replaced or closed under us: a new pass, keeping the writers found so far.
+        end_pass(cache);
+      }
+    }
+    const bool unchanged = cache.valid && cache.stamp == now_stamp;
+    if (cache.fd < 0 && !unchanged) {
+      // A new pass, on this scan's descriptor (kept open for the next scans).
+      cache.fd = node_guard.release();
+      cache.pid = ::getpid();
+      cache.fd_device = now_stamp.device;
+      cache.fd_inode = now_stamp.inode;
+      cache.filled = cache.position = 0;
+      cache.pass_stamp = now_stamp;
+      cache.pass_quiet = quiet;
+    }
+    if (cache.fd >= 0) {
+      listing = true;
+      list_fd = cache.fd;
+      buffer = cache.buffer;
+      filled = &cache.filled;
+      position = &cache.position;
+      budgeted = cache.listed_once;
+    }
+    // The budget accrues with time, one second's worth at most.
+    const std::uint64_t now = monotonic_ns();
+    const std::uint64_t since = now - std::min(now, cache.credited_at_ns);
+    cache.credited_at_ns = now;
+    const auto accrue = [since](std::int64_t credit, std::uint64_t per_second) {
+      const auto cap = static_cast<std::int64_t>(per_second);
+      if (since >= 1'000'000'000ULL) return cap;
+      return std::min(cap, credit + static_cast<std::int64_t>(since * per_second / 1'000'000'000ULL));
+    };
+    cache.entry_credit = accrue(cache.entry_credit, cache.budget.entries_per_second);
+    cache.ns_credit = accrue(cache.ns_credit, cache.budget.ns_per_second);
+  } else {
+    listing = true;  // another thread has the cache: a whole listing of its own, not kept
+  }
+  const std::size_t buffer_size = sizeof own_buffer;
+  static_assert(sizeof own_buffer == sizeof WriterCache::buffer);
+  DirListing node_listing(list_fd, buffer, buffer_size, filled, position);
+  const auto in_fresh = [&](const char* name) {
+    for (std::size_t i = 0; i < cache.found && i < WriterCache::kWriters; ++i) {
       if (std::strcmp(cache.fresh[i], name) == 0) return true;
     }
     return false;
   };
-  const auto next_writer = [&](DirListing::Entry* writer) {
-    if (!from_cache && !by_time) {
-      // The first listing goes to the end whatever it costs: a writer is never hidden for lack of
-      // one; after it, a listing is bounded by time.
-      const bool late = cache_ours && cache.listed_once &&
-                        entries_listed_.load(std::memory_order_relaxed) % 1024 == 1023 &&
-                        monotonic_ns() - started > kMaxScanNs;
-      if (!late) {
-        if (!node_listing.next(writer)) return false;
-        entries_listed_.fetch_add(1, std::memory_order_relaxed);
-        return true;
-      }
-      complete = false;
-      // Bounded by time: the next scan lists again; the writers seen before are not lost meanwhile.
-      if (!cache_ours || cached > WriterCache::kWriters) return false;
-      by_time = true;
-    }
-    while (next_cached < cache.count) {
-      const char* name = cache.names[next_cached++];
-      if (by_time && visited(name)) continue;
-      writer->name = name;
-      writer->type = DT_DIR;
-      return true;
-    }
-    return false;
-  };
-  DirListing::Entry writer;
-  while (true) {
-    if (count >= capacity || writers >= kMaxWriters) {
-      complete = false;
-      break;
-    }
-    if (!next_writer(&writer)) break;
-    if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
+
+  // Visits one writer directory: its assignment and its records of this GPU.
+  const auto visit = [&](const char* name) {
     struct stat listed_st {};
-    if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !trusted_writer(writer.name, listed_st, self, node_st)) {
-      continue;
+    if (::fstatat(node_fd, name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !trusted_writer(name, listed_st, self, node_st)) {
+      return;
     }
-    if (cache_ours && !from_cache && !by_time) {
-      const std::size_t length = std::strlen(writer.name);
-      if (cached < WriterCache::kWriters && length < sizeof cache.fresh[0]) {
-        std::memcpy(cache.fresh[cached], writer.name, length + 1);
-      }
-      ++cached;  // past kWriters: too many to keep, the next scan lists again
-    }
-    const int writer_fd = ::openat(node_fd, writer.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (writer_fd < 0) continue;
+    const int writer_fd = ::openat(node_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (writer_fd < 0) return;
     fs::UniqueFd writer_guard(writer_fd);
     // The directory opened must be the one checked (it may have been swapped in between).
     struct stat opened_st {};
     if (::fstat(writer_fd, &opened_st) != 0 || opened_st.st_dev != listed_st.st_dev ||
-        opened_st.st_ino != listed_st.st_ino || !trusted_writer(writer.name, opened_st, self, node_st)) {
-      continue;
+        opened_st.st_ino != listed_st.st_ino || !trusted_writer(name, opened_st, self, node_st)) {
+      return;
     }
-    const Assignment assigned = read_assignment(node_fd, writer.name, uuid_);
+    const Assignment assigned = read_assignment(node_fd, name, uuid_);
     ++writers;
-    alignas(8) char buffer[2048];
-    DirListing records(writer_fd, buffer, sizeof buffer);
+    alignas(8) char records_buffer[2048];
+    DirListing records(writer_fd, records_buffer, sizeof records_buffer);
     DirListing::Entry entry;
     std::size_t examined = 0;
     std::size_t matched = 0;
@@ -655,18 +691,69 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
         known.key = key;
       }
     }
+  };
+  const auto full = [&] { return count >= capacity || writers >= kMaxWriters; };
+
+  // The listing, as far as the budget goes: the trusted writers it finds are remembered and
+  // visited below with the others (visited at once when more than kWriters were found).
+  bool pass_done = false;
+  if (listing) {
+    const std::uint64_t list_started = monotonic_ns();
+    std::uint64_t listed = 0;
+    DirListing::Entry writer;
+    while (!full()) {
+      if (budgeted) {
+        if (static_cast<std::int64_t>(listed) >= cache.entry_credit || cache.ns_credit <= 0) break;
+        if (listed % 32 == 31 && static_cast<std::int64_t>(monotonic_ns() - list_started) >= cache.ns_credit)
+          break;
+      }
+      if (!node_listing.next(&writer)) {
+        pass_done = true;
+        break;
+      }
+      ++listed;
+      entries_listed_.fetch_add(1, std::memory_order_relaxed);
+      if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
+      struct stat listed_st {};
+      if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !trusted_writer(writer.name, listed_st, self, node_st)) {
+        continue;
+      }
+      if (cache_ours) {
+        if (in_fresh(writer.name)) continue;
+        const std::size_t length = std::strlen(writer.name);
+        if (cache.found < WriterCache::kWriters && length < sizeof cache.fresh[0]) {
+          std::memcpy(cache.fresh[cache.found++], writer.name, length + 1);
+          continue;
+        }
+        cache.found = WriterCache::kWriters + 1;  // too many to keep: the next pass lists all
+      }
+      visit(writer.name);
+    }
+    if (cache_ours && budgeted) {
+      cache.entry_credit -= static_cast<std::int64_t>(listed);
+      cache.ns_credit -= static_cast<std::int64_t>(monotonic_ns() - list_started);
+    }
   }
   if (cache_ours) {
-    if (!from_cache && complete) {
-      // A listing cut short is not kept (the one before stays); one with more writers than fit, or
-      // of a directory that changed within the second, is not believed for the next scan.
-      const bool fits = cached <= WriterCache::kWriters;
-      for (std::size_t i = 0; fits && i < cached; ++i)
+    // The writers of the pass in progress, then those of the last complete one it has not found.
+    const std::size_t found = std::min(cache.found, WriterCache::kWriters);
+    for (std::size_t i = 0; i < found && !full(); ++i) visit(cache.fresh[i]);
+    for (std::size_t i = 0; i < cache.count && !full(); ++i) {
+      if (!in_fresh(cache.names[i])) visit(cache.names[i]);
+    }
+    if (pass_done) {
+      // One with more writers than fit, or of a directory that changed within the second of its
+      // start, is not believed for the next scan: another pass follows.
+      const bool fits = cache.found <= WriterCache::kWriters;
+      for (std::size_t i = 0; fits && i < cache.found; ++i)
         std::memcpy(cache.names[i], cache.fresh[i], sizeof cache.names[i]);
-      cache.valid = fits && quiet;
+      cache.valid = fits && cache.pass_quiet;
       cache.listed_once = fits;
-      cache.count = fits ? cached : 0;
-      cache.stamp = now_stamp;
+      cache.count = fits ? cache.found : 0;
+      cache.stamp = cache.pass_stamp;
+      cache.found = 0;
+      end_pass(cache);
     }
     cache_busy_.store(false, std::memory_order_release);
   }
