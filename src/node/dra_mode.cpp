@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "common/clock.h"
@@ -205,9 +206,12 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
     auto view = collector.refresh();
     if (publisher) publisher->set_gpus(view->gpus);
   }
-  // The kubelet's sockets first (no new prepare starts), then the Lease is given up so that the next
-  // instance publishes at once; each step is bounded, the whole within about a second.
+  // The Lease is given up first, on a thread and a connection of its own, so that the next instance
+  // publishes at once; meanwhile the kubelet's sockets stop (no new prepare starts) and are removed
+  // where still ours. Each step is bounded, the whole within a second however slow the API server.
   GS_LOG(Info, "stopping");
+  const auto stopping = std::chrono::steady_clock::now();
+  if (publisher) publisher->begin_stop();
   plugin.stop();
   if (publisher) publisher->stop();
   collector.set_registration_source({});
@@ -216,6 +220,10 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   collector.set_mps_source({});
   if (mps_manager) mps_manager->stop();
   http.stop();
+  GS_LOG(Info, "stopped in %lld ms",
+         static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - stopping)
+                                    .count()));
   return 0;
 }
 
