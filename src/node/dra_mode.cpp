@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -103,6 +106,9 @@ ParseOutcome parse_dra_options(const std::vector<std::string>& args, const EnvLo
 std::string usage_dra() { return mode_usage(kDraHead, dra_flags); }
 
 namespace dra {
+
+// From SIGTERM to the end of the process, at most (issue 44: within a second).
+constexpr std::chrono::milliseconds kStopBound{950};
 
 int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   DraModeOptions options;
@@ -211,6 +217,18 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   // where still ours. Each step is bounded, the whole within a second however slow the API server.
   GS_LOG(Info, "stopping");
   const auto stopping = std::chrono::steady_clock::now();
+  // Each step below is bounded, but a connect the API server never answers (the loop's, begun before
+  // the signal) cannot be interrupted: past kStopBound the process ends without the steps left.
+  std::mutex stop_mutex;
+  std::condition_variable stop_cv;
+  bool stopped = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(stop_mutex);
+    if (stop_cv.wait_for(lock, kStopBound, [&] { return stopped; })) return;
+    GS_LOG(Warn, "not stopped within %lld ms: exiting without the steps left",
+           static_cast<long long>(kStopBound.count()));
+    ::_exit(0);
+  });
   if (publisher) publisher->begin_stop();
   plugin.stop();
   if (publisher) publisher->stop();
@@ -220,6 +238,12 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   collector.set_mps_source({});
   if (mps_manager) mps_manager->stop();
   http.stop();
+  {
+    std::lock_guard lock(stop_mutex);
+    stopped = true;
+  }
+  stop_cv.notify_all();
+  watchdog.join();
   GS_LOG(Info, "stopped in %lld ms",
          static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::steady_clock::now() - stopping)

@@ -147,7 +147,11 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
   client.enable_server_certificate_verification(true);
   if (!bearer->empty()) client.set_bearer_token_auth(bearer->c_str());
   const auto seconds = static_cast<time_t>(std::max<long>(1, static_cast<long>(timeout.count() / 1000)));
-  client.set_connection_timeout(seconds, 0);
+  // The connection to the millisecond: a connect cannot be stopped from the deadline's thread, and a
+  // stopping daemon's last request (the Lease's release) has less than a second.
+  const long long connect_ms = std::max<long long>(1, timeout.count());
+  client.set_connection_timeout(static_cast<time_t>(connect_ms / 1000),
+                                static_cast<time_t>((connect_ms % 1000) * 1000));
   client.set_read_timeout(seconds, 0);
   client.set_write_timeout(seconds, 0);
   client.set_keep_alive(false);

@@ -33,7 +33,7 @@ struct PublisherOptions {
 };
 
 // How long a stopping publisher gives the release of its Lease: the daemon exits within a second.
-inline constexpr std::chrono::milliseconds kLeaseReleaseBudget{700};
+inline constexpr std::chrono::milliseconds kLeaseReleaseBudget{600};
 
 class SlicePublisher {
  public:
