@@ -403,7 +403,7 @@ TEST_F(NodeStatusTest, StatusApiDoesNotPrintTheTerminalEscapesTheDaemonRelays) {
 json degraded_dra() {
   return {{"leader", true},
           {"published", true},
-          {"layout", "exclusive"},
+          {"layout", "whole-gpus-only"},
           {"fractions_schedulable", false},
           {"whole_gpu_devices", false},
           {"degraded",
@@ -430,9 +430,10 @@ TEST_F(NodeStatusTest, StatusApiShowsTheDraDriversLayoutAndTroubleEscaped) {
                    "--token-file", dir_ + "/token"});
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_FALSE(has_terminal_control(o.out + o.err)) << o.out << o.err;
-  EXPECT_TRUE(contains(o.out,
-                       "DRA: leader, ResourceSlices published (pool generation 7), layout exclusive, no "
-                       "whole-GPU devices\n"))
+  EXPECT_TRUE(
+      contains(o.out,
+               "DRA: leader, ResourceSlices published (pool generation 7), layout whole-gpus-only, no "
+               "whole-GPU devices\n"))
       << o.out;
   EXPECT_TRUE(contains(o.out, "  degraded (GpusliceFractionsNotEnforceable): each GPU goes to one claim?]0;"))
       << o.out;
