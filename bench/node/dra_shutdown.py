@@ -12,7 +12,9 @@ watching them, sends SIGTERM and measures:
 The fake server answers as the API server does for the requests the driver makes (Leases,
 ResourceSlices with dry runs and watches that stay open without events until timeoutSeconds, Node
 Events). --slow-ms delays every request except those on Leases (an API server busy with other
-work; the Lease release must not wait behind it); --slow-all-ms delays every request.
+work; the Lease release must not wait behind it); --slow-all-ms delays every request;
+--slow-reads-ms delays every GET (reads, lists, watches; the Lease's too), from the moment the
+daemon has published until it is stopped (as tests/node/dra/dra_api_server_test.cpp's DraDaemon).
 --single-threaded serves one request at a time (Python's plain HTTPServer), as some hand-written
 fakes do.
 
@@ -50,6 +52,8 @@ class State:
         self.slice_writes = 0  # non-dry-run creates and updates of slices
         self.slow_ms = 0
         self.slow_all_ms = 0
+        self.slow_reads_ms = 0
+        self.reads_slow_now = False
         self.log = []  # (time, method, path, status)
 
     def bump(self, obj):
@@ -85,6 +89,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def delay(self, path):
         ms = STATE.slow_all_ms or (0 if path.startswith(LEASE_PREFIX) else STATE.slow_ms)
+        if self.command == "GET" and STATE.reads_slow_now:
+            ms = max(ms, STATE.slow_reads_ms)
         if ms:
             time.sleep(ms / 1000)
 
@@ -229,7 +235,8 @@ def one_run(binary, port, work, run, logs):
             a.kill()
             a.wait()
             return {"run": run, "error": "first instance never published"}
-        time.sleep(0.3)  # into its watch
+        STATE.reads_slow_now = STATE.slow_reads_ms > 0
+        time.sleep(0.3)  # into its watch (or a slow read)
         sent = time.monotonic()
         a.send_signal(signal.SIGTERM)
         try:
@@ -238,6 +245,7 @@ def one_run(binary, port, work, run, logs):
             a.kill()
             a.wait()
         exit_s = time.monotonic() - sent
+        STATE.reads_slow_now = False
     released = lease_holder() == ""
     left = [s for s in sockets if os.path.exists(s)]
     with STATE.lock:
@@ -267,10 +275,12 @@ def main():
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--slow-ms", type=int, default=0, help="delay of every request but the Lease's")
     p.add_argument("--slow-all-ms", type=int, default=0, help="delay of every request")
+    p.add_argument("--slow-reads-ms", type=int, default=0,
+                   help="delay of every GET once the daemon has published, until it is stopped")
     p.add_argument("--single-threaded", action="store_true")
     p.add_argument("--logs", help="keep the daemons' logs here")
     a = p.parse_args()
-    STATE.slow_ms, STATE.slow_all_ms = a.slow_ms, a.slow_all_ms
+    STATE.slow_ms, STATE.slow_all_ms, STATE.slow_reads_ms = a.slow_ms, a.slow_all_ms, a.slow_reads_ms
     cls = http.server.HTTPServer if a.single_threaded else ThreadingServer
     server = cls(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

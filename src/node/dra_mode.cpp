@@ -107,7 +107,8 @@ std::string usage_dra() { return mode_usage(kDraHead, dra_flags); }
 
 namespace dra {
 
-// From SIGTERM to the end of the process, at most (issue 44: within a second).
+// From SIGTERM to the end of the driver's stop (sockets, Lease, publisher), at most: with the HTTP
+// server's stop the process exits within a second (issue 44).
 constexpr std::chrono::milliseconds kStopBound{950};
 
 int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
@@ -217,15 +218,16 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   // where still ours. Each step is bounded, the whole within a second however slow the API server.
   GS_LOG(Info, "stopping");
   const auto stopping = std::chrono::steady_clock::now();
-  // Each step below is bounded, but a connect the API server never answers (the loop's, begun before
-  // the signal) cannot be interrupted: past kStopBound the process ends without the steps left.
+  // Each step of the driver's stop is bounded, but a connect the API server never answers (the
+  // loop's, begun before the signal) cannot be interrupted: past kStopBound the process ends without
+  // the steps left. The MPS control daemon's quit (--mps) comes after and takes what it takes.
   std::mutex stop_mutex;
   std::condition_variable stop_cv;
-  bool stopped = false;
+  bool driver_stopped = false;
   std::thread watchdog([&] {
     std::unique_lock lock(stop_mutex);
-    if (stop_cv.wait_for(lock, kStopBound, [&] { return stopped; })) return;
-    GS_LOG(Warn, "not stopped within %lld ms: exiting without the steps left",
+    if (stop_cv.wait_for(lock, kStopBound, [&] { return driver_stopped; })) return;
+    GS_LOG(Warn, "the DRA driver did not stop within %lld ms: exiting without the steps left",
            static_cast<long long>(kStopBound.count()));
     ::_exit(0);
   });
@@ -236,14 +238,14 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   collector.set_extra_metrics_source({});
   collector.set_dra_source({});
   collector.set_mps_source({});
-  if (mps_manager) mps_manager->stop();
-  http.stop();
   {
     std::lock_guard lock(stop_mutex);
-    stopped = true;
+    driver_stopped = true;
   }
   stop_cv.notify_all();
   watchdog.join();
+  if (mps_manager) mps_manager->stop();
+  http.stop();
   GS_LOG(Info, "stopped in %lld ms",
          static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::steady_clock::now() - stopping)

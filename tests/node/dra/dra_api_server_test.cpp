@@ -1012,7 +1012,7 @@ TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
   ApiClient api(api_options());
   auto options = publisher_options("daemon-a");
   options.lease_duration = std::chrono::seconds(60);  // a watch of 20 s, a Lease held for 60 s
-  // The release has 500 ms; the harness's schema check of the Lease it writes would take most of it.
+  // The release has 600 ms; the harness's schema check of the Lease it writes would take most of it.
   server.validate = false;
   SlicePublisher a(options, api);
   a.set_gpus(test::two_gpu_node().gpus);
