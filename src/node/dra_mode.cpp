@@ -110,6 +110,8 @@ namespace dra {
 // From SIGTERM to the end of the driver's stop (sockets, Lease, publisher), at most: with the HTTP
 // server's stop the process exits within a second (issue 44).
 constexpr std::chrono::milliseconds kStopBound{950};
+// What a kubelet call in flight is given before its API request is cut off (the sockets' own grace).
+constexpr std::chrono::milliseconds kPrepareGrace{300};
 
 int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   DraModeOptions options;
@@ -232,7 +234,20 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
     ::_exit(0);
   });
   if (publisher) publisher->begin_stop();
+  // A prepare in flight gets the sockets' grace; then its API request is cut off, so that its handler
+  // returns and the gRPC server's shutdown, which waits for it, ends and the sockets are removed.
+  bool sockets_closed = false;
+  std::thread cut_off([&] {
+    std::unique_lock lock(stop_mutex);
+    if (!stop_cv.wait_for(lock, kPrepareGrace, [&] { return sockets_closed; })) api.set_cancelled(true);
+  });
   plugin.stop();
+  {
+    std::lock_guard lock(stop_mutex);
+    sockets_closed = true;
+  }
+  stop_cv.notify_all();
+  cut_off.join();
   if (publisher) publisher->stop();
   collector.set_registration_source({});
   collector.set_extra_metrics_source({});

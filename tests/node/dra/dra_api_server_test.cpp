@@ -2,6 +2,7 @@
 // is sent against the pinned resource.k8s.io/v1 and coordination.k8s.io/v1 schemas (the Kubernetes
 // API models the chart checks install), and that can be slow, flaky or lying on demand.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -10,12 +11,14 @@
 
 #include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "../test_util.h"
+#include "dra/v1/api.grpc.pb.h"
 #include "dra_test_util.h"
 #include "node/api/http_api.h"
 #include "node/dra/api_client.h"
@@ -27,6 +30,7 @@ namespace gpuslice::node::dra {
 namespace {
 
 using nlohmann::json;
+namespace v1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
 
 class FakeApiServer {
  public:
@@ -78,7 +82,9 @@ class FakeApiServer {
       ++requests;
       if (req.method == "GET" && read_delay_ms > 0) {
         ++reads_waiting;
-        std::this_thread::sleep_for(std::chrono::milliseconds(read_delay_ms.load()));
+        std::unique_lock delay_lock(delay_mutex_);
+        delay_cv_.wait_for(delay_lock, std::chrono::milliseconds(read_delay_ms.load()),
+                           [this] { return closing_; });
         --reads_waiting;
       }
       std::lock_guard lock(mutex);
@@ -219,6 +225,11 @@ class FakeApiServer {
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~FakeApiServer() {
+    {
+      std::lock_guard lock(delay_mutex_);
+      closing_ = true;  // delayed reads end now, not at their delay
+    }
+    delay_cv_.notify_all();
     server_.stop();
     thread_.join();
   }
@@ -365,6 +376,9 @@ class FakeApiServer {
     });
   }
 
+  std::mutex delay_mutex_;
+  std::condition_variable delay_cv_;
+  bool closing_ = false;
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
@@ -1221,6 +1235,56 @@ TEST_F(DraDaemon, OnSigtermItStopsServingGivesItsLeaseUpAndExitsWithinASecond) {
   EXPECT_LT(std::chrono::steady_clock::now() - restarted, std::chrono::seconds(10)) << "not the Lease's 15 s";
   ::kill(b.pid, SIGTERM);
   EXPECT_EQ(wait_exit(b), 0) << node::test::read_file(b.log);
+}
+
+// A kubelet's NodePrepareResources in flight when SIGTERM comes, its read of the claim held up by
+// the API server: the call gets the sockets' grace (300 ms), then its request is cut off, so that
+// the gRPC server's shutdown ends and the sockets are removed before the process exits, within a
+// second. (Before, the shutdown waited for the handler's request, up to --api-timeout.)
+TEST_F(DraDaemon, OnSigtermAPrepareHeldUpByTheApiServerIsCutOffAndTheSocketsAreRemoved) {
+  const std::string dra_socket = tmp / "plugins/gpuslice.io/dra.sock";
+  const std::string reg_socket = tmp / "registry/gpuslice.io-reg.sock";
+  {
+    std::lock_guard lock(server.mutex);
+    server.claims["team-a/train-gpu"] = test::allocated_claim("uid-1", {{}});
+  }
+  Daemon a = start("daemon-a");
+  ASSERT_TRUE(published_by("daemon-a", 30000)) << node::test::read_file(a.log);
+  for (int i = 0; i < 2000 && ::access(dra_socket.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  server.read_delay_ms = 5000;
+  std::thread kubelet([&] {
+    auto stub = v1::DRAPlugin::NewStub(
+        grpc::CreateChannel("unix://" + dra_socket, grpc::InsecureChannelCredentials()));
+    v1::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_("team-a");
+    c->set_name("train-gpu");
+    c->set_uid("uid-1");
+    v1::NodePrepareResourcesResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    (void)stub->NodePrepareResources(&ctx, request, &response);  // cut off: any outcome
+  });
+  // The loop's read and the prepare's read of the claim wait at the server.
+  for (int i = 0; i < 5000 && server.reads_waiting < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(server.reads_waiting.load(), 2);
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(a.pid, SIGTERM), 0);
+  const int status = wait_exit(a);
+  const auto took = std::chrono::steady_clock::now() - began;
+  kubelet.join();
+  EXPECT_EQ(status, 0) << node::test::read_file(a.log);
+  EXPECT_LT(took, std::chrono::seconds(1))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n"
+      << node::test::read_file(a.log);
+  EXPECT_EQ(holder(), "") << node::test::read_file(a.log);
+  EXPECT_NE(::access(dra_socket.c_str(), F_OK), 0) << node::test::read_file(a.log);
+  EXPECT_NE(::access(reg_socket.c_str(), F_OK), 0) << node::test::read_file(a.log);
+  EXPECT_NE(node::test::read_file(a.log).find("stopped in"), std::string::npos)
+      << "the stop ran to its end, not cut short by the watchdog\n"
+      << node::test::read_file(a.log);
 }
 
 TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {
