@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/defaults.h"
+#include "cli/dra_text.h"
 #include "cli/status_source.h"
 #include "cli/status_text.h"
 #include "cli/top_view.h"
@@ -103,6 +104,7 @@ bool show_once(const StatusSource& source, bool node, bool json, bool clear_scre
                             {"source", source.kind == StatusSource::Kind::Api ? source.api.url : source.path},
                             {"containers", std::move(containers)}};
       if (view.mps) doc["mps"] = node::mps::report_json(*view.mps);
+      if (view.dra) doc["dra"] = dra_json(*view.dra);
       std::printf("%s\n", status::dump(doc).c_str());
     } else {
       std::printf("%s\n", status::dump(status::to_json(view.containers.front())).c_str());

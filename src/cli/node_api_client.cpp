@@ -223,6 +223,11 @@ Result<StatusView> parse_node_status(const std::string& body) {
     if (!report) return make_error("the daemon's status: " + report.error());
     view.mps = std::move(report).value();
   }
+  if (auto it = doc.find("dra"); it != doc.end() && !it->is_null()) {
+    auto dra = dra_from_json(*it);
+    if (!dra) return make_error("the daemon's status: " + dra.error());
+    view.dra = std::move(dra).value();
+  }
   if (!doc.contains("containers") || !doc["containers"].is_array()) {
     return make_error("the daemon's status has no 'containers' array");
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/dra_text.h"
 #include "common/result.h"
 #include "node/mps/mps_state.h"
 #include "status/container_status.h"
@@ -36,6 +37,8 @@ struct StatusView {
   // The node's MPS control daemon: the API's "mps" (absent when the daemon does not manage it), or
   // for a node root the manager's state file ($GPUSLICE_MPS_DIR/state.json), when there is one.
   std::optional<node::mps::MpsReport> mps;
+  // The daemon's DRA driver: the API's "dra" (absent unless it runs `gpuslice-node dra` and publishes).
+  std::optional<DraSummary> dra;
   std::string error;  // the source as a whole could not be read (no containers then)
 };
 

@@ -1,5 +1,6 @@
 #include "cli/status_text.h"
 
+#include "cli/dra_text.h"
 #include "cli/format.h"
 #include "cli/mps_text.h"
 #include "cli/profile_data.h"
@@ -121,6 +122,10 @@ void print_view_text(const StatusView& view, bool node, std::FILE* out) {
   }
   if (view.mps) {
     print_mps_text(*view.mps, out);
+    std::fprintf(out, "\n");
+  }
+  if (view.dra) {
+    print_dra_text(*view.dra, out);
     std::fprintf(out, "\n");
   }
   if (view.containers.empty()) std::fprintf(out, "No container on this node.\n");

@@ -3,7 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -102,6 +106,12 @@ ParseOutcome parse_dra_options(const std::vector<std::string>& args, const EnvLo
 std::string usage_dra() { return mode_usage(kDraHead, dra_flags); }
 
 namespace dra {
+
+// From SIGTERM to the end of the driver's stop (sockets, Lease, publisher), at most: with the HTTP
+// server's stop the process exits within a second (issue 44).
+constexpr std::chrono::milliseconds kStopBound{950};
+// What a kubelet call in flight is given before its API request is cut off (the sockets' own grace).
+constexpr std::chrono::milliseconds kPrepareGrace{300};
 
 int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   DraModeOptions options;
@@ -205,17 +215,56 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
     auto view = collector.refresh();
     if (publisher) publisher->set_gpus(view->gpus);
   }
-  // The kubelet's sockets first (no new prepare starts), then the Lease is given up so that the next
-  // instance publishes at once; each step is bounded, the whole within about a second.
+  // The Lease is given up first, on a thread and a connection of its own, so that the next instance
+  // publishes at once; meanwhile the kubelet's sockets stop (no new prepare starts) and are removed
+  // where still ours. Each step is bounded, the whole within a second however slow the API server.
   GS_LOG(Info, "stopping");
+  const auto stopping = std::chrono::steady_clock::now();
+  // Each step of the driver's stop is bounded, but a connect the API server never answers (the
+  // loop's, begun before the signal) cannot be interrupted: past kStopBound the process ends without
+  // the steps left. The MPS control daemon's quit (--mps) comes after and takes what it takes.
+  std::mutex stop_mutex;
+  std::condition_variable stop_cv;
+  bool driver_stopped = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(stop_mutex);
+    if (stop_cv.wait_for(lock, kStopBound, [&] { return driver_stopped; })) return;
+    GS_LOG(Warn, "the DRA driver did not stop within %lld ms: exiting without the steps left",
+           static_cast<long long>(kStopBound.count()));
+    ::_exit(0);
+  });
+  if (publisher) publisher->begin_stop();
+  // A prepare in flight gets the sockets' grace; then its API request is cut off, so that its handler
+  // returns and the gRPC server's shutdown, which waits for it, ends and the sockets are removed.
+  bool sockets_closed = false;
+  std::thread cut_off([&] {
+    std::unique_lock lock(stop_mutex);
+    if (!stop_cv.wait_for(lock, kPrepareGrace, [&] { return sockets_closed; })) api.set_cancelled(true);
+  });
   plugin.stop();
+  {
+    std::lock_guard lock(stop_mutex);
+    sockets_closed = true;
+  }
+  stop_cv.notify_all();
+  cut_off.join();
   if (publisher) publisher->stop();
   collector.set_registration_source({});
   collector.set_extra_metrics_source({});
   collector.set_dra_source({});
   collector.set_mps_source({});
+  {
+    std::lock_guard lock(stop_mutex);
+    driver_stopped = true;
+  }
+  stop_cv.notify_all();
+  watchdog.join();
   if (mps_manager) mps_manager->stop();
   http.stop();
+  GS_LOG(Info, "stopped in %lld ms",
+         static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now() - stopping)
+                                    .count()));
   return 0;
 }
 

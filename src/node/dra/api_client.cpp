@@ -21,7 +21,10 @@ using nlohmann::json;
 constexpr std::size_t kMaxTokenBytes = std::size_t{64} * 1024;
 
 // Stops `client` when `deadline` passes: cpp-httplib's own timeouts restart with every byte, so a
-// server that trickles its answer would otherwise hold a request forever.
+// server that trickles its answer would otherwise hold a request forever. Once due, it stops the
+// client again every 20 ms until the request returns: a stop() that comes before the request has
+// its socket does nothing, and one stop only would leave that request to run its full course (a
+// watch cancelled at the wrong moment kept a stopping daemon for seconds).
 class Deadline {
  public:
   Deadline(httplib::Client& client, std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled)
@@ -31,9 +34,10 @@ class Deadline {
           while (!done_) {
             const auto now = std::chrono::steady_clock::now();
             if (now >= end || cancelled) {
-              expired_ = now >= end;
+              expired_ = expired_ || now >= end;
               client.stop();
-              return;
+              cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return done_; });
+              continue;
             }
             cv_.wait_for(
                 lock, std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(20)),
@@ -143,7 +147,11 @@ Result<ApiResponse> ApiClient::once(const std::string& method, const std::string
   client.enable_server_certificate_verification(true);
   if (!bearer->empty()) client.set_bearer_token_auth(bearer->c_str());
   const auto seconds = static_cast<time_t>(std::max<long>(1, static_cast<long>(timeout.count() / 1000)));
-  client.set_connection_timeout(seconds, 0);
+  // The connection to the millisecond: a connect cannot be stopped from the deadline's thread, and a
+  // stopping daemon's last request (the Lease's release) has less than a second.
+  const long long connect_ms = std::max<long long>(1, timeout.count());
+  client.set_connection_timeout(static_cast<time_t>(connect_ms / 1000),
+                                static_cast<time_t>((connect_ms % 1000) * 1000));
   client.set_read_timeout(seconds, 0);
   client.set_write_timeout(seconds, 0);
   client.set_keep_alive(false);

@@ -90,7 +90,7 @@ std::optional<std::chrono::system_clock::time_point> parse_micro_time(const std:
 }
 
 SlicePublisher::SlicePublisher(PublisherOptions options, ApiClient& api)
-    : options_(std::move(options)), api_(api) {
+    : options_(std::move(options)), api_(api.options()) {
   status_.partitionable = options_.slice.partitionable;
   status_.layout = options_.slice.partitionable ? SliceLayout::SeparateCounters : SliceLayout::SharedOnly;
 }
@@ -136,6 +136,8 @@ Result<bool> SlicePublisher::create_lease(const std::string& path, json spec) {
   if (!created) return make_error(created.error());
   if (created->status == 409) return false;
   if (created->status / 100 != 2) return make_error(status_error("creating the lease", *created));
+  std::lock_guard lock(mutex_);
+  held_lease_ = created->body;
   return true;
 }
 
@@ -167,7 +169,11 @@ Result<bool> SlicePublisher::hold_lease() {
       expired = *renewed + duration < now;
     }
   }
-  if (holder != options_.identity && !holder.empty() && !expired) return false;
+  if (holder != options_.identity && !holder.empty() && !expired) {
+    std::lock_guard lock(mutex_);
+    held_lease_ = nullptr;
+    return false;
+  }
   if (holder != options_.identity) {
     spec["acquireTime"] = micro_time(now);
     spec["leaseTransitions"] = current.value("leaseTransitions", 0) + 1;
@@ -181,8 +187,13 @@ Result<bool> SlicePublisher::hold_lease() {
   // The resourceVersion read above makes this a compare-and-swap: of two daemons, one gets 409.
   auto put = api_.request("PUT", path + "/" + lease_name(), lease);
   if (!put) return make_error(put.error());
-  if (put->status == 409) return false;
+  std::lock_guard lock(mutex_);
+  if (put->status == 409) {
+    held_lease_ = nullptr;
+    return false;
+  }
   if (put->status != 200) return make_error(status_error("renewing the lease", *put));
+  held_lease_ = put->body;
   return true;
 }
 
@@ -584,63 +595,93 @@ void SlicePublisher::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-bool SlicePublisher::halt() {
+void SlicePublisher::begin_stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) return;  // never started: no Lease to give up
+  // Cut off before the release starts: a read of the Lease the loop sends from now on fails at
+  // once, so it cannot see the released Lease and take it again; a renewal already on its way
+  // carries the version before the release and is refused (409), or lands first and the release
+  // finds out by its own 409.
+  api_.set_cancelled(true);
+  release_thread_ = std::thread([this] { released_ = release_lease(kLeaseReleaseBudget); });
+}
+
+void SlicePublisher::halt() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   cv_.notify_all();
-  if (!thread_.joinable()) return false;
-  api_.set_cancelled(true);  // a watch or a slow request in flight ends now
-  thread_.join();
-  api_.set_cancelled(false);
-  return true;
+  api_.set_cancelled(true);
+  if (thread_.joinable()) thread_.join();
+  if (release_thread_.joinable()) release_thread_.join();
 }
 
 void SlicePublisher::stop() {
-  if (!halt()) return;
-  // Giving the Lease up is worth half a second, no more: past it the request is cut off.
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread guard([&] {
-    std::unique_lock lock(m);
-    if (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return done; })) api_.set_cancelled(true);
-  });
-  auto released = release_lease();
-  {
-    std::lock_guard lock(m);
-    done = true;
-  }
-  cv.notify_all();
-  guard.join();
+  begin_stop();
+  halt();
   api_.set_cancelled(false);
-  if (!released)
-    GS_LOG(Warn, "the Lease was not given up (it expires by itself): %s", released.error().c_str());
+  if (released_ && !*released_)
+    GS_LOG(Warn, "the Lease was not given up (it expires by itself): %s", released_->error().c_str());
+  released_.reset();
 }
 
-Result<bool> SlicePublisher::release_lease() {
+Result<bool> SlicePublisher::release_lease(std::chrono::milliseconds budget) {
+  const auto end = std::chrono::steady_clock::now() + budget;
   const std::string path =
       "/apis/coordination.k8s.io/v1/namespaces/" + options_.lease_namespace + "/leases/" + lease_name();
-  auto got = api_.request("GET", path);
-  if (!got) return make_error(got.error());
-  if (got->status != 200 || !got->body.is_object()) return false;
-  json lease = got->body;
-  const json spec = lease.value("spec", json::object());
-  if (spec.value("holderIdentity", "") != options_.identity) return false;  // not ours (any more)
-  // As client-go releases a lease: no holder, a one-second duration.
-  lease["spec"]["holderIdentity"] = "";
-  lease["spec"]["leaseDurationSeconds"] = 1;
-  lease["spec"]["renewTime"] = micro_time(std::chrono::system_clock::now());
-  auto put = api_.request("PUT", path, lease);
-  if (!put) return make_error(put.error());
-  if (put->status != 200) return make_error(status_error("releasing the lease", *put));
+  json lease;
   {
     std::lock_guard lock(mutex_);
-    status_.leader = false;
+    lease = held_lease_;
   }
-  GS_LOG(Info, "gave up lease %s/%s", options_.lease_namespace.c_str(), lease_name().c_str());
-  return true;
+  if (!lease.is_object() || !lease.contains("spec") || !lease["spec"].is_object())
+    return false;  // not leading
+  // A client of its own: not cut off by the loop's cancellation, no retries, and each request
+  // given what is left of the budget.
+  auto send = [&](const char* method, const std::optional<json>& body) -> std::optional<Result<ApiResponse>> {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    ApiServerOptions o = api_.options();
+    o.retries = 0;
+    o.timeout = left;
+    ApiClient client(o);
+    return client.request(method, path, body);
+  };
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // As client-go releases a lease: no holder, a one-second duration.
+    lease["spec"]["holderIdentity"] = "";
+    lease["spec"]["leaseDurationSeconds"] = 1;
+    lease["spec"]["renewTime"] = micro_time(std::chrono::system_clock::now());
+    auto put = send("PUT", lease);
+    if (!put) break;
+    if (!*put) return make_error(put->error());
+    if ((*put)->status == 200) {
+      {
+        std::lock_guard lock(mutex_);
+        status_.leader = false;
+        held_lease_ = nullptr;
+      }
+      GS_LOG(Info, "gave up lease %s/%s", options_.lease_namespace.c_str(), lease_name().c_str());
+      return true;
+    }
+    if ((*put)->status != 409 || attempt > 0) return make_error(status_error("releasing the lease", **put));
+    // Changed since our last write (a renewal that was in flight landed first): still ours?
+    auto got = send("GET", std::nullopt);
+    if (!got) break;
+    if (!*got) return make_error(got->error());
+    if ((*got)->status != 200 || !(*got)->body.is_object()) return false;
+    lease = (*got)->body;
+    if (lease.value("spec", json::object()).value("holderIdentity", "") != options_.identity)
+      return false;  // not ours any more
+  }
+  return make_error("releasing the lease: no answer within " + std::to_string(budget.count()) + " ms");
 }
 
 }  // namespace gpuslice::node::dra

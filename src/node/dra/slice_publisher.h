@@ -32,18 +32,29 @@ struct PublisherOptions {
   std::chrono::milliseconds max_backoff{300000};  // waits after errors double up to this
 };
 
+// How long a stopping publisher gives the release of its Lease: the daemon exits within a second.
+inline constexpr std::chrono::milliseconds kLeaseReleaseBudget{600};
+
 class SlicePublisher {
  public:
+  // Requests go through a client of the publisher's own with `api`'s options: cutting off the
+  // publisher's watch when it stops does not cut off a claim's prepare in flight on `api`.
   SlicePublisher(PublisherOptions options, ApiClient& api);
   ~SlicePublisher();
 
   void set_gpus(std::vector<GpuInfo> gpus);  // wakes the loop when they changed
   void start();
-  // Ends the loop at once (an API request in flight is cut off), then gives the Lease up so that
-  // the next instance publishes without waiting for it to expire.
+  // The first step of a stop, returning at once: the loop ends (its request in flight is cut off,
+  // none starts after) and the Lease is given up on a thread and a connection of its own, so that
+  // neither waits for the other, for the loop, or for the caller's other steps.
+  void begin_stop();
+  // begin_stop() if it was not called, then waits for the loop and the release (within
+  // kLeaseReleaseBudget) so that the next instance publishes without waiting for the Lease to expire.
   void stop();
-  // Gives the Lease up if this publisher holds it (holder emptied, duration 1 s).
-  Result<bool> release_lease();
+  // Gives the Lease up if this publisher holds it (holder emptied, duration 1 s), within `budget`:
+  // one write of the Lease as this publisher last wrote it, and only when that write is refused
+  // because the Lease changed since (a renewal in flight landed), one read and one write more.
+  Result<bool> release_lease(std::chrono::milliseconds budget = kLeaseReleaseBudget);
   // One round, synchronously (tests; the loop calls it too).
   Result<bool> round();
   PublisherStatus status() const;
@@ -51,8 +62,9 @@ class SlicePublisher {
   std::string lease_name() const;
 
  private:
-  // Ends the loop (cutting off a request in flight); false when it was not running.
-  bool halt();
+  // Ends the loop (cutting off a request in flight) and waits for it and for the release begun by
+  // begin_stop (the destructor's way: it gives nothing up by itself).
+  void halt();
   Result<bool> hold_lease();
   Result<bool> create_lease(const std::string& path, nlohmann::json spec);
   Result<ApiResponse> replace_slice(const std::string& name, nlohmann::json slice);
@@ -65,13 +77,16 @@ class SlicePublisher {
   void loop();
 
   PublisherOptions options_;
-  ApiClient& api_;
+  ApiClient api_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<GpuInfo> gpus_;
   bool changed_ = false;
   bool stopping_ = false;
   PublisherStatus status_;
+  // The Lease as the server answered this publisher's last write of it while leading (null when
+  // not leading): what release_lease() writes back without reading it first.
+  nlohmann::json held_lease_;
   std::string cause_;  // of the error being returned (set by fail)
   // The last write attempt: its content and generation, reused while the same content is retried
   // so that failing rounds do not churn the pool's generation.
@@ -82,6 +97,8 @@ class SlicePublisher {
   std::optional<SliceLayout> announced_layout_;
   std::string announced_reason_;
   std::thread thread_;
+  std::thread release_thread_;            // begin_stop's release of the Lease
+  std::optional<Result<bool>> released_;  // its outcome, once release_thread_ is joined
 };
 
 // RFC 3339 with microseconds, as metav1.MicroTime is written.

@@ -1,17 +1,24 @@
 // The API side against a fake API server on loopback (cpp-httplib) that validates every object it
 // is sent against the pinned resource.k8s.io/v1 and coordination.k8s.io/v1 schemas (the Kubernetes
 // API models the chart checks install), and that can be slow, flaky or lying on demand.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "../test_util.h"
+#include "dra/v1/api.grpc.pb.h"
 #include "dra_test_util.h"
 #include "node/api/http_api.h"
 #include "node/dra/api_client.h"
@@ -23,6 +30,7 @@ namespace gpuslice::node::dra {
 namespace {
 
 using nlohmann::json;
+namespace v1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
 
 class FakeApiServer {
  public:
@@ -62,12 +70,26 @@ class FakeApiServer {
   std::vector<json> events;
   int events_status = 0;
   std::atomic<int> requests{0};
+  // Every GET (reads, lists, watches) waits this long before it is handled, without holding `mutex`:
+  // an API server busy with reads, as a thundering herd of lists makes it. `reads_waiting` counts
+  // the GETs waiting now.
+  std::atomic<int> read_delay_ms{0};
+  std::atomic<int> reads_waiting{0};
+  std::vector<std::string> lease_requests;  // "GET", "PUT", "POST" of Leases, in order
 
   FakeApiServer() {
     server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       ++requests;
+      if (req.method == "GET" && read_delay_ms > 0) {
+        ++reads_waiting;
+        std::unique_lock delay_lock(delay_mutex_);
+        delay_cv_.wait_for(delay_lock, std::chrono::milliseconds(read_delay_ms.load()),
+                           [this] { return closing_; });
+        --reads_waiting;
+      }
       std::lock_guard lock(mutex);
       authorizations.push_back(req.get_header_value("Authorization"));
+      if (req.path.rfind("/apis/coordination.k8s.io/", 0) == 0) lease_requests.push_back(req.method);
       if (slow_ms) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       if (fail_next > 0) {
         --fail_next;
@@ -203,6 +225,11 @@ class FakeApiServer {
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~FakeApiServer() {
+    {
+      std::lock_guard lock(delay_mutex_);
+      closing_ = true;  // delayed reads end now, not at their delay
+    }
+    delay_cv_.notify_all();
     server_.stop();
     thread_.join();
   }
@@ -349,6 +376,9 @@ class FakeApiServer {
     });
   }
 
+  std::mutex delay_mutex_;
+  std::condition_variable delay_cv_;
+  bool closing_ = false;
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
@@ -996,7 +1026,7 @@ TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
   ApiClient api(api_options());
   auto options = publisher_options("daemon-a");
   options.lease_duration = std::chrono::seconds(60);  // a watch of 20 s, a Lease held for 60 s
-  // The release has 500 ms; the harness's schema check of the Lease it writes would take most of it.
+  // The release has 600 ms; the harness's schema check of the Lease it writes would take most of it.
   server.validate = false;
   SlicePublisher a(options, api);
   a.set_gpus(test::two_gpu_node().gpus);
@@ -1019,6 +1049,242 @@ TEST_F(DraApi, AStoppedPublisherGivesItsLeaseUpAndTheNextPublishesAtOnce) {
   EXPECT_TRUE(*r) << "the released Lease is taken at once";
   std::lock_guard lock(server.mutex);
   EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-b");
+}
+
+// Issue 44: a stopping publisher read the Lease before writing it back, within 500 ms; an API
+// server slow to answer reads (here 1.5 s) left the Lease held until it expired, and the next
+// instance waited the full lease duration. The release is one write of the Lease as the publisher
+// last wrote it, on a connection of its own, while the loop's slow read is cut off.
+TEST_F(DraApi, AStoppingPublisherGivesItsLeaseUpWithOneWriteWhileReadsAreSlow) {
+  ApiClient api(api_options());
+  server.validate = false;
+  SlicePublisher a(publisher_options("daemon-a"), api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  a.start();
+  for (int i = 0; i < 2000 && !a.status().published; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(a.status().published);
+  server.read_delay_ms = 1500;
+  // The loop waits in a read (no renewal of the Lease of its own in flight).
+  for (int i = 0; i < 2000 && server.reads_waiting == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GT(server.reads_waiting.load(), 0);
+  std::size_t before = 0;
+  {
+    std::lock_guard lock(server.mutex);
+    before = server.lease_requests.size();
+  }
+  const auto began = std::chrono::steady_clock::now();
+  a.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1));
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "");
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["leaseDurationSeconds"], 1);
+  const std::vector<std::string> after(server.lease_requests.begin() + static_cast<std::ptrdiff_t>(before),
+                                       server.lease_requests.end());
+  EXPECT_EQ(after, std::vector<std::string>{"PUT"});
+}
+
+// A renewal that lands between the publisher's last write and its release makes the release's
+// write conflict (409): the Lease is read again and, still ours, given up.
+TEST_F(DraApi, AReleaseThatConflictsWithALandedRenewalReadsTheLeaseAndGivesItUp) {
+  ApiClient api(api_options());
+  server.validate = false;
+  SlicePublisher a(publisher_options("daemon-a"), api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  auto r = a.round();
+  ASSERT_TRUE(r) << r.error();
+  {
+    std::lock_guard lock(server.mutex);
+    auto& lease = server.leases["gpuslice-dra-node-a"];
+    lease["metadata"]["resourceVersion"] = std::to_string(++server.version);  // renewed meanwhile
+  }
+  auto released = a.release_lease(std::chrono::seconds(10));
+  ASSERT_TRUE(released) << released.error();
+  EXPECT_TRUE(*released);
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "");
+}
+
+// A Lease another daemon holds by now is left alone.
+TEST_F(DraApi, AReleaseLeavesALeaseTakenOverByAnotherDaemonAlone) {
+  ApiClient api(api_options());
+  server.validate = false;
+  SlicePublisher a(publisher_options("daemon-a"), api);
+  a.set_gpus(test::two_gpu_node().gpus);
+  auto r = a.round();
+  ASSERT_TRUE(r) << r.error();
+  {
+    std::lock_guard lock(server.mutex);
+    auto& lease = server.leases["gpuslice-dra-node-a"];
+    lease["spec"]["holderIdentity"] = "daemon-b";
+    lease["metadata"]["resourceVersion"] = std::to_string(++server.version);
+  }
+  auto released = a.release_lease(std::chrono::seconds(10));
+  ASSERT_TRUE(released) << released.error();
+  EXPECT_FALSE(*released);
+  std::lock_guard lock(server.mutex);
+  EXPECT_EQ(server.leases["gpuslice-dra-node-a"]["spec"]["holderIdentity"], "daemon-b");
+}
+
+// The daemon as a process: `gpuslice-node dra` publishing under its Lease and serving the kubelet's
+// sockets gets SIGTERM while the API server is slow to answer reads. It exits within a second
+// (status 0), its sockets gone and its Lease given up; a new instance publishes at once, not after
+// the 15 s the Lease would otherwise hold.
+class DraDaemon : public DraApi {
+ protected:
+  struct Daemon {
+    pid_t pid = -1;
+    std::string log;
+  };
+  void SetUp() override {
+    server.validate = false;
+    node::test::write_file(tmp / "token", "token-one\n");
+  }
+  Daemon start(const std::string& identity) {
+    Daemon d;
+    d.log = tmp / (identity + ".log");
+    const std::vector<std::string> args = {GPUSLICE_NODE_BIN,  "dra",
+                                           "--fake-gpus",      "2x16Gi",
+                                           "--node-name",      "node-a",
+                                           "--api-server",     server.url(),
+                                           "--api-token-file", tmp / "token",
+                                           "--root",           tmp / "root",
+                                           "--plugins-dir",    tmp / "plugins",
+                                           "--registry-dir",   tmp / "registry",
+                                           "--cdi-dir",        tmp / "cdi",
+                                           "--listen",         "127.0.0.1:0",
+                                           "--token-file",     tmp / "token",
+                                           "--identity",       identity,
+                                           "--lease-duration", "15s"};
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    d.pid = ::fork();
+    if (d.pid == 0) {
+      const int fd = ::open(d.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    return d;
+  }
+  std::string holder() {
+    std::lock_guard lock(server.mutex);
+    auto it = server.leases.find("gpuslice-dra-node-a");
+    return it == server.leases.end() ? "(none)" : it->second["spec"].value("holderIdentity", "(none)");
+  }
+  // Waits for `d` to exit, at most 10 s (then kills it): its exit status, or -1.
+  static int wait_exit(const Daemon& d) {
+    for (int i = 0; i < 10000; ++i) {
+      int status = 0;
+      if (::waitpid(d.pid, &status, WNOHANG) == d.pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ::kill(d.pid, SIGKILL);
+    ::waitpid(d.pid, nullptr, 0);
+    return -1;
+  }
+  bool published_by(const std::string& identity, int timeout_ms) {
+    for (int i = 0; i < timeout_ms / 5; ++i) {
+      if (holder() == identity) {
+        std::lock_guard lock(server.mutex);
+        if (server.slices.count("node-a-gpuslice-io")) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+};
+
+TEST_F(DraDaemon, OnSigtermItStopsServingGivesItsLeaseUpAndExitsWithinASecond) {
+  const std::string dra_socket = tmp / "plugins/gpuslice.io/dra.sock";
+  const std::string reg_socket = tmp / "registry/gpuslice.io-reg.sock";
+  Daemon a = start("daemon-a");
+  ASSERT_TRUE(published_by("daemon-a", 30000)) << node::test::read_file(a.log);
+  for (int i = 0;
+       i < 2000 && (::access(dra_socket.c_str(), F_OK) != 0 || ::access(reg_socket.c_str(), F_OK) != 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(::access(dra_socket.c_str(), F_OK), 0);
+  {
+    std::lock_guard lock(server.mutex);
+    server.slices.clear();  // what the next instance publishes is seen
+  }
+  server.read_delay_ms = 1500;
+  for (int i = 0; i < 5000 && server.reads_waiting == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(a.pid, SIGTERM), 0);
+  const int status = wait_exit(a);
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_EQ(status, 0) << node::test::read_file(a.log);
+  EXPECT_LT(took, std::chrono::seconds(1))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n"
+      << node::test::read_file(a.log);
+  EXPECT_EQ(holder(), "") << node::test::read_file(a.log);
+  EXPECT_NE(::access(dra_socket.c_str(), F_OK), 0);
+  EXPECT_NE(::access(reg_socket.c_str(), F_OK), 0);
+
+  server.read_delay_ms = 0;
+  const auto restarted = std::chrono::steady_clock::now();
+  Daemon b = start("daemon-b");
+  EXPECT_TRUE(published_by("daemon-b", 10000)) << node::test::read_file(b.log);
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, std::chrono::seconds(10)) << "not the Lease's 15 s";
+  ::kill(b.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(b), 0) << node::test::read_file(b.log);
+}
+
+// A kubelet's NodePrepareResources in flight when SIGTERM comes, its read of the claim held up by
+// the API server: the call gets the sockets' grace (300 ms), then its request is cut off, so that
+// the gRPC server's shutdown ends and the sockets are removed before the process exits, within a
+// second. (Before, the shutdown waited for the handler's request, up to --api-timeout.)
+TEST_F(DraDaemon, OnSigtermAPrepareHeldUpByTheApiServerIsCutOffAndTheSocketsAreRemoved) {
+  const std::string dra_socket = tmp / "plugins/gpuslice.io/dra.sock";
+  const std::string reg_socket = tmp / "registry/gpuslice.io-reg.sock";
+  {
+    std::lock_guard lock(server.mutex);
+    server.claims["team-a/train-gpu"] = test::allocated_claim("uid-1", {{}});
+  }
+  Daemon a = start("daemon-a");
+  ASSERT_TRUE(published_by("daemon-a", 30000)) << node::test::read_file(a.log);
+  for (int i = 0; i < 2000 && ::access(dra_socket.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  server.read_delay_ms = 5000;
+  std::thread kubelet([&] {
+    auto stub = v1::DRAPlugin::NewStub(
+        grpc::CreateChannel("unix://" + dra_socket, grpc::InsecureChannelCredentials()));
+    v1::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_("team-a");
+    c->set_name("train-gpu");
+    c->set_uid("uid-1");
+    v1::NodePrepareResourcesResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    (void)stub->NodePrepareResources(&ctx, request, &response);  // cut off: any outcome
+  });
+  // The loop's read and the prepare's read of the claim wait at the server.
+  for (int i = 0; i < 5000 && server.reads_waiting < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(server.reads_waiting.load(), 2);
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(a.pid, SIGTERM), 0);
+  const int status = wait_exit(a);
+  const auto took = std::chrono::steady_clock::now() - began;
+  kubelet.join();
+  EXPECT_EQ(status, 0) << node::test::read_file(a.log);
+  EXPECT_LT(took, std::chrono::seconds(1))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n"
+      << node::test::read_file(a.log);
+  EXPECT_EQ(holder(), "") << node::test::read_file(a.log);
+  EXPECT_NE(::access(dra_socket.c_str(), F_OK), 0) << node::test::read_file(a.log);
+  EXPECT_NE(::access(reg_socket.c_str(), F_OK), 0) << node::test::read_file(a.log);
+  EXPECT_NE(node::test::read_file(a.log).find("stopped in"), std::string::npos)
+      << "the stop ran to its end, not cut short by the watchdog\n"
+      << node::test::read_file(a.log);
 }
 
 TEST(DraApiMessage, IsEscapedAndCutAtAWordWithAnEllipsis) {

@@ -397,6 +397,78 @@ TEST_F(NodeStatusTest, StatusApiDoesNotPrintTheTerminalEscapesTheDaemonRelays) {
       << o.out;
 }
 
+// The daemon's DRA driver (its API's "dra" object): its layout, why it is poorer than asked, its
+// failing publishes and Events, in the text view with the API server's text escaped, and in --json
+// as the API wrote it.
+json degraded_dra() {
+  return {{"leader", true},
+          {"published", true},
+          {"layout", "whole-gpus-only"},
+          {"fractions_schedulable", false},
+          {"whole_gpu_devices", false},
+          {"degraded",
+           {{"reason", "GpusliceFractionsNotEnforceable"},
+            {"message", std::string("each GPU goes to one claim") + kTitleAndClear}}},
+          {"node_events", 1},
+          {"node_event_error", nullptr},
+          {"pool_generation", 7},
+          {"publishing",
+           {{"failing", true},
+            {"cause", "write-rejected"},
+            {"error", std::string("creating ResourceSlice node-a-gpuslice-io: HTTP 422: bad\x1b[2J field")},
+            {"failures", 4},
+            {"consecutive_failures", 3},
+            {"next_retry_ms", 8000}}}};
+}
+
+TEST_F(NodeStatusTest, StatusApiShowsTheDraDriversLayoutAndTroubleEscaped) {
+  json body = json::parse(one_container_body("ctr-1"));
+  body["dra"] = degraded_dra();
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  FakeDaemon text_daemon(body.dump());
+  Outcome o = run({"status", "--api", "http://127.0.0.1:" + std::to_string(text_daemon.port()),
+                   "--token-file", dir_ + "/token"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(has_terminal_control(o.out + o.err)) << o.out << o.err;
+  EXPECT_TRUE(
+      contains(o.out,
+               "DRA: leader, ResourceSlices published (pool generation 7), layout whole-gpus-only, no "
+               "whole-GPU devices\n"))
+      << o.out;
+  EXPECT_TRUE(contains(o.out, "  degraded (GpusliceFractionsNotEnforceable): each GPU goes to one claim?]0;"))
+      << o.out;
+  EXPECT_TRUE(
+      contains(o.out,
+               "  publishing FAILING (write-rejected, 3 in a row, 4 in all; next try in 8.0 s): creating "
+               "ResourceSlice node-a-gpuslice-io: HTTP 422: bad?[2J field\n"))
+      << o.out;
+  EXPECT_TRUE(contains(o.out, "  Events on the Node: 1 written\n")) << o.out;
+
+  FakeDaemon json_daemon(body.dump());
+  Outcome j = run({"status", "--json", "--api", "http://127.0.0.1:" + std::to_string(json_daemon.port()),
+                   "--token-file", dir_ + "/token"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(json::parse(j.out)["dra"], degraded_dra()) << j.out;
+}
+
+TEST_F(NodeStatusTest, StatusApiOfADaemonWithoutDraShowsNoDraLineAndAMalformedOneIsAnError) {
+  std::ofstream(dir_ + "/token") << "s3cret\n";
+  FakeDaemon plain(one_container_body("ctr-1"));
+  Outcome o = run({"status", "--api", "http://127.0.0.1:" + std::to_string(plain.port()), "--token-file",
+                   dir_ + "/token"});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(contains(o.out, "DRA:")) << o.out;
+
+  json body = json::parse(one_container_body("ctr-1"));
+  body["dra"] = degraded_dra();
+  body["dra"]["publishing"]["failures"] = "four";
+  FakeDaemon bad(body.dump());
+  Outcome b = run(
+      {"status", "--api", "http://127.0.0.1:" + std::to_string(bad.port()), "--token-file", dir_ + "/token"});
+  EXPECT_NE(b.status, 0);
+  EXPECT_TRUE(contains(b.err, "dra.publishing.failures is of the wrong type")) << b.err;
+}
+
 // The default node view goes through the daemon: what it sends is shown as the state file's view is.
 TEST_F(NodeStatusTest, StatusApiShowsTheDeviceRecordAndEachProcessShare) {
   json container = {
