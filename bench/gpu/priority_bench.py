@@ -1478,7 +1478,10 @@ def main():
                     help="measure the alone baselines and the priority configurations only")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL;server:K=V,..;trainer:K=V,..",
                     help="one more priorities configuration with these variables for the server (high) and the "
-                         "trainer (low), e.g. 'grace1ms;server:GPUSLICE_PRIORITY_GRACE=1ms' (repeatable)")
+                         "trainer (low), e.g. 'grace1ms;server:GPUSLICE_PRIORITY_GRACE=1ms' (repeatable); "
+                         "bench keys: GPUSLICE_BENCH_UNMANAGED=1 (that member without gpuslice), "
+                         "GPUSLICE_BENCH_LIMITS=K=V+K=V (lines of its limits file), GPUSLICE_BENCH_LIB=PATH "
+                         "(another build of the library, with --launcher preload)")
     ap.add_argument("--mps", action="store_true",
                     help="run every configuration under an MPS control daemon started for the run (private pipe "
                          "and log directories; stopped at the end)")
