@@ -41,7 +41,7 @@ judged against the same expected ratio and tolerance. That is the limit's own de
 over wall time), which the throughput ratio equals only while the SM clock stays where it was in
 the unlimited phases. A 2p workload's companion is not recorded (its share is the measured one's).
 
-Under MPS (--mps: an MPS control daemon started for the run, as bench/gpu/priority_bench.py's
+Under MPS (--mps: an MPS control daemon started for the run, as bench/gpu/mps_run.py's
 start_mps does, and quit after it) with --mps-compute time|threads: the operator's limits-file key
 GPUSLICE_MPS_COMPUTE, written to a file every hooked process reads (GPUSLICE_LIMITS_FILE), as the
 library trusts it only from there. `time`: the same phased run. `threads`: a compute limit is the
@@ -1085,7 +1085,7 @@ def main():
     ap.add_argument("--no-unhooked", dest="unhooked", action="store_false",
                     help="skip the un-hooked processes before and after each workload's run")
     ap.add_argument("--mps", action="store_true",
-                    help="start an MPS control daemon for the run (priority_bench.py's start_mps) and quit it after")
+                    help="start an MPS control daemon for the run (mps_run.py's start_mps) and quit it after")
     ap.add_argument("--mps-compute", choices=("time", "threads"), default=None,
                     help="with --mps: the operator's GPUSLICE_MPS_COMPUTE for every hooked process (a limits "
                          "file); threads runs the phases as turns of one process per limit (see above)")
@@ -1150,7 +1150,7 @@ def main():
     args.nvml_index = int(visible) if visible.isdigit() else 0
     mps = None
     if args.mps:
-        from priority_bench import start_mps  # lazy: priority_bench imports this module
+        from mps_run import start_mps
         args.mps_low_threads = None
         mps = start_mps(args)
         if args.mps_compute:
@@ -1161,7 +1161,7 @@ def main():
         return measure(args, began)
     finally:
         if mps is not None:
-            from priority_bench import stop_mps
+            from mps_run import stop_mps
             stop_mps(mps)
 
 
