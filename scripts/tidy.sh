@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 hot=$(find src/interposer src/limiter src/shared_state src/profiler src/common -name '*.cpp' | sort)
 cold=$(find src/config src/portable src/status src/addpath src/node src/cli -name '*.cpp' | sort)
+# The cold sources of a unity build's batches are checked a batch at a time (scripts/tidy_db.py):
+# the gRPC, protobuf and JSON headers of the daemon and the CLI are parsed once per batch, not once
+# per source, with the same checks and the diagnostics still naming each source.
 # The build may carry GCC-only warning flags (cmake/warnings.cmake) that clang does not know.
 # One clang-tidy per core, a few files each: the stage is CPU-bound and files are independent.
 db="$build/tidy"

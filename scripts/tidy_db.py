@@ -123,6 +123,7 @@ def main():
     compiled = collections.Counter(e["file"] for e in entries)
 
     batched = set()
+    os.makedirs(os.path.join(out, "batches"), exist_ok=True)
     for e, sources in unity:
         if not sources or any(s not in cold or compiled[s] != 1 for s in sources):
             continue
