@@ -79,6 +79,7 @@ def deduplicate(entries, checked):
         for e in group:
             key = without_output_and_defines(command_of(e)[1:])
             text = preprocessed(e) if len(group) > 1 and file in checked else None
+            # A command that does not preprocess keeps its run (text None is never a duplicate).
             if text is not None and (key, text) in distinct:
                 continue
             distinct.append((key, text))
