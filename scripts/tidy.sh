@@ -13,24 +13,20 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 hot=$(find src/interposer src/limiter src/shared_state src/profiler src/common -name '*.cpp' | sort)
 cold=$(find src/config src/portable src/status src/addpath src/node src/cli -name '*.cpp' | sort)
+# The cold sources of a unity build's batches are checked a batch at a time (scripts/tidy_db.py):
+# the gRPC, protobuf and JSON headers of the daemon and the CLI are parsed once per batch, not once
+# per source, with the same checks and the diagnostics still naming each source.
 # The build may carry GCC-only warning flags (cmake/warnings.cmake) that clang does not know.
 # One clang-tidy per core, a few files each: the stage is CPU-bound and files are independent.
-# A unity build (GPUSLICE_UNITY_BUILD) lists its batches, not its sources, in
-# compile_commands.json: each batch's command is given to every source it includes.
 db="$build/tidy"
+rm -rf "$db"
 mkdir -p "$db"
-python3 - "$build/compile_commands.json" "$db/compile_commands.json" <<'PY'
-import json, re, sys
-entries = []
-for e in json.load(open(sys.argv[1])):
-    if "/Unity/unity_" not in e["file"]:
-        entries.append(e)
-        continue
-    for source in re.findall(r'^#include "([^"]+)"', open(e["file"]).read(), re.M):
-        entries.append(dict(e, file=source, command=e["command"].replace(e["file"], source)))
-json.dump(entries, open(sys.argv[2], "w"))
-PY
+# The compilation database clang-tidy reads ($db/compile_commands.json), and the cold sources
+# checked one by one ($db/cold_files) or in batches ($db/batches/*/batch.cpp), by tidy_db.py.
+{ printf 'hot %s\n' $hot; printf 'cold %s\n' $cold; } | python3 scripts/tidy_db.py "$build/compile_commands.json" "$db"
 tidy=(clang-tidy -p "$db" --quiet --extra-arg=-Wno-unknown-warning-option)
 printf '%s\n' $hot | xargs -P"$(nproc)" -n4 "${tidy[@]}"
-printf '%s\n' $cold | xargs -P"$(nproc)" -n4 "${tidy[@]}" --checks=-clang-analyzer-*
-echo "clang-tidy: $(echo "$hot" | wc -w) files with the analyzer, $(echo "$cold" | wc -w) without; all clean"
+batches=$(find "$db/batches" -name batch.cpp | sort)
+printf '%s\n' $(cat "$db/cold_files") $batches | xargs -P"$(nproc)" -n4 "${tidy[@]}" --checks=-clang-analyzer-*
+echo "clang-tidy: $(echo "$hot" | wc -w) files with the analyzer, $(echo "$cold" | wc -w) without" \
+  "($(echo "$batches" | wc -w) batches of $(cat "$db/batched_count") and $(wc -w <"$db/cold_files") alone); all clean"
