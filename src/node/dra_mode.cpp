@@ -229,9 +229,9 @@ int run_dra_mode(const std::vector<std::string>& args, const EnvLookup& env) {
   std::thread watchdog([&] {
     std::unique_lock lock(stop_mutex);
     if (stop_cv.wait_for(lock, kStopBound, [&] { return driver_stopped; })) return;
-    GS_LOG(Warn, "the DRA driver did not stop within %lld ms: exiting without the steps left",
+    GS_LOG(Warn, "the DRA driver did not stop within %lld ms: exiting (status 1) without the steps left",
            static_cast<long long>(kStopBound.count()));
-    ::_exit(0);
+    ::_exit(1);  // not a clean stop: say so to whatever restarts it
   });
   if (publisher) publisher->begin_stop();
   // A prepare in flight gets the sockets' grace; then its API request is cut off, so that its handler
