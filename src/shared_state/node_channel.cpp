@@ -518,16 +518,23 @@ void NodeChannel::set_listing_budget(const ListingBudget& budget) {
   cache.credited_at_ns = monotonic_ns();
 }
 
+namespace {
+
+// Whether `fd` is still the directory (device, inode) it was opened on: the application may have
+// closed the number and reused it for something else.
+bool opened_on(int fd, std::uint64_t device, std::uint64_t inode) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == device &&
+         static_cast<std::uint64_t>(st.st_ino) == inode;
+}
+
+}  // namespace
+
 // The pass in progress is given up: its descriptor closed when it is still ours (the application
 // may have closed it and reused the number; a child of a fork closes only its own copy).
 void NodeChannel::end_pass(WriterCache& cache) const {
-  if (cache.fd >= 0) {
-    struct stat st {};
-    if (::fstat(cache.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == cache.fd_device &&
-        static_cast<std::uint64_t>(st.st_ino) == cache.fd_inode) {
-      ::close(cache.fd);
-    }
-  }
+  if (cache.fd >= 0 && opened_on(cache.fd, cache.pass_stamp.device, cache.pass_stamp.inode))
+    ::close(cache.fd);
   cache.fd = -1;
   cache.filled = cache.position = 0;
 }
@@ -586,11 +593,9 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   std::size_t* position = &own_position;
   if (cache_ours) {
     if (cache.fd >= 0) {
-      struct stat listed_st {};
-      const bool ours = cache.pid == ::getpid() && ::fstat(cache.fd, &listed_st) == 0 &&
-                        static_cast<std::uint64_t>(listed_st.st_dev) == cache.fd_device &&
-                        static_cast<std::uint64_t>(listed_st.st_ino) == cache.fd_inode &&
-                        cache.fd_device == now_stamp.device && cache.fd_inode == now_stamp.inode;
+      const WriterCache::Stamp& opened = cache.pass_stamp;
+      const bool ours = cache.pid == ::getpid() && opened_on(cache.fd, opened.device, opened.inode) &&
+                        opened.device == now_stamp.device && opened.inode == now_stamp.inode;
       if (!ours) {
         // Forked, replaced or closed under us: a new pass, keeping the writers found so far.
         end_pass(cache);
@@ -601,8 +606,6 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       // A new pass, on this scan's descriptor (kept open for the next scans).
       cache.fd = node_guard.release();
       cache.pid = ::getpid();
-      cache.fd_device = now_stamp.device;
-      cache.fd_inode = now_stamp.inode;
       cache.filled = cache.position = 0;
       cache.pass_stamp = now_stamp;
       cache.pass_quiet = quiet;

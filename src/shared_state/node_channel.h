@@ -196,8 +196,7 @@ class NodeChannel {
     // the writers it found so far.
     int fd = -1;
     pid_t pid = 0;
-    std::uint64_t fd_device = 0, fd_inode = 0;
-    Stamp pass_stamp;
+    Stamp pass_stamp;  // also the identity of the directory `fd` was opened on
     bool pass_quiet = false;
     std::size_t filled = 0, position = 0;
     alignas(8) char buffer[4096] = {};
