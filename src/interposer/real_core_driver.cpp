@@ -124,21 +124,6 @@ CUresult real_graph_mem_trim(CUdevice dev) {
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(dev);
 }
 
-bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) {
-  static auto nvml_init = REAL(nvmlInit_v2);
-  static auto by_uuid = REAL_UNHOOKED(Nvml, nvmlDeviceGetHandleByUUID);
-  static auto processes = REAL_UNHOOKED(Nvml, nvmlDeviceGetComputeRunningProcesses_v3);
-  static bool nvml_ok =
-      nvml_init != nullptr && by_uuid != nullptr && processes != nullptr && nvml_init() == NVML_SUCCESS;
-  if (!nvml_ok) return false;
-  nvmlDevice_t handle = nullptr;
-  if (by_uuid(uuid, &handle) != NVML_SUCCESS) return false;
-  const unsigned capacity = *count;
-  if (processes(handle, count, out) != NVML_SUCCESS) return false;
-  if (*count > capacity) *count = capacity;
-  return true;
-}
-
 // NVML initialised once for the library's own reads (the application's nvmlInit/nvmlShutdown count
 // separately: NVML keeps a reference count).
 bool own_nvml() {
@@ -152,6 +137,17 @@ nvmlDevice_t real_nvml_device(const char* uuid) {
   nvmlDevice_t handle = nullptr;
   if (by_uuid == nullptr || !own_nvml() || by_uuid(uuid, &handle) != NVML_SUCCESS) return nullptr;
   return handle;
+}
+
+bool real_device_processes(const char* uuid, nvmlProcessInfo_t* out, unsigned* count) {
+  static auto processes = REAL_UNHOOKED(Nvml, nvmlDeviceGetComputeRunningProcesses_v3);
+  if (processes == nullptr) return false;
+  nvmlDevice_t handle = real_nvml_device(uuid);
+  if (handle == nullptr) return false;
+  const unsigned capacity = *count;
+  if (processes(handle, count, out) != NVML_SUCCESS) return false;
+  if (*count > capacity) *count = capacity;
+  return true;
 }
 
 bool real_sm_clock_mhz(nvmlDevice_t device, unsigned* mhz) {
