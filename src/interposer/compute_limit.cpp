@@ -105,6 +105,9 @@ void sample_clocks() {
       handle = driver.nvml_device(d.uuid);
       if (handle == nullptr) return;
       d.nvml.store(handle, std::memory_order_release);
+      unsigned max_mhz = 0;
+      if (driver.max_sm_clock_mhz != nullptr && driver.max_sm_clock_mhz(handle, &max_mhz))
+        d.flat_clock.set_max_mhz(max_mhz);
     }
     unsigned util = 0;
     unsigned mhz = 0;
@@ -203,10 +206,11 @@ void settle_at_exit() {
     GS_LOG(Info,
            "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
            " drains, %.3f s busy, %.3f s held back, %" PRIu64 " of %" PRIu64 " launches timed, %" PRIu64
-           " charges scaled for the SM clock (+%.3f s; flat out %u MHz)",
+           " charges scaled for the SM clock (+%.3f s; flat out %u MHz measured, 0: estimated from the %u MHz"
+           " maximum)",
            d.index, s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
            static_cast<double>(s.throttled_ns) / 1e9, s.timed_launches, s.launches, s.clock_windows,
-           static_cast<double>(s.clock_extra_ns) / 1e9, d.flat_clock.mhz());
+           static_cast<double>(s.clock_extra_ns) / 1e9, d.flat_clock.mhz(), d.flat_clock.max_mhz());
   });
   publish_compute_usage();
 }

@@ -28,6 +28,9 @@ struct CoreDriver {
   nvmlDevice_t (*nvml_device)(const char* uuid) = nullptr;
   bool (*sm_clock_mhz)(nvmlDevice_t device, unsigned* mhz) = nullptr;
   bool (*gpu_utilization)(nvmlDevice_t device, unsigned* percent) = nullptr;
+  // The GPU's maximum SM clock (MHz), read once: the clock's estimated flat-out reference before a
+  // flat-out second is seen (clock_correction.h). Null or false: no estimate.
+  bool (*max_sm_clock_mhz)(nvmlDevice_t device, unsigned* mhz) = nullptr;
   // The launch gates' drains, capture query and timing events: what the compute limiter and the
   // priority gate are given as is.
   limiter::DriverOps gates{};

@@ -156,6 +156,12 @@ bool real_sm_clock_mhz(nvmlDevice_t device, unsigned* mhz) {
   return clock_info != nullptr && clock_info(device, kClockSm, mhz) == NVML_SUCCESS;
 }
 
+bool real_max_sm_clock_mhz(nvmlDevice_t device, unsigned* mhz) {
+  static auto max_clock = REAL_UNHOOKED(Nvml, nvmlDeviceGetMaxClockInfo);
+  constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+  return max_clock != nullptr && max_clock(device, kClockSm, mhz) == NVML_SUCCESS;
+}
+
 bool real_gpu_utilization(nvmlDevice_t device, unsigned* percent) {
   // The driver's figure, not the container view our own hook gives the application.
   static auto rates = REAL_UNHOOKED(Nvml, nvmlDeviceGetUtilizationRates);
@@ -176,6 +182,7 @@ CoreDriver real_core_driver() {
           .nvml_device = real_nvml_device,
           .sm_clock_mhz = real_sm_clock_mhz,
           .gpu_utilization = real_gpu_utilization,
+          .max_sm_clock_mhz = real_max_sm_clock_mhz,
           .gates = {.ctx_synchronize = real_ctx_synchronize,
                     .stream_synchronize = real_stream_synchronize,
                     .stream_is_capturing = stream_capture_status,

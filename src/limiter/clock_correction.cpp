@@ -43,6 +43,13 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 }
 
 void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz) {
+  if (util_percent <= 100) {
+    // A tenth per 100 ms sample: about the second over which the power controller averages.
+    const std::uint32_t sample = util_percent * 10;
+    const std::uint32_t old = duty_permille_.load(std::memory_order_relaxed);
+    duty_permille_.store(duty_seen_ ? (9 * old + sample + 5) / 10 : sample, std::memory_order_relaxed);
+    duty_seen_ = true;
+  }
   if (util_percent < kFlatOutUtilPercent || util_percent > 100 || sm_mhz == 0) {
     flat_run_ = 0;
     return;
@@ -53,6 +60,17 @@ void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz) {
   // A quarter per sample; the first one is taken whole.
   const std::uint32_t next = old == 0 ? sm_mhz : static_cast<std::uint32_t>((3ULL * old + sm_mhz + 2) / 4);
   mhz_.store(next, std::memory_order_relaxed);
+}
+
+std::uint32_t ClockReference::reference_for(std::uint32_t window_mhz) const {
+  const std::uint32_t measured = mhz();
+  if (measured != 0) return measured;
+  const std::uint32_t max = max_mhz();
+  const std::uint32_t duty = duty_permille();
+  if (max == 0 || window_mhz == 0 || window_mhz >= max || duty < kMinEstimateDutyPermille) return 0;
+  const std::uint64_t cut = static_cast<std::uint64_t>(max - window_mhz) * kPermille / std::min(duty, 1000u);
+  // A cut past the whole clock is a bad reading; the factor's own bound limits the rest.
+  return cut < max ? static_cast<std::uint32_t>(max - cut) : 0;
 }
 
 }  // namespace gpuslice::limiter

@@ -35,25 +35,47 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 // the power controller holds under full load, for whatever ran on it. The reference follows such
 // samples (an exponential average, a quarter per sample) and stays while the device is duty-cycled:
 // that is the state it exists for. One thread observes (the watcher); readers (the limiter's closer)
-// load one atomic.
+// load atomics.
+//
+// Until a flat-out second is seen (a container limited from its first launch never sees one), the
+// reference is estimated from the window's own clock: the power controller cuts the clock below its
+// maximum by the flat-out cut times the device's duty, so flat = max - (max - window) / duty. Fitted on
+// the same 156 H200 phases as the exponent (bench/results/clock-fit-2026-11-29/): 59 MHz rms, which
+// moves a phase's charge by -1.3 to +1.9 points against the measured reference; no estimate without
+// NVML's maximum clock, below kMinEstimateDutyPermille of duty (the cut is too small to divide), or
+// at the maximum clock (no cut: nothing to correct).
 class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
   static constexpr std::uint32_t kFlatOutSamples = 10;
+  static constexpr std::uint32_t kMinEstimateDutyPermille = 150;
 
   // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown).
   void observe(std::uint32_t util_percent, std::uint32_t sm_mhz);
+  // NVML's maximum SM clock of the device (0: unknown), read once by the watcher.
+  void set_max_mhz(std::uint32_t mhz) { max_mhz_.store(mhz, std::memory_order_relaxed); }
   // The reference clock in MHz, 0 while none was seen.
   std::uint32_t mhz() const { return mhz_.load(std::memory_order_relaxed); }
+  std::uint32_t max_mhz() const { return max_mhz_.load(std::memory_order_relaxed); }
+  // The device's duty over about the last second (samples averaged, a tenth each), per mille.
+  std::uint32_t duty_permille() const { return duty_permille_.load(std::memory_order_relaxed); }
+  // Whether a window's clock is worth reading: a reference is known or can be estimated.
+  bool can_correct() const { return mhz() != 0 || max_mhz() != 0; }
+  // The reference for a window that ran at `window_mhz`: the measured one, else the estimate above,
+  // else 0 (nothing known: the window is charged its GPU time).
+  std::uint32_t reference_for(std::uint32_t window_mhz) const;
 
  private:
   std::atomic<std::uint32_t> mhz_{0};
+  std::atomic<std::uint32_t> max_mhz_{0};
+  std::atomic<std::uint32_t> duty_permille_{0};
   std::uint32_t flat_run_ = 0;  // observer only: flat-out samples in a row
+  bool duty_seen_ = false;      // observer only: the average has its first sample
 };
 
 // Where a limiter reads its device's SM clock (ComputeLimiter::set_clock_source). `read_mhz` costs
 // about 1-2 us (NVML); the limiter calls it at most once per window, on the thread that closes it,
-// just before its drain, and only while `reference` knows a flat-out clock. Returns 0 when it
+// just before its drain, and only while `reference` can correct (can_correct()). Returns 0 when it
 // cannot read it (no NVML, an error): that window is charged its GPU time.
 struct SmClockSource {
   std::uint32_t (*read_mhz)(const void* arg) = nullptr;

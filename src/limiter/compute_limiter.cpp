@@ -379,13 +379,16 @@ std::uint64_t ComputeLimiter::charge_interval(std::uint64_t start, std::uint64_t
   return busy;
 }
 
-// The device's SM clock now, where a source is set and knows a flat-out reference (stored in
-// *reference_mhz); else 0, and nothing is read.
+// The device's SM clock now, where a source is set and its reference can correct: the window's
+// reference (measured or estimated from this clock) in *reference_mhz. Else 0: nothing is scaled,
+// and without a source or any way to correct nothing is read either.
 std::uint32_t ComputeLimiter::window_clock_mhz(std::uint32_t* reference_mhz) const {
   const SmClockSource* source = clock_source_.load(kAcquire);
   if (source == nullptr || source->read_mhz == nullptr || source->reference == nullptr) return 0;
-  *reference_mhz = source->reference->mhz();
-  return *reference_mhz != 0 ? source->read_mhz(source->arg) : 0;
+  if (!source->reference->can_correct()) return 0;
+  const std::uint32_t mhz = source->read_mhz(source->arg);
+  *reference_mhz = source->reference->reference_for(mhz);
+  return *reference_mhz != 0 ? mhz : 0;
 }
 
 void ComputeLimiter::set_clock_source(const SmClockSource* source) { clock_source_.store(source, kRelease); }

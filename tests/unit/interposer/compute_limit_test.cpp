@@ -249,6 +249,13 @@ struct SimulatedNvml {
     *out = util.load();
     return true;
   }
+  static inline std::atomic<unsigned> max_mhz{0};  // 0: NVML does not tell
+  static inline std::atomic<int> max_reads{0};
+  static bool max_clock(nvmlDevice_t, unsigned* out) {
+    max_reads.fetch_add(1);
+    *out = max_mhz.load();
+    return max_mhz.load() != 0;
+  }
 };
 
 class ComputeLimitClock : public ComputeLimit {
@@ -260,6 +267,8 @@ class ComputeLimitClock : public ComputeLimit {
     SimulatedNvml::util = 100;
     SimulatedNvml::lookups = 0;
     SimulatedNvml::clock_reads = 0;
+    SimulatedNvml::max_mhz = 0;
+    SimulatedNvml::max_reads = 0;
     set_core_driver({.device_uuid = SimulatedDriver::uuid,
                      .device_total_mem = SimulatedDriver::total,
                      .current_device = SimulatedDriver::current_device,
@@ -267,6 +276,7 @@ class ComputeLimitClock : public ComputeLimit {
                      .nvml_device = SimulatedNvml::device,
                      .sm_clock_mhz = SimulatedNvml::clock,
                      .gpu_utilization = SimulatedNvml::utilization,
+                     .max_sm_clock_mhz = SimulatedNvml::max_clock,
                      .gates = {.ctx_synchronize = SimulatedDriver::ctx_synchronize,
                                .stream_synchronize = SimulatedDriver::stream_synchronize,
                                .stream_is_capturing = SimulatedDriver::capture_status}});
@@ -302,6 +312,39 @@ TEST_F(ComputeLimitClock, TheWatchersFlatOutClockScalesDeviceBoundWindows) {
   // The limiter's reads (all but the tick's): at most one per window, far fewer than the launches.
   EXPECT_LE(SimulatedNvml::clock_reads.load() - reads_before - 1, static_cast<int>(st.windows));
   EXPECT_EQ(SimulatedNvml::lookups.load(), 1) << "the handle is looked up once";
+}
+
+// Limited from the start: no flat-out second, so the reference is estimated from NVML's maximum
+// clock (read once, with the handle) and the duty: 1980 - (1980 - 1900) / 0.5 = 1820 MHz, and the
+// windows are charged (1900 / 1820)^0.455 = 1.020 of their GPU time. Without the maximum, nothing.
+TEST_F(ComputeLimitClock, LimitedFromTheStartTheMaximumClockGivesAnEstimatedReference) {
+  SimulatedNvml::mhz = 1900;
+  SimulatedNvml::util = 50;
+  SimulatedNvml::max_mhz = 1980;
+  start("50");
+  run_for(5);
+  for (int i = 0; i < 10; ++i) compute_limit::tick();
+  run_for(2000);
+  compute_limit::tick();
+  EXPECT_EQ(device_state(0)->flat_clock.mhz(), 0u) << "never flat out";
+  EXPECT_EQ(SimulatedNvml::max_reads.load(), 1) << "read once, with the handle";
+  const limiter::Stats st = limiter_of(0)->stats();
+  ASSERT_GT(st.clock_windows, 0u);
+  const double extra = static_cast<double>(st.clock_extra_ns) / static_cast<double>(st.busy_ns);
+  EXPECT_GT(extra, 0.015);
+  EXPECT_LT(extra, 0.025);
+}
+
+TEST_F(ComputeLimitClock, LimitedFromTheStartWithoutTheMaximumClockNothingIsScaledOrRead) {
+  SimulatedNvml::mhz = 1900;
+  SimulatedNvml::util = 50;
+  start("50");
+  run_for(5);
+  for (int i = 0; i < 10; ++i) compute_limit::tick();
+  const int reads_before = SimulatedNvml::clock_reads.load();
+  run_for(2000);
+  EXPECT_EQ(limiter_of(0)->stats().clock_windows, 0u);
+  EXPECT_EQ(SimulatedNvml::clock_reads.load(), reads_before) << "no window reads a clock it cannot use";
 }
 
 TEST_F(ComputeLimitClock, WithoutNvmlNothingIsScaledAndTheLookupStops) {
