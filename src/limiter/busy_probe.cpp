@@ -1,5 +1,7 @@
 #include "limiter/busy_probe.h"
 
+#include <algorithm>
+
 namespace gpuslice::limiter {
 thread_local BusyProbe::Pending BusyProbe::t_pending;
 
@@ -114,6 +116,67 @@ void BusyProbe::exclude(std::uint64_t ns) {
   unlock();
 }
 
+namespace {
+
+// Where `event` completed relative to `ref` on the device's timeline, in ns (negative: before it).
+// The driver's elapsed time is never negative: a later reference is asked the other way round.
+bool offset_ns(const DriverOps& ops, CUevent ref, CUevent event, std::int64_t* ns) {
+  std::uint64_t forward = 0;
+  if (ops.event_elapsed_ns(ref, event, &forward) != CUDA_SUCCESS) return false;
+  if (forward != 0 || event == ref) {
+    *ns = static_cast<std::int64_t>(forward);
+    return true;
+  }
+  std::uint64_t backward = 0;
+  if (ops.event_elapsed_ns(event, ref, &backward) != CUDA_SUCCESS) return false;
+  *ns = -static_cast<std::int64_t>(backward);
+  return true;
+}
+
+}  // namespace
+
+// The time any timed launch ran: the union of the pairs' spans on the device's timeline, each placed
+// by its events' offsets from the first pair's `before`. Pairs on one stream follow each other, so
+// their union is their sum; launches of several threads on several streams run side by side, and
+// their sum would count the same device time once per stream (four streams of concurrent matmuls,
+// each pair stretched by the others: charged for the full window while the device idled half of it).
+bool BusyProbe::union_of_pairs(const DriverOps& ops, std::uint64_t* busy_ns) {
+  struct Span {
+    std::int64_t begin;
+    std::int64_t end;
+  };
+  Span spans[kSlots];
+  std::uint32_t count = 0;
+  const CUevent ref = slots_[0].before;
+  for (std::uint32_t i = 0; i < claimed_; ++i) {
+    Span span{};
+    if (!offset_ns(ops, ref, slots_[i].before, &span.begin) ||
+        !offset_ns(ops, ref, slots_[i].after, &span.end))
+      return false;
+    // On an idle stream the kernel started no sooner than the launch call was made.
+    if (slots_[i].idle) span.begin += static_cast<std::int64_t>(slots_[i].launch_ns);
+    if (span.end <= span.begin) continue;
+    // Insertion by start: at most kSlots pairs, read once per probed window.
+    std::uint32_t at = count++;
+    while (at > 0 && spans[at - 1].begin > span.begin) {
+      spans[at] = spans[at - 1];
+      --at;
+    }
+    spans[at] = span;
+  }
+  std::uint64_t total = 0;
+  std::int64_t covered = 0;
+  bool any = false;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::int64_t begin = any ? std::max(spans[i].begin, covered) : spans[i].begin;
+    if (spans[i].end > begin) total += static_cast<std::uint64_t>(spans[i].end - begin);
+    covered = any ? std::max(covered, spans[i].end) : spans[i].end;
+    any = true;
+  }
+  *busy_ns = total;
+  return true;
+}
+
 BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bool read,
                                      std::uint32_t launches) {
   lock();
@@ -126,23 +189,13 @@ BusyProbe::Result BusyProbe::collect(const DriverOps& ops, std::uint64_t now, bo
     end_n_ = launches;
   }
   if (read && phase_ == Phase::Ended && claimed_ > 0 && completed_ == claimed_ && end_ns_ > start_ns_) {
-    result.valid = true;
-    for (std::uint32_t i = 0; i < claimed_ && result.valid; ++i) {
-      std::uint64_t ns = 0;
-      if (ops.event_elapsed_ns(slots_[i].before, slots_[i].after, &ns) != CUDA_SUCCESS) {
-        result.valid = false;
-      }
-      // On an idle stream the kernel started no sooner than the launch call was made.
-      if (slots_[i].idle) ns = ns > slots_[i].launch_ns ? ns - slots_[i].launch_ns : 0;
-      result.busy_ns += ns;
-    }
+    result.valid = union_of_pairs(ops, &result.busy_ns);
     // Every stride-th launch was timed: the span's launches ran about that many times the sum.
     const std::uint32_t spanned = end_n_ > first_n_ ? end_n_ - first_n_ : 0;
     if (spanned > claimed_) {
       result.busy_ns =
           static_cast<std::uint64_t>(static_cast<unsigned __int128>(result.busy_ns) * spanned / claimed_);
     }
-    // Threads probed at once add up more of it than the span holds: then nothing is left (in full).
     const std::uint64_t span = end_ns_ - start_ns_;
     result.span_ns = span > own_ns_ ? span - own_ns_ : 0;
   }

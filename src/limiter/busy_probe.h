@@ -11,9 +11,11 @@
 // last the window) every s-th launch to the window's close, and the pairs' sum times the launches
 // of the span over the launches timed estimates their device time: a window whose first launches
 // come denser than the rest (a decode step's layers, then its sampling on the host) is not charged
-// the dense part's duty over its whole length. The duty is that device time over the span. A pair costs two
-// cuEventRecord; the pairs are read once, after the window's drain, when every event has completed. Launches
-// outside the probe cost one relaxed load and a compare.
+// the dense part's duty over its whole length. The duty is that device time over the span: the union of
+// the pairs' spans on the device's timeline (each placed by its events' offsets from the first pair's), so
+// kernels of several threads' streams that run side by side count once, as GPU time does. A pair costs two
+// cuEventRecord; the pairs are read once, after the window's drain, when every event has completed (two
+// elapsed-time reads each). Launches outside the probe cost one relaxed load and a compare.
 //
 // A pair begun while its stream had nothing left to run (cuStreamQuery) starts on the device at once,
 // and the launch reaches the device only once the host has made the launch call (microseconds on a
@@ -106,6 +108,7 @@ class BusyProbe {
   static thread_local Pending t_pending;
 
   bool probe_launch(const DriverOps& ops, Clock& clock, CUstream stream, std::uint64_t now, std::uint32_t n);
+  bool union_of_pairs(const DriverOps& ops, std::uint64_t* busy_ns);
   bool create_slot(const DriverOps& ops, Slot& slot);
   void lock();
   void unlock() { lock_.store(false, std::memory_order_release); }

@@ -82,14 +82,29 @@ struct EventStubs {
     *event = reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(++created));
     return CUDA_SUCCESS;
   }
-  static CUresult record(CUevent event, CUstream) {
+  // Each stream runs in order: a pair's `before` completes when the stream's earlier work did (or at
+  // once), its `after` one kernel later. Streams are told apart by their handle (up to kStreams).
+  static constexpr int kStreams = 4;
+  static inline std::uint64_t free_at[kStreams] = {};
+  static inline std::uint64_t pair_begin[kStreams] = {};
+  static int lane(CUstream stream) {
+    return static_cast<int>(reinterpret_cast<std::uintptr_t>(stream) % kStreams);
+  }
+  static CUresult record(CUevent event, CUstream stream) {
     if (fail_records) return CUDA_ERROR_INVALID_HANDLE;
-    times[id(event)] = Stubs::clock->now + (records++ % 2 == 1 ? kernel_ns : 0);
+    const int l = lane(stream);
+    if (records++ % 2 == 0) {
+      pair_begin[l] = std::max(Stubs::clock->now, free_at[l]);
+      times[id(event)] = pair_begin[l];
+    } else {
+      times[id(event)] = free_at[l] = pair_begin[l] + kernel_ns;
+    }
     return CUDA_SUCCESS;
   }
+  // As the driver: never negative (an event that completed first reads 0).
   static CUresult elapsed(CUevent start, CUevent end, std::uint64_t* ns) {
     ++elapsed_reads;
-    *ns = times[id(end)] - times[id(start)];
+    *ns = times[id(end)] > times[id(start)] ? times[id(end)] - times[id(start)] : 0;
     return CUDA_SUCCESS;
   }
   static void reset() {
@@ -98,6 +113,7 @@ struct EventStubs {
     records = 0;
     elapsed_reads = 0;
     fail_records = false;
+    for (int l = 0; l < kStreams; ++l) free_at[l] = pair_begin[l] = 0;
   }
 };
 
@@ -110,8 +126,8 @@ DriverOps event_ops() {
 }
 
 // A launch as the hooks make it.
-void launch(ComputeLimiter& limiter) {
-  if (limiter.gate(nullptr)) limiter.after_launch(nullptr);
+void launch(ComputeLimiter& limiter, CUstream stream = nullptr) {
+  if (limiter.gate(stream)) limiter.after_launch(stream);
 }
 
 class LimiterMechanics : public ::testing::Test {
@@ -356,9 +372,10 @@ TEST_F(LimiterMechanics, SparseLaunchesAreChargedTheirKernelsDeviceTime) {
   // Two windows: the first one's two launches measure the launch cost; the second lasts the rest.
   EXPECT_EQ(limiter.stats().measured_windows, 2u);
   EXPECT_EQ(shared.busy_total_ns.load(), 1 * kMs);
-  // Each probe's events: the first window's 2 launches, the second's first 5 ms (25 launches).
+  // Each probe's events: the first window's 2 launches, the second's first 5 ms (25 launches); each
+  // pair is placed on the device's timeline by two reads (its events against the first `before`).
   EXPECT_EQ(EventStubs::records, 2 * (2 + 25));
-  EXPECT_EQ(EventStubs::elapsed_reads, 2 + 25);
+  EXPECT_EQ(EventStubs::elapsed_reads, 2 * (2 + 25));
 }
 
 // A probe that finds the device busy at least 90% of the time charges the window in full: the
@@ -408,6 +425,23 @@ TEST_F(LimiterMechanics, AnotherThreadsLaunchDuringTheProbeIsTimedToo) {
   // The first window's 400 us at a tenth; the second's 9.6 ms at 26 kernels of 20 us in 5 ms.
   EXPECT_EQ(shared.busy_total_ns.load(), 40'000u + 9'600'000u * 104 / 1000);
   EXPECT_EQ(EventStubs::records, 2 * (2 + 26));
+}
+
+// Threads launching on streams of their own run their kernels side by side: the probe counts the
+// time any of them ran, not each stream's (four streams of concurrent matmuls summed to more than
+// the window while the device idled half of it, and the window was charged in full). Here four
+// 20 us kernels at once every 200 us: 10% busy, where their sum said 40%.
+TEST_F(LimiterMechanics, KernelsOfSeveralStreamsRunningAtOnceAreCountedOnce) {
+  limit.store(50);
+  EventStubs::kernel_ns = 20'000;
+  ComputeLimiter limiter(clock, event_ops(), &shared, &limit);
+  for (int i = 0; i < 50; ++i) {
+    for (std::uintptr_t stream = 0; stream < 4; ++stream) launch(limiter, reinterpret_cast<CUstream>(stream));
+    clock.now += 200'000;
+  }
+  limiter.settle();
+  // 10 ms of launches, a tenth of it busy (their sum: 4 ms).
+  EXPECT_EQ(shared.busy_total_ns.load(), 1 * kMs);
 }
 
 // Launches into a stream being captured run nothing now: they are never timed.

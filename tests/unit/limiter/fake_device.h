@@ -77,7 +77,9 @@ class FakeDevice {
       return CUDA_SUCCESS;
     };
     o.event_elapsed_ns = [](CUevent a, CUevent b, std::uint64_t* ns) {
-      *ns = current->done_at[index(b)] - current->done_at[index(a)];
+      const std::uint64_t from = current->done_at[index(a)];
+      const std::uint64_t to = current->done_at[index(b)];
+      *ns = to > from ? to - from : 0;  // as the driver: never negative
       return CUDA_SUCCESS;
     };
     o.event_query = [](CUevent e) {
