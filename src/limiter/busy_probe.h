@@ -8,7 +8,7 @@
 // pair spans exactly that launch's device time (the stream runs in order: the first completes when
 // the earlier work did, i.e. when the kernel starts). With a stride of 1 it times every launch of a
 // span of host time at the window's start; with a stride s (sized by the limiter so that the slots
-// last the window) every s-th launch to the window's close, and the pairs' sum times the launches
+// last the window) every s-th launch to the window's close, and the pairs' device time times the launches
 // of the span over the launches timed estimates their device time: a window whose first launches
 // come denser than the rest (a decode step's layers, then its sampling on the host) is not charged
 // the dense part's duty over its whole length. The duty is that device time over the span: the union of
