@@ -83,6 +83,8 @@ Workloads:
   graph   a CUDA graph of 8 4096^3 bf16 matmuls, replayed
   mix     big-then-tiny: one 4096^3 bf16 matmul, then 16 tiny elementwise kernels
   streams4  four threads, each launching a 4096^3 bf16 matmul on its own stream per step
+  threads4  the same four threads, all launching on the current stream (not in the default set)
+  streams4seq  one thread launching the four matmuls on four streams per step (not in the default set)
   compile   torch.compile (Inductor, Triton kernels) of an MLP forward in fp16
   cluster   a spin kernel of ~0.2 ms on every SM launched in clusters of two with cudaLaunchKernelEx
             (build/gpu/libcluster_spin.so from bench/gpu/cluster_spin.cu; tests/gpu/run.sh builds it)
@@ -125,8 +127,11 @@ TOLERANCE_POINTS = 3.0  # --tolerance
 SETTLE_POINTS = 5.0  # the band a 1 s window must reach after a change
 LAUNCH_BOUND_FLOOR = 0.9  # a workload busy less than its limit keeps at least this share of its speed
 AUTO_CPUS = {"matmul": "4", "tiny": "4", "burst": "4", "train": "4,5", "long10": "4", "long40": "4", "long100": "4",
-             "decode": "4", "graph": "4", "mix": "4", "streams4": "4-7", "compile": "4", "cluster": "4",
-             "matmul2p": "4,5", "graph2p": "4,5"}  # --cpus auto (see the docstring)
+             "decode": "4", "graph": "4", "mix": "4", "streams4": "4-7", "threads4": "4-7", "streams4seq": "4",
+             "compile": "4", "cluster": "4", "matmul2p": "4,5", "graph2p": "4,5"}  # --cpus auto (see the docstring)
+# Workloads whose speed keeps rising for seconds after they start (the decode loop ran its first
+# unlimited phase at 40-60% of its later rate, which judged the first limited phase against it).
+MIN_WARMUP_S = {"decode": 8.0}
 EVENTS_PER_SECOND = 200  # timeline resolution; k iterations per event are chosen from the warm-up rate
 KERNEL_BIN_S = 0.01  # --kernel-timeline: the device's kernel time is kept per 10 ms of host time
 
@@ -203,15 +208,37 @@ def build_workload(name):
                 x.add_(1.0)
 
         return step, 2.0 * 4096 ** 3
-    if name == "streams4":
+    if name in ("streams4", "threads4", "streams4seq"):
         # Four threads, each launching a 4096^3 bf16 matmul on its own stream per step; the step
         # joins their streams into the current one, so the timeline's events cover all four.
+        # threads4: the same four threads all on the current stream (threads without streams);
+        # streams4seq: one thread launching the four on the four streams (streams without threads).
         import threading
         n = 4
         mats = [(torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16),
                  torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16),
                  torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)) for _ in range(n)]
-        streams = [torch.cuda.Stream() for _ in range(n)]
+        if name == "threads4":
+            streams = [torch.cuda.current_stream()] * n
+        else:
+            streams = [torch.cuda.Stream() for _ in range(n)]
+        if name == "streams4seq":
+            current = torch.cuda.current_stream()
+            for s in streams:
+                s.wait_stream(current)
+
+            def step_seq():
+                events = []
+                for i, (a, b, out) in enumerate(mats):
+                    with torch.cuda.stream(streams[i]):
+                        torch.matmul(a, b, out=out)
+                        ev = torch.cuda.Event()
+                        ev.record(streams[i])
+                    events.append(ev)
+                for ev in events:
+                    current.wait_event(ev)
+
+            return step_seq, n * 2.0 * 4096 ** 3
         go = [threading.Semaphore(0) for _ in range(n)]
         done = threading.Semaphore(0)
         events = [None] * n
@@ -426,12 +453,13 @@ def worker(args):
 
     # Warm-up: caches, cuBLAS heuristics and the limiter's first windows; also sizes k.
     n = 0
-    t_end = time.monotonic() + args.warmup
+    warmup = max(args.warmup, MIN_WARMUP_S.get(args.workload, 0.0))
+    t_end = time.monotonic() + warmup
     while time.monotonic() < t_end:
         step()
         n += 1
     torch.cuda.synchronize()
-    k = max(1, int(n / args.warmup / EVENTS_PER_SECOND))
+    k = max(1, int(n / warmup / EVENTS_PER_SECOND))
 
     # The queue is empty here, so the start event runs as soon as it is recorded: GPU time 0 is
     # host time t0 (CLOCK_MONOTONIC, shared with the parent for the settle test).
