@@ -92,8 +92,14 @@ bool ComputeLimiter::gate(CUstream stream, std::uint64_t waited_ns) {
     probe_.exclude(waited_ns);
   const unsigned limit_now = limit_percent();
   if (unlimited(limit_now) || shared_ == nullptr) {
-    // A limit lifted mid-window: forget the window rather than charge unthrottled time later.
-    if (window_start_ns_.load(kRelaxed) != 0) abandon_window();
+    // A limit lifted mid-window: forget the window rather than charge unthrottled time later. Lifted
+    // between windows (a limited process waits most of its time), only the mark: what is queued from
+    // now on is not the next limit's to charge either.
+    if (window_start_ns_.load(kRelaxed) != 0) {
+      abandon_window();
+    } else if (!drain_before_open_.load(kRelaxed)) {
+      drain_before_open_.store(true, kRelaxed);
+    }
     return false;
   }
   std::uint64_t now = clock_.now_ns();
@@ -129,10 +135,9 @@ bool ComputeLimiter::gate(CUstream stream, std::uint64_t waited_ns) {
         release_closer();
         continue;
       }
-      if (drain_before_open_) {
+      if (drain_before_open_.exchange(false, kRelaxed)) {
         // The first window under a limit: what was queued before it applied (up to the driver's
         // queue depth, launched while unlimited) runs first and is not charged to it.
-        drain_before_open_ = false;
         if (!stream_capturing(ops_, stream)) static_cast<void>(drain_queue(stream));
       }
     }
@@ -232,7 +237,8 @@ void ComputeLimiter::abandon_window() {
   if (!try_become_closer()) return;
   probe_.collect(ops_, clock_.now_ns(), /*read=*/false);
   window_probed_ = false;
-  drain_before_open_ = true;  // the limit was lifted: what is queued from now on is not its to charge
+  drain_before_open_.store(
+      true, kRelaxed);  // the limit was lifted: what is queued from now on is not its to charge
   window_start_ns_.store(0, kRelease);
   release_closer();
 }

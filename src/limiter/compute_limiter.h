@@ -172,9 +172,10 @@ class ComputeLimiter {
   static constexpr std::uint32_t kMinCarriedTimed = 32;
   static constexpr std::uint64_t kMinCarriedSpanNs = 2'000'000;
   bool window_probed_ = false;
-  // Closer only: the next window is the first under a limit (at start, or after the limit was
-  // lifted), so the queue is drained uncharged before it opens.
-  bool drain_before_open_ = true;
+  // The next window is the first under a limit (at start, or after the limit was lifted, whether a
+  // window was open then or not), so the queue is drained uncharged before it opens. Set by any
+  // thread that sees no limit, taken by the closer.
+  std::atomic<bool> drain_before_open_{true};
   bool have_duty_ = false;
   std::uint64_t last_duty_permille_ = 1000;
   std::uint64_t last_probe_ns_ = 0;

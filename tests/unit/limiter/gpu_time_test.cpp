@@ -405,5 +405,26 @@ TEST(LimiterGpuTimeLive, WorkQueuedWhileUnlimitedIsNotChargedToANewLimit) {
   EXPECT_LE(after.max, 0.23) << describe(after);
 }
 
+// The same when the limit was lifted while the process waited between windows (a limited process
+// is off most of the time, so the operator's `set --compute 100` usually finds it there): the queue
+// the unlimited stretch leaves is still not charged to the next limit. Charged, 200 ms of it made a
+// container at 20% stall for a second (four streams' deeper queue: 750 ms at 30% on an H200).
+TEST(LimiterGpuTimeLive, WorkQueuedAfterALimitLiftedBetweenWindowsIsNotChargedToTheNextOne) {
+  Scenario s;
+  Container& box = s.add_container(20);
+  Process& p = s.add_process(box);
+  s.add_thread(p, [&] { kernel_loop(p, s.world, 200 * kUs, 2 * kUs, 5 * kSec); });
+  s.add_thread(p, [&] {
+    s.world.sleep(kSec + 300 * kMs);  // in the off part of a 500 ms cycle at 20%
+    box.limit.store(100);
+    s.world.sleep(kSec);
+    box.limit.store(20);
+  });
+  s.run();
+  const WindowRange after = s.sliding(box, 2 * kSec + 300 * kMs + 300 * kMs, 5 * kSec);
+  EXPECT_GE(after.min, 0.17) << describe(after);
+  EXPECT_LE(after.max, 0.23) << describe(after);
+}
+
 }  // namespace
 }  // namespace gpuslice::limiter::sim
