@@ -6,9 +6,11 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "common/errno_text.h"
 #include "common/log.h"
@@ -88,7 +90,7 @@ void WriterIndexer::relist() {
     GS_LOG(Warn, "%s: cannot list: %s", options_.node_dir.c_str(), std::strerror(errno));
     return;
   }
-  std::set<std::string> found;
+  std::set<std::string, std::less<>> found;
   while (dirent* entry = ::readdir(listing)) {
     // Files (the junk of a flood) cost no stat.
     if (entry->d_name[0] == '.' || (entry->d_type != DT_DIR && entry->d_type != DT_UNKNOWN)) continue;
@@ -106,16 +108,18 @@ void WriterIndexer::relist() {
   }
 }
 
-void WriterIndexer::handle_events(const struct stat& node_st) {
+std::size_t WriterIndexer::handle_events(const struct stat& node_st) {
   alignas(inotify_event) char buffer[64 * 1024];
   std::size_t handled = 0;
+  std::size_t events = 0;
   while (handled < kEventBytesPerStep) {
     const ssize_t got = ::read(inotify_fd_, buffer, sizeof buffer);
-    if (got <= 0) return;  // EAGAIN: nothing more for now
+    if (got <= 0) return events;  // EAGAIN: nothing more for now
     handled += static_cast<std::size_t>(got);
     for (std::size_t at = 0; at + sizeof(inotify_event) <= static_cast<std::size_t>(got);) {
       const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
       at += sizeof(inotify_event) + event->len;
+      ++events;
       if ((event->mask & IN_Q_OVERFLOW) != 0) {
         ++overflows_;
         need_relist_ = true;
@@ -133,10 +137,11 @@ void WriterIndexer::handle_events(const struct stat& node_st) {
         continue;
       }
       // Files are the junk of a flood (or records' neighbours): only directories can be writers.
-      if ((event->mask & IN_ISDIR) == 0 && writers_.count(name) == 0) continue;
+      if ((event->mask & IN_ISDIR) == 0 && writers_.find(std::string_view(name)) == writers_.end()) continue;
       recheck(name, node_st);
     }
   }
+  return events;
 }
 
 void WriterIndexer::step(std::chrono::milliseconds timeout) {

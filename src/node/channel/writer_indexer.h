@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -48,7 +50,7 @@ class WriterIndexer {
   // Removes the index (a clean stop: readers list at once instead of waiting for it to go stale).
   void remove_index();
 
-  const std::set<std::string>& writers() const { return writers_; }
+  const std::set<std::string, std::less<>>& writers() const { return writers_; }
   std::uint64_t listings() const { return listings_; }    // whole listings of the node directory
   std::uint64_t index_writes() const { return writes_; }  // index files written
   std::uint64_t overflows() const { return overflows_; }  // inotify queue overflows seen
@@ -60,7 +62,7 @@ class WriterIndexer {
   void relist();
   void recheck(const char* name, const struct stat& node_st);
   void write_index();
-  void handle_events(const struct stat& node_st);
+  std::size_t handle_events(const struct stat& node_st);  // how many events it read
 
   Options options_;
   int node_fd_ = -1;
@@ -69,7 +71,7 @@ class WriterIndexer {
   bool need_relist_ = false;  // events were lost
   bool dirty_ = true;         // the index is not what the set says
   bool said_too_long_ = false;
-  std::set<std::string> writers_;
+  std::set<std::string, std::less<>> writers_;
   std::chrono::steady_clock::time_point listed_at_{};
   std::chrono::steady_clock::time_point written_at_{};
   std::uint64_t listings_ = 0, writes_ = 0, overflows_ = 0;
