@@ -15,8 +15,20 @@ Apply set_refresh(std::chrono::milliseconds& target) {
     if (!d) return d.error();
     const auto most = std::chrono::milliseconds(shm::kWriterIndexFreshNs / 1'000'000ULL / 2);
     if (*d < std::chrono::milliseconds(100) || *d > most)
-      return "expected 100ms to " + std::to_string(most.count() / 1000) + "s (readers believe the index " +
+      return "expected 100ms to " + std::to_string(most.count() / 1000) +
+             "s (readers stop believing the index " +
              std::to_string(shm::kWriterIndexFreshNs / 1'000'000'000ULL) + " s after it was written)";
+    target = *d;
+    return std::nullopt;
+  };
+}
+
+// A whole listing costs as much as the flood is large: not more often than once a second.
+Apply set_relist(std::chrono::milliseconds& target) {
+  return [&target](const std::string& v) -> std::optional<std::string> {
+    auto d = parse_duration(v);
+    if (!d) return d.error();
+    if (*d < std::chrono::seconds(1)) return "expected at least 1s";
     target = *d;
     return std::nullopt;
   };
@@ -33,7 +45,7 @@ std::vector<Flag> index_flags(IndexModeOptions& out) {
        set_refresh(out.refresh)},
       {"relist", "DURATION", nullptr, "60s",
        "list the whole directory this often besides following its changes (a safety net)",
-       set_duration(out.relist)},
+       set_relist(out.relist)},
       log_level_flag(out.log_level),
   };
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "node/index_mode.h"
 #include "shared_state/node_channel.h"
 #include "shared_state/writer_index.h"
 #include "temp_dir.h"
@@ -206,6 +207,33 @@ TEST_F(WriterIndexerTest, AReaderFindsANewWriterOnceTheKeeperIndexedItWithoutLis
       "ms at a time, "
       "reader scan every 10 ms)\n",
       found_ms);
+}
+
+// `gpuslice-node index`: the node directory is required; a refresh readers would not see in time
+// and a relisting more often than once a second are refused with what is expected.
+TEST(IndexMode, FlagsAreCheckedAgainstWhatReadersBelieve) {
+  const auto no_env = [](const char*) -> const char* { return nullptr; };
+  IndexModeOptions options;
+  ParseOutcome parsed = parse_index_options({}, no_env, options);
+  EXPECT_NE(parsed.message.find("--node-dir"), std::string::npos) << parsed.message;
+  options = {};
+  parsed = parse_index_options({"--node-dir", "/run/gpuslice/node"}, no_env, options);
+  EXPECT_TRUE(parsed.message.empty()) << parsed.message;
+  EXPECT_EQ(options.refresh, 10s);
+  EXPECT_EQ(options.relist, 60s);
+  options = {};
+  parsed = parse_index_options({"--node-dir", "/n", "--refresh", "30s"}, no_env, options);
+  EXPECT_NE(parsed.message.find("expected 100ms to 15s"), std::string::npos) << parsed.message;
+  options = {};
+  parsed = parse_index_options({"--node-dir", "/n", "--relist", "10ms"}, no_env, options);
+  EXPECT_NE(parsed.message.find("at least 1s"), std::string::npos) << parsed.message;
+  const auto from_env = [](const char* name) -> const char* {
+    return std::string(name) == "GPUSLICE_NODE_DIR" ? "/srv/node" : nullptr;
+  };
+  options = {};
+  parsed = parse_index_options({}, from_env, options);
+  EXPECT_TRUE(parsed.message.empty()) << parsed.message;
+  EXPECT_EQ(options.node_dir, "/srv/node");
 }
 
 }  // namespace
