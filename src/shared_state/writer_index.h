@@ -26,7 +26,7 @@ namespace gpuslice::shm {
 
 inline constexpr char kWriterIndexName[] = ".writers";
 inline constexpr std::string_view kWriterIndexHeader = "gpuslice-writer-index 1\n";
-inline constexpr std::size_t kMaxWriterIndexBytes = 32 * 1024;
+inline constexpr std::size_t kMaxWriterIndexBytes = std::size_t{32} * 1024;
 inline constexpr std::uint64_t kWriterIndexRefreshNs = 10'000'000'000ULL;
 inline constexpr std::uint64_t kWriterIndexFreshNs = 30'000'000'000ULL;
 
