@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "node/index_mode.h"
+#include "node/serve_mode.h"
 #include "shared_state/node_channel.h"
 #include "shared_state/writer_index.h"
 #include "temp_dir.h"
@@ -234,6 +235,18 @@ TEST(IndexMode, FlagsAreCheckedAgainstWhatReadersBelieve) {
   parsed = parse_index_options({}, from_env, options);
   EXPECT_TRUE(parsed.message.empty()) << parsed.message;
   EXPECT_EQ(options.node_dir, "/srv/node");
+}
+
+// `gpuslice-node serve --index-node-dir DIR` keeps the same index on a thread; none by default.
+TEST(IndexMode, ServeKeepsAnIndexOnlyWhenAskedTo) {
+  const auto no_env = [](const char*) -> const char* { return nullptr; };
+  ServeOptions options;
+  ASSERT_EQ(parse_serve_options({}, no_env, options).message, "");
+  EXPECT_EQ(options.index_node_dir, "");
+  options = {};
+  ASSERT_EQ(parse_serve_options({"--index-node-dir", "/run/gpuslice/node"}, no_env, options).message, "");
+  EXPECT_EQ(options.index_node_dir, "/run/gpuslice/node");
+  EXPECT_NE(usage_serve().find("--index-node-dir"), std::string::npos);
 }
 
 }  // namespace
