@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -137,6 +138,27 @@ TEST_F(WriterIndexerTest, AnOverflowOfTheEventQueueIsFollowedByAWholeRelisting) 
   EXPECT_GE(keeper->overflows(), 1U);
   EXPECT_EQ(keeper->listings(), listings + 1);
   EXPECT_EQ(indexed(), (std::set<std::string>{"ctr-in-the-flood"}));
+}
+
+// The node directory removed or moved away and made again (an operator's cleanup, a reboot of a
+// tmpfs): the keeper watches and indexes the new one, and no longer the old.
+TEST_F(WriterIndexerTest, ANodeDirectoryMadeAgainIsWatchedAgain) {
+  directory("ctr-a", 0);
+  auto keeper = indexer();
+  ASSERT_NE(keeper, nullptr);
+  const std::string moved = dir_.path() + "-moved";
+  ASSERT_EQ(rename(dir_.path().c_str(), moved.c_str()), 0);
+  ASSERT_EQ(mkdir(dir_.path().c_str(), 01777), 0);
+  ASSERT_EQ(chmod(dir_.path().c_str(), 01777), 0);
+  directory("ctr-b", 0);
+  keeper->step(0ms);  // learns the directory went away
+  keeper->step(0ms);  // opens, lists and indexes the new one
+  EXPECT_EQ(indexed(), (std::set<std::string>{"ctr-b"}));
+  ASSERT_EQ(mkdir((moved + "/ctr-old").c_str(), 0755), 0);
+  directory("ctr-c", 0);
+  keeper->step(0ms);
+  EXPECT_EQ(indexed(), (std::set<std::string>{"ctr-b", "ctr-c"}));
+  std::filesystem::remove_all(moved);
 }
 
 // A tenant that takes the index's name first (anyone may create a name in a shared directory) or

@@ -56,7 +56,9 @@ Result<std::unique_ptr<WriterIndexer>> WriterIndexer::open(const Options& option
 bool WriterIndexer::watch() {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", node_fd_);
-  return ::inotify_add_watch(inotify_fd_, path, kWatched) >= 0;
+  if (watch_ >= 0) ::inotify_rm_watch(inotify_fd_, watch_);  // the directory that was moved away
+  watch_ = ::inotify_add_watch(inotify_fd_, path, kWatched);
+  return watch_ >= 0;
 }
 
 bool WriterIndexer::reopen() {
@@ -128,6 +130,7 @@ std::size_t WriterIndexer::handle_events(const struct stat& node_st) {
         need_relist_ = true;
         continue;
       }
+      if (event->wd != watch_) continue;  // of a directory no longer watched
       if ((event->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) != 0) {
         lost_ = true;
         continue;

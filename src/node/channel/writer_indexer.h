@@ -67,6 +67,7 @@ class WriterIndexer {
   Options options_;
   int node_fd_ = -1;
   int inotify_fd_ = -1;
+  int watch_ = -1;            // the watch of node_fd_
   bool lost_ = false;         // the node directory was removed or moved: watch it again
   bool need_relist_ = false;  // events were lost
   bool dirty_ = true;         // the index is not what the set says
