@@ -14,13 +14,15 @@ a toucher: a process that creates and removes a file in a loop, as fast as it ca
 
   junk   (--with-static-junk) the --junk files are there, the toucher works in another directory: the
          directory does not change, what the flood costs without the toucher
+  indexed (--index) as flood, in a directory of its own whose writer index gpuslice-node index keeps
+         (run as root, the operator, for the whole run): the victim reads the index instead of listing
 
 The sides run back to back in pairs, their order alternating (base-flood, flood-base, ...), so
 load from other work on the machine falls on both. Per side: the victim's kernels per second and
 its CPU seconds (user + system, from wait4). Printed: every run, then per pair the ratio
 flood/base, and their medians. Run as root (the tenant's uid is set with setuid).
 
-  bench/node_dir_flood_victim.py --build build-h [--seconds 10] [--pairs 3] [--junk 100000]
+  bench/node_dir_flood_victim.py --build build-h [--seconds 10] [--pairs 3] [--junk 100000] [--index]
 """
 
 import argparse
@@ -112,6 +114,8 @@ def main():
     p.add_argument("--tenant-uid", type=int, default=65534)
     p.add_argument("--with-static-junk", action="store_true",
                    help="a third side: the junk files, the toucher elsewhere")
+    p.add_argument("--index", action="store_true",
+                   help="a side whose flooded node directory has the writer index gpuslice-node index keeps")
     p.add_argument("--strace", action="store_true",
                    help="count the victims' getdents64 calls (strace -c, beside each log); slows them")
     p.add_argument("--out", default="", help="directory for the victims' logs and results.json")
@@ -130,7 +134,7 @@ def main():
     out = args.out or os.path.join(root, "out")
     os.makedirs(out, exist_ok=True)
     dirs = {}
-    for name in ("node-empty", "node-flood", "elsewhere"):
+    for name in ("node-empty", "node-flood", "node-indexed", "elsewhere"):
         dirs[name] = os.path.join(root, name)
         os.mkdir(dirs[name])
         os.chmod(dirs[name], 0o1777)  # a node directory the operator made shared
@@ -142,6 +146,18 @@ def main():
     sides = {"base": (dirs["node-empty"], dirs["elsewhere"]), "flood": (dirs["node-flood"], dirs["node-flood"])}
     if args.with_static_junk:
         sides["junk"] = (dirs["node-flood"], dirs["elsewhere"])
+    keeper = None
+    if args.index:
+        make_junk(dirs["node-indexed"], args.junk, args.tenant_uid)
+        keeper = subprocess.Popen([os.path.join(args.build, "bin", "gpuslice-node"), "index", "--node-dir",
+                                   dirs["node-indexed"], "--log-level", "warn"])
+        for _ in range(100):  # its first listing, then the index
+            if os.path.exists(os.path.join(dirs["node-indexed"], ".writers")):
+                break
+            time.sleep(0.1)
+        else:
+            sys.exit("gpuslice-node index wrote no index")
+        sides["indexed"] = (dirs["node-indexed"], dirs["node-indexed"])
     names = list(sides)
     runs = []
     try:
@@ -164,7 +180,15 @@ def main():
             result["order"] = ", ".join(order)
             runs.append(result)
     finally:
+        if keeper is not None:
+            with open(f"/proc/{keeper.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            keeper_cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            keeper.terminate()
+            keeper.wait()
+            print(f"gpuslice-node index used {keeper_cpu:.2f} CPU-s over the whole run", flush=True)
         shutil.rmtree(dirs["node-flood"], ignore_errors=True)
+        shutil.rmtree(dirs["node-indexed"], ignore_errors=True)
 
     ratios = {}
     for side in names[1:]:

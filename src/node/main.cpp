@@ -1,5 +1,6 @@
 // gpuslice-node: `serve` (DaemonSet: NVML, /metrics, HTTP API, device plugin), `dra` (the DRA
-// kubelet plugin instead of the device plugin) and `webhook` (admission webhook), each a mode over
+// kubelet plugin instead of the device plugin), `webhook` (admission webhook) and `index` (a shared
+// node directory's writer index, plain hosts), each a mode over
 // the one start-up of startup/run_mode.h. Invoked as gpuslice-webhook it runs the webhook.
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "node/dra_mode.h"
+#include "node/index_mode.h"
 #include "node/serve_mode.h"
 #include "node/startup/run_mode.h"
 #include "node/webhook_mode.h"
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return gs::run_serve_mode(args, lookup_env);
   if (command == "webhook") return gs::run_webhook_mode(args, lookup_env);
   if (command == "dra") return gs::dra::run_dra_mode(args, lookup_env);
+  if (command == "index") return gs::run_index_mode(args, lookup_env);
   if (command == "version" || command == "--version") {
     std::printf("gpuslice-node %s\n", GPUSLICE_VERSION);
     return 0;

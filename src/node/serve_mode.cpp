@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -15,6 +17,7 @@
 #include "config/settings.h"
 #include "node/channel/channel_gc.h"
 #include "node/channel/priority_assignment.h"
+#include "node/channel/writer_indexer.h"
 #include "node/dra/api_client.h"
 #include "node/host/host_layout.h"
 #include "node/kubelet/kubelet_paths.h"
@@ -137,6 +140,10 @@ std::vector<Flag> serve_flags(ServeOptions& out) {
        {"host-jobs", nullptr, nullptr, nullptr,
         "make ROOT/jobs (mode 1777) and report the jobs there: `gpuslice run --shared-dir ROOT/jobs/NAME`",
         set_switch(out.host_jobs, true)},
+       {"index-node-dir", "DIR", nullptr, "",
+        "keep DIR/.writers, the writer index of a node directory users share on this host (as `gpuslice-node "
+        "index`, on a thread; empty: none)",
+        set_text(out.index_node_dir)},
        {"kubelet-pods-dir", "DIR", nullptr, kKubeletPodsDir,
         "kubelet pods directory, for webhook-injected pods (empty to disable)",
         set_text(out.kubelet_pods_dir)},
@@ -324,6 +331,34 @@ int run_serve_mode(const std::vector<std::string>& args, const EnvLookup& env) {
     GS_LOG(Error, "%s", port.error().c_str());
     return 1;
   }
+
+  // A plain host's shared node directory: its writer index on a thread of its own (index_mode.h).
+  std::unique_ptr<WriterIndexer> indexer;
+  std::atomic<bool> stop_indexing{false};
+  std::thread indexing;
+  if (!options.index_node_dir.empty()) {
+    WriterIndexer::Options indexer_options;
+    indexer_options.node_dir = options.index_node_dir;
+    auto keeper = WriterIndexer::open(indexer_options);
+    if (!keeper) {
+      GS_LOG(Error, "--index-node-dir: %s", keeper.error().c_str());
+      return 1;
+    }
+    indexer = std::move(keeper).value();
+    indexing = std::thread([&indexer, &stop_indexing] {
+      while (!stop_indexing.load()) indexer->step(std::chrono::milliseconds(200));
+    });
+  }
+  struct StopIndexing {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    std::unique_ptr<WriterIndexer>& indexer;
+    ~StopIndexing() {
+      stop = true;
+      if (thread.joinable()) thread.join();
+      if (indexer) indexer->remove_index();  // readers list at once rather than wait for it to go stale
+    }
+  } stop_indexing_at_exit{stop_indexing, indexing, indexer};
 
   std::unique_ptr<DevicePluginManager> plugins;
   if (options.device_plugin && gpus) {

@@ -27,6 +27,7 @@ struct ServeOptions {
   PluginOptions plugin;
   std::string kubelet_pods_dir;                  // empty: webhook-injected pods are not looked for
   bool host_jobs = false;                        // --host-jobs: make and read <root>/jobs
+  std::string index_node_dir;                    // --index-node-dir: keep its writer index; empty: none
   std::string node_name;                         // --node-name / NODE_NAME; empty: the host name
   std::string podresources_socket;               // empty: no pod attribution
   std::chrono::milliseconds gc_grace_period{0};  // 0: never remove directories

@@ -15,10 +15,12 @@
 
 #include "common/clock.h"
 #include "common/errno_text.h"
+#include "common/log.h"
 #include "common/safe_file.h"
 #include "common/text.h"
 #include "shared_state/layout.h"
 #include "shared_state/peer_record.h"
+#include "shared_state/writer_index.h"
 
 namespace gpuslice::shm {
 namespace detail {
@@ -144,36 +146,6 @@ class DirListing {
   std::size_t& position_;
 };
 
-// "uid-N" with N in canonical decimal: the writer directory of user N.
-bool uid_writer_name(const char* name, uid_t* uid) {
-  if (std::strncmp(name, "uid-", 4) != 0) return false;
-  const char* digits = name + 4;
-  if (digits[0] == '\0' || (digits[0] == '0' && digits[1] != '\0')) return false;
-  std::uint64_t value = 0;
-  for (const char* c = digits; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9' || c - digits >= 10) return false;
-    value = value * 10 + static_cast<std::uint64_t>(*c - '0');
-  }
-  if (value > static_cast<uid_t>(-1)) return false;
-  *uid = static_cast<uid_t>(value);
-  return true;
-}
-
-// Whether a directory is a writer directory a reader believes: one that only its writer can change
-// and that is owned as its name says (uid-N by uid N; any other name, as the device plugin makes
-// them, by root, or by the reader's own uid). In a private node directory (nobody but its owner can
-// add to it) only the owner's (and root's) writers are believed: whatever else is there was not
-// put there by a user the owner shares with.
-bool trusted_writer(const char* name, const struct stat& st, uid_t self, const struct stat& node) {
-  if (!S_ISDIR(st.st_mode)) return false;
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) return false;
-  if ((node.st_mode & (S_IWGRP | S_IWOTH)) == 0 && st.st_uid != node.st_uid && st.st_uid != 0) return false;
-  uid_t claimed = 0;
-  if (uid_writer_name(name, &claimed)) return st.st_uid == claimed;
-  if (std::strncmp(name, "uid-", 4) == 0) return false;
-  return st.st_uid == 0 || st.st_uid == self;
-}
-
 // A record file's name for this GPU: "<uuid>.<16 lower-case hex digits>"; false for anything else.
 bool record_key(const char* name, std::string_view uuid, std::uint64_t* key) {
   if (std::strncmp(name, uuid.data(), uuid.size()) != 0 || name[uuid.size()] != '.') return false;
@@ -220,7 +192,7 @@ Result<int> open_writer_dir(int node_fd, const std::string& node_dir, const std:
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     return make_error(node_dir + "/" + writer + ": cannot stat: " + fs::errno_text(errno));
-  if (!trusted_writer(writer.c_str(), st, ::geteuid(), node_st)) {
+  if (!writer_trusted(writer.c_str(), st, ::geteuid(), node_st)) {
     return make_error(node_dir + "/" + writer + ": owned by uid " + std::to_string(st.st_uid) +
                       ", but a uid-N writer directory must be owned by uid N; readers would ignore it");
   }
@@ -361,7 +333,7 @@ bool NodeChannel::read_assignment(int node_fd, const char* writer, std::string_v
 }
 
 NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string uuid, std::uint64_t key,
-                         int fd, std::string record_path)
+                         int fd, std::string record_path, NodeDirKind kind)
     : node_dir_(std::move(node_dir)),
       writer_(std::move(writer)),
       uuid_(std::move(uuid)),
@@ -369,6 +341,7 @@ NodeChannel::NodeChannel(std::string node_dir, std::string writer, std::string u
       key_(key),
       fd_(fd),
       record_path_(std::move(record_path)),
+      kind_(kind),
       cache_(std::make_unique<WriterCache>()) {}
 
 void NodeChannel::forget(KnownSet& set) {
@@ -435,7 +408,7 @@ Result<std::unique_ptr<NodeChannel>> NodeChannel::open(const std::string& node_d
   }
   remove_abandoned_records(*writer_fd, name);
   return std::unique_ptr<NodeChannel>(new NodeChannel(node_dir, writer_name, std::string(gpu_uuid),
-                                                      container_key, record_guard.release(), path));
+                                                      container_key, record_guard.release(), path, kind));
 }
 
 bool NodeChannel::publish(const PeerState& own) {
@@ -530,6 +503,42 @@ bool opened_on(int fd, std::uint64_t device, std::uint64_t inode) {
 
 }  // namespace
 
+bool NodeChannel::index_believed(int node_fd, const struct stat& node_st, std::uint64_t wall_ns,
+                                 WriterCache& cache) const {
+  // Said once per process and kind: each channel of each process would say the same.
+  static std::atomic<bool> said_untrusted{false};
+  static std::atomic<bool> said_stale{false};
+  WriterIndexStamp stamp;
+  if (!writer_index_stamp(node_fd, &stamp)) {
+    cache.index_read = false;
+    cache.index_state = WriterIndexState::Absent;
+    return false;
+  }
+  if (!cache.index_read || !(stamp == cache.index_stamp)) {
+    const char* why = "";
+    cache.index_state =
+        read_writer_index(node_fd, node_st, wall_ns, cache.index_text, &cache.index_size, &why);
+    cache.index_stamp = stamp;
+    cache.index_read = true;
+    index_reads_.fetch_add(1, std::memory_order_relaxed);
+    if (cache.index_state == WriterIndexState::Untrusted && !said_untrusted.exchange(true)) {
+      GS_LOG(Warn, "%s/%s is not the operator's writer index (%s): listing the node directory instead",
+             node_dir_.c_str(), kWriterIndexName, why);
+    }
+  } else if (cache.index_state == WriterIndexState::Believed &&
+             !writer_index_fresh(stamp.mtime_ns, wall_ns)) {
+    cache.index_state = WriterIndexState::Stale;
+  }
+  if (cache.index_state == WriterIndexState::Stale && !said_stale.exchange(true)) {
+    GS_LOG(Warn,
+           "%s/%s was not rewritten for %llu s (is gpuslice-node index running?): listing the node "
+           "directory instead",
+           node_dir_.c_str(), kWriterIndexName,
+           static_cast<unsigned long long>(kWriterIndexFreshNs / 1'000'000'000ULL));
+  }
+  return cache.index_state == WriterIndexState::Believed;
+}
+
 // The pass in progress is given up: its descriptor closed when it is still ours (the application
 // may have closed it and reused the number; a child of a fork closes only its own copy).
 void NodeChannel::end_pass(WriterCache& cache) const {
@@ -581,6 +590,9 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const std::uint64_t wall_ns =
       static_cast<std::uint64_t>(wall.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(wall.tv_nsec);
   const bool quiet = wall_ns > std::max(now_stamp.mtime_ns, now_stamp.ctime_ns) + 1'000'000'000ULL;
+  // The operator's index of writers, where it is believed, stands for the listing.
+  const bool indexed =
+      cache_ours && kind_ == NodeDirKind::Shared && index_believed(node_fd, node_st, wall_ns, cache);
 
   // The pass in progress goes on only on the descriptor this process opened of this directory.
   bool listing = false;  // this scan lists (else it visits the writers it knows)
@@ -602,7 +614,9 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       }
     }
     const bool unchanged = cache.valid && cache.stamp == now_stamp;
-    if (cache.fd < 0 && !unchanged) {
+    if (indexed) {
+      end_pass(cache);  // nothing is listed while the index stands
+    } else if (cache.fd < 0 && !unchanged) {
       // A new pass, on this scan's descriptor (kept open for the next scans).
       cache.fd = node_guard.release();
       cache.pid = ::getpid();
@@ -646,7 +660,7 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
   const auto visit = [&](const char* name) {
     struct stat listed_st {};
     if (::fstatat(node_fd, name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !trusted_writer(name, listed_st, self, node_st)) {
+        !writer_trusted(name, listed_st, self, node_st)) {
       return;
     }
     const int writer_fd = ::openat(node_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -655,7 +669,7 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
     // The directory opened must be the one checked (it may have been swapped in between).
     struct stat opened_st {};
     if (::fstat(writer_fd, &opened_st) != 0 || opened_st.st_dev != listed_st.st_dev ||
-        opened_st.st_ino != listed_st.st_ino || !trusted_writer(name, opened_st, self, node_st)) {
+        opened_st.st_ino != listed_st.st_ino || !writer_trusted(name, opened_st, self, node_st)) {
       return;
     }
     const Assignment assigned = read_assignment(node_fd, name, uuid_);
@@ -719,7 +733,7 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       if (writer.name[0] == '.' || (writer.type != DT_DIR && writer.type != DT_UNKNOWN)) continue;
       struct stat listed_st {};
       if (::fstatat(node_fd, writer.name, &listed_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-          !trusted_writer(writer.name, listed_st, self, node_st)) {
+          !writer_trusted(writer.name, listed_st, self, node_st)) {
         continue;
       }
       if (cache_ours) {
@@ -738,7 +752,26 @@ std::size_t NodeChannel::scan(PeerState* out, std::size_t capacity, std::uint64_
       cache.ns_credit -= static_cast<std::int64_t>(monotonic_ns() - list_started);
     }
   }
-  if (cache_ours) {
+  if (indexed) {
+    // The writers the index names, then our own writer when it does not (one the index leaves out
+    // because only its own user believes it).
+    bool own_indexed = false;
+    auto visit_indexed = [&](std::string_view name) {
+      if (name == writer_) own_indexed = true;
+      char copy[130];
+      if (full() || name.size() >= sizeof copy) return;
+      std::memcpy(copy, name.data(), name.size());
+      copy[name.size()] = '\0';
+      visit(copy);
+    };
+    for_each_indexed_writer(
+        std::string_view(cache.index_text, cache.index_size),
+        [](void* context, std::string_view name) { (*static_cast<decltype(visit_indexed)*>(context))(name); },
+        &visit_indexed);
+    if (!own_indexed && !full()) visit(writer_.c_str());
+    indexed_scans_.fetch_add(1, std::memory_order_relaxed);
+    cache_busy_.store(false, std::memory_order_release);
+  } else if (cache_ours) {
     // The writers of the pass in progress, then those of the last complete one it has not found.
     const std::size_t found = std::min(cache.found, WriterCache::kWriters);
     for (std::size_t i = 0; i < found && !full(); ++i) visit(cache.fresh[i]);

@@ -18,6 +18,7 @@
 // assigned (the lower of the two), so no record a tenant writes can raise its level or take a turn.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -31,6 +32,7 @@
 #include "common/priority.h"
 #include "common/result.h"
 #include "shared_state/assignment_text.h"
+#include "shared_state/writer_index.h"
 
 namespace gpuslice::shm {
 
@@ -77,6 +79,11 @@ class NodeChannel {
   // kListEntriesPerSecond (or of its listing time / kListNsPerSecond) in a bigger one that keeps
   // changing: a pass of 100,000 entries takes 12-14 s at 0.25-0.3 µs an entry, longer on a
   // loaded machine (24.6 s measured to find one writer on a loaded 2-core machine).
+  // Unless the operator keeps an index of the writers (writer_index.h): in a shared node directory
+  // whose .writers is believed, a scan lists nothing; it re-reads the index when the file changed
+  // and visits the writers it names (and the channel's own writer) by name. An index that is not
+  // the operator's, malformed or stale is said once in the log and listing resumes as above. A
+  // private node directory (NodeDirKind::Private) is always listed: only its owner can fill it.
   static constexpr std::size_t kMaxWriters = 4096;
   static constexpr std::uint64_t kListEntriesPerSecond = 8192;
   static constexpr std::uint64_t kListNsPerSecond = 2'000'000;
@@ -133,6 +140,10 @@ class NodeChannel {
   // Counted as they are consumed: a scan that stops within what getdents64 returned goes on there.
   std::uint64_t entries_listed() const { return entries_listed_.load(std::memory_order_relaxed); }
   const std::string& node_dir() const { return node_dir_; }
+  // Times a scan read the node directory's writer index (it does only when the file changed), and
+  // scans that used it instead of listing.
+  std::uint64_t index_reads() const { return index_reads_.load(std::memory_order_relaxed); }
+  std::uint64_t indexed_scans() const { return indexed_scans_.load(std::memory_order_relaxed); }
   const std::string& writer() const { return writer_; }
   // Reads <writer>.assigned in the node directory `node_fd` into `text` (kMaxAssignmentBytes):
   // None when there is none or the operator did not write it (owned by another user: ignored, as
@@ -149,7 +160,7 @@ class NodeChannel {
 
  private:
   NodeChannel(std::string node_dir, std::string writer, std::string uuid, std::uint64_t key, int fd,
-              std::string record_path);
+              std::string record_path, NodeDirKind kind);
 
   struct KnownPeer {
     int fd = -1;
@@ -170,6 +181,7 @@ class NodeChannel {
   std::uint64_t key_;
   int fd_;
   std::string record_path_;
+  NodeDirKind kind_;
   std::atomic<std::uint64_t> sequence_{0};
   struct KnownSet {
     KnownPeer peers[kMaxKnownPeers];
@@ -207,11 +219,23 @@ class NodeChannel {
     std::int64_t entry_credit = static_cast<std::int64_t>(kListEntriesPerSecond);
     std::int64_t ns_credit = static_cast<std::int64_t>(kListNsPerSecond);
     std::uint64_t credited_at_ns = 0;
+    // The operator's index of writers (writer_index.h): what the file was when last read, what
+    // reading it found, and its text when believed.
+    bool index_read = false;
+    WriterIndexStamp index_stamp;
+    WriterIndexState index_state = WriterIndexState::Absent;
+    std::size_t index_size = 0;
+    char index_text[kMaxWriterIndexBytes] = {};
   };
   void end_pass(WriterCache& cache) const;
+  // Whether the node directory's writer index is believed now (re-read only when it changed).
+  bool index_believed(int node_fd, const struct stat& node_st, std::uint64_t wall_ns,
+                      WriterCache& cache) const;
   std::unique_ptr<WriterCache> cache_;
   mutable std::atomic<bool> cache_busy_{false};
   mutable std::atomic<std::uint64_t> entries_listed_{0};
+  mutable std::atomic<std::uint64_t> index_reads_{0};
+  mutable std::atomic<std::uint64_t> indexed_scans_{0};
   KnownSet known_[2];                 // the one read_known_peers() uses, and the next
   std::atomic<int> active_known_{0};  // which one
   mutable std::atomic<int> known_readers_{0};

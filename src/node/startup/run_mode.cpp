@@ -58,6 +58,7 @@ std::string usage_main() {
          "  serve     GPU discovery, /metrics, HTTP API and kubelet device plugin (DaemonSet)\n"
          "  dra       DRA kubelet plugin and ResourceSlice publisher (Kubernetes 1.32+, DaemonSet)\n"
          "  webhook   mutating admission webhook over TLS (also run as 'gpuslice-webhook')\n"
+         "  index     keep the writer index of a node directory users share (plain hosts)\n"
          "  version   print the version\n"
          "\n"
          "Run 'gpuslice-node <command> --help' for the flags of a command.\n";
