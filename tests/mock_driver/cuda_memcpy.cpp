@@ -3,6 +3,7 @@
 // Copies take no device time. Synchronous copies wait for the context's queued kernels first,
 // as a copy on the legacy stream does; asynchronous ones happen at once.
 #include <cstring>
+#include <ctime>
 
 #include "cuda_internal.h"
 
@@ -85,6 +86,12 @@ CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteC
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  // GPUSLICE_MOCK_DTOD_BYTES_PER_S: the copy takes its time (real time, even under the fake clock).
+  if (const std::uint64_t rate = driver().config.dtod_bytes_per_s; rate != 0) {
+    const std::uint64_t ns = static_cast<std::uint64_t>(ByteCount) * 1'000'000'000ULL / rate;
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+    nanosleep(&ts, nullptr);
+  }
   return copy_sync(as_pointer(dstDevice), Side::Device, as_pointer(srcDevice), Side::Device, ByteCount);
 }
 

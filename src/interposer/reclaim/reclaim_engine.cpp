@@ -315,6 +315,7 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
       g_movable[dev].fetch_sub(b->size);
       g_on_host[dev].fetch_add(b->size);
       moved += b->size;
+      publish_figures(dev);  // progress, allocation by allocation
     }
     release_hold();
   }
@@ -366,6 +367,7 @@ std::uint64_t restore(int dev, std::uint64_t room) {
       g_on_host[dev].fetch_sub(b->size);
       g_movable[dev].fetch_add(b->size);
       moved += b->size;
+      publish_figures(dev);
     }
     release_hold();
   }
