@@ -7,11 +7,11 @@
 #include "interposer/reclaim/reclaim_engine.h"
 #include "interposer/sync_hook.h"
 
-#define GS_COPY_HOOK(sym, params, args)                   \
-  GS_EXPORT CUresult sym params {                         \
-    GS_CUDA_HOOK_PROLOGUE(sym);                           \
+#define GS_COPY_HOOK(sym, params, args)                             \
+  GS_EXPORT CUresult sym params {                                   \
+    GS_CUDA_HOOK_PROLOGUE(sym);                                     \
     ::gpuslice::interposer::reclaim::SubmissionScope gs_submission; \
-    return real args;                                     \
+    return real args;                                               \
   }
 
 // A synchronous copy: counted like the others, and a host synchronisation for the launch gate.

@@ -86,7 +86,8 @@ GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size
   // properties name; host-located allocations are not device memory.
   if (!gs::memory_active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return real(handle, size, prop, flags);
-  if (gs::reclaim::refuse_unmovable(gs::device_state(prop->location.id), size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (gs::reclaim::refuse_unmovable(gs::device_state(prop->location.id), size))
+    return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate(gs::device_state(prop->location.id), size, AllocKind::VmmHandle,
                       [&](std::uint64_t* key) {
                         CUresult r = real(handle, size, prop, flags);

@@ -1,11 +1,14 @@
 // A CUDA "application" for the reclaim end-to-end tests (reclaim_e2e_test.cpp), linked to libcuda
 // like any -lcuda program. Roles:
-//   borrower --count N --mib M --seconds S: N allocations of M MiB, each filled with its own pattern,
-//     checked every 50 ms until S seconds passed, then freed; prints allocated=, checks=, mismatches=.
+//   borrower --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, each filled with
+//     its own pattern, checked every 50 ms until S seconds passed or F exists, then freed; prints
+//     allocated=, checks=, mismatches=, freed=.
 //   asker --mib M --hold-ms H: one allocation of M MiB (timed), written and read back, held H ms,
 //     freed; prints ask_code=, ask_ms=, ask_identical=, asker_freed=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
 //     printing each result code (pitch_code=, managed_code=, alloc_code=), then holds until killed.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +22,8 @@
 namespace {
 
 long long now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -31,7 +35,7 @@ void fill(std::vector<unsigned char>& bytes, unsigned seed) {
   }
 }
 
-int borrower(int count, std::size_t bytes, int seconds) {
+int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_file) {
   // The context's footprint is booked by the library's watcher within 100 ms: what is within the
   // guarantee then does not depend on how fast this process allocates.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -54,7 +58,7 @@ int borrower(int count, std::size_t bytes, int seconds) {
   std::vector<unsigned char> seen(bytes);
   long checks = 0, mismatches = 0;
   const long long end = now_ms() + seconds * 1000LL;
-  while (now_ms() < end) {
+  while (now_ms() < end && (stop_file.empty() || access(stop_file.c_str(), F_OK) != 0)) {
     for (int i = 0; i < count; ++i) {
       if (cuMemcpyDtoH_v2(seen.data(), ptrs[static_cast<std::size_t>(i)], bytes) != CUDA_SUCCESS ||
           std::memcmp(seen.data(), patterns[static_cast<std::size_t>(i)].data(), bytes) != 0)
@@ -105,11 +109,13 @@ int unmovable(std::size_t bytes) {
 
 int main(int argc, char** argv) {
   std::string role = argc > 1 ? argv[1] : "";
+  std::string stop_file;
   int count = 1, seconds = 1, hold_ms = 0;
   std::size_t mib = 64;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const long value = std::atol(argv[i + 1]);
+    if (key == "--stop-file") stop_file = argv[i + 1];
     if (key == "--count") count = static_cast<int>(value);
     if (key == "--mib") mib = static_cast<std::size_t>(value);
     if (key == "--seconds") seconds = static_cast<int>(value);
@@ -122,7 +128,7 @@ int main(int argc, char** argv) {
       cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
     return 3;
   const std::size_t bytes = mib << 20;
-  if (role == "borrower") return borrower(count, bytes, seconds);
+  if (role == "borrower") return borrower(count, bytes, seconds, stop_file);
   if (role == "asker") return asker(bytes, hold_ms);
   if (role == "unmovable") return unmovable(bytes);
   std::fprintf(stderr, "usage: reclaim_app borrower|asker|unmovable [--count N] [--mib M] ...\n");

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -82,35 +83,43 @@ class ReclaimE2E : public ::testing::Test {
 
   // The borrower: limit 256 MiB, guarantee 64 MiB; 12 x 16 MiB, so 9 of them (144 MiB) borrowed.
   Env borrower_env() const { return container_env("borrower", "256Mi", "64Mi"); }
+  // It runs until stop_borrower() (at most `seconds`).
   std::vector<std::string> borrower_argv(int seconds) const {
-    return app({"borrower", "--count", "12", "--mib", "16", "--seconds", std::to_string(seconds)});
+    return app({"borrower", "--count", "12", "--mib", "16", "--seconds", std::to_string(seconds),
+                "--stop-file", dir_ + "/stop"});
+  }
+  void stop_borrower() const {
+    FILE* f = std::fopen((dir_ + "/stop").c_str(), "w");
+    if (f != nullptr) std::fclose(f);
   }
 
   std::string dir_;
 };
 
 TEST_F(ReclaimE2E, AboveTheGuaranteeCuMemAllocIsBorrowedAndCounted) {
-  Background borrower(borrower_argv(2), borrower_env(), dir_ + "/borrower.out");
+  Background borrower(borrower_argv(60), borrower_env(), dir_ + "/borrower.out");
   ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
   std::string last;
   // 8 MiB context + 3 x 16 within the guarantee; the 4th allocation crossed it: 9 x 16 borrowed.
-  EXPECT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB), field("on_host_bytes", 0)}, 5000,
-                           &last))
+  EXPECT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB), field("on_host_bytes", 0)},
+                           5000, &last))
       << last;
+  stop_borrower();
   EXPECT_EQ(borrower.wait(), 0) << borrower.output();
   EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos) << borrower.output();
   EXPECT_NE(borrower.output().find("freed=12"), std::string::npos) << borrower.output();
-  EXPECT_TRUE(status_shows("borrower", {field("borrowed_bytes", 0), field("used_bytes", 0)}, 5000, &last)) << last;
+  EXPECT_TRUE(status_shows("borrower", {field("borrowed_bytes", 0), field("used_bytes", 0)}, 5000, &last))
+      << last;
 }
 
 TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestoredAfter) {
-  Background borrower(borrower_argv(4), borrower_env(), dir_ + "/borrower.out");
+  Background borrower(borrower_argv(60), borrower_env(), dir_ + "/borrower.out");
   ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
   std::string last;
   ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
   // Free: 256 - (8 + 192) - 8 = 48 MiB. The asker (guarantee 128 MiB) wants 88 MiB.
-  Background asker(app({"asker", "--mib", "88", "--hold-ms", "500"}), container_env("asker", "192Mi", "128Mi"),
-                   dir_ + "/asker.out");
+  Background asker(app({"asker", "--mib", "88", "--hold-ms", "500"}),
+                   container_env("asker", "192Mi", "128Mi"), dir_ + "/asker.out");
   ASSERT_TRUE(asker.wait_for_output("ask_identical=", 10000)) << asker.output();
   const std::string said = asker.output();
   EXPECT_NE(said.find("ask_code=0"), std::string::npos) << said;
@@ -125,12 +134,13 @@ TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestore
   EXPECT_NE(last.find(field("used_bytes", (8 + 9 * 16) * kMiB)), std::string::npos) << last;
   ASSERT_TRUE(asker.wait_for_output("asker_freed=1", 5000)) << asker.output();
   // Restored once the asker freed: all borrowed memory back on the device.
-  EXPECT_TRUE(status_shows("borrower", {field("on_host_bytes", 0), field("borrowed_bytes", 9 * 16 * kMiB)}, 3000,
-                           &last))
+  EXPECT_TRUE(status_shows("borrower", {field("on_host_bytes", 0), field("borrowed_bytes", 9 * 16 * kMiB)},
+                           3000, &last))
       << last;
+  stop_borrower();
   EXPECT_EQ(borrower.wait(), 0);
-  EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos) << "bitwise identical throughout: "
-                                                                       << borrower.output();
+  EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos)
+      << "bitwise identical throughout: " << borrower.output();
   EXPECT_EQ(asker.wait(), 0);
 }
 
@@ -148,7 +158,7 @@ TEST_F(ReclaimE2E, WithoutAGuaranteeNothingIsBorrowedAndTheAskerFailsAtOnce) {
 }
 
 TEST_F(ReclaimE2E, ADeadlineMissFailsTheAskerWithOutOfMemoryAndOneClearLine) {
-  Background borrower(borrower_argv(3), borrower_env(), dir_ + "/borrower.out");
+  Background borrower(borrower_argv(60), borrower_env(), dir_ + "/borrower.out");
   ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
   std::string last;
   ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
@@ -160,6 +170,7 @@ TEST_F(ReclaimE2E, ADeadlineMissFailsTheAskerWithOutOfMemoryAndOneClearLine) {
   EXPECT_GE(o.num("ask_ms"), 500) << o.out;
   EXPECT_NE(o.err.find("GPUSLICE_RECLAIM_DEADLINE"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << o.err;
+  stop_borrower();
   EXPECT_EQ(borrower.wait(), 0);
   EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos) << borrower.output();
 }
@@ -205,8 +216,8 @@ TEST_F(ReclaimE2E, ABorrowerKilledMidMoveLeavesTheBooksExact) {
   EXPECT_NE(asker.output().find("ask_code=0"), std::string::npos) << asker.output();
   // Its slot is reaped: nothing of it remains in the books.
   EXPECT_TRUE(status_shows("borrower",
-                           {field("used_bytes", 0), field("borrowed_bytes", 0), field("on_host_bytes", 0)}, 5000,
-                           &last))
+                           {field("used_bytes", 0), field("borrowed_bytes", 0), field("on_host_bytes", 0)},
+                           5000, &last))
       << last;
   // The asker's books hold its context and its allocation, exactly.
   EXPECT_TRUE(status_shows("asker", {field("used_bytes", (8 + 88) * kMiB)}, 3000, &last)) << last;

@@ -135,14 +135,14 @@ Board::~Board() {
 std::unique_ptr<Board> Board::open(const std::string& node_dir, std::string_view writer,
                                    std::string_view gpu_uuid, std::uint64_t container_key) {
   if (node_dir.empty() || container_key == 0 || gpu_uuid.empty()) return nullptr;
-  const std::string writer_name =
-      writer.empty() ? "uid-" + std::to_string(::geteuid()) : std::string(writer);
+  const std::string writer_name = writer.empty() ? "uid-" + std::to_string(::geteuid()) : std::string(writer);
   fs::UniqueFd node(fs::open_dir_raw(node_dir.c_str(), fs::DirTrust::SharedSticky));
   if (!node.valid()) return nullptr;
   struct stat node_st {};
   if (::fstat(node.get(), &node_st) != 0) return nullptr;
   const bool created = ::mkdirat(node.get(), writer_name.c_str(), 0755) == 0;
-  fs::UniqueFd dir(::openat(node.get(), writer_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  fs::UniqueFd dir(
+      ::openat(node.get(), writer_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return nullptr;
   struct stat st {};
   if (!fs::dir_trusted_raw(dir.get(), fs::DirTrust::SharedSticky) || ::fstat(dir.get(), &st) != 0 ||
@@ -151,7 +151,8 @@ std::unique_ptr<Board> Board::open(const std::string& node_dir, std::string_view
   if (created) (void)::fchmod(dir.get(), 0755);
   char name[192];
   std::snprintf(name, sizeof name, "reclaim.%.*s.%016llx.%d", static_cast<int>(gpu_uuid.size()),
-                gpu_uuid.data(), static_cast<unsigned long long>(container_key), static_cast<int>(::getpid()));
+                gpu_uuid.data(), static_cast<unsigned long long>(container_key),
+                static_cast<int>(::getpid()));
   fs::UniqueFd fd(fs::open_in_dir_raw(dir.get(), name, O_RDWR | O_CREAT, 0644));
   if (!fd.valid()) return nullptr;
   (void)::fchmod(fd.get(), 0644);  // readable by the other containers whatever the umask
@@ -204,11 +205,13 @@ std::size_t Board::read(BoardEntry* out, std::size_t capacity, std::uint64_t now
         return;
       fs::UniqueFd fd(fs::open_in_dir_raw(dir.get(), name, O_RDONLY | O_NONBLOCK));
       struct stat file {};
-      if (!fd.valid() || ::fstat(fd.get(), &file) != 0 || file.st_size != static_cast<off_t>(sizeof(BoardRecord)))
+      if (!fd.valid() || ::fstat(fd.get(), &file) != 0 ||
+          file.st_size != static_cast<off_t>(sizeof(BoardRecord)))
         return;
       BoardRecord record{};
       BoardEntry entry;
-      if (!fs::pread_exact(fd.get(), &record, sizeof record, 0) || !decode(record, uuid_hash_, &entry)) return;
+      if (!fs::pread_exact(fd.get(), &record, sizeof record, 0) || !decode(record, uuid_hash_, &entry))
+        return;
       ++records;
       if (entry.container_key == key_ && entry.pid == own_pid) return;  // our own
       if (entry.heartbeat_ns > now_ns + stale_ns || now_ns - entry.heartbeat_ns > stale_ns) return;

@@ -105,7 +105,8 @@ std::uint64_t round_up(std::uint64_t bytes, std::uint64_t g) {
 CUmemAllocationProp prop_on(bool host, int device) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = host ? CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0} : CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device};
+  prop.location =
+      host ? CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0} : CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device};
   return prop;
 }
 
@@ -141,7 +142,8 @@ CUresult release_handle(CUmemGenericAllocationHandle handle) {
   return fn == nullptr ? CUDA_ERROR_NOT_SUPPORTED : fn(handle);
 }
 
-CUresult map_with_access(CUdeviceptr at, std::uint64_t size, CUmemGenericAllocationHandle handle, int device) {
+CUresult map_with_access(CUdeviceptr at, std::uint64_t size, CUmemGenericAllocationHandle handle,
+                         int device) {
   const Vmm& ops = vmm();
   CUresult r = ops.map(at, size, 0, handle, 0);
   if (r != CUDA_SUCCESS) return r;
@@ -166,8 +168,10 @@ bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
   const Vmm& ops = vmm();
   auto copy = REAL(cuMemcpyDtoD_v2);
   if (copy == nullptr) return false;
+  const std::uint64_t t0 = monotonic_ns();
   CUmemGenericAllocationHandle fresh = 0;
   if (create(&fresh, b.size, to_host, b.device) != CUDA_SUCCESS) return false;
+  const std::uint64_t t1 = monotonic_ns();
   CUdeviceptr staging = 0;
   if (ops.reserve(&staging, b.size, 0, 0, 0) != CUDA_SUCCESS) {
     release_handle(fresh);
@@ -175,6 +179,7 @@ bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
   }
   bool copied = map_with_access(staging, b.size, fresh, b.device) == CUDA_SUCCESS;
   copied = copied && copy(staging, at, b.size) == CUDA_SUCCESS;
+  const std::uint64_t t2 = monotonic_ns();
   if (copied) ops.unmap(staging, b.size);
   ops.address_free(staging, b.size);
   if (!copied) {
@@ -194,6 +199,10 @@ bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
   release_handle(b.handle);
   b.handle = fresh;
   b.on_host = to_host;
+  GS_LOG(Debug, "reclaim: %.1f MiB to %s: create %.1f ms, copy %.1f ms, remap %.1f ms",
+         static_cast<double>(b.size) / (1 << 20), to_host ? "host" : "device",
+         static_cast<double>(t1 - t0) / 1e6, static_cast<double>(t2 - t1) / 1e6,
+         static_cast<double>(monotonic_ns() - t2) / 1e6);
   return true;
 }
 
@@ -229,12 +238,13 @@ Board* board_of(DeviceState& d) {
   std::uint64_t retry = g_board_retry_ns[dev].load(std::memory_order_relaxed);
   if (now < retry || !g_board_retry_ns[dev].compare_exchange_strong(retry, now + 1'000'000'000ULL))
     return nullptr;
-  std::unique_ptr<Board> opened = Board::open(rt->settings.node_dir, rt->settings.node_writer, d.uuid,
-                                              rt->container_key);
+  std::unique_ptr<Board> opened =
+      Board::open(rt->settings.node_dir, rt->settings.node_writer, d.uuid, rt->container_key);
   if (!opened) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      GS_LOG(Warn, "reclaim: cannot use the node directory %s: borrowed memory cannot be asked for or given back",
+      GS_LOG(Warn,
+             "reclaim: cannot use the node directory %s: borrowed memory cannot be asked for or given back",
              rt->settings.node_dir.c_str());
     return nullptr;
   }
@@ -247,12 +257,17 @@ Board* board_of(DeviceState& d) {
   return fresh;
 }
 
-Priority own_level(const DeviceState& d) {
+// The level the container asks for (normal when none). The watcher caps it by the operator's
+// assignment, which only the watcher reads; readers of the board cap what a record claims anyway.
+Priority own_level(const DeviceState& d, bool watcher) {
   shm::Ledger* l = ledger();
   const std::optional<Priority> asked = l != nullptr ? l->priority() : std::nullopt;
-  const shm::Assignment assigned = node_presence::assignment_for(d.uuid);
   const Priority level = asked.value_or(Priority::Normal);
-  return assigned.state == shm::Assignment::State::Believed ? lower_priority(level, assigned.priority) : level;
+  if (!watcher) return level;
+  const shm::Assignment assigned = node_presence::assignment_for(d.uuid);
+  if (assigned.state == shm::Assignment::State::Refused) return Priority::Low;
+  return lower_priority(
+      level, assigned.state == shm::Assignment::State::Believed ? assigned.priority : Priority::Normal);
 }
 
 std::uint64_t above_guarantee_now(int dev) {
@@ -263,10 +278,10 @@ std::uint64_t above_guarantee_now(int dev) {
   return g != 0 && used > g ? used - g : 0;
 }
 
-void publish_own(DeviceState& d, Board& board) {
+void publish_own(DeviceState& d, Board& board, bool watcher) {
   const int dev = d.ledger_dev.load(std::memory_order_relaxed);
   BoardEntry own;
-  own.priority = own_level(d);
+  own.priority = own_level(d, watcher);
   own.above_guarantee = above_guarantee_now(dev);
   own.movable = g_movable[dev].load();
   own.on_host = g_on_host[dev].load();
@@ -292,7 +307,8 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
   std::vector<std::pair<CUdeviceptr, Borrowed*>> picked;
   for (auto& [ptr, b] : *g_table)
     if (b.ledger_dev == dev && !b.on_host) picked.emplace_back(ptr, &b);
-  std::sort(picked.begin(), picked.end(), [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
+  std::sort(picked.begin(), picked.end(),
+            [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
   std::uint64_t sum = 0;
   std::size_t n = 0;
   while (n < picked.size() && sum < want) sum += picked[n++].second->size;
@@ -307,6 +323,8 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
   const std::uint64_t started = monotonic_ns();
   std::uint64_t moved = 0;
   if (hold_and_drain(contexts, deadline_ns())) {
+    GS_LOG(Debug, "reclaim: submissions held and drained in %.1f ms",
+           static_cast<double>(monotonic_ns() - started) / 1e6);
     for (auto& [ptr, b] : picked) {
       AllocationInFlight flight;  // the footprint reconciliation waits while the books move
       vmm().set_current(b->context);
@@ -338,7 +356,8 @@ std::uint64_t restore(int dev, std::uint64_t room) {
   std::vector<std::pair<CUdeviceptr, Borrowed*>> picked;
   for (auto& [ptr, b] : *g_table)
     if (b.ledger_dev == dev && b.on_host) picked.emplace_back(ptr, &b);
-  std::sort(picked.begin(), picked.end(), [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
+  std::sort(picked.begin(), picked.end(),
+            [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
   std::vector<std::pair<CUdeviceptr, Borrowed*>> fits;
   std::uint64_t sum = 0;
   for (auto& p : picked) {
@@ -482,12 +501,13 @@ bool refuse_unmovable(DeviceState* d, std::uint64_t bytes) {
   if (!above_guarantee(d, bytes)) return false;
   static std::atomic<bool> said{false};
   if (!said.exchange(true, std::memory_order_relaxed))
-    GS_LOG(Warn,
-           "device %d: an allocation of %.1f MiB that cannot be moved to host memory (pitched, managed, "
-           "stream-ordered, an array, or the application's own virtual memory) would take the container above "
-           "its memory guarantee of %.1f MiB: refused (only cuMemAlloc memory is lent above the guarantee)",
-           d->index, static_cast<double>(bytes) / (1 << 20),
-           static_cast<double>(ledger()->guarantee(d->ledger_dev)) / (1 << 20));
+    GS_LOG(
+        Warn,
+        "device %d: an allocation of %.1f MiB that cannot be moved to host memory (pitched, managed, "
+        "stream-ordered, an array, or the application's own virtual memory) would take the container above "
+        "its memory guarantee of %.1f MiB: refused (only cuMemAlloc memory is lent above the guarantee)",
+        d->index, static_cast<double>(bytes) / (1 << 20),
+        static_cast<double>(ledger()->guarantee(d->ledger_dev)) / (1 << 20));
   refuse(*d, bytes);
   return true;
 }
@@ -511,12 +531,14 @@ std::uint64_t deadline_ns() {
     static constexpr text::DurationUnit kUnits[] = {
         {"ms", 1'000'000ULL}, {"s", 1'000'000'000ULL}, {"us", 1'000ULL}};
     const text::DurationScan scan = text::scan_duration(text, kUnits, text::Blanks::Skip);
-    if (scan.status == text::DurationScan::Status::Ok && scan.value != 0 && scan.value <= 600'000'000'000ULL) {
+    if (scan.status == text::DurationScan::Status::Ok && scan.value != 0 &&
+        scan.value <= 600'000'000'000ULL) {
       value = scan.value;
     } else {
-      GS_LOG(Error,
-             "GPUSLICE_RECLAIM_DEADLINE=%s: expected a duration from 1us to 600s such as 500ms or 2s; using 2s",
-             text);
+      GS_LOG(
+          Error,
+          "GPUSLICE_RECLAIM_DEADLINE=%s: expected a duration from 1us to 600s such as 500ms or 2s; using 2s",
+          text);
     }
   }
   g_deadline_ns.store(value, std::memory_order_relaxed);
@@ -538,7 +560,7 @@ Ask::Ask(DeviceState* d, std::uint64_t bytes) : device_(d), bytes_(bytes) {
   const std::uint64_t g = l->guarantee(dev);
   // The reservation of this allocation is already in the books.
   const bool within = g != 0 && l->used(dev) <= g;
-  const Priority level = own_level(*d);
+  const Priority level = own_level(*d, false);
   if (!within && level == Priority::Low) return;
   Board* board = board_of(*d);
   if (board == nullptr) return;
@@ -561,7 +583,7 @@ Ask::Ask(DeviceState* d, std::uint64_t bytes) : device_(d), bytes_(bytes) {
   g_wanted[dev].fetch_add(bytes);
   within_ = within;
   if (within) g_within[dev].fetch_add(1);
-  publish_own(*d, *board);
+  publish_own(*d, *board, false);
   published_ns_ = now;
 }
 
@@ -570,7 +592,7 @@ bool Ask::pause() {
   const std::uint64_t now = monotonic_ns();
   if (now >= deadline_ns_) return false;
   if (now - published_ns_ > 200'000'000ULL) {
-    if (Board* b = board_of(*device_)) publish_own(*device_, *b);
+    if (Board* b = board_of(*device_)) publish_own(*device_, *b, false);
     published_ns_ = now;
   }
   sleep_us(2000);
@@ -582,7 +604,8 @@ void Ask::finish(CUresult result) {
   const std::uint64_t took = monotonic_ns() - started_ns_;
   if (result == CUDA_ERROR_OUT_OF_MEMORY) {
     GS_LOG(Warn,
-           "device %d: an allocation of %.1f MiB waited %.0f ms (GPUSLICE_RECLAIM_DEADLINE) for borrowed memory to "
+           "device %d: an allocation of %.1f MiB waited %.0f ms (GPUSLICE_RECLAIM_DEADLINE) for borrowed "
+           "memory to "
            "be given back and the device still has no room: CUDA_ERROR_OUT_OF_MEMORY",
            device_->index, static_cast<double>(bytes_) / (1 << 20), static_cast<double>(took) / 1e6);
   } else {
@@ -596,7 +619,7 @@ Ask::~Ask() {
   const int dev = device_->ledger_dev.load(std::memory_order_relaxed);
   g_wanted[dev].fetch_sub(bytes_);
   if (within_) g_within[dev].fetch_sub(1);
-  if (Board* b = board_of(*device_)) publish_own(*device_, *b);
+  if (Board* b = board_of(*device_)) publish_own(*device_, *b, false);
 }
 
 void tick() {
@@ -607,7 +630,7 @@ void tick() {
     if (g_movable[dev].load() == 0 && g_on_host[dev].load() == 0) return;
     Board* board = board_of(d);
     if (board == nullptr) return;
-    publish_own(d, *board);
+    publish_own(d, *board, true);
     constexpr std::size_t kCapacity = 256;
     static BoardEntry others[kCapacity];
     const std::uint64_t now = monotonic_ns();
@@ -616,15 +639,18 @@ void tick() {
     static Asker askers[kCapacity];
     std::size_t holder_count = 0, asker_count = 0;
     const std::uint64_t key = runtime()->container_key;
-    holders[holder_count++] = Holder{key, static_cast<std::int32_t>(getpid()), own_level(d),
+    holders[holder_count++] = Holder{key, static_cast<std::int32_t>(getpid()), own_level(d, true),
                                      above_guarantee_now(dev), g_movable[dev].load()};
     for (std::size_t i = 0; i < n; ++i) {
       const BoardEntry& e = others[i];
-      if (e.movable != 0) holders[holder_count++] = Holder{e.container_key, e.pid, e.priority, e.above_guarantee, e.movable};
-      if (e.wanted != 0) askers[asker_count++] = Asker{e.container_key, e.priority, e.within_guarantee, e.wanted};
+      if (e.movable != 0)
+        holders[holder_count++] = Holder{e.container_key, e.pid, e.priority, e.above_guarantee, e.movable};
+      if (e.wanted != 0)
+        askers[asker_count++] = Asker{e.container_key, e.priority, e.within_guarantee, e.wanted};
     }
     bool asked_of_us = false;
-    for (std::size_t a = 0; a < asker_count && !asked_of_us; ++a) asked_of_us = may_ask(askers[a], holders[0]);
+    for (std::size_t a = 0; a < asker_count && !asked_of_us; ++a)
+      asked_of_us = may_ask(askers[a], holders[0]);
     if (asked_of_us) g_last_asker_ns[dev] = now;
     const CUcontext context = any_context(dev);
     std::uint64_t free_bytes = 0;
@@ -635,7 +661,7 @@ void tick() {
     if (!known) return;
     if (asked_of_us && g_movable[dev].load() != 0) {
       const std::uint64_t share = share_of(holders, holder_count, 0, askers, asker_count, free_bytes);
-      if (share != 0 && move_to_host(dev, share) != 0) publish_own(d, *board);
+      if (share != 0 && move_to_host(dev, share) != 0) publish_own(d, *board, true);
       return;
     }
     if (g_on_host[dev].load() == 0 || now - g_last_asker_ns[dev] < kRestoreQuietNs) return;
@@ -643,7 +669,7 @@ void tick() {
       if (askers[a].wanted != 0) return;  // someone waits for memory: not the time to take it back
     }
     const std::uint64_t margin = d.physical_total / kRestoreMarginDivisor;
-    if (free_bytes > margin && restore(dev, free_bytes - margin) != 0) publish_own(d, *board);
+    if (free_bytes > margin && restore(dev, free_bytes - margin) != 0) publish_own(d, *board, true);
   });
 }
 
@@ -656,7 +682,7 @@ void after_fork() {
     g_on_host[i].store(0);
     g_wanted[i].store(0);
     g_within[i].store(0);
-    g_boards[i].store(nullptr);  // the parent's record is the parent's; a child opens its own
+    delete g_boards[i].exchange(nullptr);  // the parent's record stays the parent's; a child opens its own
     g_board_retry_ns[i].store(0);
   }
   g_hold.store(false);

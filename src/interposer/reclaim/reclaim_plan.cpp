@@ -22,8 +22,8 @@ bool gives_first(const Holder& a, const Holder& b) {
 
 }  // namespace
 
-std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::size_t self,
-                       const Asker* askers, std::size_t asker_count, std::uint64_t device_free) {
+std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::size_t self, const Asker* askers,
+                       std::size_t asker_count, std::uint64_t device_free) {
   if (self >= holder_count) return 0;
   const Holder& me = holders[self];
   // What the askers entitled against this holder want, beyond the free memory.

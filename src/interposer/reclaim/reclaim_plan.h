@@ -25,8 +25,8 @@ struct Holder {
 struct Asker {
   std::uint64_t container_key = 0;
   Priority priority = Priority::Normal;  // as believed
-  bool within_guarantee = false;  // its container stays within its guarantee with the allocation
-  std::uint64_t wanted = 0;       // bytes its waiting allocations need
+  bool within_guarantee = false;         // its container stays within its guarantee with the allocation
+  std::uint64_t wanted = 0;              // bytes its waiting allocations need
 };
 
 // Whether `asker` may have `holder`'s borrowed memory: never its own container's; a container within
@@ -37,7 +37,7 @@ bool may_ask(const Asker& asker, const Holder& holder);
 // device has free, taken from the holders those askers may ask, lowest level first, then the
 // container with the most above its guarantee, then the process with the most movable; a container
 // never gives more than it holds above its guarantee, a process more than it has movable.
-std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::size_t self,
-                       const Asker* askers, std::size_t asker_count, std::uint64_t device_free);
+std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::size_t self, const Asker* askers,
+                       std::size_t asker_count, std::uint64_t device_free);
 
 }  // namespace gpuslice::interposer::reclaim

@@ -71,7 +71,8 @@ TEST(ReclaimPlan, WithinItsGuaranteeAContainerMayAskAnyBorrowerEvenAHigherOne) {
 
 TEST(ReclaimPlan, SeveralAskersAddUp) {
   const std::vector<Holder> holders{{1, 10, Priority::Low, 500 * kMiB, 500 * kMiB}};
-  const std::vector<Asker> askers{{3, Priority::Normal, true, 100 * kMiB}, {4, Priority::High, false, 50 * kMiB},
+  const std::vector<Asker> askers{{3, Priority::Normal, true, 100 * kMiB},
+                                  {4, Priority::High, false, 50 * kMiB},
                                   {5, Priority::Low, false, 70 * kMiB}};  // not entitled: not counted
   EXPECT_EQ(shares(holders, askers, 10 * kMiB), (std::vector<std::uint64_t>{140 * kMiB}));
 }
