@@ -35,12 +35,13 @@ std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::siz
   std::uint64_t need = wanted - device_free;
   // The holders those same askers may ask, in giving order; self is among them.
   constexpr std::size_t kMax = 256;
-  const Holder* order[kMax];
+  const Holder* order[kMax] = {};
   std::size_t count = 0;
+  order[count++] = &me;  // a reader of more than kMax holders plans with the first it read
   for (std::size_t h = 0; h < holder_count && count < kMax; ++h) {
     bool askable = false;
     for (std::size_t a = 0; a < asker_count && !askable; ++a) askable = may_ask(askers[a], holders[h]);
-    if (askable || h == self) order[count++] = &holders[h];
+    if (askable && h != self) order[count++] = &holders[h];
   }
   std::sort(order, order + count, [](const Holder* a, const Holder* b) { return gives_first(*a, *b); });
   // Each container gives at most what it holds above its guarantee, shared by its processes in order.
@@ -48,7 +49,7 @@ std::uint64_t share_of(const Holder* holders, std::size_t holder_count, std::siz
     std::uint64_t key;
     std::uint64_t bytes;
   };
-  Given given[kMax];
+  Given given[kMax] = {};
   std::size_t containers = 0;
   for (std::size_t i = 0; i < count && need > 0; ++i) {
     const Holder& h = *order[i];
