@@ -42,7 +42,8 @@ def role_trainer(a):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    torch.cuda.init()
+    torch.zeros(1, device=dev)  # the context
+    torch.cuda.synchronize()
     time.sleep(0.5)  # the context's footprint is booked before anything is judged against the guarantee
     # Within the guarantee: a ballast (what a real trainer's weights and optimizer state would take).
     ballast = torch.empty(int(a.ballast_gib * GiB), dtype=torch.uint8, device=dev)
@@ -102,7 +103,8 @@ def role_server(a):
 def role_grower(a):
     import torch
     dev = torch.device("cuda")
-    torch.cuda.init()
+    torch.zeros(1, device=dev)  # the context
+    torch.cuda.synchronize()
     time.sleep(0.5)
     free, _ = torch.cuda.mem_get_info()  # the slice's view: min(quota left, device free)
     held = []
@@ -258,6 +260,7 @@ def main():
         return env
 
     trainer_env = env_of("trainer", trainer_limit, trainer_guarantee, "low")
+    trainer_env["GPUSLICE_LOG_LEVEL"] = "debug"  # each move's create / copy / remap times
     server_env = env_of("server", server_limit, server_guarantee, "high")
     trainer_args = ["--role", "trainer", "--steps", str(a.steps), "--batch", str(a.batch), "--dim", str(a.dim),
                     "--hidden", str(a.hidden),
@@ -357,6 +360,13 @@ def main():
                      f"({len(lat_alone)}): {ratio:.2f}x"))
     steps_t = [float(line.split("t=")[1]) for line in open(with_log) if line.startswith("step=")]
     rows.append(("trainer kept running (exit status)", "PASS" if rc_with == 0 else "FAIL", f"exit {rc_with}"))
+    # Where a move's time goes (the library's debug lines in the trainer's log).
+    moves = [line.strip() for line in open(with_log) if "reclaim:" in line]
+    with open(os.path.join(out, "moves.txt"), "w") as f:
+        f.write("\n".join(moves) + "\n")
+    for line in moves:
+        if "moved" in line:
+            print(line, flush=True)
     print("\n| check | verdict | measured |")
     print("|---|---|---|")
     for name, verdict, detail in rows:
