@@ -132,6 +132,11 @@ TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestore
       << last;
   // The books hold what is on the device: 8 + 3 x 16 within the guarantee + 6 x 16 borrowed.
   EXPECT_NE(last.find(field("used_bytes", (8 + 9 * 16) * kMiB)), std::string::npos) << last;
+  Env plain;
+  plain["PATH"] = "/usr/bin:/bin";
+  Outcome text = run({GPUSLICE_CLI, "status", "--shared-dir", dir_ + "/borrower"}, plain);
+  EXPECT_NE(text.out.find("moved to host memory"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1 reclaim episode(s)"), std::string::npos) << text.out;
   ASSERT_TRUE(asker.wait_for_output("asker_freed=1", 5000)) << asker.output();
   // Restored once the asker freed: all borrowed memory back on the device.
   EXPECT_TRUE(status_shows("borrower", {field("on_host_bytes", 0), field("borrowed_bytes", 9 * 16 * kMiB)},
@@ -142,6 +147,40 @@ TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestore
   EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos)
       << "bitwise identical throughout: " << borrower.output();
   EXPECT_EQ(asker.wait(), 0);
+}
+
+TEST_F(ReclaimE2E, AHigherPriorityWithoutAGuaranteeTakesFromALowerBorrowerButNotFromAnEqualOne) {
+  // The operator lets this user's containers run up to high (the node channel's assignment file).
+  ASSERT_EQ(chmod((dir_ + "/node").c_str(), 01777), 0);
+  FILE* assigned = std::fopen((dir_ + "/node/uid-" + std::to_string(geteuid()) + ".assigned").c_str(), "w");
+  ASSERT_NE(assigned, nullptr);
+  std::fputs("priority=high\n", assigned);
+  std::fclose(assigned);
+  Env low = borrower_env();
+  low["GPUSLICE_PRIORITY"] = "low";
+  Background borrower(borrower_argv(60), low, dir_ + "/borrower.out");
+  ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
+  std::string last;
+  ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
+  // No guarantee, priority low like the borrower: nothing to take; it fails without waiting.
+  Env equal = container_env("equal", "192Mi", nullptr);
+  equal["GPUSLICE_PRIORITY"] = "low";
+  Outcome refused = run(app({"asker", "--mib", "88"}), equal);
+  EXPECT_NE(refused.out.find("ask_code=2"), std::string::npos) << refused.out << refused.err;
+  EXPECT_LT(refused.num("ask_ms"), 1000) << refused.out;
+  EXPECT_TRUE(
+      status_shows("borrower", {field("on_host_bytes", 0), field("reclaim_episodes", 0)}, 1000, &last))
+      << last;
+  // No guarantee, priority high: the low borrower gives.
+  Env high = container_env("high", "192Mi", nullptr);
+  high["GPUSLICE_PRIORITY"] = "high";
+  Outcome granted = run(app({"asker", "--mib", "88"}), high);
+  EXPECT_NE(granted.out.find("ask_code=0"), std::string::npos) << granted.out << granted.err;
+  EXPECT_NE(granted.out.find("ask_identical=1"), std::string::npos) << granted.out;
+  EXPECT_TRUE(status_shows("borrower", {field("reclaim_episodes", 1)}, 3000, &last)) << last;
+  stop_borrower();
+  EXPECT_EQ(borrower.wait(), 0);
+  EXPECT_NE(borrower.output().find("mismatches=0"), std::string::npos) << borrower.output();
 }
 
 TEST_F(ReclaimE2E, WithoutAGuaranteeNothingIsBorrowedAndTheAskerFailsAtOnce) {

@@ -508,7 +508,7 @@ bool refuse_unmovable(DeviceState* d, std::uint64_t bytes) {
         "its memory guarantee of %.1f MiB: refused (only cuMemAlloc memory is lent above the guarantee)",
         d->index, static_cast<double>(bytes) / (1 << 20),
         static_cast<double>(ledger()->guarantee(d->ledger_dev)) / (1 << 20));
-  refuse(*d, bytes);
+  ledger()->count_refusal(d->ledger_dev);  // counted; the line above says why (not the quota)
   return true;
 }
 
