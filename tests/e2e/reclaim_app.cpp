@@ -1,8 +1,8 @@
 // A CUDA "application" for the reclaim end-to-end tests (reclaim_e2e_test.cpp), linked to libcuda
 // like any -lcuda program. Roles:
 //   borrower --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, each filled with
-//     its own pattern, checked every 50 ms until S seconds passed or F exists, then freed; prints
-//     allocated=, checks=, mismatches=, freed=.
+//     its own pattern, checked every 200 ms (20 with --rewrite) until S seconds passed or F exists, then freed; prints
+//     allocated=, checks=, mismatches=, freed=. With --rewrite 1 each round writes new patterns first.
 //   asker --mib M --hold-ms H: one allocation of M MiB (timed), written and read back, held H ms,
 //     freed; prints ask_code=, ask_ms=, ask_identical=, asker_freed=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
@@ -35,7 +35,7 @@ void fill(std::vector<unsigned char>& bytes, unsigned seed) {
   }
 }
 
-int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_file) {
+int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_file, bool rewrite) {
   // The context's footprint is booked by the library's watcher within 100 ms: what is within the
   // guarantee then does not depend on how fast this process allocates.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -58,14 +58,22 @@ int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_
   std::vector<unsigned char> seen(bytes);
   long checks = 0, mismatches = 0;
   const long long end = now_ms() + seconds * 1000LL;
+  unsigned round = 0;
   while (now_ms() < end && (stop_file.empty() || access(stop_file.c_str(), F_OK) != 0)) {
+    // --rewrite: each round first writes every buffer anew (a write lost to a move shows below).
+    for (int i = 0; rewrite && i < count; ++i) {
+      auto& pattern = patterns[static_cast<std::size_t>(i)];
+      fill(pattern, static_cast<unsigned>(i) + 1000U * ++round);
+      if (cuMemcpyHtoD_v2(ptrs[static_cast<std::size_t>(i)], pattern.data(), bytes) != CUDA_SUCCESS)
+        ++mismatches;
+    }
     for (int i = 0; i < count; ++i) {
       if (cuMemcpyDtoH_v2(seen.data(), ptrs[static_cast<std::size_t>(i)], bytes) != CUDA_SUCCESS ||
           std::memcmp(seen.data(), patterns[static_cast<std::size_t>(i)].data(), bytes) != 0)
         ++mismatches;
       ++checks;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(rewrite ? 20 : 200));
   }
   std::printf("checks=%ld\nmismatches=%ld\n", checks, mismatches);
   int freed = 0;
@@ -110,12 +118,14 @@ int unmovable(std::size_t bytes) {
 int main(int argc, char** argv) {
   std::string role = argc > 1 ? argv[1] : "";
   std::string stop_file;
+  bool rewrite = false;
   int count = 1, seconds = 1, hold_ms = 0;
   std::size_t mib = 64;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const long value = std::atol(argv[i + 1]);
     if (key == "--stop-file") stop_file = argv[i + 1];
+    if (key == "--rewrite") rewrite = value != 0;
     if (key == "--count") count = static_cast<int>(value);
     if (key == "--mib") mib = static_cast<std::size_t>(value);
     if (key == "--seconds") seconds = static_cast<int>(value);
@@ -128,7 +138,7 @@ int main(int argc, char** argv) {
       cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
     return 3;
   const std::size_t bytes = mib << 20;
-  if (role == "borrower") return borrower(count, bytes, seconds, stop_file);
+  if (role == "borrower") return borrower(count, bytes, seconds, stop_file, rewrite);
   if (role == "asker") return asker(bytes, hold_ms);
   if (role == "unmovable") return unmovable(bytes);
   std::fprintf(stderr, "usage: reclaim_app borrower|asker|unmovable [--count N] [--mib M] ...\n");

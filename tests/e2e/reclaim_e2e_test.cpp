@@ -113,7 +113,13 @@ TEST_F(ReclaimE2E, AboveTheGuaranteeCuMemAllocIsBorrowedAndCounted) {
 }
 
 TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestoredAfter) {
-  Background borrower(borrower_argv(60), borrower_env(), dir_ + "/borrower.out");
+  // The borrower writes and reads back all its memory all the time; each 16 MiB move copies for
+  // 100 ms, reading at its start: a write let through during a move would be lost.
+  Env env = borrower_env();
+  env["GPUSLICE_MOCK_DTOD_BYTES_PER_S"] = std::to_string(160 * kMiB);
+  std::vector<std::string> argv = borrower_argv(60);
+  argv.insert(argv.end(), {"--rewrite", "1"});
+  Background borrower(argv, env, dir_ + "/borrower.out");
   ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
   std::string last;
   ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
@@ -174,6 +180,7 @@ TEST_F(ReclaimE2E, AHigherPriorityWithoutAGuaranteeTakesFromALowerBorrowerButNot
   // No guarantee, priority high: the low borrower gives.
   Env high = container_env("high", "192Mi", nullptr);
   high["GPUSLICE_PRIORITY"] = "high";
+  high["GPUSLICE_LOG_LEVEL"] = "debug";
   Outcome granted = run(app({"asker", "--mib", "88"}), high);
   EXPECT_NE(granted.out.find("ask_code=0"), std::string::npos) << granted.out << granted.err;
   EXPECT_NE(granted.out.find("ask_identical=1"), std::string::npos) << granted.out;

@@ -127,7 +127,7 @@ Board::Board(int node_fd, int writer_fd, int fd, std::string name, std::string u
 
 Board::~Board() {
   // In a forked child the descriptors are the parent's copies: closing them is harmless.
-  ::close(fd_);
+  ::close(fd_.load());
   ::close(writer_fd_);
   ::close(node_fd_);
 }
@@ -169,7 +169,20 @@ bool Board::publish(const BoardEntry& own) {
   e.pid = static_cast<std::int32_t>(::getpid());
   if (e.heartbeat_ns == 0) e.heartbeat_ns = monotonic_now_ns();
   const BoardRecord record = encode(e, uuid_hash_);
-  return fs::pwrite_exact(fd_, &record, sizeof record, 0);
+  // A record removed under us (the node channel removes records idle for ten minutes) is made anew:
+  // writing on into the unlinked file would publish to nobody.
+  // The old descriptor stays open: another thread may be writing through it (one per removal).
+  int fd = fd_.load(std::memory_order_acquire);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_nlink == 0 && ::getpid() == owner_) {
+    const int fresh = fs::open_in_dir_raw(writer_fd_, name_.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fresh >= 0) {
+      (void)::fchmod(fresh, 0644);
+      if (::ftruncate(fresh, sizeof(BoardRecord)) != 0 || !fd_.compare_exchange_strong(fd, fresh))
+        ::close(fresh);
+    }
+  }
+  return fs::pwrite_exact(fd_.load(std::memory_order_acquire), &record, sizeof record, 0);
 }
 
 std::size_t Board::read(BoardEntry* out, std::size_t capacity, std::uint64_t now_ns,

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -92,7 +93,7 @@ class Board {
   Board(int node_fd, int writer_fd, int fd, std::string name, std::string uuid, std::uint64_t key);
   int node_fd_;
   int writer_fd_;
-  int fd_;
+  std::atomic<int> fd_;  // replaced (never closed before the board is) when the file was removed
   std::string name_;
   std::string uuid_;
   std::uint64_t uuid_hash_;

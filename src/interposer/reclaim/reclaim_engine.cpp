@@ -563,7 +563,10 @@ Ask::Ask(DeviceState* d, std::uint64_t bytes) : device_(d), bytes_(bytes) {
   const Priority level = own_level(*d, false);
   if (!within && level == Priority::Low) return;
   Board* board = board_of(*d);
-  if (board == nullptr) return;
+  if (board == nullptr) {
+    GS_LOG(Debug, "device %d: no reclaim board here: the allocation does not wait", d->index);
+    return;
+  }
   // Someone this allocation may ask must hold borrowed memory on the device.
   constexpr std::size_t kCapacity = 256;
   std::vector<BoardEntry> others(kCapacity);
@@ -576,7 +579,11 @@ Ask::Ask(DeviceState* d, std::uint64_t bytes) : device_(d), bytes_(bytes) {
              others[i].movable};
     someone = h.movable != 0 && may_ask(me, h);
   }
-  if (!someone) return;
+  if (!someone) {
+    GS_LOG(Debug, "device %d: no borrower this allocation may ask holds movable memory (%zu records read)",
+           d->index, n);
+    return;
+  }
   active_ = true;
   started_ns_ = now;
   deadline_ns_ = now + deadline_ns();

@@ -83,6 +83,14 @@ TEST_F(ReclaimBoardDir, OneContainerReadsWhatAnotherPublishesButNotItsOwn) {
   EXPECT_EQ(seen[0].wanted, 64u << 20);
   ASSERT_EQ(a->read(seen, 4, now_ns()), 1u);
   EXPECT_EQ(seen[0].movable, 128u << 20);
+  // A record removed under its writer (the node channel's cleanup of idle records) comes back at
+  // its next publish.
+  const std::string name = "reclaim." + std::string(kGpu) + ".0000000000000002." + std::to_string(getpid());
+  ASSERT_EQ(unlink((node_ + "/writer-b/" + name).c_str()), 0);
+  ASSERT_EQ(a->read(seen, 4, now_ns()), 0u);
+  ASSERT_TRUE(b->publish(lends));
+  ASSERT_EQ(a->read(seen, 4, now_ns()), 1u);
+  EXPECT_EQ(seen[0].movable, 128u << 20);
   // Stale: a record not refreshed for longer than the reader's limit is ignored.
   EXPECT_EQ(a->read(seen, 4, now_ns() + 3'000'000'000ULL), 0u);
   a->withdraw();
