@@ -177,10 +177,10 @@ bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
     release_handle(fresh);
     return false;
   }
-  bool copied = map_with_access(staging, b.size, fresh, b.device) == CUDA_SUCCESS;
-  copied = copied && copy(staging, at, b.size) == CUDA_SUCCESS;
+  const bool mapped = map_with_access(staging, b.size, fresh, b.device) == CUDA_SUCCESS;
+  const bool copied = mapped && copy(staging, at, b.size) == CUDA_SUCCESS;
   const std::uint64_t t2 = monotonic_ns();
-  if (copied) ops.unmap(staging, b.size);
+  if (mapped) ops.unmap(staging, b.size);
   ops.address_free(staging, b.size);
   if (!copied) {
     release_handle(fresh);
