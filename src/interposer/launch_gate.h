@@ -22,7 +22,8 @@ namespace gpuslice::interposer {
 struct LaunchTicket {
   limiter::ComputeLimiter* probing = nullptr;
   limiter::PriorityGate* share_timing = nullptr;
-  bool owed() const { return probing != nullptr || share_timing != nullptr; }
+  bool submitting = false;  // counted by reclaim (reclaim_engine.h): a move waits for it
+  bool owed() const { return probing != nullptr || share_timing != nullptr || submitting; }
 };
 
 // `kernel`: what is launched (limiter::kernel_key; 0 = unknown), for priority sharing's costs.

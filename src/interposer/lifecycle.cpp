@@ -26,6 +26,7 @@
 #include "interposer/mps_client.h"
 #include "interposer/node_presence.h"
 #include "interposer/priority_sharing.h"
+#include "interposer/reclaim/reclaim_engine.h"
 #include "interposer/runtime.h"
 
 namespace gpuslice::interposer {
@@ -67,6 +68,7 @@ bool bring_up_ledger(Runtime& rt) {
   std::atexit([] {
     compute_limit::settle_at_exit();
     priority_sharing::settle_at_exit();
+    reclaim::at_exit();
   });
   return true;
 }
@@ -94,6 +96,7 @@ void* watcher_main(void*) {
     priority_sharing::tick();
     driver_reservations::tick();
     memory_books::tick(tick);
+    reclaim::tick();
   }
   return nullptr;
 }
@@ -224,6 +227,7 @@ void rebuild_after_fork() {
     return;
   }
   memory_books::after_fork();
+  reclaim::after_fork();
   context_books::after_fork();
   libraries_after_fork();
   compute_limit::after_fork();

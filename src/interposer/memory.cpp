@@ -1,9 +1,11 @@
 // Device-memory hooks: every allocation path reserves in the container ledger before the driver
 // allocates (memory_books.h); frees give the bytes back; memory reports show the quota as the
-// total. Without a memory quota each hook is one branch and a forward.
+// total. Without a memory quota each hook is one branch and a forward. Above a memory guarantee,
+// cuMemAlloc memory is borrowed (reclaim/reclaim_engine.h) and what could not be moved is refused.
 #include "interposer/devices.h"
 #include "interposer/hook_prologue.h"
 #include "interposer/memory_books.h"
+#include "interposer/reclaim/reclaim_engine.h"
 
 using gpuslice::interposer::AllocKind;
 namespace gs = gpuslice::interposer;
@@ -11,8 +13,10 @@ namespace gs = gpuslice::interposer;
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   GS_CUDA_HOOK_PROLOGUE(cuMemAlloc_v2);
   if (!gs::memory_active()) return real(dptr, bytesize);
-  return gs::allocate_linear(gs::current_device_state(), gs::device_granular(bytesize), dptr,
-                             [&] { return real(dptr, bytesize); });
+  gs::DeviceState* d = gs::current_device_state();
+  const std::uint64_t bytes = gs::device_granular(bytesize);
+  if (gs::reclaim::above_guarantee(d, bytes)) return gs::reclaim::allocate_borrowed(d, bytes, dptr);
+  return gs::allocate_linear(d, bytes, dptr, [&] { return real(dptr, bytesize); });
 }
 
 GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
@@ -23,6 +27,7 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t 
   // shows up in the driver's per-process figure, which the footprint reconciliation charges.
   std::uint64_t estimate = ((WidthInBytes + 511) / 512) * 512 * (Height == 0 ? 1 : Height);
   gs::DeviceState* d = gs::current_device_state();
+  if (gs::reclaim::refuse_unmovable(d, gs::device_granular(estimate))) return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate_linear(d, gs::device_granular(estimate), dptr,
                              [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); });
 }
@@ -31,12 +36,14 @@ GS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigne
   GS_CUDA_HOOK_PROLOGUE(cuMemAllocManaged);
   if (!gs::memory_active()) return real(dptr, bytesize, flags);
   // Managed memory may live on the device at any time: it counts in full against the current device.
+  if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytesize)) return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,
                              [&] { return real(dptr, bytesize, flags); });
 }
 
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   GS_CUDA_HOOK_PROLOGUE(cuMemFree_v2);
+  if (CUresult freed = CUDA_SUCCESS; gs::reclaim::free_borrowed(dptr, &freed)) return freed;
   return gs::release(AllocKind::Linear, dptr, [&] { return real(dptr); });
 }
 
@@ -44,6 +51,8 @@ GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                  \
     if (!gs::memory_active()) return real(dptr, bytesize, hStream);              \
+    if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytesize))     \
+      return CUDA_ERROR_OUT_OF_MEMORY;                                           \
     return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,       \
                                [&] { return real(dptr, bytesize, hStream); });   \
   }
@@ -54,6 +63,8 @@ GS_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
   GS_EXPORT CUresult sym(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) { \
     GS_CUDA_HOOK_PROLOGUE(sym);                                                                     \
     if (!gs::memory_active()) return real(dptr, bytesize, pool, hStream);                           \
+    if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytesize))                        \
+      return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
     return gs::allocate_linear(gs::current_device_state(), bytesize, dptr,                          \
                                [&] { return real(dptr, bytesize, pool, hStream); });                \
   }
@@ -75,6 +86,8 @@ GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size
   // properties name; host-located allocations are not device memory.
   if (!gs::memory_active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return real(handle, size, prop, flags);
+  if (gs::reclaim::refuse_unmovable(gs::device_state(prop->location.id), size))
+    return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate(gs::device_state(prop->location.id), size, AllocKind::VmmHandle,
                       [&](std::uint64_t* key) {
                         CUresult r = real(handle, size, prop, flags);
@@ -113,6 +126,7 @@ GS_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTO
   GS_CUDA_HOOK_PROLOGUE(cuArrayCreate_v2);
   if (!gs::memory_active() || desc == nullptr) return real(pHandle, desc);
   std::uint64_t bytes = gs::array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
+  if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate(gs::current_device_state(), bytes, AllocKind::Array, [&](std::uint64_t* key) {
     CUresult r = real(pHandle, desc);
     if (r == CUDA_SUCCESS) *key = reinterpret_cast<std::uint64_t>(*pHandle);
@@ -125,6 +139,7 @@ GS_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCR
   if (!gs::memory_active() || desc == nullptr) return real(pHandle, desc);
   std::uint64_t bytes =
       gs::array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
+  if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate(gs::current_device_state(), bytes, AllocKind::Array, [&](std::uint64_t* key) {
     CUresult r = real(pHandle, desc);
     if (r == CUDA_SUCCESS) *key = reinterpret_cast<std::uint64_t>(*pHandle);
@@ -147,6 +162,7 @@ GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_
     bytes += gs::array_bytes(desc->Width >> level, desc->Height >> level, desc->Depth >> level, desc->Format,
                              desc->NumChannels);
   }
+  if (gs::reclaim::refuse_unmovable(gs::current_device_state(), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   return gs::allocate(gs::current_device_state(), bytes, AllocKind::MipmappedArray, [&](std::uint64_t* key) {
     CUresult r = real(pHandle, desc, numMipmapLevels);
     if (r == CUDA_SUCCESS) *key = reinterpret_cast<std::uint64_t>(*pHandle);

@@ -10,6 +10,7 @@
 
 #include "abi/cuda_abi.h"
 #include "interposer/alloc_table.h"
+#include "interposer/reclaim/reclaim_ask.h"
 #include "interposer/runtime.h"
 
 namespace gpuslice::interposer {
@@ -50,7 +51,9 @@ void settle(const Reservation& r, CUresult result, AllocKind kind, std::uint64_t
 // Quota that applies to a limited device now (kUnlimited when none).
 std::uint64_t effective_quota(const DeviceState& d);
 
-// Allocates through `alloc` (which stores the new handle in `*key`) under the device's quota.
+// Allocates through `alloc` (which stores the new handle in `*key`) under the device's quota. When
+// the driver has no room and borrowers hold memory this container is entitled to, the allocation
+// waits for them to give it back (reclaim_ask.h), trying again until the reclaim deadline.
 template <class Alloc>
 CUresult allocate(DeviceState* d, std::uint64_t bytes, AllocKind kind, Alloc&& alloc) {
   AllocationInFlight flight;
@@ -58,6 +61,14 @@ CUresult allocate(DeviceState* d, std::uint64_t bytes, AllocKind kind, Alloc&& a
   if (r.refused) return CUDA_ERROR_OUT_OF_MEMORY;
   std::uint64_t key = 0;
   CUresult res = alloc(&key);
+  if (res == CUDA_ERROR_OUT_OF_MEMORY && r.ledger_dev >= 0 && reclaim::asking_possible(d)) [[unlikely]] {
+    reclaim::Ask ask(d, bytes);
+    while (ask.pause()) {
+      res = alloc(&key);
+      if (res != CUDA_ERROR_OUT_OF_MEMORY) break;
+    }
+    ask.finish(res);
+  }
   settle(r, res, kind, key);
   return res;
 }

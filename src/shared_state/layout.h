@@ -92,13 +92,21 @@ struct Header {
   // effective quota.
   alignas(8) std::atomic<std::uint64_t> requested_guarantee[kMaxDeviceRecords];
   std::atomic<std::uint64_t> guarantee_cap[kMaxDeviceRecords];
+  // Per device record: the container's reclaim episodes (memory it borrowed moved to host memory so
+  // that a container within its guarantee could allocate), their total time and the bytes moved;
+  // only ever grow. Written by the borrowing processes (interposer/reclaim).
+  std::atomic<std::uint64_t> reclaim_episodes[kMaxDeviceRecords];
+  std::atomic<std::uint64_t> reclaim_ns[kMaxDeviceRecords];
+  std::atomic<std::uint64_t> reclaim_bytes[kMaxDeviceRecords];
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 static_assert(offsetof(Header, priority) == 132 && offsetof(Header, held_back_ns) == 136 &&
                   offsetof(Header, context_footprint) == 144 &&
                   offsetof(Header, node_channel_refused) == 272 &&
                   offsetof(Header, assigned_priority) == 276 && offsetof(Header, assignment_refused) == 280 &&
-                  offsetof(Header, requested_guarantee) == 288 && offsetof(Header, guarantee_cap) == 416,
+                  offsetof(Header, requested_guarantee) == 288 && offsetof(Header, guarantee_cap) == 416 &&
+                  offsetof(Header, reclaim_episodes) == 544 && offsetof(Header, reclaim_ns) == 672 &&
+                  offsetof(Header, reclaim_bytes) == 800,
               "header field offsets are part of the format");
 
 struct alignas(64) DeviceRecord {
@@ -140,8 +148,18 @@ struct alignas(64) Slot {
   std::atomic<std::int32_t> host_pid;
   std::atomic<std::uint64_t> registered_realtime_ns;
   std::atomic<std::uint64_t> command[kCommandWords];
+  // Reclaim (interposer/reclaim), in what was the padding before `devices` (zero in files created
+  // before them): this process's borrowed allocations still on the device and those moved to host
+  // memory, bytes, on the device record `reclaim_record` - 1 (0: none). Zeroed when the slot is
+  // claimed and when it is reaped.
+  std::atomic<std::uint64_t> borrowed_bytes;
+  std::atomic<std::uint64_t> on_host_bytes;
+  std::atomic<std::uint64_t> reclaim_record;
   alignas(64) SlotDeviceCounters devices[kMaxDeviceRecords];
 };
+static_assert(offsetof(Slot, borrowed_bytes) == 88 && offsetof(Slot, on_host_bytes) == 96 &&
+                  offsetof(Slot, reclaim_record) == 104 && offsetof(Slot, devices) == 128,
+              "slot field offsets are part of the format");
 
 inline constexpr std::uint64_t kDevicesOffset = kHeaderBytes;
 inline constexpr std::uint64_t kSlotsOffset = kDevicesOffset + sizeof(DeviceRecord) * kMaxDeviceRecords;

@@ -259,6 +259,9 @@ class MappedLedger final : public Ledger {
         r.quota_cap.store(kUnlimited);
         header_->requested_guarantee[i].store(0);
         header_->guarantee_cap[i].store(0);
+        header_->reclaim_episodes[i].store(0);
+        header_->reclaim_ns[i].store(0);
+        header_->reclaim_bytes[i].store(0);
         r.requested_compute.store(compute);
         r.compute_cap.store(kNoComputeLimit);
         r.quota.store(quota_bytes);
@@ -501,6 +504,21 @@ class MappedLedger final : public Ledger {
   }
 
   const std::atomic<std::uint32_t>* priority_source() const override { return &header_->priority; }
+  void set_reclaim_figures(int dev, std::uint64_t borrowed, std::uint64_t on_host) override {
+    const int slot = slot_.load();
+    if (!writable_ || slot < 0 || !device_ready(dev)) return;
+    Slot& s = slots_[slot];
+    s.borrowed_bytes.store(borrowed, std::memory_order_relaxed);
+    s.on_host_bytes.store(on_host, std::memory_order_relaxed);
+    s.reclaim_record.store(borrowed == 0 && on_host == 0 ? 0 : static_cast<std::uint64_t>(dev) + 1,
+                           std::memory_order_relaxed);
+  }
+  void add_reclaim_episode(int dev, std::uint64_t ns, std::uint64_t bytes) override {
+    if (!writable_ || !device_ready(dev)) return;
+    header_->reclaim_episodes[dev].fetch_add(1, std::memory_order_relaxed);
+    header_->reclaim_ns[dev].fetch_add(ns, std::memory_order_relaxed);
+    header_->reclaim_bytes[dev].fetch_add(bytes, std::memory_order_relaxed);
+  }
   void add_held_back_ns(std::uint64_t ns) override {
     if (writable_ && ns != 0) header_->held_back_ns.fetch_add(ns, std::memory_order_relaxed);
   }
@@ -615,6 +633,9 @@ class MappedLedger final : public Ledger {
     std::uint64_t words[kCommandWords];
     read_own_command(words);
     for (std::size_t w = 0; w < kCommandWords; ++w) s.command[w].store(words[w], std::memory_order_relaxed);
+    s.borrowed_bytes.store(0, std::memory_order_relaxed);
+    s.on_host_bytes.store(0, std::memory_order_relaxed);
+    s.reclaim_record.store(0, std::memory_order_relaxed);
     // Visible to every reservation's sum before this slot can hold any bytes.
     std::uint32_t high = header_->slot_high_water.load();
     while (high < index + 1 && !header_->slot_high_water.compare_exchange_weak(high, index + 1)) {

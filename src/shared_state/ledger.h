@@ -67,6 +67,14 @@ struct DeviceRow {
   DeviceLimits cap;                          // read-only limits file
   std::uint64_t used = 0;                    // sum over live processes
   std::uint64_t refused_allocations = 0;
+  // Reclaim (docs/quota.md, "Guarantees and borrowing"): the container's borrowed allocations still
+  // on the device (movable, above its guarantee) and those moved to host memory, bytes; its reclaim
+  // episodes, their total time and the bytes they moved.
+  std::uint64_t borrowed_bytes = 0;
+  std::uint64_t on_host_bytes = 0;
+  std::uint64_t reclaim_episodes = 0;
+  std::uint64_t reclaim_ns = 0;
+  std::uint64_t reclaim_bytes = 0;
   int record = -1;  // the device record index (what try_reserve/set_quota take as `dev`)
 };
 
@@ -192,6 +200,12 @@ class Ledger {
   // (0 until one did). A process reserves it before its first context there.
   virtual std::uint64_t context_footprint(int dev) const = 0;
   virtual void note_context_footprint(int dev, std::uint64_t bytes) = 0;
+
+  // Reclaim: this process's borrowed bytes still on device `dev` and moved to host memory (its slot
+  // keeps them; the snapshot sums the live processes'), and one finished reclaim episode of the
+  // container. No effect where the file cannot be written (observers).
+  virtual void set_reclaim_figures(int /*dev*/, std::uint64_t /*borrowed*/, std::uint64_t /*on_host*/) {}
+  virtual void add_reclaim_episode(int /*dev*/, std::uint64_t /*ns*/, std::uint64_t /*bytes*/) {}
 };
 
 // Validates the first `available` bytes of a state file whose size is `file_size`; the error

@@ -136,6 +136,9 @@ Snapshot LedgerView::snapshot(const std::string& path) const {
     row.guarantee = effective_guarantee(row.requested.guarantee, row.cap.guarantee, row.quota);
     row.used = used(static_cast<int>(r));
     row.refused_allocations = d.refused_allocations.load();
+    row.reclaim_episodes = header->reclaim_episodes[r].load();
+    row.reclaim_ns = header->reclaim_ns[r].load();
+    row.reclaim_bytes = header->reclaim_bytes[r].load();
     row.record = static_cast<int>(r);
     snap.devices.push_back(std::move(row));
     records.push_back(static_cast<int>(r));
@@ -156,8 +159,16 @@ Snapshot LedgerView::snapshot(const std::string& path) const {
       row.used_by_device.push_back(held > (kUnlimited >> 1) ? 0 : held);
       row.busy_ns_by_device.push_back(c.busy_ns.load());
     }
+    const std::uint64_t borrowed = s.borrowed_bytes.load(std::memory_order_relaxed);
+    const std::uint64_t on_host = s.on_host_bytes.load(std::memory_order_relaxed);
+    const std::uint64_t reclaim_record = s.reclaim_record.load(std::memory_order_relaxed);
     // Reaped and reused while we read: the row would mix two processes.
     if (s.state.load() != word) continue;
+    for (DeviceRow& device : snap.devices) {
+      if (reclaim_record == 0 || static_cast<std::uint64_t>(device.record) + 1 != reclaim_record) continue;
+      device.borrowed_bytes += borrowed;
+      device.on_host_bytes += on_host;
+    }
     row.slot = static_cast<int>(i);
     snap.processes.push_back(std::move(row));
   }
@@ -211,6 +222,9 @@ void LedgerView::return_slot(std::uint32_t index, std::uint64_t word) const {
   s.pid.store(0);
   s.host_pid.store(0);
   for (auto& w : s.command) w.store(0, std::memory_order_relaxed);
+  s.borrowed_bytes.store(0, std::memory_order_relaxed);
+  s.on_host_bytes.store(0, std::memory_order_relaxed);
+  s.reclaim_record.store(0, std::memory_order_relaxed);
   s.state.compare_exchange_strong(word, slot_word(slot_generation(word), 0, kSlotFree));
 }
 

@@ -24,6 +24,13 @@ struct DeviceStatus {
   std::optional<std::uint64_t> requested_quota_bytes;  // environment / `gpuslice set`; absent = none
   std::optional<std::uint64_t> quota_cap_bytes;        // the read-only limits file; absent = no cap
   std::optional<std::uint64_t> guarantee_bytes;        // memory guarantee in force; absent = none
+  // Reclaim (docs/quota.md, "Guarantees and borrowing"): borrowed memory on the device and moved to
+  // host memory, what cannot move (used - borrowed on the device), and the reclaim episodes.
+  std::uint64_t borrowed_bytes = 0;
+  std::uint64_t on_host_bytes = 0;
+  std::uint64_t reclaim_episodes = 0;
+  std::uint64_t reclaim_ns = 0;
+  std::uint64_t reclaim_bytes = 0;
   std::uint64_t used_bytes = 0;
   std::optional<unsigned> compute_limit_percent;  // absent = no limit
   std::uint64_t refused_allocations = 0;          // since the ledger was created
@@ -84,6 +91,13 @@ void copy_row_figures(const shm::DeviceRow& row, Device& d) {
   if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
   if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
   if (row.guarantee != 0) d.guarantee_bytes = row.guarantee;
+  if constexpr (requires { d.borrowed_bytes; }) {  // the daemon's view does not carry them yet
+    d.borrowed_bytes = row.borrowed_bytes;
+    d.on_host_bytes = row.on_host_bytes;
+    d.reclaim_episodes = row.reclaim_episodes;
+    d.reclaim_ns = row.reclaim_ns;
+    d.reclaim_bytes = row.reclaim_bytes;
+  }
   d.used_bytes = row.used;
   d.refused_allocations = row.refused_allocations;
 }

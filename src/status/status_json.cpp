@@ -45,21 +45,28 @@ bool read_required(const json& object, const char* key, T& out, std::string& err
 json to_json(const ContainerStatus& s) {
   json devices = json::array();
   for (const DeviceStatus& d : s.devices) {
-    devices.push_back({{"record", index_json(d.record)},
-                       {"cuda_index", index_json(d.cuda_index)},
-                       {"uuid", d.uuid},
-                       {"gpu", optional_json(d.gpu)},
-                       {"total_bytes", d.total_bytes},
-                       {"quota_bytes", optional_json(d.quota_bytes)},
-                       {"requested_quota_bytes", optional_json(d.requested_quota_bytes)},
-                       {"quota_cap_bytes", optional_json(d.quota_cap_bytes)},
-                       {"guarantee_bytes", optional_json(d.guarantee_bytes)},
-                       {"used_bytes", d.used_bytes},
-                       {"compute_limit_percent", optional_json(d.compute_limit_percent)},
-                       {"refused_allocations", d.refused_allocations},
-                       {"busy_ns", optional_json(d.busy_ns)},
-                       {"compute_utilization_ratio", optional_json(d.compute_utilization_ratio)},
-                       {"refused_allocations_in_interval", optional_json(d.refused_in_interval)}});
+    devices.push_back(
+        {{"record", index_json(d.record)},
+         {"cuda_index", index_json(d.cuda_index)},
+         {"uuid", d.uuid},
+         {"gpu", optional_json(d.gpu)},
+         {"total_bytes", d.total_bytes},
+         {"quota_bytes", optional_json(d.quota_bytes)},
+         {"requested_quota_bytes", optional_json(d.requested_quota_bytes)},
+         {"quota_cap_bytes", optional_json(d.quota_cap_bytes)},
+         {"guarantee_bytes", optional_json(d.guarantee_bytes)},
+         {"used_bytes", d.used_bytes},
+         {"borrowed_bytes", d.borrowed_bytes},
+         {"on_host_bytes", d.on_host_bytes},
+         {"unmovable_bytes", d.used_bytes > d.borrowed_bytes ? d.used_bytes - d.borrowed_bytes : 0},
+         {"reclaim_episodes", d.reclaim_episodes},
+         {"reclaim_ns", d.reclaim_ns},
+         {"reclaim_bytes", d.reclaim_bytes},
+         {"compute_limit_percent", optional_json(d.compute_limit_percent)},
+         {"refused_allocations", d.refused_allocations},
+         {"busy_ns", optional_json(d.busy_ns)},
+         {"compute_utilization_ratio", optional_json(d.compute_utilization_ratio)},
+         {"refused_allocations_in_interval", optional_json(d.refused_in_interval)}});
   }
   json processes = json::array();
   for (const ProcessStatus& p : s.processes) {
@@ -145,16 +152,27 @@ Result<ContainerStatus> container_from_json(const json& value) {
            read_optional(dj, "busy_ns", d.busy_ns, error) &&
            read_optional(dj, "compute_utilization_ratio", d.compute_utilization_ratio, error) &&
            read_optional(dj, "refused_allocations_in_interval", d.refused_in_interval, error);
-      std::optional<std::uint64_t> total, used, refused;
+      std::optional<std::uint64_t> total, used, refused, borrowed, on_host, episodes, reclaim_ns,
+          reclaim_bytes;
       ok = ok && read_optional(dj, "total_bytes", total, error) &&
            read_optional(dj, "used_bytes", used, error) &&
-           read_optional(dj, "refused_allocations", refused, error);
+           read_optional(dj, "refused_allocations", refused, error) &&
+           read_optional(dj, "borrowed_bytes", borrowed, error) &&
+           read_optional(dj, "on_host_bytes", on_host, error) &&
+           read_optional(dj, "reclaim_episodes", episodes, error) &&
+           read_optional(dj, "reclaim_ns", reclaim_ns, error) &&
+           read_optional(dj, "reclaim_bytes", reclaim_bytes, error);
       if (!ok) return make_error("device: " + error);
       d.record = record.value_or(-1);
       d.cuda_index = cuda_index.value_or(-1);
       d.total_bytes = total.value_or(0);
       d.used_bytes = used.value_or(0);
       d.refused_allocations = refused.value_or(0);
+      d.borrowed_bytes = borrowed.value_or(0);
+      d.on_host_bytes = on_host.value_or(0);
+      d.reclaim_episodes = episodes.value_or(0);
+      d.reclaim_ns = reclaim_ns.value_or(0);
+      d.reclaim_bytes = reclaim_bytes.value_or(0);
       s.devices.push_back(std::move(d));
     }
   }

@@ -3,6 +3,7 @@
 // Copies take no device time. Synchronous copies wait for the context's queued kernels first,
 // as a copy on the legacy stream does; asynchronous ones happen at once.
 #include <cstring>
+#include <ctime>
 
 #include "cuda_internal.h"
 
@@ -85,7 +86,16 @@ CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteC
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
-  return copy_sync(as_pointer(dstDevice), Side::Device, as_pointer(srcDevice), Side::Device, ByteCount);
+  const CUresult copied =
+      copy_sync(as_pointer(dstDevice), Side::Device, as_pointer(srcDevice), Side::Device, ByteCount);
+  // GPUSLICE_MOCK_DTOD_BYTES_PER_S: the copy takes its time (real time, even under the fake clock),
+  // the source read at its start: what is written to the source meanwhile is not in the copy.
+  if (const std::uint64_t rate = driver().config.dtod_bytes_per_s; rate != 0 && copied == CUDA_SUCCESS) {
+    const std::uint64_t ns = static_cast<std::uint64_t>(ByteCount) * 1'000'000'000ULL / rate;
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+    nanosleep(&ts, nullptr);
+  }
+  return copied;
 }
 
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {

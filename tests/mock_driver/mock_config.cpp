@@ -231,6 +231,7 @@ bool load_config(MockConfig* config) {
   if (config->further_context_bytes == ~0ULL) config->further_context_bytes = config->context_bytes;
   if (!read_u64("GPUSLICE_MOCK_FIRST_LAUNCH_BYTES", &config->first_launch_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_KERNEL_NS", &config->kernel_ns)) return false;
+  if (!read_u64("GPUSLICE_MOCK_DTOD_BYTES_PER_S", &config->dtod_bytes_per_s)) return false;
   if (!read_u64("GPUSLICE_MOCK_SM_COUNT", &config->sm_count)) return false;
   if (!read_u64("GPUSLICE_MOCK_THREADS_PER_SM", &config->threads_per_sm)) return false;
   if (config->sm_count == 0 || config->sm_count > 4096 || config->threads_per_sm == 0 ||

@@ -29,6 +29,9 @@ struct MockConfig {
   // 140 MiB per context on an H200 with driver 580); given back when the context is destroyed.
   std::uint64_t first_launch_bytes = 0;
   std::uint64_t kernel_ns = kDefaultKernelNs;
+  // A device-to-device copy takes bytes / this many seconds (0: at once), as a real one takes time
+  // (about 1.5 TB/s on an H200): reclaim's moves can then be caught half-way.
+  std::uint64_t dtod_bytes_per_s = 0;
   // The resident-thread capacity the stack limit is reserved for (an H100 SXM: 132 x 2048).
   std::uint64_t sm_count = 132;
   std::uint64_t threads_per_sm = 2048;
