@@ -155,6 +155,14 @@ class Loader {
     memory = merge_by_precedence(std::move(memory), single_size("VCUDA_MEMORY_LIMIT", SizeDialect::Bytes));
     settings_.memory = std::move(memory);
     load_guarantee(settings_.memory);
+    if (auto text = get("GPUSLICE_RECLAIM_DEADLINE")) {
+      auto parsed = parse_duration_ns(*text, 1'000, 600'000'000'000);
+      if (!parsed) {
+        fail("GPUSLICE_RECLAIM_DEADLINE", *text, parsed.error());
+      } else {
+        settings_.reclaim_deadline_ns = *parsed;
+      }
+    }
 
     DeviceValues compute = device_values("GPUSLICE_COMPUTE_LIMIT", ValueKind::Percent, SizeDialect::Native);
     compute = merge_by_precedence(std::move(compute),

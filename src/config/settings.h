@@ -96,6 +96,9 @@ struct Settings {
   // container is promised below its limit (docs/quota.md, "Guarantees and borrowing").
   DeviceValues guarantee;
   DeviceValues guarantee_cap;
+  // GPUSLICE_RECLAIM_DEADLINE: how long an allocation within its guarantee (or above a borrower's
+  // priority) waits for borrowed memory to be given back before it fails with out-of-memory.
+  std::uint64_t reclaim_deadline_ns = 2'000'000'000;
   log::Level log_level = log::Level::Warn;
   std::string shared_dir;   // container-wide state (GPUSLICE_SHARED_DIR, default default_shared_dir())
   std::string shared_file;  // the state file itself (<shared_dir>/state, or CUDA_DEVICE_MEMORY_SHARED_CACHE)

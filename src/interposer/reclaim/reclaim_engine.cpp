@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/duration_scan.h"
 #include "common/log.h"
 #include "interposer/devices.h"
 #include "interposer/hooks.h"
@@ -33,7 +32,6 @@ std::atomic<bool> g_borrower{false};
 namespace {
 
 constexpr int kRecords = static_cast<int>(shm::layout::kMaxDeviceRecords);
-constexpr std::uint64_t kDefaultDeadlineNs = 2'000'000'000ULL;
 // Restore waits until no asker was seen for this long, and leaves this share of the device free.
 constexpr std::uint64_t kRestoreQuietNs = 300'000'000ULL;
 constexpr std::uint64_t kRestoreMarginDivisor = 32;
@@ -73,8 +71,6 @@ std::atomic<std::int64_t> g_submitting{0};
 std::atomic<Board*> g_boards[kRecords] = {};
 std::atomic<std::uint64_t> g_board_retry_ns[kRecords] = {};
 std::uint64_t g_last_asker_ns[kRecords] = {};  // watcher thread only
-
-std::atomic<std::uint64_t> g_deadline_ns{0};
 
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
@@ -523,27 +519,9 @@ bool enter_submission_slow() {
 
 void leave_submission() { g_submitting.fetch_sub(1, std::memory_order_seq_cst); }
 
-std::uint64_t deadline_ns() {
-  std::uint64_t cached = g_deadline_ns.load(std::memory_order_relaxed);
-  if (cached != 0) return cached;
-  std::uint64_t value = kDefaultDeadlineNs;
-  if (const char* text = std::getenv("GPUSLICE_RECLAIM_DEADLINE"); text != nullptr && *text != '\0') {
-    static constexpr text::DurationUnit kUnits[] = {
-        {"ms", 1'000'000ULL}, {"s", 1'000'000'000ULL}, {"us", 1'000ULL}};
-    const text::DurationScan scan = text::scan_duration(text, kUnits, text::Blanks::Skip);
-    if (scan.status == text::DurationScan::Status::Ok && scan.value != 0 &&
-        scan.value <= 600'000'000'000ULL) {
-      value = scan.value;
-    } else {
-      GS_LOG(
-          Error,
-          "GPUSLICE_RECLAIM_DEADLINE=%s: expected a duration from 1us to 600s such as 500ms or 2s; using 2s",
-          text);
-    }
-  }
-  g_deadline_ns.store(value, std::memory_order_relaxed);
-  return value;
-}
+// GPUSLICE_RECLAIM_DEADLINE, read with the rest of the configuration (a malformed value fails the
+// start like any other).
+std::uint64_t deadline_ns() { return settings().reclaim_deadline_ns; }
 
 bool asking_possible(const DeviceState* d) {
   if (d == nullptr || !memory_active()) return false;

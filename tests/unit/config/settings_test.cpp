@@ -413,5 +413,16 @@ TEST(GuaranteeAboveLimit, LooksAtEveryKeyEitherSideNames) {
       << "index against UUID: checked where the device is known";
 }
 
+// GPUSLICE_RECLAIM_DEADLINE: a duration from 1 us to 600 s, 2 s unset; anything else fails the start
+// naming the variable (it was logged and replaced by the default).
+TEST(LoadSettings, ReclaimDeadlineIsADurationAndAMalformedOneFailsClosed) {
+  EXPECT_EQ(load_ok({}).reclaim_deadline_ns, 2'000'000'000u);
+  EXPECT_EQ(load_ok({{"GPUSLICE_RECLAIM_DEADLINE", "500ms"}}).reclaim_deadline_ns, 500'000'000u);
+  EXPECT_EQ(load_ok({{"GPUSLICE_RECLAIM_DEADLINE", "100us"}}).reclaim_deadline_ns, 100'000u);
+  for (const char* bad : {"2", "0s", "601s", "soon", "-1s"})
+    expect_single_error({{"GPUSLICE_RECLAIM_DEADLINE", bad}},
+                        std::string("GPUSLICE_RECLAIM_DEADLINE='") + bad + "'");
+}
+
 }  // namespace
 }  // namespace gpuslice::config
