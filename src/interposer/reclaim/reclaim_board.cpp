@@ -14,6 +14,7 @@
 #include "shared_state/layout.h"
 #include "shared_state/node_channel.h"
 #include "shared_state/peer_record.h"
+#include "shared_state/writer_index.h"
 
 namespace gpuslice::interposer::reclaim {
 namespace {
@@ -26,32 +27,6 @@ std::uint64_t monotonic_now_ns() {
 
 std::uint64_t record_checksum(const BoardRecord& record) {
   return shm::layout::fnv1a64(&record, offsetof(BoardRecord, checksum));
-}
-
-// "uid-N" with N in canonical decimal (the node channel's rule).
-bool uid_writer_name(const char* name, uid_t* uid) {
-  if (std::strncmp(name, "uid-", 4) != 0) return false;
-  const char* digits = name + 4;
-  if (digits[0] == '\0' || (digits[0] == '0' && digits[1] != '\0')) return false;
-  std::uint64_t value = 0;
-  for (const char* c = digits; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9' || c - digits >= 10) return false;
-    value = value * 10 + static_cast<std::uint64_t>(*c - '0');
-  }
-  if (value > static_cast<uid_t>(-1)) return false;
-  *uid = static_cast<uid_t>(value);
-  return true;
-}
-
-// The node channel's belief in a writer directory (node_channel.cpp, trusted_writer).
-bool trusted_writer(const char* name, const struct stat& st, uid_t self, const struct stat& node) {
-  if (!S_ISDIR(st.st_mode)) return false;
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) return false;
-  if ((node.st_mode & (S_IWGRP | S_IWOTH)) == 0 && st.st_uid != node.st_uid && st.st_uid != 0) return false;
-  uid_t claimed = 0;
-  if (uid_writer_name(name, &claimed)) return st.st_uid == claimed;
-  if (std::strncmp(name, "uid-", 4) == 0) return false;
-  return st.st_uid == 0 || st.st_uid == self;
 }
 
 // Lists `dir_fd` (a duplicate, so the caller's descriptor keeps its position), calling
@@ -146,7 +121,7 @@ std::unique_ptr<Board> Board::open(const std::string& node_dir, std::string_view
   if (!dir.valid()) return nullptr;
   struct stat st {};
   if (!fs::dir_trusted_raw(dir.get(), fs::DirTrust::SharedSticky) || ::fstat(dir.get(), &st) != 0 ||
-      !trusted_writer(writer_name.c_str(), st, ::geteuid(), node_st))
+      !shm::writer_trusted(writer_name.c_str(), st, ::geteuid(), node_st))
     return nullptr;
   if (created) (void)::fchmod(dir.get(), 0755);
   char name[192];
@@ -198,7 +173,7 @@ std::size_t Board::read(BoardEntry* out, std::size_t capacity, std::uint64_t now
     if (count >= capacity) return;
     struct stat st {};
     if (::fstatat(node_fd_, writer, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !trusted_writer(writer, st, ::geteuid(), node_st))
+        !shm::writer_trusted(writer, st, ::geteuid(), node_st))
       return;
     fs::UniqueFd dir(::openat(node_fd_, writer, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat opened {};
