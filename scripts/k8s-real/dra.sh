@@ -209,7 +209,7 @@ step "certificates"
   openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gpuslice-k8s-real-ca -keyout ca.key -out ca.crt \
     2>/dev/null
   openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout api.key -out api.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n' \
+  printf 'subjectAltName=IP:127.0.0.1,IP:%s,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n' "$node_ip" \
     >api.ext
   openssl x509 -req -in api.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile api.ext -out api.crt \
     2>/dev/null
@@ -224,7 +224,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: local
-  cluster: {server: "https://127.0.0.1:$api_port", certificate-authority: "$work/ca.crt"}
+  cluster: {server: "https://$node_ip:$api_port", certificate-authority: "$work/ca.crt"}
 users:
 - name: admin
   user: {client-certificate: "$work/admin.crt", client-key: "$work/admin.key"}
@@ -240,8 +240,11 @@ step "etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
 start etcd etcd --name k8s-real --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
   --advertise-client-urls "http://127.0.0.1:$etcd_port" --listen-peer-urls http://127.0.0.1:23792 \
   --initial-advertise-peer-urls http://127.0.0.1:23792 --initial-cluster k8s-real=http://127.0.0.1:23792
+# The API server listens on the node's address: the driver's pod reaches it there (no kube-proxy
+# here, so the kubernetes Service's IP leads nowhere; the DaemonSet is pointed at the address).
+ip addr replace "$node_ip/32" dev lo
 start kube-apiserver "$kbin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  --bind-address "$node_ip" --advertise-address "$node_ip" --secure-port "$api_port" \
   --service-cluster-ip-range 10.0.0.0/24 --client-ca-file "$work/ca.crt" --tls-cert-file "$work/api.crt" \
   --tls-private-key-file "$work/api.key" --service-account-key-file "$work/sa.pub" \
   --service-account-signing-key-file "$work/sa.key" --service-account-issuer https://kubernetes.default.svc \
@@ -323,7 +326,6 @@ for tar in pause gpuslice; do
 done
 
 step "kubelet"
-ip addr replace "$node_ip/32" dev lo
 gates_yaml=
 if [[ -n $gates ]]; then
   gates_yaml="featureGates: {${gates//=/: }}"
@@ -368,15 +370,18 @@ k create namespace "$ns" >/dev/null
   --set image.repository=gpuslice.local/gpuslice --set image.tag=dev --set dra.enabled=true \
   --set webhook.enabled=false --set node.scanInterval=1s --set hostRoot="$host_root" \
   --set dra.cdiDir="$cdi_dir" >"$work/chart.yaml"
-# Two simulated 16 GiB GPUs instead of NVML.
-python3 - "$work/chart.yaml" <<'PY'
+# Two simulated 16 GiB GPUs instead of NVML, and the API server's address in place of the kubernetes
+# Service's (which only kube-proxy would lead to the API server).
+python3 - "$work/chart.yaml" "$node_ip" "$api_port" <<'PY'
 import sys, yaml
-path = sys.argv[1]
+path, host, port = sys.argv[1:4]
 docs = [d for d in yaml.safe_load_all(open(path)) if d]
 for d in docs:
     if d["kind"] == "DaemonSet":
         for c in d["spec"]["template"]["spec"]["containers"]:
             c["args"].append("--fake-gpus=2x16Gi")
+            c.setdefault("env", []).extend([{"name": "KUBERNETES_SERVICE_HOST", "value": host},
+                                            {"name": "KUBERNETES_SERVICE_PORT", "value": port}])
 yaml.safe_dump_all(docs, open(path, "w"))
 PY
 k apply -f "$work/chart.yaml" >/dev/null
@@ -428,16 +433,17 @@ token=$(k -n "$ns" exec "$(k -n "$ns" get pods -l app.kubernetes.io/component=no
   cat /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null)
 if [[ -n $token ]]; then
   other=$(curl -sS --cacert "$work/ca.crt" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-    -X POST "https://127.0.0.1:$api_port/apis/resource.k8s.io/v1/resourceslices?dryRun=All" \
+    -X POST "https://$node_ip:$api_port/apis/resource.k8s.io/v1/resourceslices?dryRun=All" \
     --data '{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"not-mine"},"spec":{"driver":"gpuslice.io","nodeName":"another-node","pool":{"name":"another-node","generation":1,"resourceSliceCount":1},"devices":[]}}')
   whoami=$(curl -sS --cacert "$work/ca.crt" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-    -X POST "https://127.0.0.1:$api_port/apis/authentication.k8s.io/v1/selfsubjectreviews" \
+    -X POST "https://$node_ip:$api_port/apis/authentication.k8s.io/v1/selfsubjectreviews" \
     --data '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' |
     python3 -c 'import json,sys; u=json.load(sys.stdin)["status"]["userInfo"]; print(u["username"], u.get("extra",{}).get("authentication.kubernetes.io/node-name"))')
-  if grep -q '"code": *403' <<<"$other" && grep -q "may only write ResourceSlices of that node" <<<"$other"; then
-    pass "the driver runs as $whoami; the chart's admission policy refuses its token a slice of another node"
+  refusal=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r.get("code"), r.get("message"))' "$other" 2>&1)
+  if [[ $refusal == 403\ *"may only write ResourceSlices of that node"* ]]; then
+    pass "the driver runs as $whoami; the chart's admission policy refuses its token a slice of another node: $refusal"
   else
-    fail "the daemon's token ($whoami) writing another node's slice: $(tr -d '\n' <<<"$other" | cut -c1-300)"
+    fail "the daemon's token ($whoami) writing another node's slice: $refusal"
   fi
 else
   fail "no service-account token in the daemon's pod"
@@ -673,6 +679,10 @@ fi
 step "scenario: the driver restarted (its pod deleted) publishes again within seconds"
 old_pod=$(k -n "$ns" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')
 gen_before=$(metrics | sed -n 's/^gpuslice_dra_pool_generation{.*} \([0-9]*\)$/\1/p' | head -n1)
+# The old driver's last lines (how long its stop took) are gone with its pod: followed meanwhile.
+k -n "$ns" logs -f "$old_pod" >"$work/old-driver.log" 2>&1 &
+follower=$!
+sleep 1
 t0=$SECONDS
 k -n "$ns" delete pod "$old_pod" --wait=true --timeout=60s >/dev/null
 t_deleted=$((SECONDS - t0))
@@ -680,7 +690,9 @@ leader() { metrics 2>/dev/null | grep -qE '^gpuslice_dra_leader\{.*\} 1$'; }
 wait_for 120 "the new driver pod to lead" sh -c "curl -fsS --max-time 2 http://\$($kctl --kubeconfig $kubeconfig -n $ns get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].status.podIP}'):9410/metrics | grep -qE '^gpuslice_dra_leader\\{.*\\} 1\$'"
 t_leader=$((SECONDS - t0))
 new_pod=$(k -n "$ns" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')
-stop_line=$(grep -h -iE 'stop(ped)? (took|in)|lease' /var/log/pods/"$ns"_"$old_pod"_*/*/*.log 2>/dev/null | tail -n 2 | tr '\n' ' ' | cut -c1-300)
+kill "$follower" 2>/dev/null
+wait "$follower" 2>/dev/null
+stop_line=$(grep -iE 'SIGTERM|stop|Lease' "$work/old-driver.log" | tail -n 3 | cut -c1-200 | tr '\n' ' ')
 holder=$(k -n "$ns" get leases -o jsonpath='{range .items[*]}{.metadata.name}={.spec.holderIdentity}{" "}{end}')
 if [[ $new_pod != "$old_pod" ]] && ((t_leader <= 60)) && [[ -n $(slice_devices) ]]; then
   pass "old pod deleted in ${t_deleted}s, $new_pod leads ${t_leader}s after the delete (pod start included), Leases $holder, pool generation $gen_before -> $(metrics | sed -n 's/^gpuslice_dra_pool_generation{.*} \([0-9]*\)$/\1/p' | head -n1), devices $(slice_devices)"
@@ -706,8 +718,14 @@ if [[ -z $sockets ]]; then
 else
   fail "sockets left: $sockets"
 fi
-grep -hE 'plugin.*gpuslice.*(registered|deregister|Register)' "$work/kubelet.log" 2>/dev/null | tail -n 4 | cut -c1-220 |
-  sed 's/^/   kubelet: /'
+# Two drivers ran (one before the restart, one after): each registered once and was unregistered once.
+regs=$(grep -c '"OperationExecutor.RegisterPlugin started".*gpuslice.io-reg.sock' "$work/kubelet.log")
+unregs=$(grep -c '"OperationExecutor.UnregisterPlugin started".*gpuslice.io-reg.sock' "$work/kubelet.log")
+if ((regs == 2 && unregs == 2)); then
+  pass "the kubelet registered the plugin $regs times and unregistered it $unregs times (two drivers, one after the other)"
+else
+  fail "the kubelet registered the plugin $regs times and unregistered it $unregs times (expected 2 and 2)"
+fi
 
 step "done"
 echo "k8s-real-dra $setting: $failures failures"
