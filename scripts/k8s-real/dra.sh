@@ -440,7 +440,8 @@ if [[ -n $token ]]; then
     --data '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' |
     python3 -c 'import json,sys; u=json.load(sys.stdin)["status"]["userInfo"]; print(u["username"], u.get("extra",{}).get("authentication.kubernetes.io/node-name"))')
   refusal=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r.get("code"), r.get("message"))' "$other" 2>&1)
-  if [[ $refusal == 403\ *"may only write ResourceSlices of that node"* ]]; then
+  # A policy's denial without a reason is 422 Invalid (403 with reason Forbidden).
+  if [[ $refusal == 4[02][32]\ *"ValidatingAdmissionPolicy 'gpuslice-node-dra-own-node'"*"may only write ResourceSlices of that node"* ]]; then
     pass "the driver runs as $whoami; the chart's admission policy refuses its token a slice of another node: $refusal"
   else
     fail "the daemon's token ($whoami) writing another node's slice: $refusal"
@@ -500,9 +501,16 @@ spec:
 YAML
 }
 phase() { k -n ml get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
-wait_started() {
-  wait_for "$1" "$2 to start" sh -c "$kctl --kubeconfig '$kubeconfig' -n ml get pod $2 -o jsonpath='{.status.phase}' | grep -qE '^(Running|Succeeded|Failed)$'"
+# started_within SECONDS POD: whether the pod left Pending (Running, Succeeded or Failed) in time
+started_within() {
+  local deadline=$((SECONDS + $1))
+  while ((SECONDS < deadline)); do
+    [[ $(phase "$2") =~ ^(Running|Succeeded|Failed)$ ]] && return 0
+    sleep 0.5
+  done
+  return 1
 }
+wait_started() { started_within "$1" "$2" || fail "timed out after ${1}s waiting for $2 to start"; }
 # still_pending SECONDS POD: the pod is Pending (not scheduled) the whole time
 still_pending() {
   local deadline=$((SECONDS + $1))
@@ -594,7 +602,7 @@ claim_pod c60a 'capacity: {requests: {memory: 1Gi, compute: "60"}}'
 if ((fractions)); then
   wait_started 120 c60a
   claim_pod c60b 'capacity: {requests: {memory: 1Gi, compute: "60"}}'
-  wait_started 60 c60b >/dev/null
+  started_within 60 c60b
   a=$(allocated c60a) b=$(allocated c60b)
   for p in c60a c60b; do
     id=$(env_of $p | sed -n 's/^GPUSLICE_CONTAINER_ID=//p')
