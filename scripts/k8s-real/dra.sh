@@ -613,6 +613,16 @@ if ((fractions)); then
     pass "c60a on $a, c60b on $b, both Running with GPUSLICE_COMPUTE_LIMIT=60"
   elif [[ $setting == 1.34-gates && $(phase c60a) == Running && $(phase c60b) == Pending && -z $b ]]; then
     known "c60a on $a; c60b Pending, not placed on the other GPU (kube-scheduler 1.34 checks capacity against the slice's first device only, kubernetes/kubernetes#133705): $(events_of c60b | grep -m1 FailedScheduling | cut -c1-300)"
+    # Even asked by name, the other GPU's share is checked against the first device's room.
+    delete_claims c60b
+    claim_pod c60gpu1 'capacity: {requests: {memory: 1Gi, compute: "60"}}
+selectors: [{cel: {expression: "device.attributes[\"gpuslice.io\"].index == 1"}}]'
+    if started_within 30 c60gpu1; then
+      echo "   c60gpu1 (60% of gpu-1 by selector) placed on $(allocated c60gpu1): the caveat is about the scheduler's choice only"
+    else
+      known "c60gpu1 (60% of gpu-1, selected by index) Pending too while gpu-0 holds 60%: $(events_of c60gpu1 | grep -m1 FailedScheduling | cut -c1-200)"
+    fi
+    delete_claims c60gpu1
   else
     fail "c60a $(phase c60a) on '$a', c60b $(phase c60b) on '$b'; events $(events_of c60b | tail -n 2 | tr '\n' ' ')"
   fi
