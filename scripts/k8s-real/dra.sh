@@ -49,11 +49,28 @@ bin_dir() {
   echo "$best"
 }
 
+# missing_tools: what this machine lacks to run a cluster with CDI, or nothing.
+missing_tools() {
+  local tool missing=()
+  for tool in containerd etcd runc ctr openssl curl python3 ip; do
+    command -v $tool >/dev/null || missing+=("$tool")
+  done
+  if command -v containerd >/dev/null && ! containerd --version | grep -qE ' v?(1\.([7-9]|[1-9][0-9])|[2-9])\.'; then
+    missing+=("containerd 1.7 or later (CDI; this is $(containerd --version | awk '{print $3}'))")
+  fi
+  echo "${missing[*]}"
+}
+
 if [[ $mode == check ]]; then
   rc=0
   for s in "${settings[@]}"; do
     if [[ -z $(bin_dir "$s") ]]; then
       echo "k8s-real-dra $s: SKIPPED: no cached Kubernetes ${s%%-*} binaries in $cache_root/v${s%%-*}.*/bin"
+      continue
+    fi
+    # The binaries alone do not make a cluster: without its runtime the setting is skipped, and says why.
+    if [[ -n $(missing_tools) ]]; then
+      echo "k8s-real-dra $s: SKIPPED: binaries cached, but this machine lacks: $(missing_tools)"
       continue
     fi
     "$repo/scripts/k8s-real/dra.sh" run "$s" "$build_dir" || rc=1
@@ -75,14 +92,8 @@ if [[ -z $kbin ]]; then
   echo "k8s-real-dra $setting: no cached binaries in $cache_root/v${setting%%-*}.*/bin" >&2
   exit 1
 fi
-for tool in containerd etcd runc ctr openssl curl python3 ip; do
-  command -v $tool >/dev/null || {
-    echo "k8s-real-dra: $tool is not installed" >&2
-    exit 1
-  }
-done
-if ! containerd --version | grep -qE ' (v)?(1\.[7-9]|[2-9])\.'; then
-  echo "k8s-real-dra: containerd 1.7 or later is needed (CDI); this is $(containerd --version)" >&2
+if [[ -n $(missing_tools) ]]; then
+  echo "k8s-real-dra $setting: this machine lacks: $(missing_tools)" >&2
   exit 1
 fi
 
