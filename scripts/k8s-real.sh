@@ -6,7 +6,8 @@
 #                                           kube-controller-manager; nothing else
 #   scripts/k8s-real.sh run   [BUILD_DIR]   build them if needed, then start the cluster and run the scenarios
 #   scripts/k8s-real.sh check [BUILD_DIR]   run the scenarios only if the cached binaries are there, else say
-#                                           it was skipped and exit 0 (what scripts/test.sh does)
+#                                           it was skipped and exit 0 (what scripts/test.sh does); first
+#                                           the DRA stage likewise (scripts/k8s-real/dra.sh check)
 #
 # No Kubernetes server binary is packaged in Debian 12, so they are built from Debian's source package
 # `kubernetes` with Debian's golang-go, two adjustments made:
@@ -111,9 +112,15 @@ build_binaries() {
   rm -rf "$work"
 }
 
+# The DRA settings (1.34, 1.34 with its DRA gates, 1.36) first: each runs when its binaries are
+# cached, and says SKIPPED otherwise (scripts/k8s-real/dra.sh).
+dra_rc=0
+if [[ $mode == check ]]; then
+  "$repo/scripts/k8s-real/dra.sh" check "$build_dir" || dra_rc=1
+fi
 if [[ $mode == check ]] && ! have_binaries; then
   echo "k8s-real: SKIPPED: no cached Kubernetes binaries in $cache/bin (build them once: make k8s-real)"
-  exit 0
+  exit $dra_rc
 fi
 # One run at a time on a machine: /var/lib/kubelet, the ports and the node address are the machine's.
 # The processes a run starts do not inherit the lock (cluster.sh's start closes fd 9).

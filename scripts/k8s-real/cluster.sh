@@ -524,4 +524,5 @@ done
 
 step "done"
 echo "k8s-real: $failures failures"
-((failures == 0))
+# dra_rc: the DRA stage's result in `check` mode (scripts/k8s-real.sh).
+((failures == 0 && ${dra_rc:-0} == 0))

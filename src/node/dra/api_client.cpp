@@ -1,6 +1,8 @@
 #include "node/dra/api_client.h"
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <ctime>
@@ -8,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "common/errno_text.h"
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "config/text_util.h"
@@ -125,8 +128,18 @@ void ApiClient::set_cancelled(bool cancelled) {
 
 Result<std::string> ApiClient::token() const {
   if (options_.token_file.empty()) return std::string();
-  auto text = fs::read_small_file(options_.token_file, kMaxTokenBytes);
-  if (!text) return make_error("service-account token: " + text.error());
+  // The kubelet writes the pod's service-account volume as an atomic writer does: `token` is a
+  // symlink to `..data/token`, `..data` one to the current timestamped directory, swapped on each
+  // rotation. The directory is the kubelet's (read-only in the pod), so its links are followed, as
+  // every Kubernetes client does; what is opened must still be a regular file (O_NONBLOCK: a FIFO
+  // never blocks the request), read with a bound.
+  const int fd = ::open(options_.token_file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return make_error("service-account token: cannot open " + options_.token_file + ": " +
+                      fs::errno_text(errno));
+  fs::UniqueFd owned(fd);
+  auto text = fs::read_fd_bounded(fd, kMaxTokenBytes);
+  if (!text) return make_error("service-account token " + options_.token_file + ": " + text.error());
   std::string t = *text;
   while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
   if (t.empty()) return make_error("service-account token " + options_.token_file + " is empty");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -679,6 +680,48 @@ TEST_F(DraApi, ARotatedTokenIsUsedForTheNextRequest) {
   ASSERT_TRUE(api.get_claim("team-a", "c"));
   std::lock_guard lock(server.mutex);
   EXPECT_EQ(server.authorizations.back(), "Bearer token-two");
+}
+
+// The pod's service-account volume as the kubelet writes it (an atomic writer): `token` links to
+// `..data/token`, `..data` to a timestamped directory, swapped on rotation. A real kubelet's pod
+// showed the driver refusing the link ("is a symbolic link"): it never published.
+TEST_F(DraApi, TheKubeletsProjectedTokenIsReadThroughItsLinksAndRotated) {
+  server.claims["team-a/c"] = test::allocated_claim("uid-1", {{}}, nullptr, "team-a", "c");
+  const std::string dir = tmp / "serviceaccount";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const auto rotate = [&](const std::string& stamp, const std::string& token) {
+    ASSERT_EQ(::mkdir((dir + "/" + stamp).c_str(), 0755), 0);
+    node::test::write_file(dir + "/" + stamp + "/token", token);
+    ASSERT_EQ(::symlink(stamp.c_str(), (dir + "/..data_tmp").c_str()), 0);
+    ASSERT_EQ(::rename((dir + "/..data_tmp").c_str(), (dir + "/..data").c_str()), 0);
+  };
+  rotate("..2026_11_29_10_57_10.1", "projected-one\n");
+  ASSERT_EQ(::symlink("..data/token", (dir + "/token").c_str()), 0);
+  auto options = api_options();
+  options.token_file = dir + "/token";
+  ApiClient api(options);
+  auto first = api.get_claim("team-a", "c");
+  ASSERT_TRUE(first) << first.error();
+  rotate("..2026_11_29_11_57_10.2", "projected-two");
+  auto second = api.get_claim("team-a", "c");
+  ASSERT_TRUE(second) << second.error();
+  std::lock_guard lock(server.mutex);
+  ASSERT_GE(server.authorizations.size(), 2u);
+  EXPECT_EQ(server.authorizations[server.authorizations.size() - 2], "Bearer projected-one");
+  EXPECT_EQ(server.authorizations.back(), "Bearer projected-two");
+}
+
+// Following the kubelet's links does not make anything else a token: a FIFO is refused at once
+// (nothing blocks on it) and nothing is sent.
+TEST_F(DraApi, ATokenThatIsNotARegularFileIsRefusedWithoutBlocking) {
+  auto options = api_options();
+  options.token_file = tmp / "fifo";
+  ASSERT_EQ(::mkfifo(options.token_file.c_str(), 0600), 0);
+  ApiClient api(options);
+  auto claim = api.get_claim("team-a", "c");
+  ASSERT_FALSE(claim);
+  EXPECT_NE(claim.error().find("not a regular file"), std::string::npos) << claim.error();
+  EXPECT_EQ(server.requests.load(), 0);
 }
 
 // Prepare end to end through the API client: the claim the server holds decides the limits, and a
