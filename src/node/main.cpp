@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "node/channel/index_mode.h"
 #include "node/dra_mode.h"
-#include "node/index_mode.h"
 #include "node/serve_mode.h"
 #include "node/startup/run_mode.h"
 #include "node/webhook_mode.h"

@@ -332,7 +332,7 @@ int run_serve_mode(const std::vector<std::string>& args, const EnvLookup& env) {
     return 1;
   }
 
-  // A plain host's shared node directory: its writer index on a thread of its own (index_mode.h).
+  // A plain host's shared node directory: its writer index on a thread of its own (channel/index_mode.h).
   std::unique_ptr<WriterIndexer> indexer;
   std::atomic<bool> stop_indexing{false};
   std::thread indexing;

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "node/index_mode.h"
+#include "node/channel/index_mode.h"
 #include "node/serve_mode.h"
 #include "shared_state/node_channel.h"
 #include "shared_state/writer_index.h"

@@ -1,4 +1,4 @@
-#include "node/index_mode.h"
+#include "node/channel/index_mode.h"
 
 #include "common/log.h"
 #include "node/channel/writer_indexer.h"
