@@ -296,24 +296,38 @@ bool device_free(CUcontext context, std::uint64_t* free_bytes) {
   return true;
 }
 
+// The borrowed allocations of record `dev` on the device (or in host memory), largest first.
+// Under g_lock.
+using Picked = std::vector<std::pair<CUdeviceptr, Borrowed*>>;
+Picked largest_first(int dev, bool on_host) {
+  Picked picked;
+  for (auto& [ptr, b] : *g_table)
+    if (b.ledger_dev == dev && b.on_host == on_host) picked.emplace_back(ptr, &b);
+  std::sort(picked.begin(), picked.end(),
+            [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
+  return picked;
+}
+
+// The contexts the picked allocations were made in, each once: what a move drains.
+std::vector<CUcontext> contexts_of(const Picked& picked) {
+  std::vector<CUcontext> contexts;
+  for (const auto& p : picked)
+    if (std::find(contexts.begin(), contexts.end(), p.second->context) == contexts.end())
+      contexts.push_back(p.second->context);
+  return contexts;
+}
+
 // Moves at least `want` bytes of this process's borrowed memory on record `dev` to host memory,
 // largest allocations first. Returns the bytes moved.
 std::uint64_t move_to_host(int dev, std::uint64_t want) {
   std::lock_guard<std::mutex> lock(*g_lock);
-  std::vector<std::pair<CUdeviceptr, Borrowed*>> picked;
-  for (auto& [ptr, b] : *g_table)
-    if (b.ledger_dev == dev && !b.on_host) picked.emplace_back(ptr, &b);
-  std::sort(picked.begin(), picked.end(),
-            [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
+  Picked picked = largest_first(dev, /*on_host=*/false);
   std::uint64_t sum = 0;
   std::size_t n = 0;
   while (n < picked.size() && sum < want) sum += picked[n++].second->size;
   picked.resize(n);
   if (picked.empty()) return 0;
-  std::vector<CUcontext> contexts;
-  for (auto& p : picked)
-    if (std::find(contexts.begin(), contexts.end(), p.second->context) == contexts.end())
-      contexts.push_back(p.second->context);
+  const std::vector<CUcontext> contexts = contexts_of(picked);
   CUcontext previous = nullptr;
   vmm().get_current(&previous);
   const std::uint64_t started = monotonic_ns();
@@ -349,23 +363,15 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
 // beyond the margin, largest first. Returns the bytes moved.
 std::uint64_t restore(int dev, std::uint64_t room) {
   std::lock_guard<std::mutex> lock(*g_lock);
-  std::vector<std::pair<CUdeviceptr, Borrowed*>> picked;
-  for (auto& [ptr, b] : *g_table)
-    if (b.ledger_dev == dev && b.on_host) picked.emplace_back(ptr, &b);
-  std::sort(picked.begin(), picked.end(),
-            [](const auto& a, const auto& b) { return a.second->size > b.second->size; });
-  std::vector<std::pair<CUdeviceptr, Borrowed*>> fits;
+  Picked fits;
   std::uint64_t sum = 0;
-  for (auto& p : picked) {
+  for (auto& p : largest_first(dev, /*on_host=*/true)) {
     if (sum + p.second->size > room) continue;
     sum += p.second->size;
     fits.push_back(p);
   }
   if (fits.empty()) return 0;
-  std::vector<CUcontext> contexts;
-  for (auto& p : fits)
-    if (std::find(contexts.begin(), contexts.end(), p.second->context) == contexts.end())
-      contexts.push_back(p.second->context);
+  const std::vector<CUcontext> contexts = contexts_of(fits);
   CUcontext previous = nullptr;
   vmm().get_current(&previous);
   const std::uint64_t started = monotonic_ns();
