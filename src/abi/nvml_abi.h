@@ -206,6 +206,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 // nvmlClockType_t: NVML_CLOCK_SM = 1 (the compute limiter's clock correction reads it).
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int* clock);
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned int* clock);
+// Why the clocks are below what was asked for (a bit mask; 0x2 the applications or locked clocks, 0x4 the
+// software power cap): the clock correction estimates only a power cap's cut. The older name of the
+// same call is nvmlDeviceGetCurrentClocksThrottleReasons.
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long* reasons);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
                                              unsigned int* processSamplesCount,
                                              unsigned long long lastSeenTimeStamp);

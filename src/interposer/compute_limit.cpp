@@ -111,8 +111,10 @@ void sample_clocks() {
     }
     unsigned util = 0;
     unsigned mhz = 0;
-    if (driver.gpu_utilization(handle, &util) && driver.sm_clock_mhz(handle, &mhz))
-      d.flat_clock.observe(util, mhz);
+    if (driver.gpu_utilization(handle, &util) && driver.sm_clock_mhz(handle, &mhz)) {
+      const bool capped = driver.power_capped != nullptr && driver.power_capped(handle);
+      d.flat_clock.observe(util, mhz, capped);
+    }
   });
 }
 

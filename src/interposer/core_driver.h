@@ -31,6 +31,9 @@ struct CoreDriver {
   // The GPU's maximum SM clock (MHz), read once: the clock's estimated flat-out reference before a
   // flat-out second is seen (clock_correction.h). Null or false: no estimate.
   bool (*max_sm_clock_mhz)(nvmlDevice_t device, unsigned* mhz) = nullptr;
+  // Whether the software power cap is holding the clocks down now (and no applications or locked
+  // clocks setting is): the estimate's cut must be the power controller's. Null or false: not capped.
+  bool (*power_capped)(nvmlDevice_t device) = nullptr;
   // The launch gates' drains, capture query and timing events: what the compute limiter and the
   // priority gate are given as is.
   limiter::DriverOps gates{};

@@ -162,6 +162,21 @@ bool real_max_sm_clock_mhz(nvmlDevice_t device, unsigned* mhz) {
   return max_clock != nullptr && max_clock(device, kClockSm, mhz) == NVML_SUCCESS;
 }
 
+bool real_power_capped(nvmlDevice_t device) {
+  using Reasons = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
+  static Reasons reasons = [] {
+    auto current = REAL_UNHOOKED(Nvml, nvmlDeviceGetCurrentClocksEventReasons);
+    return current != nullptr ? current
+                              : reinterpret_cast<Reasons>(real_unhooked(
+                                    Library::Nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+  }();
+  constexpr unsigned long long kApplicationsClocks = 0x2;
+  constexpr unsigned long long kSwPowerCap = 0x4;
+  unsigned long long mask = 0;
+  if (reasons == nullptr || reasons(device, &mask) != NVML_SUCCESS) return false;
+  return (mask & kSwPowerCap) != 0 && (mask & kApplicationsClocks) == 0;
+}
+
 bool real_gpu_utilization(nvmlDevice_t device, unsigned* percent) {
   // The driver's figure, not the container view our own hook gives the application.
   static auto rates = REAL_UNHOOKED(Nvml, nvmlDeviceGetUtilizationRates);
@@ -183,6 +198,7 @@ CoreDriver real_core_driver() {
           .sm_clock_mhz = real_sm_clock_mhz,
           .gpu_utilization = real_gpu_utilization,
           .max_sm_clock_mhz = real_max_sm_clock_mhz,
+          .power_capped = real_power_capped,
           .gates = {.ctx_synchronize = real_ctx_synchronize,
                     .stream_synchronize = real_stream_synchronize,
                     .stream_is_capturing = stream_capture_status,

@@ -42,7 +42,9 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
   return std::clamp(permille, kPermille, kMaxClockFactorPermille);
 }
 
-void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz) {
+void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, bool power_capped) {
+  const std::uint32_t since = since_power_cap_.load(std::memory_order_relaxed);
+  since_power_cap_.store(power_capped ? 0 : std::min(since + 1, kPowerCapSamples), std::memory_order_relaxed);
   if (util_percent <= 100) {
     // A tenth per 100 ms sample: about the second over which the power controller averages.
     const std::uint32_t sample = util_percent * 10;
@@ -68,6 +70,7 @@ std::uint32_t ClockReference::reference_for(std::uint32_t window_mhz) const {
   const std::uint32_t max = max_mhz();
   const std::uint32_t duty = duty_permille();
   if (max == 0 || window_mhz == 0 || window_mhz >= max || duty < kMinEstimateDutyPermille) return 0;
+  if (since_power_cap_.load(std::memory_order_relaxed) >= kPowerCapSamples) return 0;
   const std::uint64_t cut = static_cast<std::uint64_t>(max - window_mhz) * kPermille / std::min(duty, 1000u);
   // A cut past the whole clock is a bad reading; the factor's own bound limits the rest.
   return cut < max ? static_cast<std::uint32_t>(max - cut) : 0;

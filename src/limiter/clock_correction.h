@@ -42,16 +42,20 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 // maximum by the flat-out cut times the device's duty, so flat = max - (max - window) / duty. Fitted on
 // the same 156 H200 phases as the exponent (bench/results/clock-fit-2026-11-29/): 59 MHz rms, which
 // moves a phase's charge by -1.3 to +1.9 points against the measured reference; no estimate without
-// NVML's maximum clock, below kMinEstimateDutyPermille of duty (the cut is too small to divide), or
-// at the maximum clock (no cut: nothing to correct).
+// NVML's maximum clock, below kMinEstimateDutyPermille of duty (the cut is too small to divide), at
+// the maximum clock (no cut: nothing to correct), or unless the software power cap held the clocks in
+// one of the last kPowerCapSamples samples (a clock locked or set by the operator is cut by no duty:
+// its flat-out clock is the window's, and an estimate would overcharge it by up to a quarter).
 class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
   static constexpr std::uint32_t kFlatOutSamples = 10;
   static constexpr std::uint32_t kMinEstimateDutyPermille = 150;
+  static constexpr std::uint32_t kPowerCapSamples = 10;
 
-  // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown).
-  void observe(std::uint32_t util_percent, std::uint32_t sm_mhz);
+  // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown), and
+  // whether the software power cap was holding the clocks down (NVML's clock event reasons).
+  void observe(std::uint32_t util_percent, std::uint32_t sm_mhz, bool power_capped = false);
   // NVML's maximum SM clock of the device (0: unknown), read once by the watcher.
   void set_max_mhz(std::uint32_t mhz) { max_mhz_.store(mhz, std::memory_order_relaxed); }
   // The reference clock in MHz, 0 while none was seen.
@@ -69,8 +73,9 @@ class ClockReference {
   std::atomic<std::uint32_t> mhz_{0};
   std::atomic<std::uint32_t> max_mhz_{0};
   std::atomic<std::uint32_t> duty_permille_{0};
-  std::uint32_t flat_run_ = 0;  // observer only: flat-out samples in a row
-  bool duty_seen_ = false;      // observer only: the average has its first sample
+  std::atomic<std::uint32_t> since_power_cap_{kPowerCapSamples};  // samples since the cap was last seen
+  std::uint32_t flat_run_ = 0;                                    // observer only: flat-out samples in a row
+  bool duty_seen_ = false;  // observer only: the average has its first sample
 };
 
 // Where a limiter reads its device's SM clock (ComputeLimiter::set_clock_source). `read_mhz` costs

@@ -249,6 +249,8 @@ struct SimulatedNvml {
     *out = util.load();
     return true;
   }
+  static inline std::atomic<bool> capped{true};  // the software power cap holds the clocks
+  static bool power_capped(nvmlDevice_t) { return capped.load(); }
   static inline std::atomic<unsigned> max_mhz{0};  // 0: NVML does not tell
   static inline std::atomic<int> max_reads{0};
   static bool max_clock(nvmlDevice_t, unsigned* out) {
@@ -269,6 +271,7 @@ class ComputeLimitClock : public ComputeLimit {
     SimulatedNvml::clock_reads = 0;
     SimulatedNvml::max_mhz = 0;
     SimulatedNvml::max_reads = 0;
+    SimulatedNvml::capped = true;
     set_core_driver({.device_uuid = SimulatedDriver::uuid,
                      .device_total_mem = SimulatedDriver::total,
                      .current_device = SimulatedDriver::current_device,
@@ -277,6 +280,7 @@ class ComputeLimitClock : public ComputeLimit {
                      .sm_clock_mhz = SimulatedNvml::clock,
                      .gpu_utilization = SimulatedNvml::utilization,
                      .max_sm_clock_mhz = SimulatedNvml::max_clock,
+                     .power_capped = SimulatedNvml::power_capped,
                      .gates = {.ctx_synchronize = SimulatedDriver::ctx_synchronize,
                                .stream_synchronize = SimulatedDriver::stream_synchronize,
                                .stream_is_capturing = SimulatedDriver::capture_status}});
@@ -333,6 +337,19 @@ TEST_F(ComputeLimitClock, LimitedFromTheStartTheMaximumClockGivesAnEstimatedRefe
   const double extra = static_cast<double>(st.clock_extra_ns) / static_cast<double>(st.busy_ns);
   EXPECT_GT(extra, 0.015);
   EXPECT_LT(extra, 0.025);
+}
+
+// A clock NVML does not say the power cap holds (locked or set by the operator) gets no estimate.
+TEST_F(ComputeLimitClock, LimitedFromTheStartAClockThePowerCapDoesNotHoldIsNotEstimated) {
+  SimulatedNvml::mhz = 1900;
+  SimulatedNvml::util = 50;
+  SimulatedNvml::max_mhz = 1980;
+  SimulatedNvml::capped = false;
+  start("50");
+  run_for(5);
+  for (int i = 0; i < 10; ++i) compute_limit::tick();
+  run_for(2000);
+  EXPECT_EQ(limiter_of(0)->stats().clock_windows, 0u);
 }
 
 TEST_F(ComputeLimitClock, LimitedFromTheStartWithoutTheMaximumClockNothingIsScaledOrRead) {

@@ -61,7 +61,7 @@ TEST(ClockReference, FollowsASecondOfFlatOutSamples) {
 TEST(ClockReference, EstimatesTheFlatOutClockFromTheDutyUntilOneIsSeen) {
   ClockReference reference;
   EXPECT_FALSE(reference.can_correct());
-  reference.observe(50, 1700);
+  reference.observe(50, 1700, /*power_capped=*/true);
   EXPECT_EQ(reference.duty_permille(), 500u);  // the first sample is taken whole
   EXPECT_EQ(reference.reference_for(1800), 0u) << "no maximum clock: nothing to estimate from";
   reference.set_max_mhz(1980);
@@ -69,15 +69,30 @@ TEST(ClockReference, EstimatesTheFlatOutClockFromTheDutyUntilOneIsSeen) {
   EXPECT_EQ(reference.reference_for(1800), 1620u);  // 1980 - 180 / 0.5
   EXPECT_EQ(reference.reference_for(1980), 0u);     // no cut: nothing to correct
   EXPECT_EQ(reference.reference_for(0), 0u);        // nothing read
-  for (int i = 0; i < 40; ++i) reference.observe(80, 1700);
+  for (int i = 0; i < 40; ++i) reference.observe(80, 1700, true);
   EXPECT_NEAR(reference.duty_permille(), 800u, 6u);
-  reference.observe(10, 1900);
-  for (int i = 0; i < 40; ++i) reference.observe(10, 1950);
+  reference.observe(10, 1900, true);
+  for (int i = 0; i < 40; ++i) reference.observe(10, 1950, true);
   EXPECT_EQ(reference.reference_for(1950), 0u) << "below 15% duty the cut is too small to divide";
-  for (int i = 0; i < 40; ++i) reference.observe(20, 1950);
+  for (int i = 0; i < 40; ++i) reference.observe(20, 1950, true);
   EXPECT_EQ(reference.reference_for(1000), 0u) << "a cut past the whole clock is a bad reading";
-  for (int i = 0; i < 10; ++i) reference.observe(100, 1480);
+  for (int i = 0; i < 10; ++i) reference.observe(100, 1480, true);
   EXPECT_EQ(reference.reference_for(1900), 1480u) << "a measured reference replaces the estimate";
+}
+
+// A clock the power cap does not hold (locked or set by the operator: 1500 MHz at any duty) is cut by
+// no duty: estimated as if it were, a container at 50% would be charged 1.19x its GPU time.
+TEST(ClockReference, NoEstimateUnlessThePowerCapHeldTheClockInTheLastSecond) {
+  ClockReference reference;
+  reference.set_max_mhz(1980);
+  for (int i = 0; i < 20; ++i) reference.observe(50, 1500, /*power_capped=*/false);
+  EXPECT_EQ(reference.reference_for(1500), 0u);
+  reference.observe(50, 1500, true);
+  EXPECT_EQ(reference.reference_for(1500), 1020u) << "1980 - 480 / 0.5, while the cap was seen";
+  for (int i = 0; i < 9; ++i) reference.observe(50, 1500, false);
+  EXPECT_EQ(reference.reference_for(1500), 1020u) << "within a second of it (an off part reads no cap)";
+  reference.observe(50, 1500, false);
+  EXPECT_EQ(reference.reference_for(1500), 0u) << "ten samples without it";
 }
 
 std::uint32_t read_sim_clock(const void* world) { return static_cast<const World*>(world)->sm_clock_mhz(); }
@@ -91,8 +106,9 @@ void watcher(World& world, ClockReference& reference, Container& box, unsigned l
   while (world.now() < until) {
     world.sleep(kSample);
     const std::uint64_t now = world.now();
+    // The simulated clock is a power cap's: held below its maximum whenever the device is loaded.
     reference.observe(static_cast<std::uint32_t>(world.device_busy(now - kSample, now) * 100 + 0.5),
-                      world.sm_clock_mhz());
+                      world.sm_clock_mhz(), world.sm_clock_mhz() < world.clock_model.idle_mhz);
     if (now >= kUnlimitedUntil) box.limit.store(limit);
   }
 }
