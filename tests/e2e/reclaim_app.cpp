@@ -1,8 +1,9 @@
 // A CUDA "application" for the reclaim end-to-end tests (reclaim_e2e_test.cpp), linked to libcuda
 // like any -lcuda program. Roles:
 //   borrower --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, each filled with
-//     its own pattern, checked every 200 ms (20 with --rewrite) until S seconds passed or F exists, then freed; prints
-//     allocated=, checks=, mismatches=, freed=. With --rewrite 1 each round writes new patterns first.
+//     its own pattern, checked every 200 ms (20 with --rewrite) until S seconds passed or F exists, then
+//     freed; prints allocated=, checks=, mismatches=, freed=. With --rewrite 1 each round writes new patterns
+//     first.
 //   asker --mib M --hold-ms H: one allocation of M MiB (timed), written and read back, held H ms,
 //     freed; prints ask_code=, ask_ms=, ask_identical=, asker_freed=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
