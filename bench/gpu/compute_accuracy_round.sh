@@ -18,7 +18,7 @@
 #                                                 part 2; about 10 s to start each of the 5 runs)
 #   bench/gpu/compute_accuracy_round.sh --help
 #
-# SHAPES, ALTERNATIONS, SECONDS_PER, SETTLE, TWO_PROCESS_LIMITS (default "40 70"; empty: skip part 2),
+# SHAPES (none: skip part 1), ALTERNATIONS, SECONDS_PER, SETTLE, TWO_PROCESS_LIMITS (default "40 70"; empty: skip part 2),
 # SKIP_BUILD (set: use build/ as it is),
 # ACCURACY_ARGS (more arguments for compute_accuracy.py, e.g. --kernel-timeline build/gpu/libkernel_timeline.so).
 set -uo pipefail
@@ -59,7 +59,7 @@ run() {  # run NAME WORKLOADS SCHEDULE
   [ -f "$out/$name/compute_accuracy.json" ] && runs+=("$out/$name/compute_accuracy.json")
 }
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-run shapes "${SHAPES:-graph,graph2p,mix}" "$schedule"
+[ "${SHAPES:-}" = none ] || run shapes "${SHAPES:-graph,graph2p,mix}" "$schedule"
 # Two processes started under each limit (their first phase: the first 1 s window is the pair's
 # first second under it after the 1 s warm-up), then that limit again after an unlimited phase, set
 # live (its first 1 s window also runs the queue left from the unlimited phase, uncharged).

@@ -60,7 +60,11 @@ def role_trainer(a):
     print(f"trainer_ready shards={len(shards)} borrowed_gib={len(shards) * 2}", flush=True)
     idx_gen = torch.Generator(device=dev)
     idx_gen.manual_seed(2)
-    for step in range(a.steps):
+    # Alone, the trainer runs for --train-seconds and its step count becomes the with-run's --steps:
+    # the run beside the server then lasts at least as long, whatever this device's step time.
+    end = time.monotonic() + a.train_seconds if a.train_seconds > 0 else None
+    step = 0
+    while (step < a.steps) if end is None else (time.monotonic() < end):
         feats = []
         for s in shards:
             idx = torch.randint(0, rows_per_shard, (a.batch // len(shards) + 1,), device=dev, generator=idx_gen)
@@ -73,6 +77,7 @@ def role_trainer(a):
         opt.step()
         # The exact bits of the loss, and the wall time (to see the steps slow down and recover).
         print(f"step={step} loss={loss.item().hex()} t={time.monotonic():.4f}", flush=True)
+        step += 1
     del ballast
     return 0
 
@@ -126,7 +131,7 @@ def role_grower(a):
     # Up to the guarantee (the container's server holds about --server-gib): first what leaves the big
     # block (within what the device has free), then the big block, then 1 GiB blocks if any is left.
     budget = a.guarantee_gib - a.server_gib
-    first = max(0.0, min(free / GiB - 1.0, budget - a.big_gib))
+    first = max(0.0, min(free / GiB - 0.5, budget - a.big_gib))
     if first >= 1:
         alloc(first, "free")
     alloc(a.big_gib, "big")
@@ -214,11 +219,12 @@ def main():
     ap.add_argument("--cli", default="build/bin/gpuslice")
     ap.add_argument("--out", default="reclaim-out")
     ap.add_argument("--role", default="")
-    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--steps", type=int, default=0, help="the with-run's steps (default: as many as alone ran)")
+    ap.add_argument("--train-seconds", type=float, default=40, help="how long the trainer runs alone")
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=8192)
-    ap.add_argument("--borrow-gib", type=float, default=32)
+    ap.add_argument("--borrow-gib", type=float, default=26)
     ap.add_argument("--ballast-gib", type=float, default=0)
     ap.add_argument("--big-gib", type=float, default=20)
     ap.add_argument("--guarantee-gib", type=float, default=0)
@@ -262,7 +268,7 @@ def main():
     trainer_env = env_of("trainer", trainer_limit, trainer_guarantee, "low")
     trainer_env["GPUSLICE_LOG_LEVEL"] = "debug"  # each move's create / copy / remap times
     server_env = env_of("server", server_limit, server_guarantee, "high")
-    trainer_args = ["--role", "trainer", "--steps", str(a.steps), "--batch", str(a.batch), "--dim", str(a.dim),
+    trainer_args = ["--role", "trainer", "--batch", str(a.batch), "--dim", str(a.dim),
                     "--hidden", str(a.hidden),
                     "--borrow-gib", str(a.borrow_gib), "--ballast-gib", f"{ballast:.3f}"]
     grower_args = ["--role", "grower", "--big-gib", str(a.big_gib), "--guarantee-gib",
@@ -270,8 +276,10 @@ def main():
 
     # 1. The trainer alone.
     alone_log = os.path.join(out, "trainer-alone.log")
-    p = spawn(trainer_args, trainer_env, alone_log)
+    alone_by = ["--steps", str(a.steps)] if a.steps > 0 else ["--train-seconds", str(a.train_seconds)]
+    p = spawn(trainer_args + alone_by, trainer_env, alone_log)
     rc_alone = p.wait(timeout=600)
+    steps = len(losses(alone_log))
     st_alone = status(cli, os.path.join(work, "trainer"))
     print(f"1. trainer alone: exit {rc_alone}, {len(losses(alone_log))} steps", flush=True)
 
@@ -296,7 +304,7 @@ def main():
     # 3. The trainer, then the server and the grower.
     shared_trainer = os.path.join(work, "trainer")
     with_log = os.path.join(out, "trainer-with.log")
-    t = spawn(trainer_args, trainer_env, with_log)
+    t = spawn(trainer_args + ["--steps", str(steps), "--train-seconds", "0"], trainer_env, with_log)
     wait_for(with_log, "step=20 ", 300)
     st_before = status(cli, shared_trainer)
     s, g, server_with, grow_with = serve_and_grow("with")
@@ -327,10 +335,10 @@ def main():
     # The verdict.
     rows = []
     a_loss, w_loss = losses(alone_log), losses(with_log)
-    identical = rc_alone == 0 and rc_with == 0 and len(a_loss) == a.steps and a_loss == w_loss
+    identical = rc_alone == 0 and rc_with == 0 and steps > 0 and a_loss == w_loss
     first_diff = next((i for i, (x, y) in enumerate(zip(a_loss, w_loss)) if x != y), None)
     rows.append(("trainer loss curve bitwise identical to alone", "PASS" if identical else "FAIL",
-                 f"{len(w_loss)} of {a.steps} steps" + ("" if first_diff is None else f", first difference at {first_diff}")))
+                 f"{len(w_loss)} of {steps} steps" + ("" if first_diff is None else f", first difference at {first_diff}")))
     borrowed_gib = (st_before.get("borrowed_bytes", 0)) / GiB
     rows.append(("trainer borrowed 20+ GiB", "PASS" if borrowed_gib >= 20 else "FAIL", f"{borrowed_gib:.1f} GiB"))
     evs = ev_with.get("events", [])
