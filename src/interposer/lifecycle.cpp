@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "config/limits_file.h"
+#include "interposer/background_thread.h"
 #include "interposer/compute_limit.h"
 #include "interposer/context_books.h"
 #include "interposer/core_driver.h"
@@ -127,20 +127,10 @@ bool caps_recorded_without_their_file(const config::Settings& s) {
 void start_watcher() {
   bool expected = false;
   if (!g_watcher_running.compare_exchange_strong(expected, true)) return;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  // Signals belong to the application's threads, not ours.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  if (pthread_create(&thread, &attr, watcher_main, nullptr) != 0) {
+  if (!start_background_thread(watcher_main)) {
     g_watcher_running.store(false);
     GS_LOG(Warn, "cannot start the watcher thread: dead processes are reaped only on refusals");
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
 }
 
 void on_fork_child() {

@@ -1,7 +1,6 @@
 #include "interposer/mps_client.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include "common/safe_file.h"
 #include "config/mps_client.h"
 #include "config/text_util.h"
+#include "interposer/background_thread.h"
 #include "shared_state/ledger.h"
 #include "shared_state/node_channel.h"
 
@@ -227,17 +227,8 @@ unsigned sm_share() { return g_sm_share.load(std::memory_order_relaxed); }
 
 void init_begin() {
   if (!g_mps.load(std::memory_order_acquire) || g_watching.exchange(true)) return;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // signals belong to the application's threads
-  pthread_t thread;
-  if (pthread_create(&thread, &attr, watch_main, nullptr) != 0)
+  if (!start_background_thread(watch_main))
     GS_LOG(Debug, "MPS: no watch thread; a wait for another user's server is not reported");
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
 }
 
 void init_end() {

@@ -121,7 +121,8 @@ Outcome run(const std::vector<std::string>& argv, const Env& env, int timeout_s)
   return o;
 }
 
-Background::Background(const std::vector<std::string>& argv, const Env& env, const std::string& out_file)
+Background::Background(const std::vector<std::string>& argv, const Env& env, const std::string& out_file,
+                       bool with_stderr)
     : out_file_(out_file) {
   std::vector<std::string> args = argv;
   std::vector<std::string> envs = env_strings(env);
@@ -131,6 +132,7 @@ Background::Background(const std::vector<std::string>& argv, const Env& env, con
   if (pid_ == 0) {
     int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
+    if (with_stderr) dup2(fd, 2);
     execve(c_args[0], c_args.data(), c_env.data());
     _exit(127);
   }

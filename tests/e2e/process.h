@@ -29,7 +29,9 @@ Outcome run(const std::vector<std::string>& argv, const Env& env, int timeout_s 
 // A child left running; its stdout goes to a file that can be read while it runs.
 class Background {
  public:
-  Background(const std::vector<std::string>& argv, const Env& env, const std::string& out_file);
+  // stdout goes to `out_file`, and stderr too with `with_stderr` (the library's log lines).
+  Background(const std::vector<std::string>& argv, const Env& env, const std::string& out_file,
+             bool with_stderr = false);
   ~Background();
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;

@@ -269,5 +269,37 @@ TEST_F(ReclaimE2E, ABorrowerKilledMidMoveLeavesTheBooksExact) {
   EXPECT_TRUE(status_shows("asker", {field("used_bytes", (8 + 88) * kMiB)}, 3000, &last)) << last;
 }
 
+TEST_F(ReclaimE2E, AMoveCopiesIntoHostMemoryPreparedWhileBorrowingRatherThanPinningItThen) {
+  // Pinning host memory takes the driver about a second per 2 GiB: here 250 ms per 16 MiB. The
+  // borrower's host memory is prepared in the background once it borrows: the asker's three moves
+  // are copies into it (the old code pinned it during the move, holding the borrower and the asker).
+  Env env = borrower_env();
+  env["GPUSLICE_MOCK_HOST_PIN_BYTES_PER_S"] = std::to_string(64 * kMiB);
+  env["GPUSLICE_LOG_LEVEL"] = "debug";
+  Background borrower(borrower_argv(60), env, dir_ + "/borrower.out", /*with_stderr=*/true);
+  ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
+  ASSERT_TRUE(borrower.wait_for_output("host memory prepared ahead for all 144.0 MiB borrowed", 15000))
+      << borrower.output();
+  Env asker_env = container_env("asker", "192Mi", "128Mi");
+  Background asker(app({"asker", "--mib", "88", "--hold-ms", "300"}), asker_env, dir_ + "/asker.out");
+  ASSERT_TRUE(asker.wait_for_output("ask_code=", 10000)) << asker.output();
+  ASSERT_NE(asker.output().find("ask_code=0"), std::string::npos) << asker.output() << borrower.output();
+  ASSERT_TRUE(asker.wait_for_output("asker_freed=1", 15000)) << asker.output();
+  EXPECT_NE(asker.output().find("ask_identical=1"), std::string::npos) << asker.output();
+  std::string last;
+  EXPECT_TRUE(status_shows("borrower", {field("on_host_bytes", 0), field("borrowed_bytes", 9 * 16 * kMiB)},
+                           5000, &last))
+      << last;
+  stop_borrower();
+  EXPECT_EQ(borrower.wait(), 0);
+  const std::string out = borrower.output();
+  std::size_t prepared_moves = 0;
+  for (std::size_t at = 0;
+       (at = out.find("MiB to host: host memory prepared ahead", at)) != std::string::npos; ++at)
+    ++prepared_moves;
+  EXPECT_EQ(prepared_moves, 3U) << out;
+  EXPECT_NE(out.find("mismatches=0"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace gpuslice::test

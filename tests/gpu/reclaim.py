@@ -363,6 +363,15 @@ def main():
         lat_with = window_latencies(server_with, big["start"], max(big["end"], big["start"] + 1.0))
         lat_alone = window_latencies(server_alone, big_alone["start"], max(big_alone["end"], big_alone["start"] + 1.0))
         ratio = p99(lat_with) / p99(lat_alone) if lat_alone else float("nan")
+        # Where the slow requests fall against the big block's wait (the moves' timeline is in
+        # trainer-status.jsonl and the trainer's log).
+        slow = sorted((float(ms), float(t) - big["start"]) for t, ms in
+                      (line.split() for line in open(server_with)) if big["start"] - 1 <= float(t) <= big["end"] + 2)
+        print("slowest requests around the reclaim (ms, s after the big block's start): " +
+              ", ".join(f"{ms:.2f}@{dt:+.3f}" for ms, dt in slow[-12:]), flush=True)
+        for e in evs:
+            print(f"grower: {e['what']} {e['gib']:.2f} GiB ok={e['ok']} {e['ms']:.0f} ms "
+                  f"at {e['start'] - big['start']:+.3f} s", flush=True)
         rows.append(("server p99 during the reclaim <= 1.10x alone", "PASS" if ratio <= 1.10 else "FAIL",
                      f"p99 {p99(lat_with):.2f} ms ({len(lat_with)} requests) vs alone {p99(lat_alone):.2f} ms "
                      f"({len(lat_alone)}): {ratio:.2f}x"))

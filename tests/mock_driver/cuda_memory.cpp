@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 
 #include "cuda_internal.h"
 #include "mock_log.h"
@@ -384,6 +385,11 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   }
   const auto device = host ? 0u : static_cast<unsigned>(prop->location.id);
   if (!host && !state.shared.charge(device, size, false)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (const std::uint64_t rate = state.config.host_pin_bytes_per_s; host && rate != 0) {
+    const std::uint64_t ns = static_cast<std::uint64_t>(size) * 1'000'000'000ULL / rate;
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+    nanosleep(&ts, nullptr);  // real time, outside the driver's lock, as the pinning is
+  }
   int fd = memfd_create("gpuslice-mock-vmm", MFD_CLOEXEC);
   if (fd >= 0 && ftruncate(fd, static_cast<off_t>(size)) != 0) {
     close(fd);

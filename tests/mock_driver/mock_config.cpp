@@ -232,6 +232,7 @@ bool load_config(MockConfig* config) {
   if (!read_u64("GPUSLICE_MOCK_FIRST_LAUNCH_BYTES", &config->first_launch_bytes)) return false;
   if (!read_u64("GPUSLICE_MOCK_KERNEL_NS", &config->kernel_ns)) return false;
   if (!read_u64("GPUSLICE_MOCK_DTOD_BYTES_PER_S", &config->dtod_bytes_per_s)) return false;
+  if (!read_u64("GPUSLICE_MOCK_HOST_PIN_BYTES_PER_S", &config->host_pin_bytes_per_s)) return false;
   if (!read_u64("GPUSLICE_MOCK_SM_COUNT", &config->sm_count)) return false;
   if (!read_u64("GPUSLICE_MOCK_THREADS_PER_SM", &config->threads_per_sm)) return false;
   if (config->sm_count == 0 || config->sm_count > 4096 || config->threads_per_sm == 0 ||

@@ -32,6 +32,9 @@ struct MockConfig {
   // A device-to-device copy takes bytes / this many seconds (0: at once), as a real one takes time
   // (about 1.5 TB/s on an H200): reclaim's moves can then be caught half-way.
   std::uint64_t dtod_bytes_per_s = 0;
+  // GPUSLICE_MOCK_HOST_PIN_BYTES_PER_S: cuMemCreate of host memory takes its time (the driver
+  // allocates and pins every page: about 2 GB/s on an H200 host); 0: instant.
+  std::uint64_t host_pin_bytes_per_s = 0;
   // The resident-thread capacity the stack limit is reserved for (an H100 SXM: 132 x 2048).
   std::uint64_t sm_count = 132;
   std::uint64_t threads_per_sm = 2048;

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "interposer/background_thread.h"
 #include "interposer/devices.h"
 #include "interposer/hooks.h"
 #include "interposer/launch_flag.h"
@@ -37,14 +38,20 @@ constexpr std::uint64_t kRestoreQuietNs = 300'000'000ULL;
 constexpr std::uint64_t kRestoreMarginDivisor = 32;
 
 // One borrowed allocation: an address range this library reserved, backed by one physical handle
-// on the device or in host memory.
+// on the device or in host memory. Its host memory is prepared ahead (the standby thread below):
+// the driver allocates and pins every page of it at about 2 GB/s, which a move cannot wait for; a
+// move is then a copy into it and a remap. It stays after a move back, for the next one.
 struct Borrowed {
-  std::uint64_t size = 0;  // of the range and the handle (granular)
+  std::uint64_t size = 0;  // of the range and the handles (granular)
   CUcontext context = nullptr;
   int device = -1;  // CUDA ordinal
   int ledger_dev = -1;
-  CUmemGenericAllocationHandle handle = 0;
+  CUmemGenericAllocationHandle handle = 0;  // what backs the range now (`host` while on_host)
   bool on_host = false;
+  CUmemGenericAllocationHandle host = 0;  // its host memory, 0 until prepared
+  CUdeviceptr host_view = 0;              // where `host` is mapped too: a move copies through it
+  bool preparing = false;                 // the standby thread is creating `host`
+  bool host_failed = false;               // the driver refused it: not tried again in the background
 };
 
 // The table of borrowed allocations and every move: one lock, never taken on a launch, nor by a
@@ -157,16 +164,79 @@ void publish_figures(int ledger_dev) {
   l->set_reclaim_figures(ledger_dev, g_movable[ledger_dev].load(), g_on_host[ledger_dev].load());
 }
 
-// Re-backs `b` at `at` by a new handle (host or device): the new one mapped at a staging range,
-// the contents copied, the old unmapped and the new mapped at `at`. On any failure the allocation
-// stays as it was. The caller holds g_lock and the submissions, with b.context current.
-bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
+// Host memory for `size` bytes of device `device`, mapped at its own range (*view) where the device
+// can read and write it. Any current context. On failure nothing is left behind.
+CUresult prepare_host(std::uint64_t size, int device, CUmemGenericAllocationHandle* host, CUdeviceptr* view) {
+  const Vmm& ops = vmm();
+  CUresult r = create(host, size, true, device);
+  if (r != CUDA_SUCCESS) return r;
+  r = ops.reserve(view, size, 0, 0, 0);
+  if (r == CUDA_SUCCESS) {
+    r = map_with_access(*view, size, *host, device);
+    if (r == CUDA_SUCCESS) return r;
+    ops.address_free(*view, size);
+  }
+  release_handle(*host);
+  *host = 0;
+  *view = 0;
+  return r;
+}
+
+void drop_host(CUmemGenericAllocationHandle host, CUdeviceptr view, std::uint64_t size) {
+  if (view != 0) {
+    vmm().unmap(view, size);
+    vmm().address_free(view, size);
+  }
+  if (host != 0) release_handle(host);
+}
+
+// Maps `fresh` at `at` in place of what backs it now; on failure the old backing is mapped back
+// (its contents untouched) and false is returned.
+bool remap(CUdeviceptr at, const Borrowed& b, CUmemGenericAllocationHandle fresh) {
+  if (vmm().unmap(at, b.size) != CUDA_SUCCESS) return false;
+  if (map_with_access(at, b.size, fresh, b.device) == CUDA_SUCCESS) return true;
+  (void)map_with_access(at, b.size, b.handle, b.device);
+  return false;
+}
+
+void log_move(const Borrowed& b, bool to_host, bool prepared, std::uint64_t t0, std::uint64_t t1,
+              std::uint64_t t2) {
+  GS_LOG(Debug, "reclaim: %.1f MiB to %s: %s %.1f ms, copy %.1f ms, remap %.1f ms",
+         static_cast<double>(b.size) / (1 << 20), to_host ? "host" : "device",
+         prepared ? "host memory prepared ahead, create" : "create", static_cast<double>(t1 - t0) / 1e6,
+         static_cast<double>(t2 - t1) / 1e6, static_cast<double>(monotonic_ns() - t2) / 1e6);
+}
+
+// Re-backs `b` at `at` by its host memory (prepared ahead, or created now): the contents copied
+// through its view, the device memory unmapped and released. On any failure the allocation stays
+// on the device as it was. The caller holds g_lock and the submissions, with b.context current.
+bool rebind_to_host(CUdeviceptr at, Borrowed& b) {
+  auto copy = REAL(cuMemcpyDtoD_v2);
+  if (copy == nullptr) return false;
+  const std::uint64_t t0 = monotonic_ns();
+  const bool prepared = b.host != 0;
+  if (!prepared && prepare_host(b.size, b.device, &b.host, &b.host_view) != CUDA_SUCCESS) return false;
+  const std::uint64_t t1 = monotonic_ns();
+  if (copy(b.host_view, at, b.size) != CUDA_SUCCESS) return false;  // the host memory stays prepared
+  const std::uint64_t t2 = monotonic_ns();
+  if (!remap(at, b, b.host)) return false;
+  release_handle(b.handle);
+  b.handle = b.host;
+  b.on_host = true;
+  log_move(b, true, prepared, t0, t1, t2);
+  return true;
+}
+
+// Re-backs `b` at `at` by new device memory: mapped at a staging range, the contents copied, then
+// mapped at `at`. The host memory stays, prepared for the next move. On any failure the allocation
+// stays in host memory as it was. The caller holds g_lock and the submissions, b.context current.
+bool rebind_to_device(CUdeviceptr at, Borrowed& b) {
   const Vmm& ops = vmm();
   auto copy = REAL(cuMemcpyDtoD_v2);
   if (copy == nullptr) return false;
   const std::uint64_t t0 = monotonic_ns();
   CUmemGenericAllocationHandle fresh = 0;
-  if (create(&fresh, b.size, to_host, b.device) != CUDA_SUCCESS) return false;
+  if (create(&fresh, b.size, false, b.device) != CUDA_SUCCESS) return false;
   const std::uint64_t t1 = monotonic_ns();
   CUdeviceptr staging = 0;
   if (ops.reserve(&staging, b.size, 0, 0, 0) != CUDA_SUCCESS) {
@@ -178,27 +248,13 @@ bool rebind(CUdeviceptr at, Borrowed& b, bool to_host) {
   const std::uint64_t t2 = monotonic_ns();
   if (mapped) ops.unmap(staging, b.size);
   ops.address_free(staging, b.size);
-  if (!copied) {
+  if (!copied || !remap(at, b, fresh)) {
     release_handle(fresh);
     return false;
   }
-  if (ops.unmap(at, b.size) != CUDA_SUCCESS) {
-    release_handle(fresh);
-    return false;
-  }
-  if (map_with_access(at, b.size, fresh, b.device) != CUDA_SUCCESS) {
-    // Put the old backing back: its contents are untouched.
-    (void)map_with_access(at, b.size, b.handle, b.device);
-    release_handle(fresh);
-    return false;
-  }
-  release_handle(b.handle);
   b.handle = fresh;
-  b.on_host = to_host;
-  GS_LOG(Debug, "reclaim: %.1f MiB to %s: create %.1f ms, copy %.1f ms, remap %.1f ms",
-         static_cast<double>(b.size) / (1 << 20), to_host ? "host" : "device",
-         static_cast<double>(t1 - t0) / 1e6, static_cast<double>(t2 - t1) / 1e6,
-         static_cast<double>(monotonic_ns() - t2) / 1e6);
+  b.on_host = false;
+  log_move(b, false, false, t0, t1, t2);
   return true;
 }
 
@@ -338,7 +394,7 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
     for (auto& [ptr, b] : picked) {
       AllocationInFlight flight;  // the footprint reconciliation waits while the books move
       vmm().set_current(b->context);
-      if (!rebind(ptr, *b, true)) continue;
+      if (!rebind_to_host(ptr, *b)) continue;
       ledger()->release(dev, b->size);
       g_movable[dev].fetch_sub(b->size);
       g_on_host[dev].fetch_add(b->size);
@@ -381,7 +437,7 @@ std::uint64_t restore(int dev, std::uint64_t room) {
       AllocationInFlight flight;
       if (!ledger()->try_reserve(dev, b->size)) continue;  // the quota no longer has room
       vmm().set_current(b->context);
-      if (!rebind(ptr, *b, false)) {
+      if (!rebind_to_device(ptr, *b)) {
         ledger()->release(dev, b->size);
         continue;
       }
@@ -398,6 +454,84 @@ std::uint64_t restore(int dev, std::uint64_t room) {
     GS_LOG(Info, "reclaim: moved %.1f MiB of borrowed memory back to the device in %.1f ms",
            static_cast<double>(moved) / (1 << 20), static_cast<double>(monotonic_ns() - started) / 1e6);
   return moved;
+}
+
+// The standby thread: prepares the host memory of each borrowed allocation that is on the device
+// and has none yet, one at a time, outside g_lock (pinning takes about a second per 2 GiB).
+std::atomic<bool> g_standby_started{false};
+
+bool pick_unprepared(CUdeviceptr* ptr, Borrowed* picked, std::uint64_t* unprepared, std::uint64_t* prepared) {
+  std::lock_guard<std::mutex> lock(*g_lock);
+  *ptr = 0;
+  *unprepared = 0;
+  *prepared = 0;
+  for (auto& [at, b] : *g_table) {
+    if (b.host != 0) *prepared += b.size;
+    if (b.on_host || b.host != 0 || b.host_failed) continue;
+    *unprepared += b.size;
+    if (*ptr == 0 && !b.preparing) {
+      b.preparing = true;
+      *ptr = at;
+      *picked = b;
+    }
+  }
+  return *ptr != 0;
+}
+
+void* standby_main(void*) {
+  bool all_said = true;
+  for (;;) {
+    sleep_us(20'000);
+    CUdeviceptr ptr = 0;
+    Borrowed b;
+    std::uint64_t unprepared = 0, prepared = 0;
+    if (!pick_unprepared(&ptr, &b, &unprepared, &prepared)) {
+      if (!all_said && unprepared == 0) {
+        GS_LOG(Debug, "reclaim: host memory prepared ahead for all %.1f MiB borrowed",
+               static_cast<double>(prepared) / (1 << 20));
+        all_said = true;
+      }
+      sleep_us(80'000);
+      continue;
+    }
+    all_said = false;
+    CUmemGenericAllocationHandle host = 0;
+    CUdeviceptr view = 0;
+    const std::uint64_t t0 = monotonic_ns();
+    const CUresult r = vmm().set_current(b.context) == CUDA_SUCCESS
+                           ? prepare_host(b.size, b.device, &host, &view)
+                           : CUDA_ERROR_INVALID_CONTEXT;
+    bool kept = false;
+    {
+      std::lock_guard<std::mutex> lock(*g_lock);
+      auto found = find_borrowed(ptr);
+      // Still the same allocation (freed and another made at the address: not marked preparing).
+      if (found != g_table->end() && found->second.preparing) {
+        Borrowed& now = found->second;
+        now.preparing = false;
+        if (r != CUDA_SUCCESS) {
+          now.host_failed = true;
+        } else if (now.host == 0 && now.size == b.size) {
+          now.host = host;
+          now.host_view = view;
+          kept = true;
+        }
+      }
+    }
+    if (r == CUDA_SUCCESS && !kept) drop_host(host, view, b.size);  // a move made its own, or it is gone
+    if (r != CUDA_SUCCESS) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        GS_LOG(Warn,
+               "reclaim: host memory for %.1f MiB of borrowed memory could not be prepared (error %d): a "
+               "move will create it then, slowly",
+               static_cast<double>(b.size) / (1 << 20), static_cast<int>(r));
+    } else {
+      GS_LOG(Debug, "reclaim: host memory for %.1f MiB of borrowed memory prepared in %.1f ms",
+             static_cast<double>(b.size) / (1 << 20), static_cast<double>(monotonic_ns() - t0) / 1e6);
+    }
+  }
+  return nullptr;
 }
 
 CUcontext any_context(int dev) {
@@ -457,6 +591,8 @@ CUresult allocate_borrowed(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dpt
     g_borrower.store(true, std::memory_order_seq_cst);
     launch_flag::turn_on();  // the launch hooks reach the gate, which counts them
   }
+  if (!g_standby_started.exchange(true) && !start_background_thread(standby_main))
+    GS_LOG(Warn, "reclaim: no thread to prepare host memory ahead: a move will create it then, slowly");
   publish_figures(dev);
   *dptr = range;
   return CUDA_SUCCESS;
@@ -482,7 +618,8 @@ bool free_borrowed(CUdeviceptr ptr, CUresult* result) {
     *result = r;
     return true;
   }
-  release_handle(b.handle);
+  if (!b.on_host) release_handle(b.handle);
+  drop_host(b.host, b.host_view, b.size);  // while on host, b.handle is this one
   ops.address_free(ptr, b.size);
   g_table->erase(found);
   const int dev = b.ledger_dev;
@@ -679,6 +816,7 @@ void after_fork() {
   g_hold.store(false);
   g_submitting.store(0);
   g_borrower.store(false);
+  g_standby_started.store(false);  // the parent's thread is not here
 }
 
 void at_exit() {
