@@ -375,6 +375,13 @@ def main():
         rows.append(("server p99 during the reclaim <= 1.10x alone", "PASS" if ratio <= 1.10 else "FAIL",
                      f"p99 {p99(lat_with):.2f} ms ({len(lat_with)} requests) vs alone {p99(lat_alone):.2f} ms "
                      f"({len(lat_alone)}): {ratio:.2f}x"))
+        # The same server beside the running trainer before the reclaim (what priorities alone give a
+        # request of this length: docs/priority.md), to tell the reclaim's cost from the sharing's.
+        lat_beside = window_latencies(server_with, big["start"] - 5.0, big["start"] - 0.5)
+        if lat_beside and lat_alone:
+            rows.append(("server p99 beside the trainer before the reclaim", "INFO",
+                         f"p99 {p99(lat_beside):.2f} ms ({len(lat_beside)} requests): "
+                         f"{p99(lat_beside) / p99(lat_alone):.2f}x alone"))
     steps_t = [float(line.split("t=")[1]) for line in open(with_log) if line.startswith("step=")]
     rows.append(("trainer kept running (exit status)", "PASS" if rc_with == 0 else "FAIL", f"exit {rc_with}"))
     # Where a move's time goes (the library's debug lines in the trainer's log).
