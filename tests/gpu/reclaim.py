@@ -359,9 +359,11 @@ def main():
     rows.append(("restored within 1 s after the server freed", "PASS" if restored_at and restore_ms <= 1000 else "FAIL",
                  f"{restore_ms:.0f} ms (status polled every 50 ms)"))
     if big and big_alone:
-        # The big block's wait, at least one second from its start (alone it takes no time).
-        lat_with = window_latencies(server_with, big["start"], max(big["end"], big["start"] + 1.0))
-        lat_alone = window_latencies(server_alone, big_alone["start"], max(big_alone["end"], big_alone["start"] + 1.0))
+        # During the reclaim: the big block's wait (the trainer held from the reclaim thread's first
+        # round, its memory copied out). Alone: the server's requests from 2 s before the grower's
+        # big block to 2 s after (alone the block takes no time).
+        lat_with = window_latencies(server_with, big["start"], big["end"])
+        lat_alone = window_latencies(server_alone, big_alone["start"] - 2.0, big_alone["start"] + 2.0)
         ratio = p99(lat_with) / p99(lat_alone) if lat_alone else float("nan")
         # Where the slow requests fall against the big block's wait (the moves' timeline is in
         # trainer-status.jsonl and the trainer's log).
@@ -382,6 +384,12 @@ def main():
             rows.append(("server p99 beside the trainer before the reclaim", "INFO",
                          f"p99 {p99(lat_beside):.2f} ms ({len(lat_beside)} requests): "
                          f"{p99(lat_beside) / p99(lat_alone):.2f}x alone"))
+        # And after it, until the grower frees: the trainer runs on, its moved memory in host memory.
+        lat_after = window_latencies(server_with, big["end"], ev_with.get("freed", big["end"]))
+        if lat_after and lat_alone:
+            rows.append(("server p99 after the reclaim, the trainer's memory in host memory", "INFO",
+                         f"p99 {p99(lat_after):.2f} ms ({len(lat_after)} requests): "
+                         f"{p99(lat_after) / p99(lat_alone):.2f}x alone"))
     steps_t = [float(line.split("t=")[1]) for line in open(with_log) if line.startswith("step=")]
     rows.append(("trainer kept running (exit status)", "PASS" if rc_with == 0 else "FAIL", f"exit {rc_with}"))
     # Where a move's time goes (the library's debug lines in the trainer's log).
