@@ -23,6 +23,7 @@ constexpr std::uint64_t kUnlimitedUntil = 2 * kSec;
 // the clock takes a second or two to rise.
 constexpr std::uint64_t kMeasured = 3 * kSec;
 constexpr std::uint64_t kSample = 100 * kMs;
+constexpr std::uint64_t kNvmlPeriod = 200 * kMs;  // NVML's utilization period on an H200
 
 TEST(ClockFactor, IsTheMeasuredPowerOfTheClockRatio) {
   EXPECT_EQ(clock_factor_permille(1480, 1480), 1000u);
@@ -36,25 +37,55 @@ TEST(ClockFactor, IsTheMeasuredPowerOfTheClockRatio) {
   EXPECT_EQ(clock_factor_permille(5000, 1000), kMaxClockFactorPermille);
 }
 
-TEST(ClockReference, FollowsASecondOfFlatOutSamples) {
+TEST(ClockReference, FollowsASecondOfFlatOutSamplesOnceTheNextTwoAreFlatOutToo) {
   ClockReference reference;
-  for (int i = 0; i < 9; ++i) reference.observe(99, 1500);
-  EXPECT_EQ(reference.mhz(), 0u);  // not a second yet
+  for (int i = 0; i < 11; ++i) reference.observe(99, 1500);
+  EXPECT_EQ(reference.mhz(), 0u);  // the tenth sample's clock is not confirmed yet
   reference.observe(80, 1700);     // an off part: the run starts over
-  for (int i = 0; i < 9; ++i) reference.observe(100, 1500);
+  for (int i = 0; i < 11; ++i) reference.observe(100, 1500);
   EXPECT_EQ(reference.mhz(), 0u);
-  reference.observe(100, 1500);
+  reference.observe(100, 1500);  // the tenth sample's clock counts
   EXPECT_EQ(reference.mhz(), 1500u);
-  reference.observe(100, 1400);  // a quarter of the way
-  EXPECT_EQ(reference.mhz(), 1475u);
-  reference.observe(50, 1980);  // a limited stretch leaves it
+  reference.observe(100, 1400);
+  reference.observe(100, 1400);
+  EXPECT_EQ(reference.mhz(), 1500u) << "the 1400s are not confirmed yet";
+  reference.observe(100, 1400);
+  EXPECT_EQ(reference.mhz(), 1475u) << "the mean of 1500, 1500, 1500 and 1400";
+  reference.observe(50, 1980);  // a limited stretch leaves it, and the unconfirmed 1400s are dropped
   EXPECT_EQ(reference.mhz(), 1475u);
   reference.observe(100, 1400);  // and must last a second again
   EXPECT_EQ(reference.mhz(), 1475u);
   reference.observe(100, 0);     // no clock read
   reference.observe(101, 1980);  // not a percentage
-  for (int i = 0; i < 9; ++i) reference.observe(100, 1400);
+  for (int i = 0; i < 11; ++i) reference.observe(100, 1400);
   EXPECT_EQ(reference.mhz(), 1475u);
+}
+
+// NVML's utilization is the busy share of its last completed period (200 ms on an H200), the clock is
+// read at the instant. On an H200 (bench/results/gpu-2026-11-29-c, call 4, streams4) the first sample
+// after a limit began duty-cycling the device read 100% busy at 1,770 MHz, against 1,390 flat out; a
+// quarter of it in the reference made it 1,485, and every window under the limit was charged 4% less.
+TEST(ClockReference, AClockReadAsTheDeviceGoesIdleDoesNotCount) {
+  ClockReference reference;
+  for (int i = 0; i < 30; ++i) reference.observe(100, 1390);
+  EXPECT_EQ(reference.mhz(), 1390u);
+  reference.observe(100, 1770);  // the off part has begun; the utilization still covers the on part
+  reference.observe(100, 1965);  // a reading is repeated until the next period completes
+  reference.observe(43, 1965);
+  EXPECT_EQ(reference.mhz(), 1390u);
+  for (int i = 0; i < 30; ++i) reference.observe(i % 5 == 4 ? 40 : 100, 1440);  // under the limit
+  EXPECT_EQ(reference.mhz(), 1390u);
+}
+
+// An H200's flat-out clock swings over about a second (1,365-1,425 MHz under four streams of
+// matmuls): the reference is the mean of the last second, whichever sample the stretch ends on.
+TEST(ClockReference, IsTheMeanOfTheLastFlatOutSecond) {
+  constexpr std::uint32_t kSwing[10] = {1410, 1410, 1395, 1380, 1365, 1365, 1380, 1395, 1410, 1425};
+  for (int end = 30; end < 40; ++end) {
+    ClockReference reference;
+    for (int i = 0; i < end; ++i) reference.observe(100, kSwing[i % 10]);
+    EXPECT_NEAR(reference.mhz(), 1393.5, 1.0) << "ended after " << end << " samples";
+  }
 }
 
 // Before a flat-out second: flat = max - (max - window) / duty, the duty averaged a tenth per sample.
@@ -76,7 +107,8 @@ TEST(ClockReference, EstimatesTheFlatOutClockFromTheDutyUntilOneIsSeen) {
   EXPECT_EQ(reference.reference_for(1950), 0u) << "below 15% duty the cut is too small to divide";
   for (int i = 0; i < 40; ++i) reference.observe(20, 1950, true);
   EXPECT_EQ(reference.reference_for(1000), 0u) << "a cut past the whole clock is a bad reading";
-  for (int i = 0; i < 10; ++i) reference.observe(100, 1480, true);
+  for (std::uint32_t i = 0; i < ClockReference::kFlatOutSamples + ClockReference::kConfirmSamples; ++i)
+    reference.observe(100, 1480, true);
   EXPECT_EQ(reference.reference_for(1900), 1480u) << "a measured reference replaces the estimate";
 }
 
@@ -97,19 +129,33 @@ TEST(ClockReference, NoEstimateUnlessThePowerCapHeldTheClockInTheLastSecond) {
 
 std::uint32_t read_sim_clock(const void* world) { return static_cast<const World*>(world)->sm_clock_mhz(); }
 
-void h200_like(World& world) { world.clock_model = {.flat_mhz = 1480, .idle_mhz = 1980, .tau_ns = kSec}; }
+// How the watcher reads the simulated device: the busy share of the last 100 ms and the clock of
+// the averaged load, or as NVML reads an H200: the utilization of the driver's last completed 200 ms
+// period, and the clock at its maximum as soon as the device idles (1,770-1,965 MHz within 100 ms).
+enum class Readings { Exact, LikeH200 };
+
+void h200_like(World& world, Readings readings = Readings::Exact) {
+  world.clock_model = {
+      .flat_mhz = 1480, .idle_mhz = 1980, .tau_ns = kSec, .idle_reads_max = readings == Readings::LikeH200};
+}
 
 // What the library's watcher does every 100 ms: the device's utilization and SM clock into the
 // reference. Also sets the container's limit at kUnlimitedUntil (it runs unlimited before, unless
-// it was limited from its start).
-void watcher(World& world, ClockReference& reference, Container& box, unsigned limit, std::uint64_t until) {
+// it was limited from its start), and keeps the highest reference seen from then on in `held_mhz`.
+void watcher(World& world, ClockReference& reference, Container& box, unsigned limit, std::uint64_t until,
+             Readings readings, std::uint32_t& held_mhz) {
   while (world.now() < until) {
     world.sleep(kSample);
     const std::uint64_t now = world.now();
+    const double busy = readings == Readings::LikeH200 ? world.nvml_utilization(kNvmlPeriod)
+                                                       : world.device_busy(now - kSample, now);
     // The simulated clock is a power cap's: held below its maximum whenever the device is loaded.
-    reference.observe(static_cast<std::uint32_t>(world.device_busy(now - kSample, now) * 100 + 0.5),
-                      world.sm_clock_mhz(), world.sm_clock_mhz() < world.clock_model.idle_mhz);
-    if (now >= kUnlimitedUntil) box.limit.store(limit);
+    reference.observe(static_cast<std::uint32_t>(busy * 100 + 0.5), world.sm_clock_mhz(),
+                      world.sm_clock_mhz() < world.clock_model.idle_mhz);
+    if (now >= kUnlimitedUntil) {
+      box.limit.store(limit);
+      held_mhz = std::max(held_mhz, reference.mhz());
+    }
   }
 }
 
@@ -121,6 +167,7 @@ struct ClockRun {
   WindowRange work;  // work per second under the limit / flat out, every 1 s window measured
   WindowRange gpu_time;
   Stats stats;
+  std::uint32_t reference_mhz = 0;  // the highest flat-out reference while limited
 };
 
 // The work per second of processes that run kernel loops flat out (1 s to 2 s: the clock at
@@ -145,13 +192,14 @@ double unlimited_work(std::initializer_list<std::uint64_t> kernel_ns, std::uint6
 // Processes of one container, each a loop of `kernel_ns[i]` kernels, unlimited for 2 s and then
 // under `limit`; `corrected`: the limiters read the clock and the watcher's reference.
 ClockRun run(unsigned limit, bool corrected, std::initializer_list<std::uint64_t> kernel_ns,
-             std::uint64_t timeslice_ns = 0, Start start = Start::Unlimited) {
+             std::uint64_t timeslice_ns = 0, Start start = Start::Unlimited,
+             Readings readings = Readings::Exact) {
   const bool limited_first = start != Start::Unlimited;
   // Limited from the start there is no queue from an unlimited run: measured from its first second.
   const std::uint64_t from = limited_first ? 0 : kernel_ns.size() > 1 ? 9 * kSec : 5 * kSec;
   const std::uint64_t until = from + kMeasured;
   Scenario s;
-  h200_like(s.world);
+  h200_like(s.world, readings);
   s.world.timeslice_ns = timeslice_ns;
   Container& box = s.add_container(limited_first ? limit : 100);
   ClockReference reference;
@@ -164,14 +212,15 @@ ClockRun run(unsigned limit, bool corrected, std::initializer_list<std::uint64_t
     processes.push_back(&p);
     s.add_thread(p, [&s, &p, kernel, until] { kernel_loop(p, s.world, kernel, 5 * kUs, until); });
   }
-  s.add_thread(*processes.front(), [&] { watcher(s.world, reference, box, limit, until); });
+  ClockRun result;
+  s.add_thread(*processes.front(),
+               [&] { watcher(s.world, reference, box, limit, until, readings, result.reference_mhz); });
   s.run();
   // Flat out: the work of the unlimited second before the limit (the clock at flat_mhz throughout),
   // or, limited from the start, of the same processes in a run that is never limited.
   double flat = limited_first ? unlimited_work(kernel_ns, timeslice_ns) : 0;
   if (!limited_first)
     for (Process* p : processes) flat += s.world.work_done(p->ctx, kUnlimitedUntil - kSec, kUnlimitedUntil);
-  ClockRun result;
   result.work.min = 1.0;
   double sum = 0;
   int count = 0;
@@ -229,6 +278,23 @@ TEST_P(LimiterClock, TwoProcessesOfOneContainerAreHeldTogether) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Limits, LimiterClock, ::testing::Values(20u, 30u, 50u, 80u));
+
+class LimiterClockLikeH200 : public ::testing::TestWithParam<unsigned> {};
+
+// Read as NVML reads an H200, the limit's first off part shows the idle clock while the utilization
+// still shows the flat-out period before it (bench/results/clock-reference-2026-11-29/): the
+// reference stays the flat-out clock, and every 1 s window's work is within a point of the limit.
+// Counting that sample put the reference 125 MHz high here (the work up to +2.9 points at 80%).
+TEST_P(LimiterClockLikeH200, TheClockOfTheFirstIdleSampleIsNotTakenForTheFlatOutOne) {
+  const unsigned limit = GetParam();
+  const ClockRun r = run(limit, /*corrected=*/true, {1 * kMs}, 0, Start::Unlimited, Readings::LikeH200);
+  EXPECT_GE(r.reference_mhz, 1480u);
+  EXPECT_LE(r.reference_mhz, 1480u + 10);
+  EXPECT_GE(r.work.min, limit / 100.0 - 0.01) << describe(r.work);
+  EXPECT_LE(r.work.max, limit / 100.0 + 0.01) << describe(r.work);
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, LimiterClockLikeH200, ::testing::Values(20u, 30u, 50u, 80u));
 
 // Limited from its first launch, no flat-out second is ever seen. Without NVML's maximum clock
 // nothing is known to correct by: GPU time, as before, and the work exceeds the limit.
