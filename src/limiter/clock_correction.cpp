@@ -60,8 +60,8 @@ void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, b
   recent_mhz_[recent_next_] = sm_mhz;
   recent_next_ = (recent_next_ + 1) % recent_mhz_.size();
   if (flat_run_ < kFlatOutSamples + kConfirmSamples) return;
-  // The clock read kConfirmSamples samples ago, a second into the run: the utilization read since
-  // covers the instant it was read, and was flat out too.
+  // The clock read kConfirmSamples samples ago, a second into the run: the device has been flat out
+  // since, by utilization readings that cover the instant it was read.
   counted_mhz_[counted_next_] = recent_mhz_[recent_next_];
   counted_next_ = (counted_next_ + 1) % kFlatOutSamples;
   if (counted_ < kFlatOutSamples) ++counted_;

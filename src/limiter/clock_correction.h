@@ -34,15 +34,17 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 // kFlatOutSamples samples in a row (a second) and in the kConfirmSamples samples after it: then no
 // limit duty-cycled it (an on part lasts at most half a second, and a sample across its off part
 // reads well below 95%), and its clock is the one the power controller holds under full load, for
-// whatever ran on it. The later samples are needed because NVML's utilization is the busy share of
-// the driver's last completed period (200 ms on an H200) while the clock is read at the instant:
-// when a limit starts duty-cycling the device (or the process stops), the first idle sample still
-// reads 100% busy with the clock already at its idle boost (1,770-1,965 MHz against 1,390 flat out
-// on an H200), and counting it put the reference 80-210 MHz high (bench/results/clock-reference-2026-11-29/).
-// The reference is the mean of the last kFlatOutSamples counted clocks (the last second flat out:
-// an H200's flat-out clock swings by 50-90 MHz over about a second) and stays while the device is
-// duty-cycled: that is the state it exists for. One thread observes (the watcher); readers (the
-// limiter's closer) load atomics.
+// whatever ran on it. The samples after it are needed because the utilization shows the end of a
+// flat-out stretch late while the clock shows it at once (bench/results/clock-reference-2026-11-29/):
+// NVML's utilization is the busy share of the driver's last completed period (200 ms on an H200),
+// so the first sample after a limit starts duty-cycling the device (or the process stops) reads
+// 100% busy at a clock already raised toward the idle boost (1,770-1,965 MHz against 1,390 flat out);
+// and the first on parts of a limit set live can leave gaps too short for NVML to see while the clock
+// is already the duty-cycled one (1,500-1,545 MHz at 95-100% busy against 1,475, for half a
+// second). Counting those held an H200's reference up to 245 MHz high. The reference is the mean of the
+// last kFlatOutSamples counted clocks (the last second flat out: an H200's flat-out clock swings by
+// 50-90 MHz over about a second) and stays while the device is duty-cycled: that is the state it
+// exists for. One thread observes (the watcher); readers (the limiter's closer) load atomics.
 //
 // Until a flat-out second is seen (a container limited from its first launch never sees one), the
 // reference is estimated from the window's own clock: the power controller cuts the clock below its
@@ -57,7 +59,7 @@ class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
   static constexpr std::uint32_t kFlatOutSamples = 10;
-  static constexpr std::uint32_t kConfirmSamples = 2;
+  static constexpr std::uint32_t kConfirmSamples = 6;
   static constexpr std::uint32_t kMinEstimateDutyPermille = 150;
   static constexpr std::uint32_t kPowerCapSamples = 10;
 

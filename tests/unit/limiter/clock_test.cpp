@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "limiter/clock_correction.h"
@@ -37,44 +38,64 @@ TEST(ClockFactor, IsTheMeasuredPowerOfTheClockRatio) {
   EXPECT_EQ(clock_factor_permille(5000, 1000), kMaxClockFactorPermille);
 }
 
-TEST(ClockReference, FollowsASecondOfFlatOutSamplesOnceTheNextTwoAreFlatOutToo) {
+constexpr int kConfirm = ClockReference::kConfirmSamples;
+// Samples in a row before the first clock counts: a second flat out, and the samples that confirm it.
+constexpr int kFirstCounted = ClockReference::kFlatOutSamples + kConfirm;
+
+TEST(ClockReference, FollowsASecondOfFlatOutSamplesOnceTheSamplesAfterAreFlatOutToo) {
   ClockReference reference;
-  for (int i = 0; i < 11; ++i) reference.observe(99, 1500);
+  for (int i = 0; i < kFirstCounted - 1; ++i) reference.observe(99, 1500);
   EXPECT_EQ(reference.mhz(), 0u);  // the tenth sample's clock is not confirmed yet
   reference.observe(80, 1700);     // an off part: the run starts over
-  for (int i = 0; i < 11; ++i) reference.observe(100, 1500);
+  for (int i = 0; i < kFirstCounted - 1; ++i) reference.observe(100, 1500);
   EXPECT_EQ(reference.mhz(), 0u);
   reference.observe(100, 1500);  // the tenth sample's clock counts
   EXPECT_EQ(reference.mhz(), 1500u);
-  reference.observe(100, 1400);
-  reference.observe(100, 1400);
+  for (int i = 0; i < kConfirm; ++i) reference.observe(100, 1400);
   EXPECT_EQ(reference.mhz(), 1500u) << "the 1400s are not confirmed yet";
   reference.observe(100, 1400);
-  EXPECT_EQ(reference.mhz(), 1475u) << "the mean of 1500, 1500, 1500 and 1400";
+  // The mean of the counted clocks: kConfirm + 1 of 1500 and the first 1400.
+  EXPECT_EQ(reference.mhz(), (1500u * (kConfirm + 1) + 1400u + (kConfirm + 2) / 2) / (kConfirm + 2));
+  const std::uint32_t held = reference.mhz();
   reference.observe(50, 1980);  // a limited stretch leaves it, and the unconfirmed 1400s are dropped
-  EXPECT_EQ(reference.mhz(), 1475u);
+  EXPECT_EQ(reference.mhz(), held);
   reference.observe(100, 1400);  // and must last a second again
-  EXPECT_EQ(reference.mhz(), 1475u);
+  EXPECT_EQ(reference.mhz(), held);
   reference.observe(100, 0);     // no clock read
   reference.observe(101, 1980);  // not a percentage
-  for (int i = 0; i < 11; ++i) reference.observe(100, 1400);
-  EXPECT_EQ(reference.mhz(), 1475u);
+  for (int i = 0; i < kFirstCounted - 1; ++i) reference.observe(100, 1400);
+  EXPECT_EQ(reference.mhz(), held);
 }
 
-// NVML's utilization is the busy share of its last completed period (200 ms on an H200), the clock is
-// read at the instant. On an H200 (bench/results/gpu-2026-11-29-c, call 4, streams4) the first sample
-// after a limit began duty-cycling the device read 100% busy at 1,770 MHz, against 1,390 flat out; a
-// quarter of it in the reference made it 1,485, and every window under the limit was charged 4% less.
-TEST(ClockReference, AClockReadAsTheDeviceGoesIdleDoesNotCount) {
-  ClockReference reference;
-  for (int i = 0; i < 30; ++i) reference.observe(100, 1390);
-  EXPECT_EQ(reference.mhz(), 1390u);
-  reference.observe(100, 1770);  // the off part has begun; the utilization still covers the on part
-  reference.observe(100, 1965);  // a reading is repeated until the next period completes
-  reference.observe(43, 1965);
-  EXPECT_EQ(reference.mhz(), 1390u);
-  for (int i = 0; i < 30; ++i) reference.observe(i % 5 == 4 ? 40 : 100, 1440);  // under the limit
-  EXPECT_EQ(reference.mhz(), 1390u);
+// The utilization shows the end of a flat-out stretch late, the clock at once: two H200 traces
+// (bench/results/gpu-2026-11-29-b and -c, 100 ms samples of NVML's utilization and SM clock) where
+// the old reference, a quarter per flat-out sample, took the raised clock for the flat-out one.
+TEST(ClockReference, TheLastSamplesOfAFlatOutStretchDoNotCount) {
+  // Four streams (-c, call 4, 4.02 s): NVML's utilization is the busy share of its last completed
+  // 200 ms period, so the first sample of the limit's first off part reads 100% at 1,770 MHz (the
+  // old reference went to 1,485, and every window under the limit was charged 4% less).
+  ClockReference streams;
+  for (int i = 0; i < 30; ++i) streams.observe(100, 1390);
+  EXPECT_EQ(streams.mhz(), 1390u);
+  streams.observe(100, 1770);
+  streams.observe(100, 1965);  // a reading is repeated until the next period completes
+  streams.observe(43, 1965);
+  EXPECT_EQ(streams.mhz(), 1390u);
+  for (int i = 0; i < 30; ++i) streams.observe(i % 5 == 4 ? 40 : 100, 1440);  // under the limit
+  EXPECT_EQ(streams.mhz(), 1390u);
+  // Graph replay (-b, call 4, 51.5 s): the first on parts of a limit set live leave gaps NVML does
+  // not see (a 1,725 MHz reading at 100%) while the clock is already the duty-cycled one.
+  ClockReference graph;
+  for (int i = 0; i < 30; ++i) graph.observe(100, 1475);
+  for (const auto& [util, mhz] : {std::pair{100u, 1725u},
+                                  {100u, 1515u},
+                                  {95u, 1500u},
+                                  {95u, 1515u},
+                                  {100u, 1515u},
+                                  {100u, 1545u},
+                                  {6u, 1545u}})
+    graph.observe(util, mhz);
+  EXPECT_EQ(graph.mhz(), 1475u);
 }
 
 // An H200's flat-out clock swings over about a second (1,365-1,425 MHz under four streams of
@@ -107,8 +128,7 @@ TEST(ClockReference, EstimatesTheFlatOutClockFromTheDutyUntilOneIsSeen) {
   EXPECT_EQ(reference.reference_for(1950), 0u) << "below 15% duty the cut is too small to divide";
   for (int i = 0; i < 40; ++i) reference.observe(20, 1950, true);
   EXPECT_EQ(reference.reference_for(1000), 0u) << "a cut past the whole clock is a bad reading";
-  for (std::uint32_t i = 0; i < ClockReference::kFlatOutSamples + ClockReference::kConfirmSamples; ++i)
-    reference.observe(100, 1480, true);
+  for (int i = 0; i < kFirstCounted; ++i) reference.observe(100, 1480, true);
   EXPECT_EQ(reference.reference_for(1900), 1480u) << "a measured reference replaces the estimate";
 }
 
