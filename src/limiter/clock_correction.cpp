@@ -56,12 +56,18 @@ void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, b
     flat_run_ = 0;
     return;
   }
-  if (flat_run_ < kFlatOutSamples) ++flat_run_;
-  if (flat_run_ < kFlatOutSamples) return;
-  const std::uint32_t old = mhz_.load(std::memory_order_relaxed);
-  // A quarter per sample; the first one is taken whole.
-  const std::uint32_t next = old == 0 ? sm_mhz : static_cast<std::uint32_t>((3ULL * old + sm_mhz + 2) / 4);
-  mhz_.store(next, std::memory_order_relaxed);
+  if (flat_run_ < kFlatOutSamples + kConfirmSamples) ++flat_run_;
+  recent_mhz_[recent_next_] = sm_mhz;
+  recent_next_ = (recent_next_ + 1) % recent_mhz_.size();
+  if (flat_run_ < kFlatOutSamples + kConfirmSamples) return;
+  // The clock read kConfirmSamples samples ago, a second into the run: the device has been flat out
+  // since, by utilization readings that cover the instant it was read.
+  counted_mhz_[counted_next_] = recent_mhz_[recent_next_];
+  counted_next_ = (counted_next_ + 1) % kFlatOutSamples;
+  if (counted_ < kFlatOutSamples) ++counted_;
+  std::uint64_t sum = 0;
+  for (std::uint32_t i = 0; i < counted_; ++i) sum += counted_mhz_[i];
+  mhz_.store(static_cast<std::uint32_t>((sum + counted_ / 2) / counted_), std::memory_order_relaxed);
 }
 
 std::uint32_t ClockReference::reference_for(std::uint32_t window_mhz) const {

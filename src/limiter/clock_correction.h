@@ -7,6 +7,7 @@
 // last ran flat out (ClockReference). Without a reference, or without a clock, nothing is scaled.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 
@@ -28,14 +29,22 @@ inline constexpr std::uint64_t kMaxClockFactorPermille = 1250;
 std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t reference_mhz);
 
 // The SM clock at which the device last ran flat out, from samples of the device's utilization and
-// SM clock (the library's watcher takes one every 100 ms, off the launch path). A sample counts once
-// the device has been busy kFlatOutUtilPercent or more of NVML's utilization period in
-// kFlatOutSamples samples in a row (a second): then no limit duty-cycled it (an on part lasts at most
-// half a second, and a sample across its off part reads well below 95%), and its clock is the one
-// the power controller holds under full load, for whatever ran on it. The reference follows such
-// samples (an exponential average, a quarter per sample) and stays while the device is duty-cycled:
-// that is the state it exists for. One thread observes (the watcher); readers (the limiter's closer)
-// load atomics.
+// SM clock (the library's watcher takes one every 100 ms, off the launch path). A sample's clock
+// counts once the device has been busy kFlatOutUtilPercent or more of NVML's utilization period in
+// kFlatOutSamples samples in a row (a second) and in the kConfirmSamples samples after it: then no
+// limit duty-cycled it (an on part lasts at most half a second, and a sample across its off part
+// reads well below 95%), and its clock is the one the power controller holds under full load, for
+// whatever ran on it. The samples after it are needed because the utilization shows the end of a
+// flat-out stretch late while the clock shows it at once (bench/results/clock-reference-2026-11-29/):
+// NVML's utilization is the busy share of the driver's last completed period (200 ms on an H200),
+// so the first sample after a limit starts duty-cycling the device (or the process stops) reads
+// 100% busy at a clock already raised toward the idle boost (1,770-1,965 MHz against 1,390 flat out);
+// and the first on parts of a limit set live can leave gaps too short for NVML to see while the clock
+// is already the duty-cycled one (1,500-1,545 MHz at 95-100% busy against 1,475, for half a
+// second). Counting those held an H200's reference up to 245 MHz high. The reference is the mean of the
+// last kFlatOutSamples counted clocks (the last second flat out: an H200's flat-out clock swings by
+// 50-90 MHz over about a second) and stays while the device is duty-cycled: that is the state it
+// exists for. One thread observes (the watcher); readers (the limiter's closer) load atomics.
 //
 // Until a flat-out second is seen (a container limited from its first launch never sees one), the
 // reference is estimated from the window's own clock: the power controller cuts the clock below its
@@ -50,6 +59,7 @@ class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
   static constexpr std::uint32_t kFlatOutSamples = 10;
+  static constexpr std::uint32_t kConfirmSamples = 6;
   static constexpr std::uint32_t kMinEstimateDutyPermille = 150;
   static constexpr std::uint32_t kPowerCapSamples = 10;
 
@@ -74,7 +84,15 @@ class ClockReference {
   std::atomic<std::uint32_t> max_mhz_{0};
   std::atomic<std::uint32_t> duty_permille_{0};
   std::atomic<std::uint32_t> since_power_cap_{kPowerCapSamples};  // samples since the cap was last seen
-  std::uint32_t flat_run_ = 0;                                    // observer only: flat-out samples in a row
+  // Observer only: flat-out samples in a row (up to kFlatOutSamples + kConfirmSamples), the clocks
+  // of this run's latest kConfirmSamples + 1 samples (the oldest is next to be overwritten), and the
+  // last kFlatOutSamples counted clocks.
+  std::uint32_t flat_run_ = 0;
+  std::array<std::uint32_t, kConfirmSamples + 1> recent_mhz_{};
+  std::uint32_t recent_next_ = 0;
+  std::array<std::uint32_t, kFlatOutSamples> counted_mhz_{};
+  std::uint32_t counted_next_ = 0;
+  std::uint32_t counted_ = 0;
   bool duty_seen_ = false;  // observer only: the average has its first sample
 };
 

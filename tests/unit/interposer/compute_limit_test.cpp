@@ -295,12 +295,15 @@ class ComputeLimitClock : public ComputeLimit {
   }
 };
 
-// A second of flat-out samples (100 ms ticks) gives the reference; windows while the device runs at a
-// higher clock are then charged (1900 / 1500)^0.455 = 1.114 of their GPU time, read once per window.
+// A second of flat-out samples (100 ms ticks) and two more that confirm its clock give the reference;
+// windows while the device runs at a higher clock are then charged (1900 / 1500)^0.455 = 1.114 of
+// their GPU time, read once per window.
 TEST_F(ComputeLimitClock, TheWatchersFlatOutClockScalesDeviceBoundWindows) {
   start("50");
   run_for(5);
-  for (int i = 0; i < 10; ++i) compute_limit::tick();
+  for (std::uint32_t i = 0;
+       i < limiter::ClockReference::kFlatOutSamples + limiter::ClockReference::kConfirmSamples; ++i)
+    compute_limit::tick();
   EXPECT_EQ(device_state(0)->flat_clock.mhz(), 1500u);
   SimulatedNvml::mhz = 1900;
   SimulatedNvml::util = 50;  // duty-cycled: the reference stays

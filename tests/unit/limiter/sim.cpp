@@ -184,6 +184,9 @@ double World::speed() const {
 
 std::uint32_t World::sm_clock_mhz() const {
   if (clock_model.flat_mhz == 0) return 0;
+  if (clock_model.idle_reads_max &&
+      std::all_of(contexts_.begin(), contexts_.end(), [](const Context& c) { return c.remaining.empty(); }))
+    return clock_model.idle_mhz;
   const double flat = clock_model.flat_mhz;
   return static_cast<std::uint32_t>(flat +
                                     (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_) + 0.5);
@@ -200,6 +203,11 @@ double World::device_busy(std::uint64_t from, std::uint64_t to) const {
   for (std::size_t c = 0; c < busy_by_container_.size(); ++c)
     busy += occupancy(static_cast<int>(c), from, to);
   return busy;
+}
+
+double World::nvml_utilization(std::uint64_t period_ns) const {
+  const std::uint64_t end = now_ / period_ns * period_ns;
+  return end < period_ns ? 0.0 : device_busy(end - period_ns, end);
 }
 
 void World::run_head(Context& ctx, std::uint64_t step, double share) {

@@ -20,7 +20,12 @@
 // average over `tau_ns`, as a power controller averages power): f = flat + (idle - flat) x (1 -
 // load). Kernels then run (f / flat)^exponent times faster than their nominal duration, so a
 // duty-cycled device does more work per busy second than one flat out (an H200's graph replay of
-// 4096^3 matmuls: 1480 MHz flat out, 1900 at 20% duty, +2-3 points of throughput).
+// 4096^3 matmuls: 1480 MHz flat out, 1900 at 20% duty, +2-3 points of throughput). With
+// `idle_reads_max`, an idle device's clock reads `idle_mhz` at once, as an H200's did within 100 ms
+// of its load stopping (1,770-1,965 MHz where it had run at 1,390 flat out), while the kernels' speed
+// still follows the averaged load.
+// NVML's utilization (`nvml_utilization`) is the busy share of the driver's last completed sample
+// period, not of the moment it is read: it shows a change up to a period late, the clock at once.
 #pragma once
 
 #include <condition_variable>
@@ -97,12 +102,16 @@ class World {
     std::uint32_t idle_mhz = 0;
     std::uint64_t tau_ns = kSec;
     double exponent = 0.455;
+    bool idle_reads_max = false;
   };
   ClockModel clock_model;
   // The SM clock now in MHz (0 without a clock model), as NVML reads it.
   std::uint32_t sm_clock_mhz() const;
-  // Share of [from, to) during which any context's kernel ran (NVML's utilization).
+  // Share of [from, to) during which any context's kernel ran.
   double device_busy(std::uint64_t from, std::uint64_t to) const;
+  // NVML's utilization now (nvmlDeviceGetUtilizationRates): the device's busy share over the last
+  // completed sample period, periods of `period_ns` from time 0 (200 ms on an H200); 0 before one.
+  double nvml_utilization(std::uint64_t period_ns) const;
 
  private:
   enum class State { Ready, Running, Sleeping, WaitEmpty, WaitSpace, Done };
