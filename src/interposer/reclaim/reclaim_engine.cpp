@@ -394,7 +394,24 @@ std::vector<CUcontext> contexts_of(const Picked& picked) {
 
 // Moves at least `want` bytes of this process's borrowed memory on record `dev` to host memory,
 // largest allocations first. Returns the bytes moved.
-std::uint64_t move_to_host(int dev, std::uint64_t want) {
+// Whether an allocation that may ask `self` still waits on the board.
+bool still_asked(const Holder& self, const Board& board) {
+  constexpr std::size_t kCapacity = 256;
+  static BoardEntry others[kCapacity];  // the reclaim thread's
+  const std::size_t n = board.read(others, kCapacity, monotonic_ns());
+  for (std::size_t i = 0; i < n; ++i) {
+    const BoardEntry& e = others[i];
+    if (e.wanted != 0 && may_ask(Asker{e.container_key, e.priority, e.within_guarantee, e.wanted}, self))
+      return true;
+  }
+  return false;
+}
+
+// After a move the borrower stays held until the asker has its allocation (at most this long): its
+// work resuming would compete with the asker's first requests, which the reclaim is for.
+constexpr std::uint64_t kHoldForAskerNs = 100'000'000ULL;
+
+std::uint64_t move_to_host(int dev, std::uint64_t want, const Holder& self, const Board& board) {
   std::lock_guard<std::mutex> lock(*g_lock);
   Picked picked = largest_first(dev, /*on_host=*/false);
   std::uint64_t sum = 0;
@@ -420,6 +437,8 @@ std::uint64_t move_to_host(int dev, std::uint64_t want) {
       moved += b->size;
       publish_figures(dev);  // progress, allocation by allocation
     }
+    const std::uint64_t until = monotonic_ns() + kHoldForAskerNs;
+    while (moved != 0 && monotonic_ns() < until && still_asked(self, board)) sleep_us(2000);
     release_hold();
   }
   vmm().set_current(previous);
@@ -834,7 +853,7 @@ void step() {
     if (!known) return;
     if (asked_of_us && g_movable[dev].load() != 0) {
       const std::uint64_t share = share_of(holders, holder_count, 0, askers, asker_count, free_bytes);
-      if (share != 0 && move_to_host(dev, share) != 0) publish_own(d, *board, true);
+      if (share != 0 && move_to_host(dev, share, holders[0], *board) != 0) publish_own(d, *board, true);
       return;
     }
     if (g_on_host[dev].load() == 0 || now - g_last_asker_ns[dev] < kRestoreQuietNs) return;
