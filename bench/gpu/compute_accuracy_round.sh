@@ -63,8 +63,10 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 # Two processes started under each limit (their first phase: the first 1 s window is the pair's
 # first second under it after the 1 s warm-up), then that limit again after an unlimited phase, set
 # live (its first 1 s window also runs the queue left from the unlimited phase, uncharged).
-for l in ${TWO_PROCESS_LIMITS-40 70}; do
-  run "graph2p-$l" "graph2p" "$l,100,$l,100"
+n=0
+for l in ${TWO_PROCESS_LIMITS-40 70}; do  # a limit may repeat: each run its own directory
+  n=$((n + 1))
+  run "graph2p-$l-$n" "graph2p" "$l,100,$l,100"
 done
 
 echo
