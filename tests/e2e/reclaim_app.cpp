@@ -12,6 +12,9 @@
 //     (linear or 3D) from the next allocation, then reading all back; at the end every allocation
 //     is checked once more; prints allocated=, writes=, kinds=, failed=, mismatches= (allocations
 //     found wrong after an epoch), final_mismatches=, freed=.
+//     --stripe-kib K (a multiple of 16, default 16) sets the stripe.
+//   filler --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, never written,
+//     held until S seconds passed or F exists; prints filled=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
 //     printing each result code (pitch_code=, managed_code=, alloc_code=), then holds until killed.
 #include <unistd.h>
@@ -95,12 +98,12 @@ int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_
 // bytes): small, so that the epochs' checks (held during a move) take little of the writer's time.
 constexpr int kWriteKinds = 21;
 constexpr std::size_t kPitch = 4096;
-constexpr std::size_t kStripe = 16 * 1024;
-constexpr std::size_t kRows = kStripe / kPitch;
+std::size_t g_stripe = 16 * 1024;  // --stripe-kib (tests/gpu/reclaim_writes.sh writes larger ones)
+std::size_t g_rows = g_stripe / kPitch;
 
 template <class T>
 void expect_fill(unsigned char* expected, T value) {
-  for (std::size_t i = 0; i + sizeof(T) <= kStripe; i += sizeof(T))
+  for (std::size_t i = 0; i + sizeof(T) <= g_stripe; i += sizeof(T))
     std::memcpy(expected + i, &value, sizeof(T));
 }
 
@@ -113,7 +116,7 @@ CUDA_MEMCPY2D host_to_device_2d(const unsigned char* from, CUdeviceptr to) {
   c.dstDevice = to;
   c.dstPitch = kPitch;
   c.WidthInBytes = kPitch;
-  c.Height = kRows;
+  c.Height = g_rows;
   return c;
 }
 
@@ -121,7 +124,7 @@ CUDA_MEMCPY2D host_to_device_2d(const unsigned char* from, CUdeviceptr to) {
 template <class Copy3D>
 void stripe_shape(Copy3D& c) {
   c.srcPitch = c.dstPitch = c.WidthInBytes = kPitch;
-  c.srcHeight = c.dstHeight = c.Height = kRows / 2;
+  c.srcHeight = c.dstHeight = c.Height = g_rows / 2;
   c.Depth = 2;
 }
 
@@ -152,7 +155,7 @@ CUDA_MEMCPY3D_PEER device_to_device_3d(CUcontext ctx, CUdeviceptr from, CUdevice
 CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe,
                       const std::vector<CUdeviceptr>& ptrs, std::vector<std::vector<unsigned char>>& expected,
                       CUcontext ctx, CUstream stream) {
-  const std::size_t at = stripe * kStripe;
+  const std::size_t at = stripe * g_stripe;
   const CUdeviceptr p = ptrs[i] + at;
   unsigned char* want = expected[i].data() + at;
   const auto v8 = static_cast<unsigned char>(seed * 31 + 1);
@@ -162,51 +165,51 @@ CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe
   CUresult r = CUDA_SUCCESS;
   switch (kind) {
     case 0:
-      r = cuMemsetD8_v2(p, v8, kStripe);
+      r = cuMemsetD8_v2(p, v8, g_stripe);
       expect_fill(want, v8);
       break;
     case 1:
-      r = cuMemsetD16_v2(p, v16, kStripe / 2);
+      r = cuMemsetD16_v2(p, v16, g_stripe / 2);
       expect_fill(want, v16);
       break;
     case 2:
-      r = cuMemsetD32_v2(p, v32, kStripe / 4);
+      r = cuMemsetD32_v2(p, v32, g_stripe / 4);
       expect_fill(want, v32);
       break;
     case 3:
-      r = cuMemsetD2D8_v2(p, kPitch, v8, kPitch, kRows);
+      r = cuMemsetD2D8_v2(p, kPitch, v8, kPitch, g_rows);
       expect_fill(want, v8);
       break;
     case 4:
-      r = cuMemsetD2D16_v2(p, kPitch, v16, kPitch / 2, kRows);
+      r = cuMemsetD2D16_v2(p, kPitch, v16, kPitch / 2, g_rows);
       expect_fill(want, v16);
       break;
     case 5:
-      r = cuMemsetD2D32_v2(p, kPitch, v32, kPitch / 4, kRows);
+      r = cuMemsetD2D32_v2(p, kPitch, v32, kPitch / 4, g_rows);
       expect_fill(want, v32);
       break;
     case 6:
-      r = cuMemsetD8Async(p, v8, kStripe, stream);
+      r = cuMemsetD8Async(p, v8, g_stripe, stream);
       expect_fill(want, v8);
       break;
     case 7:
-      r = cuMemsetD16Async(p, v16, kStripe / 2, stream);
+      r = cuMemsetD16Async(p, v16, g_stripe / 2, stream);
       expect_fill(want, v16);
       break;
     case 8:
-      r = cuMemsetD32Async(p, v32, kStripe / 4, stream);
+      r = cuMemsetD32Async(p, v32, g_stripe / 4, stream);
       expect_fill(want, v32);
       break;
     case 9:
-      r = cuMemsetD2D8Async(p, kPitch, v8, kPitch, kRows, stream);
+      r = cuMemsetD2D8Async(p, kPitch, v8, kPitch, g_rows, stream);
       expect_fill(want, v8);
       break;
     case 10:
-      r = cuMemsetD2D16Async(p, kPitch, v16, kPitch / 2, kRows, stream);
+      r = cuMemsetD2D16Async(p, kPitch, v16, kPitch / 2, g_rows, stream);
       expect_fill(want, v16);
       break;
     case 11:
-      r = cuMemsetD2D32Async(p, kPitch, v32, kPitch / 4, kRows, stream);
+      r = cuMemsetD2D32Async(p, kPitch, v32, kPitch / 4, g_rows, stream);
       expect_fill(want, v32);
       break;
     case 12:
@@ -214,7 +217,7 @@ CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe
     case 14:
     case 15:
     case 16: {
-      std::vector<unsigned char> source(kStripe);
+      std::vector<unsigned char> source(g_stripe);
       fill(source, seed);
       if (kind <= 14) {
         const CUDA_MEMCPY2D c = host_to_device_2d(source.data(), p);
@@ -225,7 +228,7 @@ CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe
         const CUDA_MEMCPY3D c = host_to_device_3d(source.data(), p);
         r = kind == 15 ? cuMemcpy3D_v2(&c) : cuMemcpy3DAsync_v2(&c, stream);
       }
-      std::memcpy(want, source.data(), kStripe);
+      std::memcpy(want, source.data(), g_stripe);
       break;
     }
     case 17:
@@ -233,12 +236,12 @@ CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe
     case 19:
     case 20: {
       const CUdeviceptr from = ptrs[next] + at;
-      if (kind == 17) r = cuMemcpyPeer(p, ctx, from, ctx, kStripe);
-      if (kind == 18) r = cuMemcpyPeerAsync(p, ctx, from, ctx, kStripe, stream);
+      if (kind == 17) r = cuMemcpyPeer(p, ctx, from, ctx, g_stripe);
+      if (kind == 18) r = cuMemcpyPeerAsync(p, ctx, from, ctx, g_stripe, stream);
       const CUDA_MEMCPY3D_PEER c = device_to_device_3d(ctx, from, p);
       if (kind == 19) r = cuMemcpy3DPeer(&c);
       if (kind == 20) r = cuMemcpy3DPeerAsync(&c, stream);
-      std::memcpy(want, expected[next].data() + at, kStripe);
+      std::memcpy(want, expected[next].data() + at, g_stripe);
       break;
     }
     default:
@@ -288,7 +291,7 @@ int writer(int count, std::size_t bytes, int seconds, const std::string& stop_fi
     if (cuStreamCreate(&stream, 0) != CUDA_SUCCESS) return;
     bool used[kWriteKinds] = {};
     for (unsigned epoch = 1; !stop.load(); ++epoch) {
-      for (std::size_t stripe = 0; stripe < bytes / kStripe; ++stripe) {
+      for (std::size_t stripe = 0; stripe < bytes / g_stripe; ++stripe) {
         for (std::size_t i = 0; i < ptrs.size(); ++i) {
           const int kind = static_cast<int>((epoch + stripe + i) % kWriteKinds);
           used[kind] = true;
@@ -317,6 +320,25 @@ int writer(int count, std::size_t bytes, int seconds, const std::string& stop_fi
   int freed = 0;
   for (CUdeviceptr p : ptrs) freed += cuMemFree_v2(p) == CUDA_SUCCESS ? 1 : 0;
   std::printf("freed=%d\n", freed);
+  return 0;
+}
+
+int filler(int count, std::size_t bytes, int seconds, const std::string& stop_file) {
+  std::vector<CUdeviceptr> ptrs;
+  for (int i = 0; i < count; ++i) {
+    CUdeviceptr p = 0;
+    if (CUresult r = cuMemAlloc_v2(&p, bytes); r != CUDA_SUCCESS) {
+      std::printf("alloc_code=%d at=%d\n", r, i);
+      return 1;
+    }
+    ptrs.push_back(p);
+  }
+  std::printf("filled=%d\n", count);
+  std::fflush(stdout);
+  const long long end = now_ms() + seconds * 1000LL;
+  while (now_ms() < end && (stop_file.empty() || access(stop_file.c_str(), F_OK) != 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (CUdeviceptr p : ptrs) cuMemFree_v2(p);
   return 0;
 }
 
@@ -368,6 +390,10 @@ int main(int argc, char** argv) {
     if (key == "--mib") mib = static_cast<std::size_t>(value);
     if (key == "--seconds") seconds = static_cast<int>(value);
     if (key == "--hold-ms") hold_ms = static_cast<int>(value);
+    if (key == "--stripe-kib" && value >= 16 && value % 16 == 0) {
+      g_stripe = static_cast<std::size_t>(value) << 10;
+      g_rows = g_stripe / kPitch;
+    }
   }
   if (cuInit(0) != CUDA_SUCCESS) return 3;
   CUdevice dev = 0;
@@ -380,6 +406,8 @@ int main(int argc, char** argv) {
   if (role == "asker") return asker(bytes, hold_ms);
   if (role == "unmovable") return unmovable(bytes);
   if (role == "writer") return writer(count, bytes, seconds, stop_file, ctx);
-  std::fprintf(stderr, "usage: reclaim_app borrower|asker|unmovable|writer [--count N] [--mib M] ...\n");
+  if (role == "filler") return filler(count, bytes, seconds, stop_file);
+  std::fprintf(stderr,
+               "usage: reclaim_app borrower|asker|unmovable|writer|filler [--count N] [--mib M] ...\n");
   return 2;
 }
