@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   if (!ok(cudaStreamCreate(&s), "cudaStreamCreate")) return 1;
   std::vector<unsigned char> host(n), seen(n), want(n);
   auto check = [&](const char* what) {
-    bool good = ok(cudaDeviceSynchronize(), what) && ok(cudaMemcpy(seen.data(), d, n, cudaMemcpyDeviceToHost), what);
+    bool good =
+        ok(cudaDeviceSynchronize(), what) && ok(cudaMemcpy(seen.data(), d, n, cudaMemcpyDeviceToHost), what);
     expect(good && seen == want, what);
   };
   auto pattern = [&](unsigned seed) {
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
   want = host;
   check("cudaMemcpy2D");
   pattern(2);
-  ok(cudaMemcpy2DAsync(d, pitch, host.data(), pitch, pitch, rows, cudaMemcpyHostToDevice, s), "cudaMemcpy2DAsync");
+  ok(cudaMemcpy2DAsync(d, pitch, host.data(), pitch, pitch, rows, cudaMemcpyHostToDevice, s),
+     "cudaMemcpy2DAsync");
   want = host;
   check("cudaMemcpy2DAsync");
   cudaMemcpy3DParms p3{};
