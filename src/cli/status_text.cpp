@@ -88,15 +88,13 @@ void print_container_text(const status::ContainerStatus& c, std::FILE* out) {
     // Borrowing (docs/quota.md, "Guarantees and borrowing"): shown where a container borrowed.
     for (const auto& d : c.devices) {
       if (d.borrowed_bytes == 0 && d.on_host_bytes == 0 && d.reclaim_episodes == 0) continue;
-      std::fprintf(
-          out,
-          "device %s: borrowed %s on the device, %s moved to host memory, %s unmovable; %llu "
-          "reclaim episode(s), %s moved in %.1f ms\n",
-          index_text(d.record).c_str(), format_bytes(d.borrowed_bytes).c_str(),
-          format_bytes(d.on_host_bytes).c_str(),
-          format_bytes(d.used_bytes > d.borrowed_bytes ? d.used_bytes - d.borrowed_bytes : 0).c_str(),
-          static_cast<unsigned long long>(d.reclaim_episodes), format_bytes(d.reclaim_bytes).c_str(),
-          static_cast<double>(d.reclaim_ns) / 1e6);
+      std::fprintf(out,
+                   "device %s: borrowed %s on the device, %s moved to host memory, %s unmovable; %llu "
+                   "reclaim episode(s), %s moved in %.1f ms\n",
+                   index_text(d.record).c_str(), format_bytes(d.borrowed_bytes).c_str(),
+                   format_bytes(d.on_host_bytes).c_str(), format_bytes(status::unmovable_bytes(d)).c_str(),
+                   static_cast<unsigned long long>(d.reclaim_episodes), format_bytes(d.reclaim_bytes).c_str(),
+                   static_cast<double>(d.reclaim_ns) / 1e6);
     }
     // QUOTA is what is enforced; say so where a cap holds the request below what was asked.
     for (const auto& d : c.devices) {

@@ -288,7 +288,20 @@ class TopView {
     std::string text = " " + name + "  ";
     if (bar_cells >= 6) text += bar(fraction, bar_cells) + " ";
     text += used + (with_card ? "  " + card : "") + "  " + compute + "  " + refused;
-    return s.line(y, text, colour(fraction));
+    y = s.line(y, text, colour(fraction));
+    return status::reclaim_applies(d) ? s.line(y, reclaim_text(d)) : y;
+  }
+
+  // Memory that follows priority (docs/quota.md, "Guarantees and borrowing"): the guarantee, what
+  // is borrowed, moved to host memory and unmovable, and the reclaim episodes (how many, bytes
+  // moved, total time), under the device row.
+  static std::string reclaim_text(const status::DeviceStatus& d) {
+    char took[32];
+    std::snprintf(took, sizeof took, "%.2fs", static_cast<double>(d.reclaim_ns) / 1e9);
+    return "   guar " + (d.guarantee_bytes ? compact_bytes(*d.guarantee_bytes) : std::string("none")) +
+           "  borrowed " + compact_bytes(d.borrowed_bytes) + "  on host " + compact_bytes(d.on_host_bytes) +
+           "  unmovable " + compact_bytes(status::unmovable_bytes(d)) + "  reclaims " +
+           std::to_string(d.reclaim_episodes) + " " + compact_bytes(d.reclaim_bytes) + " " + took;
   }
 
   int draw_processes(Screen& s, int y, const status::ContainerStatus& c) {
@@ -349,6 +362,8 @@ class TopView {
         "",
         "Device row: memory bar (used/quota), 'sm NOW/LIMIT' the compute rate of the last",
         "interval against the limit, 'refused +N' allocations refused in it.",
+        "With a memory guarantee, a row under it: 'guar' the guarantee, memory 'borrowed'",
+        "above it, moved 'on host', 'unmovable', and 'reclaims N BYTES TIME' (episodes).",
         "Process rows: PID (in the container), HOST PID, DEV (device record), MEMORY,",
         "SHARE (the process's compute rate), COMMAND (as wide as the terminal allows).",
     };

@@ -60,6 +60,49 @@
   X(cuMemcpy_ptds, cuMemcpy, 7000, Ptds, "cuMemcpy")                                \
   X(cuMemcpyAsync, cuMemcpyAsync, 4000, Plain, "cuMemcpyAsync")                     \
   X(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, Ptsz, "cuMemcpyAsync")                 \
+  /* memsets, copies with a shape and between contexts (memset.cpp, memcpy.cpp) */  \
+  X(cuMemsetD8_v2, cuMemsetD8, 3020, Plain, "cuMemset")                             \
+  X(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, Ptds, "cuMemset")                         \
+  X(cuMemsetD16_v2, cuMemsetD16, 3020, Plain, "cuMemset")                           \
+  X(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, Ptds, "cuMemset")                       \
+  X(cuMemsetD32_v2, cuMemsetD32, 3020, Plain, "cuMemset")                           \
+  X(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, Ptds, "cuMemset")                       \
+  X(cuMemsetD2D8_v2, cuMemsetD2D8, 3020, Plain, "cuMemset")                         \
+  X(cuMemsetD2D8_v2_ptds, cuMemsetD2D8, 7000, Ptds, "cuMemset")                     \
+  X(cuMemsetD2D16_v2, cuMemsetD2D16, 3020, Plain, "cuMemset")                       \
+  X(cuMemsetD2D16_v2_ptds, cuMemsetD2D16, 7000, Ptds, "cuMemset")                   \
+  X(cuMemsetD2D32_v2, cuMemsetD2D32, 3020, Plain, "cuMemset")                       \
+  X(cuMemsetD2D32_v2_ptds, cuMemsetD2D32, 7000, Ptds, "cuMemset")                   \
+  X(cuMemsetD8Async, cuMemsetD8Async, 3020, Plain, "cuMemsetAsync")                 \
+  X(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, Ptsz, "cuMemsetAsync")             \
+  X(cuMemsetD16Async, cuMemsetD16Async, 3020, Plain, "cuMemsetAsync")               \
+  X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, Ptsz, "cuMemsetAsync")           \
+  X(cuMemsetD32Async, cuMemsetD32Async, 3020, Plain, "cuMemsetAsync")               \
+  X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, Ptsz, "cuMemsetAsync")           \
+  X(cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, Plain, "cuMemsetAsync")             \
+  X(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async, 7000, Ptsz, "cuMemsetAsync")         \
+  X(cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, Plain, "cuMemsetAsync")           \
+  X(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async, 7000, Ptsz, "cuMemsetAsync")       \
+  X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, Plain, "cuMemsetAsync")           \
+  X(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async, 7000, Ptsz, "cuMemsetAsync")       \
+  X(cuMemcpy2D_v2, cuMemcpy2D, 3020, Plain, "cuMemcpy2D")                           \
+  X(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, Ptds, "cuMemcpy2D")                       \
+  X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, Plain, "cuMemcpy2D")         \
+  X(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, Ptds, "cuMemcpy2D")     \
+  X(cuMemcpy3D_v2, cuMemcpy3D, 3020, Plain, "cuMemcpy3D")                           \
+  X(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, Ptds, "cuMemcpy3D")                       \
+  X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, Plain, "cuMemcpy2DAsync")            \
+  X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, Ptsz, "cuMemcpy2DAsync")        \
+  X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, Plain, "cuMemcpy3DAsync")            \
+  X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, Ptsz, "cuMemcpy3DAsync")        \
+  X(cuMemcpyPeer, cuMemcpyPeer, 4000, Plain, "cuMemcpyPeer")                        \
+  X(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, Ptds, "cuMemcpyPeer")                    \
+  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, Plain, "cuMemcpyPeerAsync")         \
+  X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, Ptsz, "cuMemcpyPeerAsync")     \
+  X(cuMemcpy3DPeer, cuMemcpy3DPeer, 4000, Plain, "cuMemcpyPeer")                    \
+  X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer, 7000, Ptds, "cuMemcpyPeer")                \
+  X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, Plain, "cuMemcpyPeerAsync")     \
+  X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, 7000, Ptsz, "cuMemcpyPeerAsync") \
   /* work submission, throttled by the compute limiter (launch.cpp) */              \
   X(cuLaunchKernel, cuLaunchKernel, 4000, Plain, "cuLaunchKernel")                  \
   X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, Ptsz, "cuLaunchKernel")              \

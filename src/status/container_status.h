@@ -91,15 +91,27 @@ void copy_row_figures(const shm::DeviceRow& row, Device& d) {
   if (row.requested.quota != shm::kUnlimited) d.requested_quota_bytes = row.requested.quota;
   if (row.cap.quota != shm::kUnlimited) d.quota_cap_bytes = row.cap.quota;
   if (row.guarantee != 0) d.guarantee_bytes = row.guarantee;
-  if constexpr (requires { d.borrowed_bytes; }) {  // the daemon's view does not carry them yet
-    d.borrowed_bytes = row.borrowed_bytes;
-    d.on_host_bytes = row.on_host_bytes;
-    d.reclaim_episodes = row.reclaim_episodes;
-    d.reclaim_ns = row.reclaim_ns;
-    d.reclaim_bytes = row.reclaim_bytes;
-  }
+  d.borrowed_bytes = row.borrowed_bytes;
+  d.on_host_bytes = row.on_host_bytes;
+  d.reclaim_episodes = row.reclaim_episodes;
+  d.reclaim_ns = row.reclaim_ns;
+  d.reclaim_bytes = row.reclaim_bytes;
   d.used_bytes = row.used;
   d.refused_allocations = row.refused_allocations;
+}
+
+// What no reclaim moves: the device's use less its borrowed memory (DeviceStatus and the daemon's
+// ContainerDevice alike).
+template <class Device>
+std::uint64_t unmovable_bytes(const Device& d) {
+  return d.used_bytes > d.borrowed_bytes ? d.used_bytes - d.borrowed_bytes : 0;
+}
+
+// Whether a device has reclaim figures to show: it has a guarantee (so it may borrow), or it
+// borrowed, has memory in host memory or gave some back.
+template <class Device>
+bool reclaim_applies(const Device& d) {
+  return d.guarantee_bytes || d.borrowed_bytes != 0 || d.on_host_bytes != 0 || d.reclaim_episodes != 0;
 }
 
 // Remembers the previous look at each container and fills in the rates of the next one. A busy

@@ -45,28 +45,27 @@ bool read_required(const json& object, const char* key, T& out, std::string& err
 json to_json(const ContainerStatus& s) {
   json devices = json::array();
   for (const DeviceStatus& d : s.devices) {
-    devices.push_back(
-        {{"record", index_json(d.record)},
-         {"cuda_index", index_json(d.cuda_index)},
-         {"uuid", d.uuid},
-         {"gpu", optional_json(d.gpu)},
-         {"total_bytes", d.total_bytes},
-         {"quota_bytes", optional_json(d.quota_bytes)},
-         {"requested_quota_bytes", optional_json(d.requested_quota_bytes)},
-         {"quota_cap_bytes", optional_json(d.quota_cap_bytes)},
-         {"guarantee_bytes", optional_json(d.guarantee_bytes)},
-         {"used_bytes", d.used_bytes},
-         {"borrowed_bytes", d.borrowed_bytes},
-         {"on_host_bytes", d.on_host_bytes},
-         {"unmovable_bytes", d.used_bytes > d.borrowed_bytes ? d.used_bytes - d.borrowed_bytes : 0},
-         {"reclaim_episodes", d.reclaim_episodes},
-         {"reclaim_ns", d.reclaim_ns},
-         {"reclaim_bytes", d.reclaim_bytes},
-         {"compute_limit_percent", optional_json(d.compute_limit_percent)},
-         {"refused_allocations", d.refused_allocations},
-         {"busy_ns", optional_json(d.busy_ns)},
-         {"compute_utilization_ratio", optional_json(d.compute_utilization_ratio)},
-         {"refused_allocations_in_interval", optional_json(d.refused_in_interval)}});
+    devices.push_back({{"record", index_json(d.record)},
+                       {"cuda_index", index_json(d.cuda_index)},
+                       {"uuid", d.uuid},
+                       {"gpu", optional_json(d.gpu)},
+                       {"total_bytes", d.total_bytes},
+                       {"quota_bytes", optional_json(d.quota_bytes)},
+                       {"requested_quota_bytes", optional_json(d.requested_quota_bytes)},
+                       {"quota_cap_bytes", optional_json(d.quota_cap_bytes)},
+                       {"guarantee_bytes", optional_json(d.guarantee_bytes)},
+                       {"used_bytes", d.used_bytes},
+                       {"borrowed_bytes", d.borrowed_bytes},
+                       {"on_host_bytes", d.on_host_bytes},
+                       {"unmovable_bytes", unmovable_bytes(d)},
+                       {"reclaim_episodes", d.reclaim_episodes},
+                       {"reclaim_ns", d.reclaim_ns},
+                       {"reclaim_bytes", d.reclaim_bytes},
+                       {"compute_limit_percent", optional_json(d.compute_limit_percent)},
+                       {"refused_allocations", d.refused_allocations},
+                       {"busy_ns", optional_json(d.busy_ns)},
+                       {"compute_utilization_ratio", optional_json(d.compute_utilization_ratio)},
+                       {"refused_allocations_in_interval", optional_json(d.refused_in_interval)}});
   }
   json processes = json::array();
   for (const ProcessStatus& p : s.processes) {

@@ -6,10 +6,20 @@
 //     first.
 //   asker --mib M --hold-ms H: one allocation of M MiB (timed), written and read back, held H ms,
 //     freed; prints ask_code=, ask_ms=, ask_identical=, asker_freed=.
+//   writer --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB; a second thread
+//     rewrites them in epochs, each writing every 16 KiB stripe once by a memset (1D/2D,
+//     8/16/32-bit, sync and stream-ordered), a 2D or 3D copy from host memory or a peer copy
+//     (linear or 3D) from the next allocation, then reading all back; at the end every allocation
+//     is checked once more; prints allocated=, writes=, kinds=, failed=, mismatches= (allocations
+//     found wrong after an epoch), final_mismatches=, freed=.
+//     --stripe-kib K (a multiple of 16, default 16) sets the stripe.
+//   filler --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, never written,
+//     held until S seconds passed or F exists; prints filled=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
 //     printing each result code (pitch_code=, managed_code=, alloc_code=), then holds until killed.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +93,255 @@ int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_
   return 0;
 }
 
+// The writes of writer(): every memset and every copy with a shape or between contexts that the
+// library holds during a move, each writing one 16 KiB stripe of an allocation (rows of 4096
+// bytes): small, so that the epochs' checks (held during a move) take little of the writer's time.
+constexpr int kWriteKinds = 21;
+constexpr std::size_t kPitch = 4096;
+std::size_t g_stripe = 16 * 1024;  // --stripe-kib (tests/gpu/reclaim_writes.sh writes larger ones)
+std::size_t g_rows = g_stripe / kPitch;
+
+template <class T>
+void expect_fill(unsigned char* expected, T value) {
+  for (std::size_t i = 0; i + sizeof(T) <= g_stripe; i += sizeof(T))
+    std::memcpy(expected + i, &value, sizeof(T));
+}
+
+CUDA_MEMCPY2D host_to_device_2d(const unsigned char* from, CUdeviceptr to) {
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = from;
+  c.srcPitch = kPitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = to;
+  c.dstPitch = kPitch;
+  c.WidthInBytes = kPitch;
+  c.Height = g_rows;
+  return c;
+}
+
+// A stripe as 2 slices of 2 rows.
+template <class Copy3D>
+void stripe_shape(Copy3D& c) {
+  c.srcPitch = c.dstPitch = c.WidthInBytes = kPitch;
+  c.srcHeight = c.dstHeight = c.Height = g_rows / 2;
+  c.Depth = 2;
+}
+
+CUDA_MEMCPY3D host_to_device_3d(const unsigned char* from, CUdeviceptr to) {
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = from;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = to;
+  stripe_shape(c);
+  return c;
+}
+
+CUDA_MEMCPY3D_PEER device_to_device_3d(CUcontext ctx, CUdeviceptr from, CUdeviceptr to) {
+  CUDA_MEMCPY3D_PEER c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = from;
+  c.srcContext = ctx;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = to;
+  c.dstContext = ctx;
+  stripe_shape(c);
+  return c;
+}
+
+// Writes stripe `stripe` of allocation `i` by write kind `kind` (a peer copy takes it from the
+// next allocation), and what it should then hold into `expected`.
+CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe,
+                      const std::vector<CUdeviceptr>& ptrs, std::vector<std::vector<unsigned char>>& expected,
+                      CUcontext ctx, CUstream stream) {
+  const std::size_t at = stripe * g_stripe;
+  const CUdeviceptr p = ptrs[i] + at;
+  unsigned char* want = expected[i].data() + at;
+  const auto v8 = static_cast<unsigned char>(seed * 31 + 1);
+  const auto v16 = static_cast<unsigned short>(seed * 7919 + 3);
+  const auto v32 = static_cast<unsigned int>(seed * 2654435761U + 5);
+  const std::size_t next = (i + 1) % ptrs.size();
+  CUresult r = CUDA_SUCCESS;
+  switch (kind) {
+    case 0:
+      r = cuMemsetD8_v2(p, v8, g_stripe);
+      expect_fill(want, v8);
+      break;
+    case 1:
+      r = cuMemsetD16_v2(p, v16, g_stripe / 2);
+      expect_fill(want, v16);
+      break;
+    case 2:
+      r = cuMemsetD32_v2(p, v32, g_stripe / 4);
+      expect_fill(want, v32);
+      break;
+    case 3:
+      r = cuMemsetD2D8_v2(p, kPitch, v8, kPitch, g_rows);
+      expect_fill(want, v8);
+      break;
+    case 4:
+      r = cuMemsetD2D16_v2(p, kPitch, v16, kPitch / 2, g_rows);
+      expect_fill(want, v16);
+      break;
+    case 5:
+      r = cuMemsetD2D32_v2(p, kPitch, v32, kPitch / 4, g_rows);
+      expect_fill(want, v32);
+      break;
+    case 6:
+      r = cuMemsetD8Async(p, v8, g_stripe, stream);
+      expect_fill(want, v8);
+      break;
+    case 7:
+      r = cuMemsetD16Async(p, v16, g_stripe / 2, stream);
+      expect_fill(want, v16);
+      break;
+    case 8:
+      r = cuMemsetD32Async(p, v32, g_stripe / 4, stream);
+      expect_fill(want, v32);
+      break;
+    case 9:
+      r = cuMemsetD2D8Async(p, kPitch, v8, kPitch, g_rows, stream);
+      expect_fill(want, v8);
+      break;
+    case 10:
+      r = cuMemsetD2D16Async(p, kPitch, v16, kPitch / 2, g_rows, stream);
+      expect_fill(want, v16);
+      break;
+    case 11:
+      r = cuMemsetD2D32Async(p, kPitch, v32, kPitch / 4, g_rows, stream);
+      expect_fill(want, v32);
+      break;
+    case 12:
+    case 13:
+    case 14:
+    case 15:
+    case 16: {
+      std::vector<unsigned char> source(g_stripe);
+      fill(source, seed);
+      if (kind <= 14) {
+        const CUDA_MEMCPY2D c = host_to_device_2d(source.data(), p);
+        r = kind == 12   ? cuMemcpy2D_v2(&c)
+            : kind == 13 ? cuMemcpy2DUnaligned_v2(&c)
+                         : cuMemcpy2DAsync_v2(&c, stream);
+      } else {
+        const CUDA_MEMCPY3D c = host_to_device_3d(source.data(), p);
+        r = kind == 15 ? cuMemcpy3D_v2(&c) : cuMemcpy3DAsync_v2(&c, stream);
+      }
+      std::memcpy(want, source.data(), g_stripe);
+      break;
+    }
+    case 17:
+    case 18:
+    case 19:
+    case 20: {
+      const CUdeviceptr from = ptrs[next] + at;
+      if (kind == 17) r = cuMemcpyPeer(p, ctx, from, ctx, g_stripe);
+      if (kind == 18) r = cuMemcpyPeerAsync(p, ctx, from, ctx, g_stripe, stream);
+      const CUDA_MEMCPY3D_PEER c = device_to_device_3d(ctx, from, p);
+      if (kind == 19) r = cuMemcpy3DPeer(&c);
+      if (kind == 20) r = cuMemcpy3DPeerAsync(&c, stream);
+      std::memcpy(want, expected[next].data() + at, g_stripe);
+      break;
+    }
+    default:
+      break;
+  }
+  return r;
+}
+
+// Allocations whose contents differ from `expected` (or cannot be read).
+long check_all(const std::vector<CUdeviceptr>& ptrs, const std::vector<std::vector<unsigned char>>& expected,
+               const char* when) {
+  long bad = 0;
+  std::vector<unsigned char> seen(expected.empty() ? 0 : expected[0].size());
+  for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    if (cuMemcpyDtoH_v2(seen.data(), ptrs[i], seen.size()) != CUDA_SUCCESS || seen != expected[i]) {
+      ++bad;
+      std::fprintf(stderr, "%s: allocation %zu does not hold what was written\n", when, i);
+    }
+  }
+  return bad;
+}
+
+int writer(int count, std::size_t bytes, int seconds, const std::string& stop_file, CUcontext ctx) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // as borrower()
+  std::vector<CUdeviceptr> ptrs;
+  std::vector<std::vector<unsigned char>> expected;
+  for (int i = 0; i < count; ++i) {
+    CUdeviceptr p = 0;
+    if (CUresult r = cuMemAlloc_v2(&p, bytes); r != CUDA_SUCCESS) {
+      std::printf("alloc_code=%d at=%d\n", r, i);
+      return 1;
+    }
+    expected.emplace_back(bytes, 0);
+    if (cuMemsetD8_v2(p, 0, bytes) != CUDA_SUCCESS) return 1;
+    ptrs.push_back(p);
+  }
+  std::printf("allocated=%d\n", count);
+  std::fflush(stdout);
+  std::atomic<bool> stop{false};
+  long writes = 0, failed = 0, mismatches = 0;
+  int kinds_seen = 0;
+  // Epochs: each writes every stripe of every allocation once (so a write lost to a move is not
+  // written over before the check), stripe by stripe across the allocations, then checks them all.
+  std::thread writes_thread([&] {
+    if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return;
+    CUstream stream = nullptr;
+    if (cuStreamCreate(&stream, 0) != CUDA_SUCCESS) return;
+    bool used[kWriteKinds] = {};
+    for (unsigned epoch = 1; !stop.load(); ++epoch) {
+      for (std::size_t stripe = 0; stripe < bytes / g_stripe; ++stripe) {
+        for (std::size_t i = 0; i < ptrs.size(); ++i) {
+          const int kind = static_cast<int>((epoch + stripe + i) % kWriteKinds);
+          used[kind] = true;
+          ++writes;
+          const unsigned seed = epoch * 1000003U + static_cast<unsigned>(stripe * 131 + i);
+          if (write_stripe(kind, seed, i, stripe, ptrs, expected, ctx, stream) != CUDA_SUCCESS) {
+            ++failed;
+            std::fprintf(stderr, "write kind %d to allocation %zu failed\n", kind, i);
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (cuStreamSynchronize(stream) != CUDA_SUCCESS) ++failed;
+      mismatches += check_all(ptrs, expected, "after an epoch");
+    }
+    for (bool u : used) kinds_seen += u ? 1 : 0;
+  });
+  const long long end = now_ms() + seconds * 1000LL;
+  while (now_ms() < end && (stop_file.empty() || access(stop_file.c_str(), F_OK) != 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop = true;
+  writes_thread.join();
+  const long final_mismatches = check_all(ptrs, expected, "at the end");
+  std::printf("writes=%ld\nkinds=%d\nfailed=%ld\nmismatches=%ld\nfinal_mismatches=%ld\n", writes, kinds_seen,
+              failed, mismatches, final_mismatches);
+  int freed = 0;
+  for (CUdeviceptr p : ptrs) freed += cuMemFree_v2(p) == CUDA_SUCCESS ? 1 : 0;
+  std::printf("freed=%d\n", freed);
+  return 0;
+}
+
+int filler(int count, std::size_t bytes, int seconds, const std::string& stop_file) {
+  std::vector<CUdeviceptr> ptrs;
+  for (int i = 0; i < count; ++i) {
+    CUdeviceptr p = 0;
+    if (CUresult r = cuMemAlloc_v2(&p, bytes); r != CUDA_SUCCESS) {
+      std::printf("alloc_code=%d at=%d\n", r, i);
+      return 1;
+    }
+    ptrs.push_back(p);
+  }
+  std::printf("filled=%d\n", count);
+  std::fflush(stdout);
+  const long long end = now_ms() + seconds * 1000LL;
+  while (now_ms() < end && (stop_file.empty() || access(stop_file.c_str(), F_OK) != 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (CUdeviceptr p : ptrs) cuMemFree_v2(p);
+  return 0;
+}
+
 int asker(std::size_t bytes, int hold_ms) {
   CUdeviceptr p = 0;
   const long long t0 = now_ms();
@@ -131,6 +390,10 @@ int main(int argc, char** argv) {
     if (key == "--mib") mib = static_cast<std::size_t>(value);
     if (key == "--seconds") seconds = static_cast<int>(value);
     if (key == "--hold-ms") hold_ms = static_cast<int>(value);
+    if (key == "--stripe-kib" && value >= 16 && value % 16 == 0) {
+      g_stripe = static_cast<std::size_t>(value) << 10;
+      g_rows = g_stripe / kPitch;
+    }
   }
   if (cuInit(0) != CUDA_SUCCESS) return 3;
   CUdevice dev = 0;
@@ -142,6 +405,9 @@ int main(int argc, char** argv) {
   if (role == "borrower") return borrower(count, bytes, seconds, stop_file, rewrite);
   if (role == "asker") return asker(bytes, hold_ms);
   if (role == "unmovable") return unmovable(bytes);
-  std::fprintf(stderr, "usage: reclaim_app borrower|asker|unmovable [--count N] [--mib M] ...\n");
+  if (role == "writer") return writer(count, bytes, seconds, stop_file, ctx);
+  if (role == "filler") return filler(count, bytes, seconds, stop_file);
+  std::fprintf(stderr,
+               "usage: reclaim_app borrower|asker|unmovable|writer|filler [--count N] [--mib M] ...\n");
   return 2;
 }

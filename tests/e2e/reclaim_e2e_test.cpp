@@ -155,6 +155,40 @@ TEST_F(ReclaimE2E, AnAskerWithinItsGuaranteeGetsBorrowedMemoryBackAndItIsRestore
   EXPECT_EQ(asker.wait(), 0);
 }
 
+// Memsets (1D/2D, 8/16/32-bit, sync and stream-ordered), 2D/3D copies and peer copies from a
+// thread of the borrower, all the time, while its borrowed memory moves to host memory and back:
+// each is held while a move runs (a write into the old backing during the copy would be lost),
+// so every write reads back as written, during the moves and after the restore.
+TEST_F(ReclaimE2E, MemsetsAndShapedAndPeerCopiesDuringAMoveAreHeldAndNoneIsLost) {
+  Env env = borrower_env();
+  env["GPUSLICE_MOCK_DTOD_BYTES_PER_S"] = std::to_string(160 * kMiB);  // each 16 MiB move: 100 ms
+  Background writer(
+      app({"writer", "--count", "12", "--mib", "16", "--seconds", "60", "--stop-file", dir_ + "/stop"}), env,
+      dir_ + "/writer.out");
+  ASSERT_TRUE(writer.wait_for_output("allocated=12", 10000)) << writer.output();
+  std::string last;
+  ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
+  Background asker(app({"asker", "--mib", "88", "--hold-ms", "500"}),
+                   container_env("asker", "192Mi", "128Mi"), dir_ + "/asker.out");
+  ASSERT_TRUE(asker.wait_for_output("asker_freed=", 10000)) << asker.output();
+  EXPECT_NE(asker.output().find("ask_code=0"), std::string::npos) << asker.output();
+  // Moved (one episode, 3 x 16 MiB), then restored once the asker freed.
+  EXPECT_TRUE(status_shows("borrower",
+                           {field("on_host_bytes", 0), field("borrowed_bytes", 9 * 16 * kMiB),
+                            field("reclaim_episodes", 1), field("reclaim_bytes", 3 * 16 * kMiB)},
+                           3000, &last))
+      << last;
+  stop_borrower();
+  EXPECT_EQ(writer.wait(), 0) << writer.output();
+  const std::string said = writer.output();
+  EXPECT_NE(said.find("kinds=21\n"), std::string::npos) << "every kind of write ran: " << said;
+  EXPECT_NE(said.find("\nfailed=0\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("\nmismatches=0\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("final_mismatches=0"), std::string::npos) << said;
+  EXPECT_NE(said.find("freed=12"), std::string::npos) << said;
+  EXPECT_EQ(asker.wait(), 0);
+}
+
 TEST_F(ReclaimE2E, AHigherPriorityWithoutAGuaranteeTakesFromALowerBorrowerButNotFromAnEqualOne) {
   // The operator lets this user's containers run up to high (the node channel's assignment file).
   ASSERT_EQ(chmod((dir_ + "/node").c_str(), 01777), 0);

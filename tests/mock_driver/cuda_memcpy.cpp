@@ -1,7 +1,9 @@
-// Copies of the simulated libcuda. Device memory is host memory, so a copy is a memmove; the
-// device side must be a live allocation (or accessible VMM mapping), as the driver checks.
-// Copies take no device time. Synchronous copies wait for the context's queued kernels first,
-// as a copy on the legacy stream does; asynchronous ones happen at once.
+// Copies and memsets of the simulated libcuda. Device memory is host memory, so a copy is a
+// memmove and a memset a fill; the device side must be a live allocation (or accessible VMM
+// mapping), as the driver checks. They take no device time. Synchronous ones wait for the
+// context's queued kernels first, as on the legacy stream; asynchronous ones happen at once.
+// Copies with a shape (2D, 3D) and peer copies between linear memory are modelled, arrays not.
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -60,6 +62,128 @@ CUresult copy_async(void* destination, Side destination_side, const void* source
 
 void* as_pointer(CUdeviceptr address) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+}
+
+// What a synchronous call waits for: the current context's queued kernels.
+CUresult wait_for_context() {
+  CUctx_st* context = nullptr;
+  CUresult status = current_context(&context);
+  if (status != CUDA_SUCCESS) return status;
+  driver().shared.wait_until(context->last_end_ns.load(std::memory_order_acquire));
+  return CUDA_SUCCESS;
+}
+
+// A memset: `height` rows of `width` elements `value`, one every `pitch` bytes (1D: one row).
+template <class T>
+CUresult fill(CUdeviceptr destination, std::size_t pitch, T value, std::size_t width, std::size_t height) {
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  const std::size_t row = width * sizeof(T);
+  if (destination % sizeof(T) != 0 || (height > 1 && pitch < row)) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t span = pitch * (height - 1) + row;
+  Driver& state = driver();
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (!is_device_range_locked(state, static_cast<std::uintptr_t>(destination), span))
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* base = static_cast<unsigned char*>(as_pointer(destination));
+  for (std::size_t y = 0; y < height; ++y) std::fill_n(reinterpret_cast<T*>(base + y * pitch), width, value);
+  return CUDA_SUCCESS;
+}
+
+template <class T>
+CUresult fill_sync(CUdeviceptr destination, std::size_t pitch, T value, std::size_t width,
+                   std::size_t height) {
+  const CUresult waited = wait_for_context();
+  return waited != CUDA_SUCCESS ? waited : fill(destination, pitch, value, width, height);
+}
+
+template <class T>
+CUresult fill_async(CUdeviceptr destination, std::size_t pitch, T value, std::size_t width,
+                    std::size_t height, CUstream handle) {
+  CUstream_st* stream = nullptr;
+  const CUresult status = resolve_stream(handle, &stream);
+  return status != CUDA_SUCCESS ? status : fill(destination, pitch, value, width, height);
+}
+
+// One side of a copy with a shape: where its (x, y, z) origin is and how its rows and slices lie.
+struct Shape {
+  CUmemorytype type;
+  const void* host;
+  CUdeviceptr device;
+  std::size_t x, y, z, pitch, height;
+};
+
+CUresult shaped_copy(const Shape& from, const Shape& to, std::size_t width, std::size_t height,
+                     std::size_t depth) {
+  if (width == 0 || height == 0 || depth == 0) return CUDA_SUCCESS;
+  auto side = [](const Shape& s) {
+    return s.type == CU_MEMORYTYPE_HOST     ? Side::Host
+           : s.type == CU_MEMORYTYPE_DEVICE ? Side::Device
+                                            : Side::Either;
+  };
+  auto offset = [](const Shape& s, std::size_t row, std::size_t slice) {
+    return s.x + (s.y + row) * s.pitch + (s.z + slice) * s.pitch * s.height;
+  };
+  for (const Shape* s : {&from, &to}) {
+    if (s->type == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;  // arrays are not simulated
+    if (s->type != CU_MEMORYTYPE_HOST && s->type != CU_MEMORYTYPE_DEVICE && s->type != CU_MEMORYTYPE_UNIFIED)
+      return CUDA_ERROR_INVALID_VALUE;
+    if ((height > 1 || depth > 1) && s->pitch < width) return CUDA_ERROR_INVALID_VALUE;
+    if (depth > 1 && s->height < height) return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto base = [](const Shape& s) {
+    return static_cast<unsigned char*>(s.type == CU_MEMORYTYPE_HOST ? const_cast<void*>(s.host)
+                                                                    : as_pointer(s.device));
+  };
+  unsigned char* source = base(from);
+  unsigned char* destination = base(to);
+  if (source == nullptr || destination == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& state = driver();
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    for (const Shape* s : {&from, &to}) {
+      const std::size_t first = offset(*s, 0, 0);
+      const std::size_t end = offset(*s, height - 1, depth - 1) + width;
+      if (!side_ok(state, reinterpret_cast<std::uintptr_t>(base(*s) + first), end - first, side(*s)))
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (std::size_t slice = 0; slice < depth; ++slice) {
+    for (std::size_t row = 0; row < height; ++row)
+      std::memmove(destination + offset(to, row, slice), source + offset(from, row, slice), width);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult copy_2d(const CUDA_MEMCPY2D* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return shaped_copy({p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0},
+                     {p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, 0, p->dstPitch, 0},
+                     p->WidthInBytes, p->Height, 1);
+}
+
+template <class Copy3D>  // CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER name their shape alike
+CUresult copy_3d(const Copy3D* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return shaped_copy({p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ,
+                      p->srcPitch, p->srcHeight},
+                     {p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ,
+                      p->dstPitch, p->dstHeight},
+                     p->WidthInBytes, p->Height, p->Depth);
+}
+
+// A synchronous or stream-ordered form of `run`.
+template <class Run>
+CUresult synchronous(Run run) {
+  const CUresult waited = wait_for_context();
+  return waited != CUDA_SUCCESS ? waited : run();
+}
+template <class Run>
+CUresult on_stream(CUstream handle, Run run) {
+  CUstream_st* stream = nullptr;
+  const CUresult status = resolve_stream(handle, &stream);
+  return status != CUDA_SUCCESS ? status : run();
 }
 
 }  // namespace
@@ -134,6 +258,183 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
 
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
   return cuMemcpyAsync(dst, src, ByteCount, hStream);
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  return fill_sync<unsigned char>(dstDevice, N * sizeof(unsigned char), uc, N, 1);
+}
+
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  return cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  return fill_sync<unsigned short>(dstDevice, N * sizeof(unsigned short), us, N, 1);
+}
+
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  return cuMemsetD16_v2(dstDevice, us, N);
+}
+
+CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  return fill_sync<unsigned int>(dstDevice, N * sizeof(unsigned int), ui, N, 1);
+}
+
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  return cuMemsetD32_v2(dstDevice, ui, N);
+}
+
+CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                         size_t Height) {
+  return fill_sync<unsigned char>(dstDevice, dstPitch, uc, Width, Height);
+}
+
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                              size_t Height) {
+  return cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
+}
+
+CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                          size_t Height) {
+  return fill_sync<unsigned short>(dstDevice, dstPitch, us, Width, Height);
+}
+
+CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                               size_t Height) {
+  return cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
+}
+
+CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                          size_t Height) {
+  return fill_sync<unsigned int>(dstDevice, dstPitch, ui, Width, Height);
+}
+
+CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                               size_t Height) {
+  return cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  return fill_async<unsigned char>(dstDevice, N * sizeof(unsigned char), uc, N, 1, hStream);
+}
+
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+  return cuMemsetD8Async(dstDevice, uc, N, hStream);
+}
+
+CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+  return fill_async<unsigned short>(dstDevice, N * sizeof(unsigned short), us, N, 1, hStream);
+}
+
+CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+  return cuMemsetD16Async(dstDevice, us, N, hStream);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  return fill_async<unsigned int>(dstDevice, N * sizeof(unsigned int), ui, N, 1, hStream);
+}
+
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+  return cuMemsetD32Async(dstDevice, ui, N, hStream);
+}
+
+CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                           size_t Height, CUstream hStream) {
+  return fill_async<unsigned char>(dstDevice, dstPitch, uc, Width, Height, hStream);
+}
+
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width,
+                                size_t Height, CUstream hStream) {
+  return cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
+}
+
+CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                            size_t Height, CUstream hStream) {
+  return fill_async<unsigned short>(dstDevice, dstPitch, us, Width, Height, hStream);
+}
+
+CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width,
+                                 size_t Height, CUstream hStream) {
+  return cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
+}
+
+CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                            size_t Height, CUstream hStream) {
+  return fill_async<unsigned int>(dstDevice, dstPitch, ui, Width, Height, hStream);
+}
+
+CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width,
+                                 size_t Height, CUstream hStream) {
+  return cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
+}
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* pCopy) {
+  return synchronous([&] { return copy_2d(pCopy); });
+}
+
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* pCopy) { return cuMemcpy2D_v2(pCopy); }
+
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* pCopy) {
+  return synchronous([&] { return copy_2d(pCopy); });
+}
+
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* pCopy) { return cuMemcpy2DUnaligned_v2(pCopy); }
+
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* pCopy) {
+  return synchronous([&] { return copy_3d(pCopy); });
+}
+
+CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* pCopy) { return cuMemcpy3D_v2(pCopy); }
+
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  return on_stream(hStream, [&] { return copy_2d(pCopy); });
+}
+
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* pCopy, CUstream hStream) {
+  return cuMemcpy2DAsync_v2(pCopy, hStream);
+}
+
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
+  return on_stream(hStream, [&] { return copy_3d(pCopy); });
+}
+
+CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
+  return cuMemcpy3DAsync_v2(pCopy, hStream);
+}
+
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext /*dstContext*/, CUdeviceptr srcDevice,
+                      CUcontext /*srcContext*/, size_t ByteCount) {
+  return copy_sync(as_pointer(dstDevice), Side::Device, as_pointer(srcDevice), Side::Device, ByteCount);
+}
+
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                           CUcontext srcContext, size_t ByteCount) {
+  return cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext /*dstContext*/, CUdeviceptr srcDevice,
+                           CUcontext /*srcContext*/, size_t ByteCount, CUstream hStream) {
+  return copy_async(as_pointer(dstDevice), Side::Device, as_pointer(srcDevice), Side::Device, ByteCount,
+                    hStream);
+}
+
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                CUcontext srcContext, size_t ByteCount, CUstream hStream) {
+  return cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+}
+
+CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* pCopy) {
+  return synchronous([&] { return copy_3d(pCopy); });
+}
+
+CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* pCopy) { return cuMemcpy3DPeer(pCopy); }
+
+CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
+  return on_stream(hStream, [&] { return copy_3d(pCopy); });
+}
+
+CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
+  return cuMemcpy3DPeerAsync(pCopy, hStream);
 }
 
 }  // extern "C"

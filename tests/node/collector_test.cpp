@@ -169,6 +169,67 @@ TEST(Collector, MapsContainerDevicesToHostGpusByUuid) {
   EXPECT_EQ(view->containers[0].devices[0].cuda_index, 0);
 }
 
+// Memory that follows priority: what a borrowing container's ledger says (its guarantee, borrowed and
+// on-host bytes, reclaim episodes) reaches /metrics and GET /api/v1/status as written there.
+TEST(Collector, ReclaimFiguresOfALedgerReachTheMetricsAndTheApi) {
+  test::TempDir dir;
+  HostLayout layout(dir / "root");
+  int dev = -1;
+  auto ledger = make_state(layout.state_file("borrower"), dev);
+  ASSERT_TRUE(ledger);
+  constexpr std::uint64_t kMiB = 1ULL << 20;
+  ledger->set_guarantee(dev, 64 * kMiB);
+  ASSERT_TRUE(ledger->try_reserve(dev, 200 * kMiB));
+  ledger->set_reclaim_figures(dev, 144 * kMiB, 48 * kMiB);
+  ledger->add_reclaim_episode(dev, 250'000'000, 32 * kMiB);
+  ledger->add_reclaim_episode(dev, 500'000'000, 16 * kMiB);
+  // A container without a guarantee that never borrowed has no reclaim series.
+  int plain_dev = -1;
+  auto plain = make_state(layout.state_file("plain"), plain_dev);
+  ASSERT_TRUE(plain);
+
+  test::FakeClock clock;
+  Collector collector(layout, nullptr, clock);
+  auto view = collector.refresh();
+  const std::string text = render_metrics(*view, "t");
+  const std::string labels =
+      "{node=\"\",gpuslice_allocation=\"borrower\",namespace=\"\",pod=\"\",container=\"\",gpu=\"\",uuid=\"" +
+      std::string(kUuid) + "\"} ";
+  for (const std::string& line : {
+           "gpuslice_container_memory_guarantee_bytes" + labels + std::to_string(64 * kMiB),
+           "gpuslice_container_memory_used_bytes" + labels + std::to_string(200 * kMiB),
+           "gpuslice_container_memory_borrowed_bytes" + labels + std::to_string(144 * kMiB),
+           "gpuslice_container_memory_on_host_bytes" + labels + std::to_string(48 * kMiB),
+           "gpuslice_container_memory_unmovable_bytes" + labels + std::to_string(56 * kMiB),
+           "gpuslice_container_reclaim_episodes_total" + labels + "2",
+           "gpuslice_container_reclaim_bytes_total" + labels + std::to_string(48 * kMiB),
+           "gpuslice_container_reclaim_seconds_total" + labels + "0.75",
+       }) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << "missing: " << line << "\n" << text;
+  }
+  EXPECT_EQ(text.find("gpuslice_container_memory_borrowed_bytes{node=\"\",gpuslice_allocation=\"plain\""),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("gpuslice_container_memory_guarantee_bytes{node=\"\",gpuslice_allocation=\"plain\""),
+            std::string::npos)
+      << text;
+
+  // The daemon's API: the same figures as `gpuslice status --json` reads from the ledger.
+  const auto doc = nlohmann::json::parse(status_json(*view, "t"));
+  nlohmann::json device;
+  for (const auto& c : doc["containers"]) {
+    if (c["id"] == "borrower") device = c["devices"][0];
+  }
+  ASSERT_TRUE(device.is_object()) << doc.dump();
+  EXPECT_EQ(device["guarantee_bytes"], 64 * kMiB);
+  EXPECT_EQ(device["borrowed_bytes"], 144 * kMiB);
+  EXPECT_EQ(device["on_host_bytes"], 48 * kMiB);
+  EXPECT_EQ(device["unmovable_bytes"], 56 * kMiB);
+  EXPECT_EQ(device["reclaim_episodes"], 2);
+  EXPECT_EQ(device["reclaim_ns"], 750'000'000);
+  EXPECT_EQ(device["reclaim_bytes"], 48 * kMiB);
+}
+
 // The kubelet as the collector sees it: whatever the test lists, or an error.
 class FakeLister final : public AllocationLister {
  public:

@@ -46,6 +46,12 @@ NodeView full_view() {
   d.compute_limit = 30;
   d.refused_allocations = 2;
   d.utilization_ratio = 0.25;
+  d.guarantee_bytes = 2ULL << 30;
+  d.borrowed_bytes = 512ULL << 20;
+  d.on_host_bytes = 256ULL << 20;
+  d.reclaim_episodes = 1;
+  d.reclaim_ns = 120'000'000;
+  d.reclaim_bytes = 256ULL << 20;
   c.devices.push_back(d);
   c.processes.push_back({});
   view.containers.push_back(c);
@@ -88,6 +94,22 @@ TEST(MetricsLint, PromtoolCheckMetricsFindsNothingToComplainAbout) {
   const std::string output = promtool_check(text, passed);
   EXPECT_TRUE(passed) << output << "\n--- exposition ---\n" << text;
   EXPECT_EQ(output, "") << "promtool complains:\n" << output << "\n--- exposition ---\n" << text;
+}
+
+// docs/metrics.md is the contract of the dashboard and the alert rules: every family the daemon
+// exports (full_view populates them all) is named there in a table row.
+TEST(MetricsDoc, TheMetricsDocumentNamesEveryFamilyTheDaemonExports) {
+  const std::string text = render_metrics(full_view(), "1.2.3");
+  const std::string doc = test::read_file(std::string(GPUSLICE_NODE_FIXTURES) + "/../../../docs/metrics.md");
+  ASSERT_FALSE(doc.empty());
+  std::size_t families = 0;
+  for (std::size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) {
+    const std::size_t start = at + 7;
+    const std::string name = text.substr(start, text.find(' ', start) - start);
+    ++families;
+    EXPECT_NE(doc.find("| `" + name + "` |"), std::string::npos) << "docs/metrics.md has no row for " << name;
+  }
+  EXPECT_GE(families, 20u) << text;
 }
 
 // Replaces the first occurrence of `from` in the file at `path` with `to` (same length), in place:

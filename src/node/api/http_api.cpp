@@ -72,6 +72,11 @@ json container_json(const ContainerView& c, const std::string& node) {
     dev.quota_cap_bytes = d.quota_cap_bytes;
     dev.guarantee_bytes = d.guarantee_bytes;
     dev.used_bytes = d.used_bytes;
+    dev.borrowed_bytes = d.borrowed_bytes;
+    dev.on_host_bytes = d.on_host_bytes;
+    dev.reclaim_episodes = d.reclaim_episodes;
+    dev.reclaim_ns = d.reclaim_ns;
+    dev.reclaim_bytes = d.reclaim_bytes;
     if (d.compute_limit != 0) dev.compute_limit_percent = d.compute_limit;
     dev.refused_allocations = d.refused_allocations;
     dev.busy_ns = d.busy_ns;

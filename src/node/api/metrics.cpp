@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/escape.h"
+#include "status/container_status.h"
 
 namespace gpuslice::node {
 namespace {
@@ -117,6 +118,55 @@ std::size_t utf8_sequence(std::string_view s) {
     if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
   }
   return length;
+}
+
+// Memory that follows priority (docs/quota.md, "Guarantees and borrowing"): per container device
+// with a guarantee or anything borrowed, its guarantee, what it borrowed, moved to host memory and
+// cannot move, and its reclaim episodes.
+void render_reclaim(std::string& out, const NodeView& view) {
+  {
+    Family f(out, "gpuslice_container_memory_guarantee_bytes", "gauge",
+             "Memory guarantee of the container on the device (absent when none).");
+    for (const auto& c : view.containers) {
+      for (const auto& d : c.devices) {
+        if (d.guarantee_bytes)
+          f.sample(container_device_labels(view, c, d), static_cast<double>(*d.guarantee_bytes));
+      }
+    }
+  }
+  struct Figure {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const ContainerDevice&);
+  };
+  static constexpr Figure kFigures[] = {
+      {"gpuslice_container_memory_borrowed_bytes", "gauge",
+       "Of the memory used, what the container borrowed above its guarantee (movable to host memory).",
+       [](const ContainerDevice& d) { return static_cast<double>(d.borrowed_bytes); }},
+      {"gpuslice_container_memory_on_host_bytes", "gauge",
+       "Borrowed memory a reclaim moved to host memory and has not brought back yet.",
+       [](const ContainerDevice& d) { return static_cast<double>(d.on_host_bytes); }},
+      {"gpuslice_container_memory_unmovable_bytes", "gauge",
+       "Of the memory used, what no reclaim moves (used less borrowed).",
+       [](const ContainerDevice& d) { return static_cast<double>(status::unmovable_bytes(d)); }},
+      {"gpuslice_container_reclaim_episodes_total", "counter",
+       "Times the container gave borrowed memory back to a guaranteed or higher-priority one.",
+       [](const ContainerDevice& d) { return static_cast<double>(d.reclaim_episodes); }},
+      {"gpuslice_container_reclaim_bytes_total", "counter",
+       "Borrowed memory the container's reclaim episodes moved to host memory.",
+       [](const ContainerDevice& d) { return static_cast<double>(d.reclaim_bytes); }},
+      {"gpuslice_container_reclaim_seconds_total", "counter", "Time the container's reclaim episodes took.",
+       [](const ContainerDevice& d) { return static_cast<double>(d.reclaim_ns) / 1e9; }},
+  };
+  for (const Figure& figure : kFigures) {
+    Family f(out, figure.name, figure.type, figure.help);
+    for (const auto& c : view.containers) {
+      for (const auto& d : c.devices) {
+        if (status::reclaim_applies(d)) f.sample(container_device_labels(view, c, d), figure.value(d));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -273,6 +323,7 @@ std::string render_metrics(const NodeView& view, std::string_view version) {
         f.sample(container_device_labels(view, c, d), static_cast<double>(d.used_bytes));
     }
   }
+  render_reclaim(out, view);
   {
     Family f(out, "gpuslice_container_compute_limit_percent", "gauge",
              "Compute (SM time) limit of the container on the device; 0 = not limited.");

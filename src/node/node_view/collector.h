@@ -41,6 +41,13 @@ struct ContainerDevice {
   std::optional<std::uint64_t> guarantee_bytes;        // memory guarantee in force; absent = none
   unsigned compute_limit = 0;                          // percent, 0 = not limited
   std::uint64_t used_bytes = 0;
+  // Reclaim (docs/quota.md, "Guarantees and borrowing"): of used_bytes, what is borrowed (movable);
+  // borrowed memory moved to host memory; the container's reclaim episodes (ledger).
+  std::uint64_t borrowed_bytes = 0;
+  std::uint64_t on_host_bytes = 0;
+  std::uint64_t reclaim_episodes = 0;
+  std::uint64_t reclaim_ns = 0;
+  std::uint64_t reclaim_bytes = 0;
   std::uint64_t refused_allocations = 0;
   std::uint64_t busy_ns = 0;                // sum over live processes
   std::optional<double> utilization_ratio;  // busy time / wall time since the previous refresh

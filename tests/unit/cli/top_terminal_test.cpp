@@ -92,6 +92,28 @@ TEST_F(TopTerminalTest, FullScreenViewFitsEightyColumnsAndQuitsOnQ) {
   EXPECT_FALSE(running()) << "q did not end gpuslice top";
 }
 
+// Memory that follows priority: under a device with a guarantee, its guarantee, what the container
+// borrowed, moved to host memory and cannot move, and its reclaim episodes, as the ledger says.
+TEST_F(TopTerminalTest, ADeviceWithAGuaranteeShowsBorrowedOnHostUnmovableAndReclaims) {
+  auto ledger = make_state();
+  ledger->set_guarantee(0, 2 * kGi);
+  ASSERT_TRUE(ledger->try_reserve(0, 3 * kGi));
+  ledger->set_reclaim_figures(0, kGi, 512ULL << 20);
+  ledger->add_reclaim_episode(0, 1'000'000'000, 512ULL << 20);
+  ledger->add_reclaim_episode(0, 500'000'000, 256ULL << 20);
+  start(80, 24);
+  const std::string row = "guar 2G  borrowed 1G  on host 512M  unmovable 2G  reclaims 2 768M 1.50s";
+  std::string shown = wait_for(row);
+  EXPECT_TRUE(contains(shown, row)) << shown;
+  // Under its device's row; the device without a guarantee has none.
+  const std::size_t device = shown.find("00000000..4444 dev 0");
+  ASSERT_NE(device, std::string::npos) << shown;
+  EXPECT_EQ(shown.find(row), shown.find('\n', device) + 4) << shown;
+  EXPECT_EQ(shown.find("guar "), shown.rfind("guar ")) << "one reclaim row only: " << shown;
+  std::istringstream lines(shown);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+}
+
 TEST_F(TopTerminalTest, WideTerminalShowsTheCardTotalAndHostPids) {
   auto ledger = make_state();
   ASSERT_TRUE(ledger->try_reserve(1, kGi));

@@ -550,6 +550,97 @@ TEST_F(MemoryTest, CopiesCheckTheDeviceSide) {
   EXPECT_EQ(cuMemcpyDtoH_v2(back, a, 16), CUDA_ERROR_INVALID_VALUE);  // freed
 }
 
+// Memsets fill device memory row by row (1D: one row), under the copies' range check.
+TEST_F(MemoryTest, MemsetsFillTheirRowsAndCheckTheDeviceSide) {
+  start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr a = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&a, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(a, 0x11, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32Async(a + 8, 0xa1b2c3d4U, 2, nullptr), CUDA_SUCCESS);
+  // 2 rows of 3 16-bit values, 1024 bytes apart, from byte 1024 on.
+  ASSERT_EQ(cuMemsetD2D16_v2_ptds(a + 1024, 1024, 0xbeef, 3, 2), CUDA_SUCCESS);
+  unsigned char back[4096];
+  ASSERT_EQ(cuMemcpyDtoH_v2(back, a, sizeof(back)), CUDA_SUCCESS);
+  std::vector<unsigned char> want(4096, 0x11);
+  const unsigned int word = 0xa1b2c3d4U;
+  std::memcpy(&want[8], &word, 4);
+  std::memcpy(&want[12], &word, 4);
+  const unsigned short half = 0xbeef;
+  for (std::size_t row : {1024u, 2048u}) {
+    for (std::size_t i = 0; i < 3; ++i) std::memcpy(&want[row + 2 * i], &half, 2);
+  }
+  EXPECT_EQ(std::memcmp(back, want.data(), want.size()), 0);
+  EXPECT_EQ(cuMemsetD8_v2(a + 1, 0, 4096), CUDA_ERROR_INVALID_VALUE);    // one byte past the end
+  EXPECT_EQ(cuMemsetD2D8_v2(a, 8, 0, 16, 2), CUDA_ERROR_INVALID_VALUE);  // pitch below the width
+  EXPECT_EQ(cuMemsetD32_v2(a + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);      // misaligned
+  EXPECT_EQ(cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(back), 0, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+// Copies with a shape: rows and slices at their pitch and origin, between host and device
+// memory; peer copies like device-to-device ones; arrays are not simulated.
+TEST_F(MemoryTest, ShapedAndPeerCopiesMoveTheirRowsAndCheckBothSides) {
+  CUcontext context = start({{"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&a, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAlloc_v2(&b, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(a, 0, 4096), CUDA_SUCCESS);
+  unsigned char host[4096];
+  for (std::size_t i = 0; i < sizeof(host); ++i) host[i] = static_cast<unsigned char>(i * 7);
+  // 2D: 3 rows of 10 bytes from host (x 4, y 1, pitch 100) to device (x 2, y 0, pitch 64).
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = host;
+  c.srcXInBytes = 4;
+  c.srcY = 1;
+  c.srcPitch = 100;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = a;
+  c.dstXInBytes = 2;
+  c.dstPitch = 64;
+  c.WidthInBytes = 10;
+  c.Height = 3;
+  ASSERT_EQ(cuMemcpy2D_v2(&c), CUDA_SUCCESS);
+  unsigned char back[4096];
+  ASSERT_EQ(cuMemcpyDtoH_v2(back, a, sizeof(back)), CUDA_SUCCESS);
+  for (std::size_t row = 0; row < 3; ++row) {
+    EXPECT_EQ(std::memcmp(back + 2 + row * 64, host + 4 + (1 + row) * 100, 10), 0) << row;
+    EXPECT_EQ(back[12 + row * 64], 0) << "beyond the width";
+  }
+  c.dstXInBytes = 4090;  // rows past the allocation's end
+  EXPECT_EQ(cuMemcpy2DAsync_v2(&c, nullptr), CUDA_ERROR_INVALID_VALUE);
+  c.dstXInBytes = 0;
+  c.dstPitch = 8;  // below the width
+  EXPECT_EQ(cuMemcpy2DUnaligned_v2(&c), CUDA_ERROR_INVALID_VALUE);
+  c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  EXPECT_EQ(cuMemcpy2D_v2(&c), CUDA_ERROR_NOT_SUPPORTED);
+  // 3D peer: 2 slices of 2 rows of 16 bytes, device to device, slices 4 rows apart at the source.
+  CUDA_MEMCPY3D_PEER p{};
+  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = a;
+  p.srcContext = context;
+  p.srcPitch = 64;
+  p.srcHeight = 4;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = b;
+  p.dstContext = context;
+  p.dstPitch = 16;
+  p.dstHeight = 2;
+  p.WidthInBytes = 16;
+  p.Height = 2;
+  p.Depth = 2;
+  ASSERT_EQ(cuMemcpy3DPeer(&p), CUDA_SUCCESS);
+  unsigned char moved[64];
+  ASSERT_EQ(cuMemcpyDtoH_v2(moved, b, sizeof(moved)), CUDA_SUCCESS);
+  for (std::size_t slice = 0; slice < 2; ++slice) {
+    for (std::size_t row = 0; row < 2; ++row)
+      EXPECT_EQ(std::memcmp(moved + (slice * 2 + row) * 16, back + (slice * 4 + row) * 64, 16), 0);
+  }
+  ASSERT_EQ(cuMemcpyPeerAsync(b, context, a + 64, context, 32, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(moved, b, 32), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(moved, back + 64, 32), 0);
+  EXPECT_EQ(cuMemcpyPeer(b + 4090, context, a, context, 16), CUDA_ERROR_INVALID_VALUE);
+}
+
 TEST_F(MemoryTest, DestroyingAContextFreesItsMemory) {
   start({{"GPUSLICE_MOCK_MEMORY", "1073741824"}, {"GPUSLICE_MOCK_CONTEXT_BYTES", "0"}});
   CUcontext created = nullptr;
