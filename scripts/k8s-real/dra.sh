@@ -109,148 +109,30 @@ if ! flock -n 9; then
   }
 fi
 
-build=$repo/$build_dir
-work=$(mktemp -d /tmp/gpuslice-k8s-real-dra.XXXXXX)
-kubelet_root=/var/lib/kubelet
-host_root=/var/lib/gpuslice-k8s-real
+# shellcheck source=scripts/k8s-real/common.sh
+source "$repo/scripts/k8s-real/common.sh" gpuslice-k8s-real-dra "$setting"
 cdi_dir=/var/run/cdi
-node=gpuslice-k8s-node
-ns=gpuslice-system
-kubeconfig=$work/admin.kubeconfig
-etcd_port=23791
-api_port=16443
-node_ip=198.18.0.10 # see cluster.sh: the kubelet refuses a loopback node IP
-pids=()
-declare -A pid_of
-failures=0
-version=$(basename "$(dirname "$kbin")")
-
-started_at=$SECONDS
-step() { log "[$setting $(((SECONDS - started_at) / 60))m$(((SECONDS - started_at) % 60))s] $*"; }
-pass() { echo "PASS [$setting]: $*"; }
-fail() {
-  echo "FAIL [$setting]: $*"
-  failures=$((failures + 1))
+# The claims' CDI specs (the driver's), and their directory once empty.
+cleanup_more() {
+  rm -f "$cdi_dir"/gpuslice.io-*.json
+  rmdir "$cdi_dir" 2>/dev/null
 }
+version=$(basename "$(dirname "$kbin")")
 # A behaviour of this Kubernetes version that the docs describe, not a gpuslice failure.
 known() { echo "KNOWN [$setting]: $*"; }
 
-start() {
-  local name=$1
-  shift
-  "$@" >"$work/$name.log" 2>&1 9>&- &
-  pid_of[$name]=$!
-  pids+=("$!")
-}
-stop() {
-  local name=$1 pid=${pid_of[$1]:-}
-  [[ -n $pid ]] || return 0
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-  kill -9 "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  unset "pid_of[$name]"
-}
-
-cleanup() {
-  local rc=$?
-  set +e
-  trap - INT TERM HUP
-  step "stopping everything"
-  stop kubelet
-  if [[ -S $work/containerd.sock ]]; then
-    for task in $(ctr --address "$work/containerd.sock" -n k8s.io tasks list -q 2>/dev/null); do
-      ctr --address "$work/containerd.sock" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1
-    done
-    sleep 1
-  fi
-  for name in kube-scheduler kube-controller-manager kube-apiserver containerd etcd; do stop "$name"; done
-  for proc in /proc/[0-9]*; do
-    if { tr '\0' ' ' <"$proc/cmdline"; } 2>/dev/null | grep -q "containerd-shim.*$work/containerd.sock"; then
-      kill -9 "${proc#/proc/}" 2>/dev/null
-    fi
-  done
-  awk -v w="$work" -v k="$kubelet_root" '$2 ~ "^(" w "|" k ")" {print $2}' /proc/mounts | sort -r |
-    while read -r m; do umount -l "$m" 2>/dev/null; done
-  ip link delete gsk8s0 2>/dev/null
-  ip addr del "$node_ip/32" dev lo 2>/dev/null
-  rm -rf "$kubelet_root" "$host_root"
-  rm -f "$cdi_dir"/gpuslice.io-*.json
-  rmdir "$cdi_dir" 2>/dev/null
-  local keep=
-  ((rc != 0 || failures != 0)) || [[ -n ${GPUSLICE_K8S_KEEP:-} ]] && keep=1
-  for d in /var/log/pods/"$ns"_* /var/log/pods/ml_*; do
-    [[ -d $d ]] || continue
-    [[ -n $keep ]] && mkdir -p "$work/pod-logs" && cp -r "$d" "$work/pod-logs/"
-    rm -rf "$d"
-  done
-  rm -f /var/log/containers/*_"$ns"_*.log /var/log/containers/*_ml_*.log
-  rmdir /var/log/pods /var/log/containers 2>/dev/null
-  if [[ -n $keep ]]; then echo "logs kept in $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-[[ -x $repo/.tools/bin/helm ]] || "$repo/scripts/chart/install-tools.sh"
-helm=$repo/.tools/bin/helm
-kctl=$repo/.tools/bin/kubectl
-k() { "$kctl" --kubeconfig "$kubeconfig" "$@"; }
-wait_for() {
-  local seconds=$1 what=$2 deadline
-  shift 2
-  deadline=$((SECONDS + seconds))
-  while ((SECONDS < deadline)); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  fail "timed out after ${seconds}s waiting for $what"
-  return 1
-}
-cmake --build "$build" --target gpuslice_cli gpuslice-node gpuslice_preload probe_app gpuslice_mock_cuda \
-  gpuslice_mock_nvml >/dev/null
+tools_and_build
 echo "k8s-real-dra $setting: $kbin ($("$kbin/kube-apiserver" --version)), feature gates '${gates:-default}'," \
   "$(containerd --version | awk '{print "containerd", $3}'), etcd $(etcd --version | sed -n 's/^etcd Version: //p')," \
   "runc $(runc --version | sed -n 's/^runc version //p')"
 
 step "certificates"
-(
-  cd "$work" || exit 1
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gpuslice-k8s-real-ca -keyout ca.key -out ca.crt \
-    2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout api.key -out api.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,IP:%s,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n' "$node_ip" \
-    >api.ext
-  openssl x509 -req -in api.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile api.ext -out api.crt \
-    2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=admin" -keyout admin.key -out admin.csr \
-    2>/dev/null
-  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out admin.crt 2>/dev/null
-  openssl genrsa -out sa.key 2048 2>/dev/null
-  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-)
-cat >"$kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "https://$node_ip:$api_port", certificate-authority: "$work/ca.crt"}
-users:
-- name: admin
-  user: {client-certificate: "$work/admin.crt", client-key: "$work/admin.key"}
-contexts:
-- name: local
-  context: {cluster: local, user: admin}
-current-context: local
-EOF
+certificates "$node_ip"
 
 gate_flag=()
 [[ -n $gates ]] && gate_flag=(--feature-gates "$gates")
 step "etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
-start etcd etcd --name k8s-real --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
-  --advertise-client-urls "http://127.0.0.1:$etcd_port" --listen-peer-urls http://127.0.0.1:23792 \
-  --initial-advertise-peer-urls http://127.0.0.1:23792 --initial-cluster k8s-real=http://127.0.0.1:23792
+start_etcd
 # The API server listens on the node's address: the driver's pod reaches it there (no kube-proxy
 # here, so the kubernetes Service's IP leads nowhere; the DaemonSet is pointed at the address).
 ip addr replace "$node_ip/32" dev lo
@@ -263,114 +145,28 @@ start kube-apiserver "$kbin/kube-apiserver" --etcd-servers "http://127.0.0.1:$et
   --kubelet-client-certificate "$work/admin.crt" --kubelet-client-key "$work/admin.key" \
   --kubelet-preferred-address-types InternalIP "${gate_flag[@]}"
 wait_for 180 "the API server" k get --raw /readyz || exit 1
-start kube-controller-manager "$kbin/kube-controller-manager" --kubeconfig "$kubeconfig" \
-  --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" --leader-elect=false \
-  --bind-address 127.0.0.1 --secure-port 10557 --service-account-private-key-file "$work/sa.key" \
-  --root-ca-file "$work/ca.crt" --use-service-account-credentials=false "${gate_flag[@]}"
-start kube-scheduler "$kbin/kube-scheduler" --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" \
-  --authorization-kubeconfig "$kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 10559 \
-  "${gate_flag[@]}"
+start_controllers "${gate_flag[@]}"
 
-# containerd with CDI and a runc that drops process.oomScoreAdj (these machines cannot lower OOM scores)
 step "containerd (CDI on)"
-mkdir -p "$work/bin" "$work/cni" "$work/containerd" "$cdi_dir"
-cat >"$work/bin/runc" <<'EOF'
-#!/bin/sh
-# runc, minus process.oomScoreAdj in the bundle's config.json (not allowed in this sandbox).
-bundle=
-prev=
-for a in "$@"; do
-  [ "$prev" = "--bundle" ] || [ "$prev" = "-b" ] && bundle=$a
-  prev=$a
-done
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
-  python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c.get("process",{}).pop("oomScoreAdj",None); json.dump(c,open(p,"w"))' "$bundle/config.json"
-fi
-exec /usr/sbin/runc "$@"
-EOF
-chmod +x "$work/bin/runc"
-cat >"$work/cni/10-gsk8s.conflist" <<'EOF'
-{"cniVersion": "0.4.0", "name": "gsk8s", "plugins": [
-  {"type": "bridge", "bridge": "gsk8s0", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "portmap", "capabilities": {"portMappings": true}}]}
-EOF
-cat >"$work/containerd.toml" <<EOF
-version = 2
-root = "$work/containerd/root"
-state = "$work/containerd/state"
-[grpc]
-  address = "$work/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "gpuslice.local/pause:1"
-  enable_cdi = true
-  cdi_spec_dirs = ["$cdi_dir"]
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "$work/bin/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$work/cni"
-EOF
-start containerd containerd --config "$work/containerd.toml"
-wait_for 30 "containerd" ctr --address "$work/containerd.sock" version || exit 1
+mkdir -p "$cdi_dir"
+cri_toml="  enable_cdi = true
+  cdi_spec_dirs = [\"$cdi_dir\"]"
+start_containerd || exit 1
 
 step "images"
-bb=/bin/busybox
-"$repo/scripts/k8s-real/make-image.py" "$work/pause.tar" gpuslice.local/pause:1 \
-  --entrypoint '["/bin/busybox","sleep","2147483647"]' "$bb=/bin/busybox"
-image_files=("$bb=/bin/busybox")
-for applet in sh sleep cat mkdir cp mv ls env grep; do image_files+=("/bin/$applet->busybox"); done
-image_files+=("$build/bin/gpuslice=/usr/local/bin/gpuslice" "$build/bin/gpuslice-node=/usr/local/bin/gpuslice-node"
-  "$build/lib/libgpuslice.so=/opt/gpuslice/lib/libgpuslice.so"
-  "$build/bin/probe_app=/usr/local/bin/probe_app"
-  "$build/mock/libcuda.so.1=/usr/lib/x86_64-linux-gnu/libcuda.so.1"
-  "$build/mock/libnvidia-ml.so.1=/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
-"$repo/scripts/k8s-real/make-image.py" "$work/gpuslice.tar" gpuslice.local/gpuslice:dev --user 65532 \
-  --entrypoint '["/usr/local/bin/gpuslice-node"]' "${image_files[@]}"
-for tar in pause gpuslice; do
-  ctr --address "$work/containerd.sock" -n k8s.io images import "$work/$tar.tar" >/dev/null
-done
+import_images
 
 step "kubelet"
 gates_yaml=
 if [[ -n $gates ]]; then
   gates_yaml="featureGates: {${gates//=/: }}"
 fi
-cat >"$work/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: "$work/ca.crt"}}
-authorization: {mode: AlwaysAllow}
-address: $node_ip
-port: 10650
-readOnlyPort: 0
-healthzPort: 10658
-containerRuntimeEndpoint: unix://$work/containerd.sock
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
+kubelet_yaml="containerRuntimeEndpoint: unix://$work/containerd.sock
 # These machines have cgroup v1, which 1.35+ kubelets refuse unless told.
 failCgroupV1: false
-failSwapOn: false
-resolvConf: /etc/resolv.conf
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-$gates_yaml
-EOF
-mkdir -p "$kubelet_root"
-start kubelet "$kbin/kubelet" --kubeconfig "$kubeconfig" --config "$work/kubelet.yaml" \
-  --root-dir "$kubelet_root" --hostname-override "$node" --node-ip "$node_ip" \
-  --node-labels nvidia.com/gpu.present=true --v 1
-node_ready() {
-  wait_for "$1" "node $node Ready" \
-    sh -c "$kctl --kubeconfig '$kubeconfig' get node $node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
-}
+$gates_yaml"
+write_kubelet_config
+start_kubelet
 node_ready 180 || exit 1
 pass "node $node is Ready ($version: etcd, kube-apiserver, controller-manager, scheduler, containerd with CDI, kubelet)"
 
@@ -511,7 +307,6 @@ spec:
     resources: {claims: [{name: gpu}]}
 YAML
 }
-phase() { k -n ml get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 # started_within SECONDS POD: whether the pod left Pending (Running, Succeeded or Failed) in time
 started_within() {
   local deadline=$((SECONDS + $1))
@@ -544,15 +339,6 @@ wait_event() {
   local deadline=$((SECONDS + $1))
   while ((SECONDS < deadline)); do
     events_of "$2" | grep -qE "$3" && return 0
-    sleep 1
-  done
-  return 1
-}
-env_of() { k -n ml exec "$1" -- env 2>&1 | sort; }
-log_line() {
-  local deadline=$((SECONDS + 30))
-  while ((SECONDS < deadline)); do
-    k -n ml logs "$1" 2>/dev/null | grep -qxE "$2" && return 0
     sleep 1
   done
   return 1

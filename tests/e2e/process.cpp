@@ -185,21 +185,28 @@ void remove_tree(const std::string& path) {
   std::filesystem::remove_all(path, ec);
 }
 
-Env mock_container_env(const std::string& dir, int devices, long long context_bytes, const char* mock_dir,
+Env node_container_env(const std::string& dir, const std::string& name, const char* mock_dir,
                        const char* preload) {
   Env env;
   env["PATH"] = "/usr/bin:/bin";
   env["LD_LIBRARY_PATH"] = mock_dir;
   if (preload != nullptr) env["LD_PRELOAD"] = preload;
-  env["GPUSLICE_SHARED_DIR"] = dir + "/shared";
+  env["GPUSLICE_SHARED_DIR"] = dir + "/" + name;
   env["GPUSLICE_LIMITS_FILE"] = dir + "/limits";
   env["GPUSLICE_NODE_DIR"] = dir + "/node";
   env["GPUSLICE_MOCK_STATE_DIR"] = dir + "/mock";
+  env["GPUSLICE_MOCK_DEVICES"] = "1";
+  env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
+  if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
+  return env;
+}
+
+Env mock_container_env(const std::string& dir, int devices, long long context_bytes, const char* mock_dir,
+                       const char* preload) {
+  Env env = node_container_env(dir, "shared", mock_dir, preload);
   env["GPUSLICE_MOCK_DEVICES"] = std::to_string(devices);
   env["GPUSLICE_MOCK_MEMORY"] = std::to_string(16LL << 30);
   env["GPUSLICE_MOCK_CONTEXT_BYTES"] = std::to_string(context_bytes);
-  env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
-  if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
   return env;
 }
 

@@ -54,10 +54,17 @@ std::map<std::string, std::string> parse_values(const std::string& text);
 std::string make_temp_dir(const char* prefix);
 void remove_tree(const std::string& path);
 
+// One "container" `name` of a node under `dir`: its own shared dir (dir/name); the limits file, node
+// dir and simulated driver (`mock_dir`, one GPU with the mock's default memory, its state in
+// dir/mock) that every container under `dir` shares; the library `preload` when not null.
+// Sanitizer builds: the ASan runtime comes with libgpuslice.so, not first in line; the caller's
+// UBSAN_OPTIONS are kept.
+Env node_container_env(const std::string& dir, const std::string& name, const char* mock_dir,
+                       const char* preload);
+
 // What a simulated "container" under `dir` needs: the simulated driver (`mock_dir`) with `devices`
 // GPUs of 16 GiB, each context charged `context_bytes`, its own shared, node, limits and mock state
-// paths, and the library `preload` when not null. Sanitizer builds: the ASan runtime comes with
-// libgpuslice.so, not first in line; the caller's UBSAN_OPTIONS are kept.
+// paths (node_container_env's, its shared dir dir/shared), and the library `preload` when not null.
 Env mock_container_env(const std::string& dir, int devices, long long context_bytes, const char* mock_dir,
                        const char* preload);
 

@@ -36,21 +36,11 @@ class ReclaimE2E : public ::testing::Test {
   void TearDown() override { remove_tree(dir_); }
 
   Env container_env(const std::string& name, const char* limit, const char* guarantee) const {
-    Env env;
-    env["PATH"] = "/usr/bin:/bin";
-    env["LD_LIBRARY_PATH"] = GPUSLICE_MOCK_DIR;
-    env["LD_PRELOAD"] = GPUSLICE_PRELOAD;
-    env["GPUSLICE_SHARED_DIR"] = dir_ + "/" + name;
-    env["GPUSLICE_LIMITS_FILE"] = dir_ + "/limits";
-    env["GPUSLICE_NODE_DIR"] = dir_ + "/node";
-    env["GPUSLICE_MOCK_STATE_DIR"] = dir_ + "/mock";
-    env["GPUSLICE_MOCK_DEVICES"] = "1";
+    Env env = node_container_env(dir_, name, GPUSLICE_MOCK_DIR, GPUSLICE_PRELOAD);
     env["GPUSLICE_MOCK_MEMORY"] = std::to_string(256 * kMiB);
     env["GPUSLICE_MOCK_CONTEXT_BYTES"] = std::to_string(8 * kMiB);
     env["GPUSLICE_MEMORY_LIMIT"] = limit;
     if (guarantee != nullptr) env["GPUSLICE_MEMORY_GUARANTEE"] = guarantee;
-    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
-    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) env["UBSAN_OPTIONS"] = ubsan;
     return env;
   }
 
