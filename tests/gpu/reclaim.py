@@ -12,7 +12,8 @@ done-when, scaled to a few minutes). Two containers whose limits sum to 1.5x the
            no room for while the trainer borrows (about 20 GiB short on an H200: the reclaim).
 
 Runs, in order:
-  1. the trainer alone (the loss curve to compare with);
+  1. the trainer alone for --train-seconds (the loss curve to compare with; the run beside the
+     server takes the same number of steps);
   2. the server and the grower alone (request latency while the big block is allocated, alone);
   3. the trainer, and once it steps, the server and the grower: every allocation must succeed, the
      big block's wait is the reclaim time, the requests during it are compared with run 2's; the
