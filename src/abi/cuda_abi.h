@@ -291,6 +291,83 @@ typedef struct CUDA_MEMCPY3D_PEER_st {
 } CUDA_MEMCPY3D_PEER;
 static_assert(sizeof(CUDA_MEMCPY3D_PEER) == 200, "layout of cuda.h");
 
+// Stream memory operations (CUDA 8; _v2 in 11.7): a 32- or 64-bit value written to device memory
+// in stream order, or a batch of such operations (and waits, flushes, barriers).
+typedef std::uint32_t cuuint32_t;
+typedef enum CUstreamBatchMemOpType_enum {
+  CU_STREAM_MEM_OP_WAIT_VALUE_32 = 1,
+  CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2,
+  CU_STREAM_MEM_OP_WAIT_VALUE_64 = 4,
+  CU_STREAM_MEM_OP_WRITE_VALUE_64 = 5,
+  CU_STREAM_MEM_OP_BARRIER = 6,
+  CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES = 3
+} CUstreamBatchMemOpType;
+typedef union CUstreamBatchMemOpParams_union {
+  CUstreamBatchMemOpType operation;
+  struct CUstreamMemOpWriteValueParams_st {  // the waits have the same shape
+    CUstreamBatchMemOpType operation;
+    CUdeviceptr address;
+    union {
+      cuuint32_t value;
+      cuuint64_t value64;
+    };
+    unsigned int flags;
+    CUdeviceptr alias;
+  } writeValue;
+  cuuint64_t pad[6];
+} CUstreamBatchMemOpParams;
+static_assert(sizeof(CUstreamBatchMemOpParams) == 48 &&
+                  offsetof(CUstreamBatchMemOpParams, writeValue.address) == 8 &&
+                  offsetof(CUstreamBatchMemOpParams, writeValue.value64) == 16,
+              "layout of cuda.h");
+
+// Batched copies (CUDA 12.8; _v2 without the failure index in 13.0).
+typedef enum CUmemcpySrcAccessOrder_enum {
+  CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 0x1,
+  CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL = 0x2,
+  CU_MEMCPY_SRC_ACCESS_ORDER_ANY = 0x3
+} CUmemcpySrcAccessOrder;
+typedef struct CUmemcpyAttributes_st {
+  CUmemcpySrcAccessOrder srcAccessOrder;
+  CUmemLocation srcLocHint;
+  CUmemLocation dstLocHint;
+  unsigned int flags;
+} CUmemcpyAttributes;
+static_assert(sizeof(CUmemcpyAttributes) == 24, "layout of cuda.h");
+typedef enum CUmemcpy3DOperandType_enum {
+  CU_MEMCPY_OPERAND_TYPE_POINTER = 0x1,
+  CU_MEMCPY_OPERAND_TYPE_ARRAY = 0x2
+} CUmemcpy3DOperandType;
+typedef struct CUoffset3D_st {
+  size_t x, y, z;
+} CUoffset3D;
+typedef struct CUextent3D_st {
+  size_t width, height, depth;
+} CUextent3D;
+typedef struct CUmemcpy3DOperand_st {
+  CUmemcpy3DOperandType type;
+  union {
+    struct {
+      CUdeviceptr ptr;
+      size_t rowLength;    // elements (bytes here: the batch copies bytes)
+      size_t layerHeight;  // rows
+      CUmemLocation locHint;
+    } ptr;
+    struct {
+      CUarray array;
+      CUoffset3D offset;
+    } array;
+  } op;
+} CUmemcpy3DOperand;
+typedef struct CUDA_MEMCPY3D_BATCH_OP_st {
+  CUmemcpy3DOperand src;
+  CUmemcpy3DOperand dst;
+  CUextent3D extent;
+  CUmemcpySrcAccessOrder srcAccessOrder;
+  unsigned int flags;
+} CUDA_MEMCPY3D_BATCH_OP;
+static_assert(sizeof(CUmemcpy3DOperand) == 40 && sizeof(CUDA_MEMCPY3D_BATCH_OP) == 112, "layout of cuda.h");
+
 typedef int CUjit_option;     // passed through untouched
 typedef int CUlibraryOption;  // idem
 
@@ -443,6 +520,44 @@ CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* pCopy);
 CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* pCopy);
 CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream);
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream);
+CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                      unsigned int flags);
+CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                      unsigned int flags);
+CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                            unsigned int flags);
+CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                                 unsigned int flags);
+CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                               unsigned int flags);
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                                    unsigned int flags);
+CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
+                            CUstream hStream);
+CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                 CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                                 size_t* failIdx, CUstream hStream);
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                               CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                               CUstream hStream);
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                                    CUstream hStream);
+CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx,
+                              unsigned long long flags, CUstream hStream);
+CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx,
+                                   unsigned long long flags, CUstream hStream);
+CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                                 CUstream hStream);
+CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                                      CUstream hStream);
 
 CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuCtxSetLimit(CUlimit limit, size_t value);

@@ -103,6 +103,27 @@
   X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer, 7000, Ptds, "cuMemcpyPeer")                \
   X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, Plain, "cuMemcpyPeerAsync")     \
   X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, 7000, Ptsz, "cuMemcpyPeerAsync") \
+  /* batched copies (memcpy.cpp) and stream memory operations (stream_memops.cpp) */ \
+  X(cuMemcpyBatchAsync, cuMemcpyBatchAsync, 12080, Plain, "cuMemcpyBatchAsync") \
+  X(cuMemcpyBatchAsync_ptsz, cuMemcpyBatchAsync, 12080, Ptsz, "cuMemcpyBatchAsync") \
+  X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, Plain, "cuMemcpyBatchAsync") \
+  X(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync, 13000, Ptsz, "cuMemcpyBatchAsync") \
+  X(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync, 12080, Plain, "cuMemcpyBatchAsync") \
+  X(cuMemcpy3DBatchAsync_ptsz, cuMemcpy3DBatchAsync, 12080, Ptsz, "cuMemcpyBatchAsync") \
+  X(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync, 13000, Plain, "cuMemcpyBatchAsync") \
+  X(cuMemcpy3DBatchAsync_v2_ptsz, cuMemcpy3DBatchAsync, 13000, Ptsz, "cuMemcpyBatchAsync") \
+  X(cuStreamWriteValue32, cuStreamWriteValue32, 8000, Plain, "cuStreamWriteValue") \
+  X(cuStreamWriteValue32_ptsz, cuStreamWriteValue32, 8000, Ptsz, "cuStreamWriteValue") \
+  X(cuStreamWriteValue32_v2, cuStreamWriteValue32, 11070, Plain, "cuStreamWriteValue") \
+  X(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32, 11070, Ptsz, "cuStreamWriteValue") \
+  X(cuStreamWriteValue64, cuStreamWriteValue64, 9000, Plain, "cuStreamWriteValue") \
+  X(cuStreamWriteValue64_ptsz, cuStreamWriteValue64, 9000, Ptsz, "cuStreamWriteValue") \
+  X(cuStreamWriteValue64_v2, cuStreamWriteValue64, 11070, Plain, "cuStreamWriteValue") \
+  X(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64, 11070, Ptsz, "cuStreamWriteValue") \
+  X(cuStreamBatchMemOp, cuStreamBatchMemOp, 8000, Plain, "cuStreamBatchMemOp") \
+  X(cuStreamBatchMemOp_ptsz, cuStreamBatchMemOp, 8000, Ptsz, "cuStreamBatchMemOp") \
+  X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp, 11070, Plain, "cuStreamBatchMemOp") \
+  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp, 11070, Ptsz, "cuStreamBatchMemOp") \
   /* work submission, throttled by the compute limiter (launch.cpp) */              \
   X(cuLaunchKernel, cuLaunchKernel, 4000, Plain, "cuLaunchKernel")                  \
   X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, Ptsz, "cuLaunchKernel")              \

@@ -69,3 +69,38 @@ GS_SUBMISSION_HOOK(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* pCopy), (pCop
 GS_SUBMISSION_HOOK(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream), (pCopy, hStream))
 GS_SUBMISSION_HOOK(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream),
                    (pCopy, hStream))
+// Batched copies (CUDA 12.8, whose symbol carries a failure index; _v2 from 13.0 without it).
+GS_SUBMISSION_HOOK(cuMemcpyBatchAsync,
+                   (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
+                    CUstream hStream),
+                   (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+GS_SUBMISSION_HOOK(cuMemcpyBatchAsync_ptsz,
+                   (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
+                    CUstream hStream),
+                   (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+GS_SUBMISSION_HOOK(cuMemcpyBatchAsync_v2,
+                   (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, CUstream hStream),
+                   (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+GS_SUBMISSION_HOOK(cuMemcpyBatchAsync_v2_ptsz,
+                   (CUdeviceptr * dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, CUstream hStream),
+                   (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+GS_SUBMISSION_HOOK(cuMemcpy3DBatchAsync,
+                   (size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx, unsigned long long flags,
+                    CUstream hStream),
+                   (numOps, opList, failIdx, flags, hStream))
+GS_SUBMISSION_HOOK(cuMemcpy3DBatchAsync_ptsz,
+                   (size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx, unsigned long long flags,
+                    CUstream hStream),
+                   (numOps, opList, failIdx, flags, hStream))
+GS_SUBMISSION_HOOK(cuMemcpy3DBatchAsync_v2,
+                   (size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                    CUstream hStream),
+                   (numOps, opList, flags, hStream))
+GS_SUBMISSION_HOOK(cuMemcpy3DBatchAsync_v2_ptsz,
+                   (size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                    CUstream hStream),
+                   (numOps, opList, flags, hStream))

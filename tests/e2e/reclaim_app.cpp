@@ -12,7 +12,8 @@
 //     (linear or 3D) from the next allocation, then reading all back; at the end every allocation
 //     is checked once more; prints allocated=, writes=, kinds=, failed=, mismatches= (allocations
 //     found wrong after an epoch), final_mismatches=, freed=.
-//     --stripe-kib K (a multiple of 16, default 16) sets the stripe.
+//     --stripe-kib K (a multiple of 16, default 16) sets the stripe; --first-kind N writes only by
+//     the kinds from N on (21: the stream memory operations and the batched copies).
 //   filler --count N --mib M --seconds S [--stop-file F]: N allocations of M MiB, never written,
 //     held until S seconds passed or F exists; prints filled=.
 //   unmovable --mib M: pitched, managed and cuMemAlloc allocations of M MiB each, in that order,
@@ -93,13 +94,15 @@ int borrower(int count, std::size_t bytes, int seconds, const std::string& stop_
   return 0;
 }
 
-// The writes of writer(): every memset and every copy with a shape or between contexts that the
-// library holds during a move, each writing one 16 KiB stripe of an allocation (rows of 4096
-// bytes): small, so that the epochs' checks (held during a move) take little of the writer's time.
-constexpr int kWriteKinds = 21;
+// The writes of writer(): every memset, every copy with a shape, between contexts or batched, and
+// every stream memory operation that the library holds during a move, each writing one 16 KiB
+// stripe of an allocation (rows of 4096 bytes; a value write its first bytes): small, so that the
+// epochs' checks (held during a move) take little of the writer's time.
+constexpr int kWriteKinds = 26;
 constexpr std::size_t kPitch = 4096;
 std::size_t g_stripe = 16 * 1024;  // --stripe-kib (tests/gpu/reclaim_writes.sh writes larger ones)
 std::size_t g_rows = g_stripe / kPitch;
+int g_first_kind = 0;  // --first-kind: only the kinds from this one on
 
 template <class T>
 void expect_fill(unsigned char* expected, T value) {
@@ -244,6 +247,53 @@ CUresult write_stripe(int kind, unsigned seed, std::size_t i, std::size_t stripe
       std::memcpy(want, expected[next].data() + at, g_stripe);
       break;
     }
+    case 21:
+      r = cuStreamWriteValue32_v2(stream, p, v32, 0);
+      std::memcpy(want, &v32, sizeof(v32));
+      break;
+    case 22: {
+      const cuuint64_t v64 = (static_cast<cuuint64_t>(v32) << 32) | v16;
+      r = cuStreamWriteValue64_v2(stream, p, v64, 0);
+      std::memcpy(want, &v64, sizeof(v64));
+      break;
+    }
+    case 23: {
+      CUstreamBatchMemOpParams ops[2] = {};
+      ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      ops[0].writeValue.address = p;
+      ops[0].writeValue.value = v32;
+      ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      ops[1].writeValue.address = p + 8;
+      ops[1].writeValue.value64 = ~static_cast<cuuint64_t>(v32);
+      r = cuStreamBatchMemOp_v2(stream, 2, ops, 0);
+      std::memcpy(want, &ops[0].writeValue.value, sizeof(cuuint32_t));
+      std::memcpy(want + 8, &ops[1].writeValue.value64, sizeof(cuuint64_t));
+      break;
+    }
+    case 24:
+    case 25: {  // batched copies from the next allocation (device to device: any platform)
+      CUdeviceptr from = ptrs[next] + at;
+      CUdeviceptr to = p;
+      if (kind == 24) {
+        size_t size = g_stripe, first = 0;
+        CUmemcpyAttributes attrs{};
+        attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        r = cuMemcpyBatchAsync_v2(&to, &from, &size, 1, &attrs, &first, 1, stream);
+      } else {
+        CUDA_MEMCPY3D_BATCH_OP op{};
+        op.src.type = op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+        op.src.op.ptr.ptr = from;
+        op.dst.op.ptr.ptr = to;
+        op.src.op.ptr.rowLength = op.dst.op.ptr.rowLength = kPitch;
+        op.src.op.ptr.layerHeight = op.dst.op.ptr.layerHeight = g_rows / 2;
+        op.src.op.ptr.locHint.type = op.dst.op.ptr.locHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        op.extent = {kPitch, g_rows / 2, 2};
+        op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        r = cuMemcpy3DBatchAsync_v2(1, &op, 0, stream);
+      }
+      std::memcpy(want, expected[next].data() + at, g_stripe);
+      break;
+    }
     default:
       break;
   }
@@ -293,7 +343,8 @@ int writer(int count, std::size_t bytes, int seconds, const std::string& stop_fi
     for (unsigned epoch = 1; !stop.load(); ++epoch) {
       for (std::size_t stripe = 0; stripe < bytes / g_stripe; ++stripe) {
         for (std::size_t i = 0; i < ptrs.size(); ++i) {
-          const int kind = static_cast<int>((epoch + stripe + i) % kWriteKinds);
+          const int kind =
+              g_first_kind + static_cast<int>((epoch + stripe + i) % (kWriteKinds - g_first_kind));
           used[kind] = true;
           ++writes;
           const unsigned seed = epoch * 1000003U + static_cast<unsigned>(stripe * 131 + i);
@@ -390,6 +441,7 @@ int main(int argc, char** argv) {
     if (key == "--mib") mib = static_cast<std::size_t>(value);
     if (key == "--seconds") seconds = static_cast<int>(value);
     if (key == "--hold-ms") hold_ms = static_cast<int>(value);
+    if (key == "--first-kind" && value >= 0 && value < kWriteKinds) g_first_kind = static_cast<int>(value);
     if (key == "--stripe-kib" && value >= 16 && value % 16 == 0) {
       g_stripe = static_cast<std::size_t>(value) << 10;
       g_rows = g_stripe / kPitch;

@@ -6,10 +6,10 @@
 #    metrics.log names the hooks they reached (cuMemset, cuMemsetAsync, cuMemcpy2D(Async),
 #    cuMemcpy3D(Async), cuMemcpyPeer(Async)).
 #  moves: tests/e2e/reclaim_app.cpp's roles on GPU 0: a filler holds most of the device; a writer
-#    borrows 12 x 1 GiB and rewrites all of it, pass after pass, by the 21 memset and copy kinds the
-#    library holds during a move (1 MiB stripes; every pass read back); an asker within its guarantee
-#    then takes 20 GiB, so part of the writer's memory moves to host memory, and back once the asker
-#    freed it. Every write must read back as written; the writer's status shows the episode.
+#    borrows 12 x 1 GiB and rewrites all of it, pass after pass, by the 26 memset, copy and stream
+#    memory operation kinds the library holds during a move (1 MiB stripes; every pass read back);
+#    an asker within its guarantee then takes 20 GiB, so part of the writer's memory moves to host
+#    memory, and back once the asker freed it. Every write must read back as written; the writer's status shows the episode.
 #   tests/gpu/reclaim_writes.sh   (about 2 minutes)
 # UNIT_MIB (default 1024) scales the moves part: allocations of one unit, stripes of unit/1024 MiB.
 set -u
@@ -87,7 +87,7 @@ printf '%-6s %-6s %s\n' paths "$verdict" "exit=$paths_rc failures=$(value failur
 grep '^FAIL' "$out/paths.log" | sed 's/^/    /'
 moves=PASS
 for check in "ask_code:$(value ask_code "$out/asker.log"):0" "ask_identical:$(value ask_identical "$out/asker.log"):1" \
-  "kinds:$(value kinds "$out/writer.log"):21" "failed:$(value failed "$out/writer.log"):0" \
+  "kinds:$(value kinds "$out/writer.log"):26" "failed:$(value failed "$out/writer.log"):0" \
   "mismatches:$(value mismatches "$out/writer.log"):0" "final_mismatches:$(value final_mismatches "$out/writer.log"):0" \
   "on_host_bytes:$on_host:0"; do
   IFS=: read -r name got want <<< "$check"

@@ -4,6 +4,7 @@
 // context's queued kernels first, as on the legacy stream; asynchronous ones happen at once.
 // Copies with a shape (2D, 3D) and peer copies between linear memory are modelled, arrays not.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 
@@ -435,6 +436,180 @@ CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) 
 
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
   return cuMemcpy3DPeerAsync(pCopy, hStream);
+}
+
+// Batched copies: each in stream order, its source and destination on either side. The checks of
+// cuda.h: a stream that is not the legacy default one, attributes for every copy starting at the
+// first, each with a source access order.
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                               CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                               CUstream hStream) {
+  if (dsts == nullptr || srcs == nullptr || sizes == nullptr || count == 0 || attrs == nullptr ||
+      attrsIdxs == nullptr || numAttrs == 0 || numAttrs > count || attrsIdxs[0] != 0 || hStream == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (size_t a = 0; a < numAttrs; ++a) {
+    if (attrs[a].srcAccessOrder == 0 || (a > 0 && attrsIdxs[a] <= attrsIdxs[a - 1]) || attrsIdxs[a] >= count)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const CUresult r =
+        copy_async(as_pointer(dsts[i]), Side::Either, as_pointer(srcs[i]), Side::Either, sizes[i], hStream);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                    CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                                    CUstream hStream) {
+  return cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+}
+
+CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
+                            CUstream hStream) {
+  const CUresult r = cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
+  if (r != CUDA_SUCCESS && failIdx != nullptr) *failIdx = SIZE_MAX;  // not one copy's fault
+  return r;
+}
+
+CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                 CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                                 size_t* failIdx, CUstream hStream) {
+  return cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+}
+
+// 3D batched copies between pointers (the simulated driver has no array storage: an array operand
+// is not supported), extents in bytes, rows rowLength bytes apart (0: the width), slices
+// layerHeight rows apart (0: the height).
+CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                                 CUstream hStream) {
+  if (numOps == 0 || opList == nullptr || flags != 0 || hStream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < numOps; ++i) {
+    const CUDA_MEMCPY3D_BATCH_OP& op = opList[i];
+    if (op.src.type != CU_MEMCPY_OPERAND_TYPE_POINTER || op.dst.type != CU_MEMCPY_OPERAND_TYPE_POINTER)
+      return CUDA_ERROR_NOT_SUPPORTED;
+    const CUextent3D& e = op.extent;
+    if (e.width == 0 || e.height == 0 || e.depth == 0 || op.srcAccessOrder == 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    const auto pitch = [&](const CUmemcpy3DOperand& o) {
+      return o.op.ptr.rowLength ? o.op.ptr.rowLength : e.width;
+    };
+    const auto rows = [&](const CUmemcpy3DOperand& o) {
+      return o.op.ptr.layerHeight ? o.op.ptr.layerHeight : e.height;
+    };
+    if (pitch(op.src) < e.width || pitch(op.dst) < e.width || rows(op.src) < e.height ||
+        rows(op.dst) < e.height)
+      return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < e.depth; ++z) {
+      for (size_t y = 0; y < e.height; ++y) {
+        const CUdeviceptr from = op.src.op.ptr.ptr + (z * rows(op.src) + y) * pitch(op.src);
+        const CUdeviceptr to = op.dst.op.ptr.ptr + (z * rows(op.dst) + y) * pitch(op.dst);
+        const CUresult r =
+            copy_async(as_pointer(to), Side::Either, as_pointer(from), Side::Either, e.width, hStream);
+        if (r != CUDA_SUCCESS) return r;
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, unsigned long long flags,
+                                      CUstream hStream) {
+  return cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
+}
+
+CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx,
+                              unsigned long long flags, CUstream hStream) {
+  const CUresult r = cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
+  if (r != CUDA_SUCCESS && failIdx != nullptr) *failIdx = SIZE_MAX;
+  return r;
+}
+
+CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx,
+                                   unsigned long long flags, CUstream hStream) {
+  return cuMemcpy3DBatchAsync(numOps, opList, failIdx, flags, hStream);
+}
+
+// Stream memory operations: a 32- or 64-bit value written to device memory in stream order (the
+// simulated streams run at once); a batch of writes (waits, flushes and barriers have nothing to
+// wait for here: the simulated device has no other writer).
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  if (flags > 1) return CUDA_ERROR_INVALID_VALUE;  // CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER at most
+  return fill_async<cuuint32_t>(addr, sizeof(cuuint32_t), value, 1, 1, stream);
+}
+
+CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                      unsigned int flags) {
+  return cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  return cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  return cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+  return fill_async<cuuint64_t>(addr, sizeof(cuuint64_t), value, 1, 1, stream);
+}
+
+CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                      unsigned int flags) {
+  return cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  return cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  return cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
+CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                               unsigned int flags) {
+  if (count == 0 || count > 256 || paramArray == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    const auto& op = paramArray[i];
+    CUresult r = CUDA_SUCCESS;
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        r = cuStreamWriteValue32_v2(stream, op.writeValue.address, op.writeValue.value, op.writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        r = cuStreamWriteValue64_v2(stream, op.writeValue.address, op.writeValue.value64,
+                                    op.writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+      case CU_STREAM_MEM_OP_BARRIER:
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                                    unsigned int flags) {
+  return cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
+}
+
+CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                            unsigned int flags) {
+  return cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
+}
+
+CUresult cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                                 unsigned int flags) {
+  return cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
 }
 
 }  // extern "C"
