@@ -19,6 +19,7 @@
 #include "interposer/memory_books.h"
 #include "interposer/node_presence.h"
 #include "interposer/real_symbols.h"
+#include "interposer/reclaim/host_room.h"
 #include "interposer/reclaim/reclaim_ask.h"
 #include "interposer/reclaim/reclaim_board.h"
 #include "interposer/reclaim/reclaim_plan.h"
@@ -582,6 +583,35 @@ CUcontext any_context(int dev) {
   return nullptr;
 }
 
+// Borrowed memory on the device without host memory yet: what its moves would still have to pin.
+std::uint64_t unprepared_bytes() {
+  std::lock_guard<std::mutex> lock(*g_lock);
+  std::uint64_t sum = 0;
+  for (const auto& [ptr, b] : *g_table)
+    if (!b.on_host && b.host == 0) sum += b.size;
+  return sum;
+}
+
+// Whether the host (and the container's memory cgroup) can pin `size` more bytes beside what the
+// borrowed memory already needs: a borrow that could not be given back is refused like a quota's.
+bool host_can_back(DeviceState* d, std::uint64_t size) {
+  const std::optional<std::uint64_t> room = host_room_bytes();
+  const std::uint64_t need = unprepared_bytes() + size;
+  if (host_room_allows(need, room)) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    GS_LOG(
+        Warn,
+        "device %d: borrowing %.1f MiB above the memory guarantee needs as much pinned host memory to give "
+        "it back, and the host or the container's memory limit has %.1f MiB left (%.0f MiB kept for the "
+        "process): refused with CUDA_ERROR_OUT_OF_MEMORY",
+        d->index, static_cast<double>(size) / (1 << 20), static_cast<double>(room.value_or(0)) / (1 << 20),
+        static_cast<double>(kHostMarginBytes) / (1 << 20));
+  const int dev = d->ledger_dev.load(std::memory_order_relaxed);
+  if (ledger() != nullptr && dev >= 0) ledger()->count_refusal(dev);
+  return false;
+}
+
 }  // namespace
 
 bool above_guarantee(const DeviceState* d, std::uint64_t bytes) {
@@ -606,6 +636,7 @@ CUresult allocate_borrowed(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dpt
       GS_LOG(Warn, "reclaim: no thread to prepare host memory ahead: a move will create it then, slowly");
   }
   if (!g_reclaim_running.load()) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!host_can_back(d, round_up(bytes, granularity()))) return CUDA_ERROR_OUT_OF_MEMORY;
   const Vmm& ops = vmm();
   if (!ops.ok()) return CUDA_ERROR_NOT_SUPPORTED;
   const std::uint64_t size = round_up(bytes, granularity());

@@ -1,0 +1,137 @@
+#include "interposer/reclaim/host_room.h"
+
+#include <algorithm>
+
+#include "common/safe_file.h"
+
+namespace gpuslice::interposer::reclaim {
+namespace {
+
+constexpr std::size_t kMaxFileBytes = 64 * 1024;
+
+std::optional<std::uint64_t> parse_decimal(std::string_view text) {
+  std::uint64_t value = 0;
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    const auto digit = static_cast<std::uint64_t>(text[digits] - '0');
+    if (value > (~0ULL - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  return value;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::string> read_text(const std::string& path) {
+  auto text = fs::read_small_file(path, kMaxFileBytes);
+  if (!text) return std::nullopt;
+  return std::move(text).value();
+}
+
+// The path of the first line of /proc/self/cgroup ("id:controllers:path") that `wanted` accepts by
+// its id and controllers: an absolute path without a way up, as it is appended to a directory.
+template <class Wanted>
+std::optional<std::string> cgroup_path(std::string_view proc_self_cgroup, Wanted wanted) {
+  for (std::size_t at = 0; at < proc_self_cgroup.size();) {
+    std::size_t end = proc_self_cgroup.find('\n', at);
+    if (end == std::string_view::npos) end = proc_self_cgroup.size();
+    const std::string_view line = proc_self_cgroup.substr(at, end - at);
+    at = end + 1;
+    const std::size_t first = line.find(':');
+    const std::size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second == std::string_view::npos) continue;
+    if (!wanted(line.substr(0, first), line.substr(first + 1, second - first - 1))) continue;
+    const std::string_view path = line.substr(second + 1);
+    if (path.empty() || path.front() != '/' || path.find("/..") != std::string_view::npos)
+      return std::nullopt;
+    return std::string(path);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> mem_available(std::string_view meminfo) {
+  constexpr std::string_view kKey = "MemAvailable:";
+  for (std::size_t at = 0; at < meminfo.size();) {
+    std::size_t end = meminfo.find('\n', at);
+    if (end == std::string_view::npos) end = meminfo.size();
+    const std::string_view line = meminfo.substr(at, end - at);
+    at = end + 1;
+    if (line.substr(0, kKey.size()) != kKey) continue;
+    const std::string_view rest = trim(line.substr(kKey.size()));
+    const std::optional<std::uint64_t> kib = parse_decimal(rest);
+    const std::size_t digits = rest.find_first_not_of("0123456789");
+    if (!kib || digits == std::string_view::npos || trim(rest.substr(digits)) != "kB") return std::nullopt;
+    if (*kib > (~0ULL >> 10)) return std::nullopt;
+    return *kib << 10;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> cgroup_v2_path(std::string_view proc_self_cgroup) {
+  return cgroup_path(proc_self_cgroup, [](std::string_view id, std::string_view controllers) {
+    return id == "0" && controllers.empty();
+  });
+}
+
+std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgroup) {
+  return cgroup_path(proc_self_cgroup, [](std::string_view /*id*/, std::string_view controllers) {
+    for (std::size_t at = 0; at <= controllers.size();) {
+      std::size_t end = controllers.find(',', at);
+      if (end == std::string_view::npos) end = controllers.size();
+      if (controllers.substr(at, end - at) == "memory") return true;
+      at = end + 1;
+    }
+    return false;
+  });
+}
+
+std::optional<std::uint64_t> cgroup_bytes(std::string_view text) {
+  text = trim(text);
+  const std::optional<std::uint64_t> value = parse_decimal(text);
+  if (!value || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  return value;
+}
+
+std::optional<std::uint64_t> host_room_bytes() {
+  std::optional<std::uint64_t> room;
+  auto take = [&room](std::uint64_t bytes) { room = room ? std::min(*room, bytes) : bytes; };
+  if (auto meminfo = read_text("/proc/meminfo")) {
+    if (auto available = mem_available(*meminfo)) take(*available);
+  }
+  const std::optional<std::string> self = read_text("/proc/self/cgroup");
+  if (!self) return room;
+  // The memory cgroup and its ancestors: a pod's limit sits above its containers'.
+  auto walk = [&take](std::optional<std::string> path, const std::string& root, const char* limit_file,
+                      const char* usage_file) {
+    for (int depth = 0; path && depth < 32; ++depth) {
+      const std::string dir = root + (*path == "/" ? std::string() : *path);
+      const std::optional<std::string> max = read_text(dir + "/" + limit_file);
+      const std::optional<std::string> current = read_text(dir + "/" + usage_file);
+      const std::optional<std::uint64_t> limit = max ? cgroup_bytes(*max) : std::nullopt;
+      const std::optional<std::uint64_t> used = current ? cgroup_bytes(*current) : std::nullopt;
+      if (limit && used) take(*limit > *used ? *limit - *used : 0);
+      if (*path == "/") break;
+      const std::size_t slash = path->rfind('/');
+      path = slash == 0 ? std::string("/") : path->substr(0, slash);
+    }
+  };
+  walk(cgroup_v2_path(*self), "/sys/fs/cgroup", "memory.max", "memory.current");
+  walk(cgroup_v1_memory_path(*self), "/sys/fs/cgroup/memory", "memory.limit_in_bytes",
+       "memory.usage_in_bytes");
+  return room;
+}
+
+bool host_room_allows(std::uint64_t need, std::optional<std::uint64_t> room) {
+  if (!room) return true;
+  return *room > kHostMarginBytes && need <= *room - kHostMarginBytes;
+}
+
+}  // namespace gpuslice::interposer::reclaim
