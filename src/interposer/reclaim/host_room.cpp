@@ -7,7 +7,7 @@
 namespace gpuslice::interposer::reclaim {
 namespace {
 
-constexpr std::size_t kMaxFileBytes = 64 * 1024;
+constexpr std::size_t kMaxFileBytes = std::size_t{64} << 10;
 
 std::optional<std::uint64_t> parse_decimal(std::string_view text) {
   std::uint64_t value = 0;
