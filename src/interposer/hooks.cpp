@@ -5,7 +5,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <string_view>
 
 #include "common/log.h"
 
@@ -56,14 +55,25 @@ constexpr const char* kProfileNames[kHookCount] = {
 #undef GS_PROFILE_NAME
 };
 
+// Whether two names are the same, stopping at the first difference (no length first): the table
+// below is computed by the compiler, whose evaluation steps are bounded (clang's: about a million).
+constexpr bool same_name(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
 // Hooks that share a profile name (cuMemAlloc_v2 and friends) report as one API: the id of the
-// first row with that name. Computed at compile time.
+// first row with that name, found among the first rows of the names before it. Computed at
+// compile time.
 constexpr std::array<std::uint16_t, kHookCount> kProfileIds = [] {
   std::array<std::uint16_t, kHookCount> ids{};
   for (std::size_t i = 0; i < kHookCount; ++i) {
     ids[i] = static_cast<std::uint16_t>(i);
     for (std::size_t j = 0; j < i; ++j) {
-      if (std::string_view(kProfileNames[j]) == kProfileNames[i]) {
+      if (ids[j] == j && same_name(kProfileNames[j], kProfileNames[i])) {
         ids[i] = static_cast<std::uint16_t>(j);
         break;
       }
