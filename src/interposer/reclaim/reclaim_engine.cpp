@@ -393,8 +393,6 @@ std::vector<CUcontext> contexts_of(const Picked& picked) {
   return contexts;
 }
 
-// Moves at least `want` bytes of this process's borrowed memory on record `dev` to host memory,
-// largest allocations first. Returns the bytes moved.
 // Whether an allocation that may ask `self` still waits on the board.
 bool still_asked(const Holder& self, const Board& board) {
   constexpr std::size_t kCapacity = 256;
@@ -412,6 +410,8 @@ bool still_asked(const Holder& self, const Board& board) {
 // work resuming would compete with the asker's first requests, which the reclaim is for.
 constexpr std::uint64_t kHoldForAskerNs = 100'000'000ULL;
 
+// Moves at least `want` bytes of this process's borrowed memory on record `dev` to host memory,
+// largest allocations first. Returns the bytes moved.
 std::uint64_t move_to_host(int dev, std::uint64_t want, const Holder& self, const Board& board) {
   std::lock_guard<std::mutex> lock(*g_lock);
   Picked picked = largest_first(dev, /*on_host=*/false);
@@ -499,8 +499,10 @@ void* reclaim_main(void*);
 
 // The standby thread: prepares the host memory of each borrowed allocation that is on the device
 // and has none yet, one at a time, outside g_lock (pinning takes about a second per 2 GiB).
-std::atomic<bool> g_threads_started{false};
-std::atomic<bool> g_reclaim_running{false};  // without it nothing could be given back
+// The reclaim's threads: not started, being started (by the first borrowed allocation), running,
+// or failed to start (then nothing is lent: it could not be given back).
+enum class Threads : int { NotStarted, Starting, Running, Failed };
+std::atomic<Threads> g_threads{Threads::NotStarted};
 
 bool pick_unprepared(CUdeviceptr* ptr, Borrowed* picked, std::uint64_t* unprepared, std::uint64_t* prepared) {
   std::lock_guard<std::mutex> lock(*g_lock);
@@ -583,6 +585,23 @@ CUcontext any_context(int dev) {
   return nullptr;
 }
 
+// The threads start with the first borrowed allocation (a concurrent one waits for them); without
+// the reclaim thread nothing could be given back, so nothing is lent.
+bool reclaim_threads_running() {
+  Threads state = Threads::NotStarted;
+  if (g_threads.compare_exchange_strong(state, Threads::Starting)) {
+    const bool started = start_background_thread(reclaim_main);
+    if (!started)
+      GS_LOG(Warn, "reclaim: cannot start the reclaim thread: nothing is lent above the guarantee");
+    if (started && !start_background_thread(standby_main))
+      GS_LOG(Warn, "reclaim: no thread to prepare host memory ahead: a move will create it then, slowly");
+    g_threads.store(started ? Threads::Running : Threads::Failed);
+    return started;
+  }
+  while ((state = g_threads.load()) == Threads::Starting) sleep_us(100);
+  return state == Threads::Running;
+}
+
 // Borrowed memory on the device without host memory yet: what its moves would still have to pin.
 std::uint64_t unprepared_bytes() {
   std::lock_guard<std::mutex> lock(*g_lock);
@@ -625,17 +644,7 @@ bool above_guarantee(const DeviceState* d, std::uint64_t bytes) {
 
 CUresult allocate_borrowed(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dptr) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  // The threads start with the first borrowed allocation; without the reclaim thread nothing could
-  // be given back, so nothing is lent.
-  if (!g_threads_started.exchange(true)) {
-    if (start_background_thread(reclaim_main))
-      g_reclaim_running.store(true);
-    else
-      GS_LOG(Warn, "reclaim: cannot start the reclaim thread: nothing is lent above the guarantee");
-    if (!start_background_thread(standby_main))
-      GS_LOG(Warn, "reclaim: no thread to prepare host memory ahead: a move will create it then, slowly");
-  }
-  if (!g_reclaim_running.load()) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!reclaim_threads_running()) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!host_can_back(d, round_up(bytes, granularity()))) return CUDA_ERROR_OUT_OF_MEMORY;
   const Vmm& ops = vmm();
   if (!ops.ok()) return CUDA_ERROR_NOT_SUPPORTED;
@@ -924,8 +933,7 @@ void after_fork() {
   g_hold.store(false);
   g_submitting.store(0);
   g_borrower.store(false);
-  g_threads_started.store(false);  // the parent's threads are not here
-  g_reclaim_running.store(false);
+  g_threads.store(Threads::NotStarted);  // the parent's threads are not here
 }
 
 void at_exit() {
