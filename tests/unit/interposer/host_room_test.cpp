@@ -7,7 +7,7 @@
 namespace gpuslice::interposer::reclaim {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
+constexpr std::uint64_t kHostMiB = 1ULL << 20;
 
 TEST(HostRoom, MemAvailableIsReadInBytesFromItsLineOnly) {
   const char* meminfo =
@@ -47,9 +47,9 @@ TEST(HostRoom, ACgroupValueIsBytesOrNoLimit) {
 }
 
 TEST(HostRoom, ABorrowFitsOnlyWithItsPinnedCopyAndTheMargin) {
-  EXPECT_TRUE(host_room_allows(1024 * kMiB, 2048 * kMiB));
-  EXPECT_TRUE(host_room_allows(1536 * kMiB, 2048 * kMiB));
-  EXPECT_FALSE(host_room_allows(1537 * kMiB, 2048 * kMiB));
+  EXPECT_TRUE(host_room_allows(1024 * kHostMiB, 2048 * kHostMiB));
+  EXPECT_TRUE(host_room_allows(1536 * kHostMiB, 2048 * kHostMiB));
+  EXPECT_FALSE(host_room_allows(1537 * kHostMiB, 2048 * kHostMiB));
   EXPECT_FALSE(host_room_allows(1, kHostMarginBytes));
   EXPECT_TRUE(host_room_allows(1ULL << 40, std::nullopt)) << "nothing known to refuse by";
 }
