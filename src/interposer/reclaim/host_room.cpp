@@ -1,31 +1,23 @@
 #include "interposer/reclaim/host_room.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "common/safe_file.h"
+#include "common/text.h"
 
 namespace gpuslice::interposer::reclaim {
 namespace {
 
 constexpr std::size_t kMaxFileBytes = std::size_t{64} << 10;
 
-std::optional<std::uint64_t> parse_decimal(std::string_view text) {
+// The decimal number `text` starts with (nullopt: none, or past 64 bits); *used: its digits.
+std::optional<std::uint64_t> leading_decimal(std::string_view text, std::size_t* used) {
   std::uint64_t value = 0;
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
-    const auto digit = static_cast<std::uint64_t>(text[digits] - '0');
-    if (value > (~0ULL - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-    ++digits;
-  }
-  if (digits == 0) return std::nullopt;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc()) return std::nullopt;
+  *used = static_cast<std::size_t>(end - text.data());
   return value;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
-  return s;
 }
 
 std::optional<std::string> read_text(const std::string& path) {
@@ -65,10 +57,10 @@ std::optional<std::uint64_t> mem_available(std::string_view meminfo) {
     const std::string_view line = meminfo.substr(at, end - at);
     at = end + 1;
     if (line.substr(0, kKey.size()) != kKey) continue;
-    const std::string_view rest = trim(line.substr(kKey.size()));
-    const std::optional<std::uint64_t> kib = parse_decimal(rest);
-    const std::size_t digits = rest.find_first_not_of("0123456789");
-    if (!kib || digits == std::string_view::npos || trim(rest.substr(digits)) != "kB") return std::nullopt;
+    const std::string_view rest = text::trim(line.substr(kKey.size()));
+    std::size_t digits = 0;
+    const std::optional<std::uint64_t> kib = leading_decimal(rest, &digits);
+    if (!kib || text::trim(rest.substr(digits)) != "kB") return std::nullopt;
     if (*kib > (~0ULL >> 10)) return std::nullopt;
     return *kib << 10;
   }
@@ -93,11 +85,12 @@ std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgro
   });
 }
 
-std::optional<std::uint64_t> cgroup_bytes(std::string_view text) {
-  text = trim(text);
-  const std::optional<std::uint64_t> value = parse_decimal(text);
-  if (!value || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-  return value;
+std::optional<std::uint64_t> cgroup_bytes(std::string_view value) {
+  value = text::trim(value);
+  std::size_t digits = 0;
+  const std::optional<std::uint64_t> bytes = leading_decimal(value, &digits);
+  if (!bytes || digits != value.size()) return std::nullopt;
+  return bytes;
 }
 
 std::optional<std::uint64_t> host_room_bytes() {

@@ -21,7 +21,7 @@ std::optional<std::string> cgroup_v2_path(std::string_view proc_self_cgroup);
 // The cgroup v1 memory controller's path of /proc/self/cgroup (the line naming "memory").
 std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgroup);
 // A memory.max or memory.current value, bytes; nullopt for "max" (no limit) or what is not a number.
-std::optional<std::uint64_t> cgroup_bytes(std::string_view text);
+std::optional<std::uint64_t> cgroup_bytes(std::string_view value);
 
 // The host memory this process may still pin: the smallest of MemAvailable and, for its memory
 // cgroup and every ancestor with a limit, the limit less the usage (cgroup v2: memory.max and

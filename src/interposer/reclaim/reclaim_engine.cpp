@@ -394,16 +394,21 @@ std::vector<CUcontext> contexts_of(const Picked& picked) {
 }
 
 // Whether an allocation that may ask `self` still waits on the board.
+Asker asker_of(const BoardEntry& e) {
+  return Asker{e.container_key, e.priority, e.within_guarantee, e.wanted};
+}
+
+// Whether one of the records read from the board waits for memory it may ask `self` for.
+bool asked_by_any(const BoardEntry* entries, std::size_t n, const Holder& self) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (may_ask(asker_of(entries[i]), self)) return true;
+  return false;
+}
+
 bool still_asked(const Holder& self, const Board& board) {
   constexpr std::size_t kCapacity = 256;
   static BoardEntry others[kCapacity];  // the reclaim thread's
-  const std::size_t n = board.read(others, kCapacity, monotonic_ns());
-  for (std::size_t i = 0; i < n; ++i) {
-    const BoardEntry& e = others[i];
-    if (e.wanted != 0 && may_ask(Asker{e.container_key, e.priority, e.within_guarantee, e.wanted}, self))
-      return true;
-  }
-  return false;
+  return asked_by_any(others, board.read(others, kCapacity, monotonic_ns()), self);
 }
 
 // After a move the borrower stays held until the asker has its allocation (at most this long): its
@@ -877,12 +882,9 @@ void step() {
       const BoardEntry& e = others[i];
       if (e.movable != 0)
         holders[holder_count++] = Holder{e.container_key, e.pid, e.priority, e.above_guarantee, e.movable};
-      if (e.wanted != 0)
-        askers[asker_count++] = Asker{e.container_key, e.priority, e.within_guarantee, e.wanted};
+      if (e.wanted != 0) askers[asker_count++] = asker_of(e);
     }
-    bool asked_of_us = false;
-    for (std::size_t a = 0; a < asker_count && !asked_of_us; ++a)
-      asked_of_us = may_ask(askers[a], holders[0]);
+    const bool asked_of_us = asked_by_any(others, n, holders[0]);
     if (asked_of_us) g_last_asker_ns[dev] = now;
     const CUcontext context = any_context(dev);
     std::uint64_t free_bytes = 0;
