@@ -1,5 +1,7 @@
 #include "interposer/reclaim/host_room.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 
@@ -93,13 +95,15 @@ std::optional<std::uint64_t> cgroup_bytes(std::string_view value) {
   return bytes;
 }
 
+std::string own_cgroup_file() { return "/proc/" + std::to_string(getpid()) + "/cgroup"; }
+
 std::optional<std::uint64_t> host_room_bytes() {
   std::optional<std::uint64_t> room;
   auto take = [&room](std::uint64_t bytes) { room = room ? std::min(*room, bytes) : bytes; };
   if (auto meminfo = read_text("/proc/meminfo")) {
     if (auto available = mem_available(*meminfo)) take(*available);
   }
-  const std::optional<std::string> self = read_text("/proc/self/cgroup");
+  const std::optional<std::string> self = read_text(own_cgroup_file());
   if (!self) return room;
   // The memory cgroup and its ancestors: a pod's limit sits above its containers'.
   auto walk = [&take](std::optional<std::string> path, const std::string& root, const char* limit_file,

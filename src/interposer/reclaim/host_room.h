@@ -23,6 +23,9 @@ std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgro
 // A memory.max or memory.current value, bytes; nullopt for "max" (no limit) or what is not a number.
 std::optional<std::uint64_t> cgroup_bytes(std::string_view value);
 
+// This process's /proc/<pid>/cgroup: /proc/self is a symbolic link, which the safe reads refuse.
+std::string own_cgroup_file();
+
 // The host memory this process may still pin: the smallest of MemAvailable and, for its memory
 // cgroup and every ancestor with a limit, the limit less the usage (cgroup v2: memory.max and
 // memory.current; v1: memory.limit_in_bytes and memory.usage_in_bytes under

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/safe_file.h"
+
 namespace gpuslice::interposer::reclaim {
 namespace {
 
@@ -52,6 +54,14 @@ TEST(HostRoom, ABorrowFitsOnlyWithItsPinnedCopyAndTheMargin) {
   EXPECT_FALSE(host_room_allows(1537 * kHostMiB, 2048 * kHostMiB));
   EXPECT_FALSE(host_room_allows(1, kHostMarginBytes));
   EXPECT_TRUE(host_room_allows(1ULL << 40, std::nullopt)) << "nothing known to refuse by";
+}
+
+// The process's own cgroup file is read through the project's safe reads (which refuse the
+// /proc/self link: read there, no cgroup limit was ever applied) and names its cgroup.
+TEST(HostRoom, TheProcesssOwnCgroupFileIsReadAndNamesItsCgroup) {
+  auto text = fs::read_small_file(own_cgroup_file(), 64 << 10);
+  ASSERT_TRUE(text) << own_cgroup_file() << ": " << text.error();
+  EXPECT_TRUE(cgroup_v2_path(text.value()) || cgroup_v1_memory_path(text.value())) << text.value();
 }
 
 // On this machine: whatever it reads is at most what /proc/meminfo says is available.
