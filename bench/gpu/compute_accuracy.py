@@ -404,6 +404,14 @@ def parse_cpus(text):
     return cpus
 
 
+def shift_cpus(cpus, offset):
+    """`cpus` ("4" or "4-7" or "4,5") moved up by `offset`, so runs on two GPUs of one host keep
+    to cores of their own."""
+    if not cpus or not offset:
+        return cpus
+    return ",".join(str(c + offset) for c in sorted(parse_cpus(cpus)))
+
+
 def pin(cpus):
     usable = parse_cpus(cpus) & os.sched_getaffinity(0)
     if usable:
@@ -412,7 +420,7 @@ def pin(cpus):
 
 def worker(args):
     if args.cpus == "auto":
-        args.cpus = AUTO_CPUS.get(args.workload, "")
+        args.cpus = shift_cpus(AUTO_CPUS.get(args.workload, ""), args.cpu_offset)
     if args.cpus and not args.turns:  # turns: pinned once warmed up (the processes start side by side)
         pin(args.cpus)
     companion = None
@@ -596,7 +604,7 @@ class Runner:
         report = os.path.join(self.logs, tag + ".json")
         argv = [sys.executable, os.path.abspath(__file__), "--worker", workload,
                 "--seconds", str(seconds), "--warmup", str(self.args.warmup), "--report", report,
-                "--cpus", self.args.cpus]
+                "--cpus", self.args.cpus, "--cpu-offset", str(getattr(self.args, "cpu_offset", 0))]
         if ready_file:
             argv += ["--ready-file", ready_file]
         argv += list(extra)
@@ -1101,6 +1109,8 @@ def main():
     ap.add_argument("--cpus", default="auto",
                     help="CPUs every measured process is pinned to: a list like 4,5 or 4-7, '' = none, "
                          "auto = per workload (see above)")
+    ap.add_argument("--cpu-offset", type=int, default=0,
+                    help="add this to every CPU of --cpus auto (a second run on another GPU of the host)")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE_POINTS,
                     help="points a workload held to its limit may differ from the expected ratio")
     ap.add_argument("--kernel-timeline", default=None, metavar="SO",

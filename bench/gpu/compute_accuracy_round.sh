@@ -100,7 +100,7 @@ for (shape, limit), rs in sorted(cells.items()):
 print(f"\nworst mean: {worst:.1f} points off ({'within' if worst <= 2 else 'outside'} +-2)")
 print("first 1 s: the window from the `gpuslice set` (a live change: the unlimited phase's queue runs first,"
       " uncharged), or, started limited, the first second after the 1 s warm-up (no flat-out clock known yet:"
-      " the reference is estimated from the maximum clock and the duty)")
+      " the reference is estimated: the second lowest busy clock)")
 PY
 echo
 echo "== the limiter's exit lines (windows charged above their GPU time for the SM clock)"

@@ -208,11 +208,10 @@ void settle_at_exit() {
     GS_LOG(Info,
            "compute limiter, device %d: %" PRIu64 " windows (%" PRIu64 " ended by a pause), %" PRIu64
            " drains, %.3f s busy, %.3f s held back, %" PRIu64 " of %" PRIu64 " launches timed, %" PRIu64
-           " charges scaled for the SM clock (+%.3f s; flat out %u MHz measured, 0: estimated from the %u MHz"
-           " maximum)",
+           " charges scaled for the SM clock (+%.3f s; flat out %u MHz measured, %u MHz estimated; 0: none)",
            d.index, s.windows, s.paused_windows, s.drains, static_cast<double>(s.busy_ns) / 1e9,
            static_cast<double>(s.throttled_ns) / 1e9, s.timed_launches, s.launches, s.clock_windows,
-           static_cast<double>(s.clock_extra_ns) / 1e9, d.flat_clock.mhz(), d.flat_clock.max_mhz());
+           static_cast<double>(s.clock_extra_ns) / 1e9, d.flat_clock.mhz(), d.flat_clock.estimate_mhz());
   });
   publish_compute_usage();
 }

@@ -1,6 +1,7 @@
 #include "limiter/clock_correction.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace gpuslice::limiter {
 namespace {
@@ -45,12 +46,27 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, bool power_capped) {
   const std::uint32_t since = since_power_cap_.load(std::memory_order_relaxed);
   since_power_cap_.store(power_capped ? 0 : std::min(since + 1, kPowerCapSamples), std::memory_order_relaxed);
-  if (util_percent <= 100) {
-    // A tenth per 100 ms sample: about the second over which the power controller averages.
-    const std::uint32_t sample = util_percent * 10;
-    const std::uint32_t old = duty_permille_.load(std::memory_order_relaxed);
-    duty_permille_.store(duty_seen_ ? (9 * old + sample + 5) / 10 : sample, std::memory_order_relaxed);
-    duty_seen_ = true;
+  const std::uint32_t max = max_mhz();
+  // Busy: loaded, below the idle reading, and not a reading between states (an idle device's deep
+  // clock, 345 MHz on an H200, while it wakes).
+  if (util_percent >= kEstimateMinUtilPercent && util_percent <= 100 && sm_mhz != 0 &&
+      (max == 0 || (sm_mhz + kIdleMarginMhz < max && sm_mhz >= max / 2))) {
+    busy_mhz_[busy_next_] = sm_mhz;
+    busy_next_ = (busy_next_ + 1) % kEstimateSamples;
+    if (busy_count_ < kEstimateSamples) ++busy_count_;
+    // The second lowest: one reading that dips below the flat-out clock does not set it.
+    std::uint32_t lowest = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t second = std::numeric_limits<std::uint32_t>::max();
+    for (std::uint32_t i = 0; i < busy_count_; ++i) {
+      const std::uint32_t mhz = busy_mhz_[i];
+      if (mhz < lowest) {
+        second = lowest;
+        lowest = mhz;
+      } else if (mhz < second) {
+        second = mhz;
+      }
+    }
+    lowest_busy_mhz_.store(busy_count_ >= kEstimateMinSamples ? second : 0, std::memory_order_relaxed);
   }
   if (util_percent < kFlatOutUtilPercent || util_percent > 100 || sm_mhz == 0) {
     flat_run_ = 0;
@@ -70,16 +86,17 @@ void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, b
   mhz_.store(static_cast<std::uint32_t>((sum + counted_ / 2) / counted_), std::memory_order_relaxed);
 }
 
+std::uint32_t ClockReference::estimate_mhz() const {
+  if (since_power_cap_.load(std::memory_order_relaxed) >= kPowerCapSamples) return 0;
+  return lowest_busy_mhz_.load(std::memory_order_relaxed);
+}
+
 std::uint32_t ClockReference::reference_for(std::uint32_t window_mhz) const {
   const std::uint32_t measured = mhz();
   if (measured != 0) return measured;
-  const std::uint32_t max = max_mhz();
-  const std::uint32_t duty = duty_permille();
-  if (max == 0 || window_mhz == 0 || window_mhz >= max || duty < kMinEstimateDutyPermille) return 0;
-  if (since_power_cap_.load(std::memory_order_relaxed) >= kPowerCapSamples) return 0;
-  const std::uint64_t cut = static_cast<std::uint64_t>(max - window_mhz) * kPermille / std::min(duty, 1000u);
-  // A cut past the whole clock is a bad reading; the factor's own bound limits the rest.
-  return cut < max ? static_cast<std::uint32_t>(max - cut) : 0;
+  // A window at or below the estimate is charged its GPU time (clock_factor_permille), as is one
+  // whose clock was not read.
+  return window_mhz == 0 ? 0 : estimate_mhz();
 }
 
 }  // namespace gpuslice::limiter

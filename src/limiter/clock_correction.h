@@ -47,34 +47,43 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 // exists for. One thread observes (the watcher); readers (the limiter's closer) load atomics.
 //
 // Until a flat-out second is seen (a container limited from its first launch never sees one), the
-// reference is estimated from the window's own clock: the power controller cuts the clock below its
-// maximum by the flat-out cut times the device's duty, so flat = max - (max - window) / duty. Fitted on
-// the same 156 H200 phases as the exponent (bench/results/clock-fit-2026-11-29/): 59 MHz rms, which
-// moves a phase's charge by -1.3 to +1.9 points against the measured reference; no estimate without
-// NVML's maximum clock, below kMinEstimateDutyPermille of duty (the cut is too small to divide), at
-// the maximum clock (no cut: nothing to correct), or unless the software power cap held the clocks in
-// one of the last kPowerCapSamples samples (a clock locked or set by the operator is cut by no duty:
-// its flat-out clock is the window's, and an estimate would overcharge it by up to a quarter).
+// reference is estimated as the second lowest clock the device ran at while busy in the latest
+// kEstimateSamples busy samples (busy: at least kEstimateMinUtilPercent utilization, a clock below
+// NVML's maximum, which an idle H200 reads within 100 ms, and not below half of it, the deep idle
+// clock while the device wakes). An H200 duty-cycled by a limit runs its on parts close to its
+// flat-out clock (two processes of graph replay at 40% and 70%: 1,575-1,665 MHz against 1,565 flat
+// out; such phases' mean clocks, 1,700-1,820 MHz, are mostly idle readings at the maximum), so the
+// lowest busy clock is at or a little above the flat-out one: -53 to +121 MHz over 48 H200 phases
+// replayed (bench/results/clock-estimate-2026-11-29/), and the second lowest so that one reading
+// that dips does not set it. The earlier estimate, max - (max - window) / duty, was fitted on phase
+// mean clocks but applied to a window's busy clock, and put graph2p's flat-out clock at 1,180-1,525
+// MHz (2 points under the limit at 40%). No estimate unless the software power cap held the clocks in
+// one of the last kPowerCapSamples samples (a clock locked or set by the operator is its own flat-out
+// clock).
 class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
   static constexpr std::uint32_t kFlatOutSamples = 10;
   static constexpr std::uint32_t kConfirmSamples = 6;
-  static constexpr std::uint32_t kMinEstimateDutyPermille = 150;
+  static constexpr std::uint32_t kEstimateSamples = 30;
+  static constexpr std::uint32_t kEstimateMinSamples = 5;
+  static constexpr std::uint32_t kEstimateMinUtilPercent = 10;
   static constexpr std::uint32_t kPowerCapSamples = 10;
 
   // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown), and
   // whether the software power cap was holding the clocks down (NVML's clock event reasons).
   void observe(std::uint32_t util_percent, std::uint32_t sm_mhz, bool power_capped = false);
-  // NVML's maximum SM clock of the device (0: unknown), read once by the watcher.
+  // NVML's maximum SM clock of the device (0: unknown), read once by the watcher: clocks at it (or
+  // within kIdleMarginMhz) are idle readings, not busy ones.
+  static constexpr std::uint32_t kIdleMarginMhz = 30;
   void set_max_mhz(std::uint32_t mhz) { max_mhz_.store(mhz, std::memory_order_relaxed); }
   // The reference clock in MHz, 0 while none was seen.
   std::uint32_t mhz() const { return mhz_.load(std::memory_order_relaxed); }
   std::uint32_t max_mhz() const { return max_mhz_.load(std::memory_order_relaxed); }
-  // The device's duty over about the last second (samples averaged, a tenth each), per mille.
-  std::uint32_t duty_permille() const { return duty_permille_.load(std::memory_order_relaxed); }
-  // Whether a window's clock is worth reading: a reference is known or can be estimated.
-  bool can_correct() const { return mhz() != 0 || max_mhz() != 0; }
+  // The estimate above in MHz, 0 while there is none (too few busy samples, or no power cap seen).
+  std::uint32_t estimate_mhz() const;
+  // Whether a window's clock is worth reading: a reference is known or estimated.
+  bool can_correct() const { return mhz() != 0 || estimate_mhz() != 0; }
   // The reference for a window that ran at `window_mhz`: the measured one, else the estimate above,
   // else 0 (nothing known: the window is charged its GPU time).
   std::uint32_t reference_for(std::uint32_t window_mhz) const;
@@ -82,7 +91,7 @@ class ClockReference {
  private:
   std::atomic<std::uint32_t> mhz_{0};
   std::atomic<std::uint32_t> max_mhz_{0};
-  std::atomic<std::uint32_t> duty_permille_{0};
+  std::atomic<std::uint32_t> lowest_busy_mhz_{0};  // the estimate, before the power cap's check
   std::atomic<std::uint32_t> since_power_cap_{kPowerCapSamples};  // samples since the cap was last seen
   // Observer only: flat-out samples in a row (up to kFlatOutSamples + kConfirmSamples), the clocks
   // of this run's latest kConfirmSamples + 1 samples (the oldest is next to be overwritten), and the
@@ -93,7 +102,9 @@ class ClockReference {
   std::array<std::uint32_t, kFlatOutSamples> counted_mhz_{};
   std::uint32_t counted_next_ = 0;
   std::uint32_t counted_ = 0;
-  bool duty_seen_ = false;  // observer only: the average has its first sample
+  std::array<std::uint32_t, kEstimateSamples> busy_mhz_{};  // the latest busy samples' clocks
+  std::uint32_t busy_next_ = 0;
+  std::uint32_t busy_count_ = 0;
 };
 
 // Where a limiter reads its device's SM clock (ComputeLimiter::set_clock_source). `read_mhz` costs

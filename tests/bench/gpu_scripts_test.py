@@ -220,6 +220,16 @@ class cuda:
 """
 
 
+class ComputeAccuracyCpuOffset(unittest.TestCase):
+    """--cpu-offset: a second run on another GPU of the host pins its processes to cores of its own."""
+
+    def test_the_auto_cores_move_up_by_the_offset(self):
+        self.assertEqual(accuracy.shift_cpus("4-7", 8), "12,13,14,15")
+        self.assertEqual(accuracy.shift_cpus("4,5", 8), "12,13")
+        self.assertEqual(accuracy.shift_cpus("4", 0), "4")
+        self.assertEqual(accuracy.shift_cpus("", 8), "")  # unpinned stays unpinned
+
+
 class ComputeAccuracyTurns(unittest.TestCase):
     """--mps-compute threads: one process per limit, the phases taken as turns (a stand-in torch)."""
 

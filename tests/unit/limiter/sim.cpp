@@ -177,9 +177,12 @@ World::Actor* World::pick_runnable() {
 
 double World::speed() const {
   if (clock_model.flat_mhz == 0) return 1.0;
+  return std::pow(busy_clock_mhz() / clock_model.flat_mhz, clock_model.exponent);
+}
+
+double World::busy_clock_mhz() const {
   const double flat = clock_model.flat_mhz;
-  const double mhz = flat + (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_);
-  return std::pow(mhz / flat, clock_model.exponent);
+  return flat + (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_) * clock_model.busy_rise;
 }
 
 std::uint32_t World::sm_clock_mhz() const {
@@ -187,9 +190,7 @@ std::uint32_t World::sm_clock_mhz() const {
   if (clock_model.idle_reads_max &&
       std::all_of(contexts_.begin(), contexts_.end(), [](const Context& c) { return c.remaining.empty(); }))
     return clock_model.idle_mhz;
-  const double flat = clock_model.flat_mhz;
-  return static_cast<std::uint32_t>(flat +
-                                    (static_cast<double>(clock_model.idle_mhz) - flat) * (1.0 - load_) + 0.5);
+  return static_cast<std::uint32_t>(busy_clock_mhz() + 0.5);
 }
 
 void World::age_load(std::uint64_t step, bool busy) {
