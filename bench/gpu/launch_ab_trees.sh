@@ -7,6 +7,9 @@
 #
 #   bench/gpu/launch_ab_trees.sh OLD_SOURCE_DIR [ROUNDS=3]
 #
+# AB_COMPUTE_LIMIT (default 100): the quota+compute configuration's GPUSLICE_COMPUTE_LIMIT; below 100
+# the limiter's windows run (launch_ab's empty kernels keep far below any limit, so nothing is held).
+#
 # OLD_SOURCE_DIR: the other tree's sources (e.g. `git archive <commit> src cmake CMakeLists.txt`
 # unpacked into an ignored folder carried to the GPU machine). Builds both trees' A/B library
 # (Release) and this tree's launch_ab. Logs under $OUT/launch-ab-trees/.
@@ -26,7 +29,7 @@ cpu=${AB_CPU:-4} n=${AB_ROUNDS:-200}
 configs=("quota" "quota+compute")
 run_one() {  # tree config round
   local env=(GPUSLICE_MEMORY_LIMIT=60Gi GPUSLICE_SHARED_DIR="$(mktemp -d)")
-  [ "$2" = "quota+compute" ] && env+=(GPUSLICE_COMPUTE_LIMIT=100)
+  [ "$2" = "quota+compute" ] && env+=(GPUSLICE_COMPUTE_LIMIT="${AB_COMPUTE_LIMIT:-100}")
   taskset -c "$cpu" env LD_PRELOAD="${lib[$1]}" "${env[@]}" build/gpu/launch_ab "$n" >"$out/$2-$1-r$3.txt" 2>&1
 }
 for r in $(seq 1 "$rounds"); do

@@ -47,10 +47,13 @@ void ClockReference::observe(std::uint32_t util_percent, std::uint32_t sm_mhz, b
   const std::uint32_t since = since_power_cap_.load(std::memory_order_relaxed);
   since_power_cap_.store(power_capped ? 0 : std::min(since + 1, kPowerCapSamples), std::memory_order_relaxed);
   const std::uint32_t max = max_mhz();
-  // Busy: loaded, below the idle reading, and not a reading between states (an idle device's deep
-  // clock, 345 MHz on an H200, while it wakes).
-  if (util_percent >= kEstimateMinUtilPercent && util_percent <= 100 && sm_mhz != 0 &&
-      (max == 0 || (sm_mhz + kIdleMarginMhz < max && sm_mhz >= max / 2))) {
+  const bool deep_idle = max != 0 && sm_mhz != 0 && sm_mhz < max / 2;
+  if (deep_idle) awake_samples_ = 0;
+  const bool awake = awake_samples_ >= kWakeSamples;
+  if (!deep_idle && !awake) ++awake_samples_;
+  // Busy: awake, loaded, and below the idle reading.
+  if (awake && util_percent >= kEstimateMinUtilPercent && util_percent <= 100 && sm_mhz != 0 &&
+      (max == 0 || sm_mhz + kIdleMarginMhz < max)) {
     busy_mhz_[busy_next_] = sm_mhz;
     busy_next_ = (busy_next_ + 1) % kEstimateSamples;
     if (busy_count_ < kEstimateSamples) ++busy_count_;

@@ -55,11 +55,14 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 // out; such phases' mean clocks, 1,700-1,820 MHz, are mostly idle readings at the maximum), so the
 // lowest busy clock is at or a little above the flat-out one: -53 to +121 MHz over 48 H200 phases
 // replayed (bench/results/clock-estimate-2026-11-29/), and the second lowest so that one reading
-// that dips does not set it. The earlier estimate, max - (max - window) / duty, was fitted on phase
-// mean clocks but applied to a window's busy clock, and put graph2p's flat-out clock at 1,180-1,525
-// MHz (2 points under the limit at 40%). No estimate unless the software power cap held the clocks in
-// one of the last kPowerCapSamples samples (a clock locked or set by the operator is its own flat-out
-// clock).
+// that dips does not set it. The first second after the watcher starts or the device leaves its deep
+// idle clock is not taken: an H200 waking with a process started under 70% ran its first busy
+// samples at 1,545-1,575 MHz at a fifth of its power, where its on parts later ran at 1,635-1,680
+// and flat out at 1,605 (bench/results/gpu-2026-11-29-e, call 1). The earlier estimate, max - (max - window)
+// / duty, was fitted on phase mean clocks but applied to a window's busy clock, and put graph2p's flat-out
+// clock at 1,180-1,525 MHz (2 points under the limit at 40%). No estimate unless the software power cap held
+// the clocks in one of the last kPowerCapSamples samples (a clock locked or set by the operator is its own
+// flat-out clock).
 class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
@@ -68,6 +71,8 @@ class ClockReference {
   static constexpr std::uint32_t kEstimateSamples = 30;
   static constexpr std::uint32_t kEstimateMinSamples = 5;
   static constexpr std::uint32_t kEstimateMinUtilPercent = 10;
+  // Samples skipped after the watcher starts and after the device leaves its deep idle clock.
+  static constexpr std::uint32_t kWakeSamples = 10;
   static constexpr std::uint32_t kPowerCapSamples = 10;
 
   // One sample: utilization in percent over NVML's last period, SM clock in MHz (0: unknown), and
@@ -105,6 +110,7 @@ class ClockReference {
   std::array<std::uint32_t, kEstimateSamples> busy_mhz_{};  // the latest busy samples' clocks
   std::uint32_t busy_next_ = 0;
   std::uint32_t busy_count_ = 0;
+  std::uint32_t awake_samples_ = 0;  // samples since the watcher started or the device left deep idle
 };
 
 // Where a limiter reads its device's SM clock (ComputeLimiter::set_clock_source). `read_mhz` costs

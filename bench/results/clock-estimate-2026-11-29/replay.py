@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replays the limiter's estimate of the flat-out SM clock (limiter/clock_correction.h: the second
-lowest busy clock of the latest 30 watcher samples) over the NVML samples of H200 runs, as if each
+lowest busy clock of the latest 30 busy watcher samples, none in the first second) over the NVML samples of H200 runs, as if each
 limited phase had started limited, and compares it with the clock of the unlimited phases beside it.
 
     python3 replay.py compute_accuracy.json [...]
@@ -9,14 +9,20 @@ import json
 import sys
 
 MAX_MHZ = 1980  # the H200's maximum SM clock (nvidia-smi clocks.max.sm in the runs' env.txt)
-SAMPLES, MIN_SAMPLES, MIN_UTIL, IDLE_MARGIN = 30, 5, 10, 30
+SAMPLES, MIN_SAMPLES, MIN_UTIL, IDLE_MARGIN, WAKE = 30, 5, 10, 30, 10
 
 
 def estimate(samples):
     """The estimate after each sample (0 while there is none), as ClockReference::observe keeps it."""
-    ring, out = [], []
+    ring, out, awake = [], [], 0  # the phase's first second is not taken, as the watcher's is not
     for _, util, mhz in samples:
-        if MIN_UTIL <= util <= 100 and mhz and mhz + IDLE_MARGIN < MAX_MHZ and mhz >= MAX_MHZ // 2:
+        deep_idle = 0 < mhz < MAX_MHZ // 2
+        if deep_idle:
+            awake = 0
+        taken = awake >= WAKE
+        if not deep_idle and not taken:
+            awake += 1
+        if taken and MIN_UTIL <= util <= 100 and mhz and mhz + IDLE_MARGIN < MAX_MHZ:
             ring = (ring + [mhz])[-SAMPLES:]
         out.append(sorted(ring)[1] if len(ring) >= MIN_SAMPLES else 0)
     return out

@@ -329,6 +329,7 @@ TEST_F(ComputeLimitClock, LimitedFromTheStartTheLowestBusyClockGivesAnEstimatedR
   SimulatedNvml::max_mhz = 1980;
   start("50");
   run_for(5);
+  for (std::uint32_t i = 0; i < limiter::ClockReference::kWakeSamples; ++i) compute_limit::tick();
   for (const unsigned mhz : {1800u, 1980u, 1800u, 1850u, 1980u, 1900u, 1820u}) {
     SimulatedNvml::mhz = mhz;
     compute_limit::tick();
@@ -352,7 +353,7 @@ TEST_F(ComputeLimitClock, LimitedFromTheStartAClockThePowerCapDoesNotHoldIsNotEs
   SimulatedNvml::capped = false;
   start("50");
   run_for(5);
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 20; ++i) {
     SimulatedNvml::mhz = 1800 + 20 * (i % 5);
     compute_limit::tick();
   }
@@ -366,7 +367,7 @@ TEST_F(ComputeLimitClock, BeforeFiveBusySamplesNothingIsScaledOrRead) {
   SimulatedNvml::util = 50;
   start("50");
   run_for(5);
-  for (int i = 0; i < 4; ++i) compute_limit::tick();
+  for (std::uint32_t i = 0; i < limiter::ClockReference::kWakeSamples + 4; ++i) compute_limit::tick();
   const int reads_before = SimulatedNvml::clock_reads.load();
   run_for(2000);
   EXPECT_EQ(limiter_of(0)->stats().clock_windows, 0u);
