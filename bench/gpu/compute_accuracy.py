@@ -39,7 +39,8 @@ device's own timestamps (CUPTI's concurrent-kernel activity; overlapping kernels
 each limited phase gets a second verdict: its kernel time ÷ the neighbouring unlimited phases',
 judged against the same expected ratio and tolerance. That is the limit's own definition (GPU time
 over wall time), which the throughput ratio equals only while the SM clock stays where it was in
-the unlimited phases. A 2p workload's companion is not recorded (its share is the measured one's).
+the unlimited phases. A 2p workload's ratios are the two processes' sum: the companion counts its iterations
+from its first step until the measured one stops it, summed at the measured one's marks.
 
 Under MPS (--mps: an MPS control daemon started for the run, as bench/gpu/mps_run.py's
 start_mps does, and quit after it) with --mps-compute time|threads: the operator's limits-file key
@@ -89,8 +90,8 @@ Workloads:
   cluster   a spin kernel of ~0.2 ms on every SM launched in clusters of two with cudaLaunchKernelEx
             (build/gpu/libcluster_spin.so from bench/gpu/cluster_spin.cu; tests/gpu/run.sh builds it)
   matmul2p  matmul in two processes of one container (same state directory and limit): the
-            measured one and a companion it starts; the limit holds both together, so the measured
-            one's ratio is again the limit
+            measured one and a companion it starts; the limit holds both together, and the ratios
+            are of their summed iterations (the measured one's own marks are kept as own_timeline)
   graph2p   the same with the CUDA-graph replay (eight matmuls per launch)
   train   a small MLP training step (3 Linear layers, GELU, MSE, AdamW foreach); backward kernels
           are launched from PyTorch's autograd thread, so two threads launch concurrently
@@ -430,10 +431,13 @@ def worker(args):
         args.workload = args.workload[:-2]
         turns = (["--turns", str(args.turns), "--go", args.go, "--ready-file", args.report + ".companion.ready"]
                  if args.turns else [])
+        # Outside turns the companion records its iterations from its first step until the measured
+        # one stops it (a stop file), so the container's sum is measured, not one process's share.
+        stop = [] if args.turns else ["--stop-file", args.report + ".companion.stop"]
         companion = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
              str(args.seconds if args.turns else args.seconds + args.warmup + 60), "--warmup", "1",
-             "--report", args.report + ".companion", "--cpus", args.cpus] + turns,
+             "--report", args.report + ".companion", "--cpus", args.cpus] + turns + stop,
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     timeline_lib = None
     if args.kernel_timeline:
@@ -459,15 +463,16 @@ def worker(args):
     step()
     torch.cuda.synchronize()
 
-    # Warm-up: caches, cuBLAS heuristics and the limiter's first windows; also sizes k.
+    # Warm-up: caches, cuBLAS heuristics and the limiter's first windows; also sizes k. A companion
+    # (--stop-file) has none: its iterations count from here, so it covers the measured one's start.
     n = 0
-    warmup = max(args.warmup, MIN_WARMUP_S.get(args.workload, 0.0))
+    warmup = 0.0 if args.stop_file else max(args.warmup, MIN_WARMUP_S.get(args.workload, 0.0))
     t_end = time.monotonic() + warmup
     while time.monotonic() < t_end:
         step()
         n += 1
     torch.cuda.synchronize()
-    k = max(1, int(n / warmup / EVENTS_PER_SECOND))
+    k = max(1, int(n / warmup / EVENTS_PER_SECOND)) if warmup > 0 else 1
 
     # The queue is empty here, so the start event runs as soon as it is recorded: GPU time 0 is
     # host time t0 (CLOCK_MONOTONIC, shared with the parent for the settle test).
@@ -491,7 +496,7 @@ def worker(args):
     marks = []
     done = 0
     deadline = t0 + args.seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (args.stop_file and os.path.exists(args.stop_file)):
         for _ in range(k):
             step()
         done += k
@@ -499,10 +504,10 @@ def worker(args):
         ev.record()
         marks.append((ev, done))
     torch.cuda.synchronize()
-    if companion is not None:
-        companion.kill()
-        companion.wait()
     timeline = [[start.elapsed_time(ev) / 1000.0, it] for ev, it in marks]
+    summed = None
+    if companion is not None:
+        summed = stop_companion(args.report + ".companion", companion, t0, timeline)
     gpu_seconds = timeline[-1][0]
     report = {
         "workload": args.workload,
@@ -511,10 +516,13 @@ def worker(args):
         "throughput": done / gpu_seconds,
         "k": k,
         "t0_monotonic": t0,
-        "timeline": timeline,
+        "timeline": timeline if summed is None else summed["timeline"],
         "preloaded": os.environ.get("LD_PRELOAD", ""),
         "limit": os.environ.get("GPUSLICE_COMPUTE_LIMIT", ""),
     }
+    if summed is not None:  # the measured process's own marks, and where its companion's began
+        report["own_timeline"] = timeline
+        report["companion_from_s"] = summed["from_s"]
     if flops:
         report["tflops"] = flops * done / gpu_seconds / 1e12
     if timeline_lib:
@@ -528,6 +536,31 @@ def worker(args):
                                     "flush_result": rc}
     with open(args.report, "w") as f:
         json.dump(report, f)
+
+
+def stop_companion(path, companion, t0, timeline):
+    """Stops a 2p workload's companion and returns {"timeline": the two processes' iterations summed at
+    the measured one's marks (its time axis), "from_s": where the companion's marks began on it}, or
+    None (the companion failed: its report says why in the run's log)."""
+    with open(path + ".stop", "w"):
+        pass
+    try:
+        companion.wait(timeout=60)
+        with open(path) as f:
+            other = json.load(f)
+    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
+        print(f"companion: {e}; the measured process's own rate is reported", file=sys.stderr, flush=True)
+        companion.kill()
+        companion.wait()
+        return None
+    return sum_timelines(timeline, t0, other["timeline"], other["t0_monotonic"])
+
+
+def sum_timelines(marks, t0, other_marks, other_t0):
+    """`marks` ([seconds from t0, iterations]) plus `other_marks` (from other_t0), at `marks`' times."""
+    other = Timeline(other_marks)
+    shift = t0 - other_t0  # a time on the first axis is this much later on the other's
+    return {"timeline": [[t, it + other.iterations_at(t + shift)] for t, it in marks], "from_s": -shift}
 
 
 TURN_PREROLL_S = 0.2  # --turns: unmeasured steps after a wait, before a turn's measured seconds
@@ -1135,6 +1168,7 @@ def main():
     ap.add_argument("--worker", default=None)
     ap.add_argument("--report", default=None)
     ap.add_argument("--ready-file", default=None)
+    ap.add_argument("--stop-file", default=None, help=argparse.SUPPRESS)  # worker: a 2p companion
     args = ap.parse_args()
     TOLERANCE_POINTS = args.tolerance
     if args.worker:

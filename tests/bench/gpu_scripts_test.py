@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -228,6 +229,43 @@ class ComputeAccuracyCpuOffset(unittest.TestCase):
         self.assertEqual(accuracy.shift_cpus("4,5", 8), "12,13")
         self.assertEqual(accuracy.shift_cpus("4", 0), "4")
         self.assertEqual(accuracy.shift_cpus("", 8), "")  # unpinned stays unpinned
+
+
+class ComputeAccuracyTwoProcessesSummed(unittest.TestCase):
+    """A 2p workload's ratios are the container's sum: the companion's iterations join the measured
+    one's (before, only the measured process counted, and an uneven split between the two in a second
+    read as the limit missed)."""
+
+    def test_the_companions_marks_are_summed_on_the_measured_ones_time_axis(self):
+        # The companion began 0.5 s before the measured one, at 100 it/s; the measured one at 50 it/s.
+        summed = accuracy.sum_timelines([[1.0, 50], [2.0, 100]], 10.0, [[1.0, 100], [4.0, 400]], 9.5)
+        self.assertAlmostEqual(summed["from_s"], -0.5)
+        self.assertEqual([t for t, _ in summed["timeline"]], [1.0, 2.0])
+        self.assertAlmostEqual(summed["timeline"][0][1], 50 + 150)  # the companion at its 1.5 s
+        self.assertAlmostEqual(summed["timeline"][1][1], 100 + 250)
+
+    def test_a_companion_that_began_later_counts_from_its_start(self):
+        summed = accuracy.sum_timelines([[1.0, 50]], 10.0, [[1.0, 100]], 10.5)
+        self.assertAlmostEqual(summed["from_s"], 0.5)
+        self.assertAlmostEqual(summed["timeline"][0][1], 50 + 50)
+
+    def test_a_two_process_worker_reports_both_processes_iterations(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "torch"))
+            with open(os.path.join(tmp, "torch", "__init__.py"), "w") as f:
+                f.write(FAKE_TORCH)
+            report = os.path.join(tmp, "r.json")
+            env = dict(os.environ, PYTHONPATH=tmp)
+            subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu", "compute_accuracy.py"), "--worker",
+                            "matmul2p", "--seconds", "0.6", "--warmup", "0.2", "--report", report, "--cpus", ""],
+                           env=env, check=True, timeout=60)
+            with open(report) as f:
+                data = json.load(f)
+        own, both = data["own_timeline"][-1][1], data["timeline"][-1][1]
+        self.assertLess(data["companion_from_s"], 0, "the companion counts from before the measured one's start")
+        # Both loops sleep 1 ms per step: the sum is about twice the measured one's (loose: a loaded host).
+        self.assertGreater(both, 1.4 * own)
+        self.assertLess(both, 3.0 * own)
 
 
 class ComputeAccuracyTurns(unittest.TestCase):
