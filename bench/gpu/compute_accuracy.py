@@ -560,7 +560,9 @@ def sum_timelines(marks, t0, other_marks, other_t0):
     """`marks` ([seconds from t0, iterations]) plus `other_marks` (from other_t0), at `marks`' times."""
     other = Timeline(other_marks)
     shift = t0 - other_t0  # a time on the first axis is this much later on the other's
-    return {"timeline": [[t, it + other.iterations_at(t + shift)] for t, it in marks], "from_s": -shift}
+    # Counted from the first axis's time 0, as its own iterations are (a Timeline starts at 0, 0).
+    before = other.iterations_at(shift)
+    return {"timeline": [[t, it + other.iterations_at(t + shift) - before] for t, it in marks], "from_s": -shift}
 
 
 TURN_PREROLL_S = 0.2  # --turns: unmeasured steps after a wait, before a turn's measured seconds
