@@ -429,8 +429,8 @@ def worker(args):
         # A second process of the same container (same environment: library, state directory,
         # limit) running the same workload for the whole run: the limit holds both together.
         args.workload = args.workload[:-2]
-        turns = (["--turns", str(args.turns), "--go", args.go, "--ready-file", args.report + ".companion.ready"]
-                 if args.turns else [])
+        turns = ["--turns", str(args.turns), "--go", args.go] if args.turns else []
+        turns += ["--ready-file", args.report + ".companion.ready"]
         # Outside turns the companion records its iterations from its first step until the measured
         # one stops it (a stop file), so the container's sum is measured, not one process's share.
         stop = [] if args.turns else ["--stop-file", args.report + ".companion.stop"]
@@ -455,10 +455,12 @@ def worker(args):
 
     torch.cuda.init()
     step, flops = build_workload(args.workload)
-    if companion is not None and args.turns:
-        # Turns: both processes of the container must be ready before the parent starts the first.
+    if companion is not None:
+        # Both processes of the container start before this one measures: for turns, before the
+        # parent starts the first; otherwise the companion's count covers this one's time 0.
         deadline = time.monotonic() + 180
-        while not os.path.exists(args.report + ".companion.ready") and time.monotonic() < deadline:
+        while (not os.path.exists(args.report + ".companion.ready") and companion.poll() is None
+               and time.monotonic() < deadline):
             time.sleep(0.05)
     step()
     torch.cuda.synchronize()

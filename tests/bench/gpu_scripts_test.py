@@ -267,10 +267,11 @@ class ComputeAccuracyTwoProcessesSummed(unittest.TestCase):
             with open(report) as f:
                 data = json.load(f)
         own, both = data["own_timeline"][-1][1], data["timeline"][-1][1]
-        self.assertLess(data["companion_from_s"], 0, "the companion counts from before the measured one's start")
+        # The measured one waits for its companion's first step, so its count covers time 0.
+        self.assertLess(data["companion_from_s"], 0)
         # Both loops sleep 1 ms per step: the sum is about twice the measured one's (loose: a loaded host).
-        self.assertGreater(both, 1.4 * own)
-        self.assertLess(both, 3.0 * own)
+        self.assertGreater(both, 1.2 * own)
+        self.assertLess(both, 4.0 * own)
 
 
 class ComputeAccuracyTurns(unittest.TestCase):
