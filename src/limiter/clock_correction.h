@@ -48,21 +48,23 @@ std::uint64_t clock_factor_permille(std::uint32_t window_mhz, std::uint32_t refe
 //
 // Until a flat-out second is seen (a container limited from its first launch never sees one), the
 // reference is estimated as the second lowest clock the device ran at while busy in the latest
-// kEstimateSamples busy samples (busy: at least kEstimateMinUtilPercent utilization, a clock below
-// NVML's maximum, which an idle H200 reads within 100 ms, and not below half of it, the deep idle
-// clock while the device wakes). An H200 duty-cycled by a limit runs its on parts close to its
-// flat-out clock (two processes of graph replay at 40% and 70%: 1,575-1,665 MHz against 1,565 flat
-// out; such phases' mean clocks, 1,700-1,820 MHz, are mostly idle readings at the maximum), so the
-// lowest busy clock is at or a little above the flat-out one: -53 to +121 MHz over 48 H200 phases
-// replayed (bench/results/clock-estimate-2026-11-29/), and the second lowest so that one reading
-// that dips does not set it. The first second after the watcher starts or the device leaves its deep
-// idle clock is not taken: an H200 waking with a process started under 70% ran its first busy
+// kEstimateSamples busy samples (busy: at least kEstimateMinUtilPercent utilization and a clock
+// below NVML's maximum, which an idle H200 reads within 100 ms). An H200 duty-cycled by a limit
+// runs its on parts close to its flat-out clock (two processes of graph replay at 40% and 70%:
+// 1,575-1,665 MHz against 1,565 flat out; such phases' mean clocks, 1,700-1,820 MHz, are mostly
+// idle readings at the maximum), so the lowest busy clock is at or above the flat-out one: -4 to
+// +66 MHz at 50-80% over the samples of 92 H200 phases replayed
+// (bench/results/clock-estimate-2026-11-29/), up to +437 at 20-30%, where a phase has few busy
+// samples and its on parts run hotter; above it, a window is charged less than a measured reference
+// would charge it, never more. The second lowest, so that one reading that dips does not set it.
+// The first second after the watcher starts or the device leaves its deep idle clock (below half
+// the maximum) is not taken: an H200 waking for a process started under 70% ran its first busy
 // samples at 1,545-1,575 MHz at a fifth of its power, where its on parts later ran at 1,635-1,680
-// and flat out at 1,605 (bench/results/gpu-2026-11-29-e, call 1). The earlier estimate, max - (max - window)
-// / duty, was fitted on phase mean clocks but applied to a window's busy clock, and put graph2p's flat-out
-// clock at 1,180-1,525 MHz (2 points under the limit at 40%). No estimate unless the software power cap held
-// the clocks in one of the last kPowerCapSamples samples (a clock locked or set by the operator is its own
-// flat-out clock).
+// and flat out at 1,605 (bench/results/gpu-2026-11-29-e, call 1). The earlier estimate, max - (max
+// - window) / duty, was fitted on phase mean clocks but applied to a window's busy clock, and put
+// graph2p's flat-out clock at 1,180-1,525 MHz (2 points under the limit at 40%). No estimate unless
+// the software power cap held the clocks in one of the last kPowerCapSamples samples (a clock
+// locked or set by the operator is its own flat-out clock).
 class ClockReference {
  public:
   static constexpr std::uint32_t kFlatOutUtilPercent = 95;
