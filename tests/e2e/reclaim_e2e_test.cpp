@@ -163,8 +163,11 @@ TEST_P(ReclaimWritesE2E, MemsetsAndShapedPeerAndBatchedCopiesAndStreamMemOpsDuri
   ASSERT_TRUE(writer.wait_for_output("allocated=12", 10000)) << writer.output();
   std::string last;
   ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
-  Background asker(app({"asker", "--mib", "88", "--hold-ms", "500"}),
-                   container_env("asker", "192Mi", "128Mi"), dir_ + "/asker.out");
+  // The asker's log at debug level goes with its output: an allocation that does not wait says why.
+  Env asker_env = container_env("asker", "192Mi", "128Mi");
+  asker_env["GPUSLICE_LOG_LEVEL"] = "debug";
+  Background asker(app({"asker", "--mib", "88", "--hold-ms", "500"}), asker_env, dir_ + "/asker.out",
+                   /*with_stderr=*/true);
   ASSERT_TRUE(asker.wait_for_output("asker_freed=", 10000)) << asker.output();
   EXPECT_NE(asker.output().find("ask_code=0"), std::string::npos) << asker.output();
   // Moved (one episode, 3 x 16 MiB), then restored once the asker freed.

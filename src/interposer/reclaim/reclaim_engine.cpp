@@ -93,7 +93,8 @@ std::atomic<std::int64_t> g_submitting{0};
 // The board of each device record, opened on first use.
 std::atomic<Board*> g_boards[kRecords] = {};
 std::atomic<std::uint64_t> g_board_retry_ns[kRecords] = {};
-std::uint64_t g_last_asker_ns[kRecords] = {};  // reclaim thread only
+std::atomic<bool> g_board_opening[kRecords] = {};  // a thread is in Board::open for the device
+std::uint64_t g_last_asker_ns[kRecords] = {};      // reclaim thread only
 // The level this process holds its borrowed memory at, capped by the operator's assignment: set by
 // the watcher, which alone reads the assignment, for the reclaim thread (low until then).
 std::atomic<std::uint32_t> g_capped_level[kRecords] = {};
@@ -302,9 +303,21 @@ Board* board_of(DeviceState& d) {
   Runtime* rt = runtime();
   if (rt == nullptr || rt->container_key == 0) return nullptr;
   const std::uint64_t now = monotonic_ns();
-  std::uint64_t retry = g_board_retry_ns[dev].load(std::memory_order_relaxed);
-  if (now < retry || !g_board_retry_ns[dev].compare_exchange_strong(retry, now + 1'000'000'000ULL))
-    return nullptr;
+  if (now < g_board_retry_ns[dev].load(std::memory_order_relaxed)) return nullptr;  // failed lately
+  bool idle = false;
+  if (!g_board_opening[dev].compare_exchange_strong(idle, true, std::memory_order_acq_rel)) {
+    // Another thread is opening it at this instant (the watcher's tick beside an allocation that
+    // asks): wait for its result rather than take "no board" for an answer.
+    const std::uint64_t until = now + 1'000'000'000ULL;
+    while (g_board_opening[dev].load(std::memory_order_acquire) && monotonic_ns() < until) sleep_us(100);
+    return g_boards[dev].load(std::memory_order_acquire);
+  }
+  struct Opening {
+    std::atomic<bool>& flag;
+    ~Opening() { flag.store(false, std::memory_order_release); }
+  } opening{g_board_opening[dev]};
+  if (Board* done = g_boards[dev].load(std::memory_order_acquire)) return done;  // opened meanwhile
+  g_board_retry_ns[dev].store(now + 1'000'000'000ULL, std::memory_order_relaxed);
   std::unique_ptr<Board> opened =
       Board::open(rt->settings.node_dir, rt->settings.node_writer, d.uuid, rt->container_key);
   if (!opened) {
@@ -931,6 +944,7 @@ void after_fork() {
     g_within[i].store(0);
     delete g_boards[i].exchange(nullptr);  // the parent's record stays the parent's; a child opens its own
     g_board_retry_ns[i].store(0);
+    g_board_opening[i].store(false);  // a parent's thread that was opening it is not here
   }
   g_hold.store(false);
   g_submitting.store(0);
