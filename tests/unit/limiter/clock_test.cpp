@@ -109,14 +109,14 @@ TEST(ClockReference, IsTheMeanOfTheLastFlatOutSecond) {
   }
 }
 
-// Before a flat-out second: the second lowest clock of the latest busy samples. The samples are two
-// processes of graph replay at 40% on an H200 (bench/results/gpu-2026-11-29-d, call 6): on parts at
-// 1,605-1,665 MHz, idle readings at 1,950-1,965 (flat out it ran at 1,565).
 // The watcher's first second is not taken (as after a deep idle clock: WakingClocksAreNotTaken).
 void first_second(ClockReference& reference) {
   for (std::uint32_t i = 0; i < ClockReference::kWakeSamples; ++i) reference.observe(50, 1400, true);
 }
 
+// Before a flat-out second: the second lowest clock of the latest busy samples. The samples are two
+// processes of graph replay at 40% on an H200 (bench/results/gpu-2026-11-29-d, call 6): on parts at
+// 1,605-1,665 MHz, idle readings at 1,950-1,965 (flat out it ran at 1,565).
 TEST(ClockReference, EstimatesTheFlatOutClockAsTheSecondLowestBusyClockUntilOneIsSeen) {
   ClockReference reference;
   reference.set_max_mhz(1980);
