@@ -17,6 +17,15 @@ inline std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The text of `rest` up to the first `sep` (all of it when there is none); `rest` then starts after
+// that separator. Splits lines or lists: `while (!rest.empty()) use(take_piece(rest, '\n'));`.
+inline std::string_view take_piece(std::string_view& rest, char sep) {
+  const std::size_t end = rest.find(sep);
+  const std::string_view piece = rest.substr(0, end);
+  rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+  return piece;
+}
+
 // One file name of letters, digits, '-', '_' and '.' (not "." or ".."), at most 128 bytes: what
 // gpuslice accepts where a name from outside becomes a path component (container ids, the node
 // channel's writer directory, a GPU UUID).

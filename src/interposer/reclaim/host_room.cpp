@@ -32,11 +32,8 @@ std::optional<std::string> read_text(const std::string& path) {
 // its id and controllers: an absolute path without a way up, as it is appended to a directory.
 template <class Wanted>
 std::optional<std::string> cgroup_path(std::string_view proc_self_cgroup, Wanted wanted) {
-  for (std::size_t at = 0; at < proc_self_cgroup.size();) {
-    std::size_t end = proc_self_cgroup.find('\n', at);
-    if (end == std::string_view::npos) end = proc_self_cgroup.size();
-    const std::string_view line = proc_self_cgroup.substr(at, end - at);
-    at = end + 1;
+  for (std::string_view lines = proc_self_cgroup; !lines.empty();) {
+    const std::string_view line = text::take_piece(lines, '\n');
     const std::size_t first = line.find(':');
     const std::size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
     if (second == std::string_view::npos) continue;
@@ -53,11 +50,8 @@ std::optional<std::string> cgroup_path(std::string_view proc_self_cgroup, Wanted
 
 std::optional<std::uint64_t> mem_available(std::string_view meminfo) {
   constexpr std::string_view kKey = "MemAvailable:";
-  for (std::size_t at = 0; at < meminfo.size();) {
-    std::size_t end = meminfo.find('\n', at);
-    if (end == std::string_view::npos) end = meminfo.size();
-    const std::string_view line = meminfo.substr(at, end - at);
-    at = end + 1;
+  for (std::string_view lines = meminfo; !lines.empty();) {
+    const std::string_view line = text::take_piece(lines, '\n');
     if (line.substr(0, kKey.size()) != kKey) continue;
     const std::string_view rest = text::trim(line.substr(kKey.size()));
     std::size_t digits = 0;
@@ -77,12 +71,8 @@ std::optional<std::string> cgroup_v2_path(std::string_view proc_self_cgroup) {
 
 std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgroup) {
   return cgroup_path(proc_self_cgroup, [](std::string_view /*id*/, std::string_view controllers) {
-    for (std::size_t at = 0; at <= controllers.size();) {
-      std::size_t end = controllers.find(',', at);
-      if (end == std::string_view::npos) end = controllers.size();
-      if (controllers.substr(at, end - at) == "memory") return true;
-      at = end + 1;
-    }
+    while (!controllers.empty())
+      if (text::take_piece(controllers, ',') == "memory") return true;
     return false;
   });
 }

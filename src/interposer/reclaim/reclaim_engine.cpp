@@ -406,9 +406,13 @@ std::vector<CUcontext> contexts_of(const Picked& picked) {
   return contexts;
 }
 
-// Whether an allocation that may ask `self` still waits on the board.
+// A board record as the plan sees it: what its allocations wait for, and what it holds.
 Asker asker_of(const BoardEntry& e) {
   return Asker{e.container_key, e.priority, e.within_guarantee, e.wanted};
+}
+
+Holder holder_of(const BoardEntry& e) {
+  return Holder{e.container_key, e.pid, e.priority, e.above_guarantee, e.movable};
 }
 
 // Whether one of the records read from the board waits for memory it may ask `self` for.
@@ -515,13 +519,13 @@ std::uint64_t restore(int dev, std::uint64_t room) {
 
 void* reclaim_main(void*);
 
-// The standby thread: prepares the host memory of each borrowed allocation that is on the device
-// and has none yet, one at a time, outside g_lock (pinning takes about a second per 2 GiB).
 // The reclaim's threads: not started, being started (by the first borrowed allocation), running,
 // or failed to start (then nothing is lent: it could not be given back).
 enum class Threads : int { NotStarted, Starting, Running, Failed };
 std::atomic<Threads> g_threads{Threads::NotStarted};
 
+// Marks the first borrowed allocation on the device without host memory (nor one being made) as
+// being prepared and copies it to *picked; also sums what is prepared and what is not. Under g_lock.
 bool pick_unprepared(CUdeviceptr* ptr, Borrowed* picked, std::uint64_t* unprepared, std::uint64_t* prepared) {
   std::lock_guard<std::mutex> lock(*g_lock);
   *ptr = 0;
@@ -540,6 +544,8 @@ bool pick_unprepared(CUdeviceptr* ptr, Borrowed* picked, std::uint64_t* unprepar
   return *ptr != 0;
 }
 
+// The standby thread: prepares the host memory of each borrowed allocation that is on the device
+// and has none yet, one at a time, outside g_lock (pinning takes about a second per 2 GiB).
 void* standby_main(void*) {
   bool all_said = true;
   for (;;) {
@@ -663,10 +669,10 @@ bool above_guarantee(const DeviceState* d, std::uint64_t bytes) {
 CUresult allocate_borrowed(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dptr) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (!reclaim_threads_running()) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (!host_can_back(d, round_up(bytes, granularity()))) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::uint64_t size = round_up(bytes, granularity());
+  if (!host_can_back(d, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   const Vmm& ops = vmm();
   if (!ops.ok()) return CUDA_ERROR_NOT_SUPPORTED;
-  const std::uint64_t size = round_up(bytes, granularity());
   AllocationInFlight flight;
   Reservation r = reserve(d, size);
   if (r.refused) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -804,11 +810,8 @@ Ask::Ask(DeviceState* d, std::uint64_t bytes) : device_(d), bytes_(bytes) {
   const std::size_t n = board->read(others.data(), kCapacity, now);
   Asker me{runtime()->container_key, level, within, bytes};
   bool someone = false;
-  for (std::size_t i = 0; i < n && !someone; ++i) {
-    Holder h{others[i].container_key, others[i].pid, others[i].priority, others[i].above_guarantee,
-             others[i].movable};
-    someone = h.movable != 0 && may_ask(me, h);
-  }
+  for (std::size_t i = 0; i < n && !someone; ++i)
+    someone = others[i].movable != 0 && may_ask(me, holder_of(others[i]));
   if (!someone) {
     GS_LOG(Debug, "device %d: no borrower this allocation may ask holds movable memory (%zu records read)",
            d->index, n);
@@ -893,8 +896,7 @@ void step() {
                                      above_guarantee_now(dev), g_movable[dev].load()};
     for (std::size_t i = 0; i < n; ++i) {
       const BoardEntry& e = others[i];
-      if (e.movable != 0)
-        holders[holder_count++] = Holder{e.container_key, e.pid, e.priority, e.above_guarantee, e.movable};
+      if (e.movable != 0) holders[holder_count++] = holder_of(e);
       if (e.wanted != 0) askers[asker_count++] = asker_of(e);
     }
     const bool asked_of_us = asked_by_any(others, n, holders[0]);
