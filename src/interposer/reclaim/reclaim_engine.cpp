@@ -707,13 +707,8 @@ CUresult allocate_borrowed(DeviceState* d, std::uint64_t bytes, CUdeviceptr* dpt
     g_borrower.store(true, std::memory_order_seq_cst);
     launch_flag::turn_on();  // the launch hooks reach the gate, which counts them
   }
+
   publish_figures(dev);
-  // On the board before the allocation returns, as the reclaim thread would publish it: an asker
-  // that comes at once must find it. The thread's first round is 20 ms away, and on a loaded host
-  // (CI's sanitizer stage) an asker read no record at all and failed at once.
-  if (dev >= 0 && dev < kRecords && d->ledger_dev.load(std::memory_order_relaxed) == dev) {
-    if (Board* board = board_of(*d)) publish_own(*d, *board, /*watcher=*/true);
-  }
   *dptr = range;
   return CUDA_SUCCESS;
 }
