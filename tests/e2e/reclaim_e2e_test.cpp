@@ -276,16 +276,18 @@ TEST_F(ReclaimE2E, WhatCannotMoveIsNeverBorrowed) {
 }
 
 TEST_F(ReclaimE2E, ABorrowerKilledMidMoveLeavesTheBooksExact) {
-  // Each 16 MiB move copies for 250 ms: the borrower is killed during the first.
+  // Each 16 MiB move copies for a second: the borrower is killed during the second move. (At 250 ms
+  // a move, CI's sanitizer stage polled `gpuslice status` too slowly to see the first one done and
+  // the second under way, and found all three done.)
   Env env = borrower_env();
-  env["GPUSLICE_MOCK_DTOD_BYTES_PER_S"] = std::to_string(64 * kMiB);
+  env["GPUSLICE_MOCK_DTOD_BYTES_PER_S"] = std::to_string(16 * kMiB);
   Background borrower(borrower_argv(30), env, dir_ + "/borrower.out");
   ASSERT_TRUE(borrower.wait_for_output("allocated=12", 10000)) << borrower.output();
   std::string last;
   ASSERT_TRUE(status_shows("borrower", {field("borrowed_bytes", 9 * 16 * kMiB)}, 5000, &last)) << last;
   Env asker_env = container_env("asker", "192Mi", "128Mi");
   asker_env["GPUSLICE_MOCK_DTOD_BYTES_PER_S"] = std::to_string(64 * kMiB);
-  asker_env["GPUSLICE_RECLAIM_DEADLINE"] = "5s";
+  asker_env["GPUSLICE_RECLAIM_DEADLINE"] = "10s";
   Background asker(app({"asker", "--mib", "88", "--hold-ms", "3000"}), asker_env, dir_ + "/asker.out");
   // The borrower moves 3 x 16 MiB, one after the other; once the first is in host memory, the
   // second is being copied: it is killed there.

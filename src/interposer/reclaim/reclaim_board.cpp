@@ -29,18 +29,18 @@ std::uint64_t record_checksum(const BoardRecord& record) {
   return shm::layout::fnv1a64(&record, offsetof(BoardRecord, checksum));
 }
 
-// Lists `dir_fd` (a duplicate, so the caller's descriptor keeps its position), calling
-// visit(name) for at most `limit` entries.
+// Lists `dir_fd` through a descriptor of its own, calling visit(name) for at most `limit` entries.
+// Not a dup(): that shares the directory position, and two threads listing at once (an asking
+// allocation beside the reclaim thread) took entries from each other's listing.
 template <class Visit>
 void list_dir(int dir_fd, std::size_t limit, Visit&& visit) {
-  const int listing_fd = ::dup(dir_fd);
+  const int listing_fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (listing_fd < 0) return;
   DIR* listing = ::fdopendir(listing_fd);
   if (listing == nullptr) {
     ::close(listing_fd);
     return;
   }
-  ::rewinddir(listing);
   std::size_t seen = 0;
   while (dirent* entry = ::readdir(listing)) {
     if (entry->d_name[0] == '.') continue;
@@ -202,7 +202,10 @@ std::size_t Board::read(BoardEntry* out, std::size_t capacity, std::uint64_t now
         return;
       ++records;
       if (entry.container_key == key_ && entry.pid == own_pid) return;  // our own
-      if (entry.heartbeat_ns > now_ns + stale_ns || now_ns - entry.heartbeat_ns > stale_ns) return;
+      // A heartbeat after now_ns was stamped while we listed: fresh (one far ahead is bogus).
+      const std::uint64_t age =
+          entry.heartbeat_ns > now_ns ? entry.heartbeat_ns - now_ns : now_ns - entry.heartbeat_ns;
+      if (age > stale_ns) return;
       entry.priority = lower_priority(entry.priority, ceiling);
       out[count++] = entry;
     });

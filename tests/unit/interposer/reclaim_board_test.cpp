@@ -6,10 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "shared_state/peer_record.h"
 #include "temp_dir.h"
@@ -95,6 +99,54 @@ TEST_F(ReclaimBoardDir, OneContainerReadsWhatAnotherPublishesButNotItsOwn) {
   EXPECT_EQ(a->read(seen, 4, now_ns() + 3'000'000'000ULL), 0u);
   a->withdraw();
   EXPECT_EQ(b->read(seen, 4, now_ns()), 0u) << "withdrawn at exit";
+}
+
+TEST_F(ReclaimBoardDir, ARecordPublishedAfterTheReaderTookItsTimeIsFresh) {
+  // The reader takes `now`, then lists; a borrower publishing every 20 ms may stamp its record in
+  // between. CI's sanitizer stage caught the old check wrapping around on it: an asker read no
+  // borrower and failed at once.
+  auto a = Board::open(node_, "writer-a", kGpu, 1);
+  auto b = Board::open(node_, "writer-b", kGpu, 2);
+  ASSERT_TRUE(a && b);
+  const std::uint64_t taken = now_ns();
+  BoardEntry lends;
+  lends.movable = 128 << 20;
+  lends.heartbeat_ns = taken + 5'000'000ULL;
+  ASSERT_TRUE(b->publish(lends));
+  BoardEntry seen[4];
+  EXPECT_EQ(a->read(seen, 4, taken), 1u);
+  // One stamped further ahead than the stale bound is bogus.
+  lends.heartbeat_ns = taken + 3'000'000'000ULL;
+  ASSERT_TRUE(b->publish(lends));
+  EXPECT_EQ(a->read(seen, 4, taken), 0u);
+}
+
+TEST_F(ReclaimBoardDir, ThreadsReadingOneBoardAtOnceEachSeeEveryRecord) {
+  // An allocation that asks reads the board while the reclaim thread does: each listing must have
+  // its own position in the directory (a dup() of one descriptor shares it, and one thread's
+  // rewind or read-to-the-end took the records from the other's listing).
+  auto reader = Board::open(node_, "writer-a", kGpu, 1);
+  ASSERT_TRUE(reader);
+  std::vector<std::unique_ptr<Board>> lenders;
+  BoardEntry lends;
+  lends.movable = 1 << 20;
+  for (std::uint64_t key = 2; key < 10; ++key) {
+    lenders.push_back(Board::open(node_, "writer-" + std::to_string(key), kGpu, key));
+    ASSERT_TRUE(lenders.back());
+    lends.heartbeat_ns = now_ns() + 60'000'000'000ULL;  // fresh for the whole test
+    ASSERT_TRUE(lenders.back()->publish(lends));
+  }
+  const std::uint64_t now = now_ns() + 60'000'000'000ULL;
+  std::atomic<int> short_reads{0};
+  auto keep_reading = [&] {
+    BoardEntry seen[16];
+    for (int i = 0; i < 400; ++i)
+      if (reader->read(seen, 16, now) != lenders.size()) short_reads.fetch_add(1);
+  };
+  std::thread other(keep_reading);
+  keep_reading();
+  other.join();
+  EXPECT_EQ(short_reads.load(), 0);
 }
 
 TEST_F(ReclaimBoardDir, TheOperatorsAssignmentCapsTheClaimedLevel) {
