@@ -434,11 +434,15 @@ def worker(args):
         # Outside turns the companion records its iterations from its first step until the measured
         # one stops it (a stop file), so the container's sum is measured, not one process's share.
         stop = [] if args.turns else ["--stop-file", args.report + ".companion.stop"]
-        companion = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
-             str(args.seconds if args.turns else args.seconds + args.warmup + 60), "--warmup", "1",
-             "--report", args.report + ".companion", "--cpus", args.cpus] + turns + stop,
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        # Its output (the library's exit line: windows, pauses, clock scaling) goes to a log of its
+        # own beside the report; the parent adds its limiter line to the run's (call 4 of
+        # gpu-2026-11-29-e had only the measured process's, 38 of the pair's windows).
+        with open(args.report + ".companion.log", "w") as companion_log:
+            companion = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--worker", args.workload, "--seconds",
+                 str(args.seconds if args.turns else args.seconds + args.warmup + 60), "--warmup", "1",
+                 "--report", args.report + ".companion", "--cpus", args.cpus] + turns + stop,
+                stdout=companion_log, stderr=subprocess.STDOUT)
     timeline_lib = None
     if args.kernel_timeline:
         import ctypes
@@ -616,6 +620,15 @@ def clean_env():
     return env
 
 
+def limiter_lines(path):
+    """The library's limiter and MPS lines of one process's log (none if it has no log)."""
+    try:
+        with open(path) as f:
+            return [line.strip() for line in f if "compute limiter, device" in line or "MPS client" in line]
+    except FileNotFoundError:
+        return []
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
@@ -667,9 +680,8 @@ class Runner:
         with open(report) as f:
             data = json.load(f)
         data["tag"] = tag
-        with open(os.path.join(self.logs, tag + ".log")) as f:
-            data["limiter_stats"] = [line.strip() for line in f
-                                     if "compute limiter, device" in line or "MPS client" in line]
+        data["limiter_stats"] = limiter_lines(os.path.join(self.logs, tag + ".log"))
+        data["limiter_stats"] += ["companion: " + line for line in limiter_lines(report + ".companion.log")]
         return data
 
     def run(self, workload, limit):

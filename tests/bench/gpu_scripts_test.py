@@ -266,12 +266,24 @@ class ComputeAccuracyTwoProcessesSummed(unittest.TestCase):
                            env=env, check=True, timeout=60)
             with open(report) as f:
                 data = json.load(f)
+            # The companion's output is kept beside the report (its library's exit line).
+            self.assertTrue(os.path.exists(report + ".companion.log"))
         own, both = data["own_timeline"][-1][1], data["timeline"][-1][1]
         # The measured one waits for its companion's first step, so its count covers time 0.
         self.assertLess(data["companion_from_s"], 0)
         # Both loops sleep 1 ms per step: the sum is about twice the measured one's (loose: a loaded host).
         self.assertGreater(both, 1.2 * own)
         self.assertLess(both, 4.0 * own)
+
+
+class ComputeAccuracyLimiterLines(unittest.TestCase):
+    def test_the_companions_limiter_line_joins_the_measured_ones(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "r.log")
+            with open(log, "w") as f:
+                f.write("noise\n[gpuslice 1] INFO: compute limiter, device 0: 38 windows\n")
+            self.assertEqual(accuracy.limiter_lines(log), ["[gpuslice 1] INFO: compute limiter, device 0: 38 windows"])
+            self.assertEqual(accuracy.limiter_lines(os.path.join(tmp, "none.log")), [])
 
 
 class ComputeAccuracyTurns(unittest.TestCase):
