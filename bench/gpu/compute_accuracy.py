@@ -40,7 +40,8 @@ each limited phase gets a second verdict: its kernel time ÷ the neighbouring un
 judged against the same expected ratio and tolerance. That is the limit's own definition (GPU time
 over wall time), which the throughput ratio equals only while the SM clock stays where it was in
 the unlimited phases. A 2p workload's ratios are the two processes' sum: the companion counts its iterations
-from its first step until the measured one stops it, summed at the measured one's marks.
+from its first step until the measured one stops it, summed at the measured one's marks; its output
+is in logs/<run>.json.companion.log, and its limiter line joins the run's as "companion: ...".
 
 Under MPS (--mps: an MPS control daemon started for the run, as bench/gpu/mps_run.py's
 start_mps does, and quit after it) with --mps-compute time|threads: the operator's limits-file key
