@@ -189,6 +189,14 @@ inline std::uint64_t fnv1a64(const void* data, std::size_t size) {
   return hash;
 }
 
+// How far a record's heartbeat (CLOCK_MONOTONIC) is from a reader's now, either way: records are
+// read after the reader took its time, so one stamped meanwhile is ahead of it and fresh, while
+// one far ahead is as bogus as one far behind is stale. (Spelled `now - heartbeat` in unsigned
+// arithmetic, the one stamped meanwhile wrapped around and read as stale.)
+inline std::uint64_t heartbeat_distance_ns(std::uint64_t heartbeat_ns, std::uint64_t now_ns) {
+  return heartbeat_ns > now_ns ? heartbeat_ns - now_ns : now_ns - heartbeat_ns;
+}
+
 inline std::uint64_t header_checksum(const Header& header) {
   return fnv1a64(&header, offsetof(Header, checksum));
 }

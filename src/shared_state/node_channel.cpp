@@ -435,8 +435,7 @@ bool NodeChannel::publish(const PeerState& own) {
 bool NodeChannel::fresh_peer(const void* raw, std::uint64_t now_ns, std::uint64_t stale_ns) const {
   const auto& record = *static_cast<const PeerRecord*>(raw);
   if (record.container_key == key_) return false;
-  return record.heartbeat_ns > now_ns ? record.heartbeat_ns - now_ns < stale_ns
-                                      : now_ns - record.heartbeat_ns < stale_ns;
+  return layout::heartbeat_distance_ns(record.heartbeat_ns, now_ns) < stale_ns;
 }
 
 std::size_t NodeChannel::read_peers(PeerState* out, std::size_t capacity, std::uint64_t now_ns,

@@ -202,10 +202,7 @@ std::size_t Board::read(BoardEntry* out, std::size_t capacity, std::uint64_t now
         return;
       ++records;
       if (entry.container_key == key_ && entry.pid == own_pid) return;  // our own
-      // A heartbeat after now_ns was stamped while we listed: fresh (one far ahead is bogus).
-      const std::uint64_t age =
-          entry.heartbeat_ns > now_ns ? entry.heartbeat_ns - now_ns : now_ns - entry.heartbeat_ns;
-      if (age > stale_ns) return;
+      if (shm::layout::heartbeat_distance_ns(entry.heartbeat_ns, now_ns) > stale_ns) return;
       entry.priority = lower_priority(entry.priority, ceiling);
       out[count++] = entry;
     });
